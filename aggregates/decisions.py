@@ -1,0 +1,264 @@
+"""The typed vocabulary of an agent loop: decisions, calls, results, budgets and reasons.
+
+Everything here is a frozen pydantic model or a ``StrEnum``. These types are
+persisted inside events, so their field names and enum values are a contract:
+change them only with a new ``schema_version`` and an upcaster.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    TypeAdapter,
+    field_validator,
+    model_validator,
+)
+
+DECISION_SCHEMA_VERSION = 1
+"""The version of the decision union that this code reads and writes."""
+
+
+class Frozen(BaseModel):
+    """A frozen pydantic model that refuses unknown fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TerminalReason(StrEnum):
+    """Why an invocation stopped: the closed vocabulary of DESIGN.md."""
+
+    COMPLETED = "completed"
+    APPROVAL_REQUIRED = "approval_required"
+    CLARIFICATION_REQUIRED = "clarification_required"
+    CANNOT_CONTINUE = "cannot_continue"
+    CANCELLED = "cancelled"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    MAX_STEPS = "max_steps"
+    TOOL_BUDGET_EXHAUSTED = "tool_budget_exhausted"
+    TOKEN_BUDGET_EXHAUSTED = "token_budget_exhausted"  # noqa: S105 - a reason, not a secret
+    COST_BUDGET_EXHAUSTED = "cost_budget_exhausted"
+    NO_PROGRESS = "no_progress"
+    REPEATED_FAILURE = "repeated_failure"
+    INVALID_DECISION = "invalid_decision"
+    MODEL_ERROR = "model_error"
+    TOOL_UNAVAILABLE = "tool_unavailable"
+    VERIFICATION_FAILED = "verification_failed"
+    CHECKPOINT_FAILED = "checkpoint_failed"
+    LEASE_LOST = "lease_lost"
+    RECONCILIATION_REQUIRED = "reconciliation_required"
+
+    @property
+    def pauses(self) -> bool:
+        """True for the reasons that pause an invocation instead of ending it."""
+        return self in PAUSING_REASONS
+
+
+PAUSING_REASONS = frozenset(
+    {
+        TerminalReason.APPROVAL_REQUIRED,
+        TerminalReason.CLARIFICATION_REQUIRED,
+        TerminalReason.RECONCILIATION_REQUIRED,
+    }
+)
+
+
+class ErrorClass(StrEnum):
+    """The class of a failed tool call, as the model and the operator see it."""
+
+    INVALID_ARGUMENTS = "invalid_arguments"
+    TOOL_FAILED = "tool_failed"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    DENIED = "denied"
+    UNAVAILABLE = "unavailable"
+    OUTCOME_UNKNOWN = "outcome_unknown"
+    REJECTED = "rejected"
+    OUTPUT_INVALID = "output_invalid"
+
+
+class RejectionClass(StrEnum):
+    """Why a model's proposal was refused before anything ran."""
+
+    SCHEMA_INVALID = "schema_invalid"
+    UNKNOWN_TOOL = "unknown_tool"
+    DUPLICATE_CALL_ID = "duplicate_call_id"
+    INVALID_ARGUMENTS = "invalid_arguments"
+    EMPTY_BATCH = "empty_batch"
+    EMPTY_ANSWER = "empty_answer"
+    UNSUPPORTED_VERSION = "unsupported_version"
+
+
+class Effect(StrEnum):
+    """What a tool does to the world: reads may run concurrently, writes run one at a time."""
+
+    READ = "read"
+    WRITE = "write"
+
+
+# --------------------------------------------------------------------------- calls
+
+
+def _parse_json_object(value: Any) -> Any:
+    """Accept arguments given as a JSON text (as some providers send them)."""
+    if isinstance(value, str | bytes):
+        try:
+            return json.loads(value)
+        except ValueError as error:
+            msg = f"arguments are not valid JSON: {error}"
+            raise ValueError(msg) from error
+    return value
+
+
+class ToolCall(Frozen):
+    """One call the model asked for: a unique id, a tool name and a JSON object of arguments."""
+
+    id: Annotated[str, Field(min_length=1, max_length=200)]
+    name: Annotated[str, Field(min_length=1, max_length=200)]
+    arguments: dict[str, JsonValue] = Field(default_factory=dict)
+
+    _parse_arguments = field_validator("arguments", mode="before")(_parse_json_object)
+
+
+class ErrorInfo(Frozen):
+    """A structured tool error: its class, whether a retry may help, and a message."""
+
+    error_class: ErrorClass
+    retryable: bool
+    message: str
+
+
+class ToolResult(Frozen):
+    """The result of one call, correlated by ``call_id``: an output or an error, never both."""
+
+    call_id: str
+    name: str
+    output: JsonValue = None
+    error: ErrorInfo | None = None
+    duration_ms: float = 0.0
+
+    @model_validator(mode="after")
+    def _output_or_error(self) -> ToolResult:
+        if self.error is not None and self.output is not None:
+            msg = "a result carries an output or an error, not both"
+            raise ValueError(msg)
+        return self
+
+    @property
+    def ok(self) -> bool:
+        """True when the call produced an output."""
+        return self.error is None
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+class _DecisionBase(Frozen):
+    schema_version: Literal[1] = 1
+
+
+class Final(_DecisionBase):
+    """The model's answer; the invocation completes once it is validated and committed."""
+
+    kind: Literal["final"] = "final"
+    answer: str
+
+
+class ToolCalls(_DecisionBase):
+    """A batch of tool calls to run before the model is asked again."""
+
+    kind: Literal["tool_calls"] = "tool_calls"
+    calls: list[ToolCall]
+
+
+class RequestApproval(_DecisionBase):
+    """The model asks a human to approve a proposal, identified by its digest."""
+
+    kind: Literal["request_approval"] = "request_approval"
+    proposal_digest: str
+    summary: str = ""
+
+
+class Clarification(_DecisionBase):
+    """The model needs the user to answer a question before it can go on."""
+
+    kind: Literal["clarification"] = "clarification"
+    question: str
+
+
+class CannotContinue(_DecisionBase):
+    """The model declares that it cannot complete the goal, and why."""
+
+    kind: Literal["cannot_continue"] = "cannot_continue"
+    reason: str
+
+
+Decision = Annotated[
+    Final | ToolCalls | RequestApproval | Clarification | CannotContinue,
+    Field(discriminator="kind"),
+]
+"""The closed decision union a model may return."""
+
+DECISION_ADAPTER: TypeAdapter[Decision] = TypeAdapter(Decision)
+
+
+def parse_decision(raw: object) -> Decision:
+    """Validate an untrusted model output (a decision model or its JSON shape).
+
+    Raises:
+        pydantic.ValidationError: when ``raw`` is not a decision of this schema.
+    """
+    if isinstance(raw, Final | ToolCalls | RequestApproval | Clarification | CannotContinue):
+        return raw
+    if isinstance(raw, str | bytes):
+        return DECISION_ADAPTER.validate_json(raw)
+    return DECISION_ADAPTER.validate_python(raw)
+
+
+class Rejection(Frozen):
+    """A proposal that trusted code refused: what the model said and what was wrong with it."""
+
+    rejection_class: RejectionClass
+    problems: list[str]
+    raw: JsonValue
+
+
+class Usage(Frozen):
+    """What one model call cost."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float = 0.0
+    latency_ms: float = 0.0
+
+
+class Budget(Frozen):
+    """Limits that trusted code enforces on one invocation.
+
+    ``max_repeated_plan`` is how many times in a row the same plan (tool names and
+    normalised arguments, ignoring call ids) may be executed; the next identical
+    plan ends the invocation with ``no_progress`` before it runs.
+    """
+
+    max_steps: Annotated[int, Field(ge=1)] = 20
+    max_tool_calls: Annotated[int, Field(ge=0)] = 50
+    max_repeated_plan: Annotated[int, Field(ge=1)] = 1
+    deadline_s: Annotated[float, Field(gt=0)] | None = None
+
+
+def plan_fingerprint(calls: list[ToolCall]) -> str:
+    """A digest of a batch that ignores call ids and call order (seed 000's ``batchFingerprint``)."""
+    normalised = sorted(
+        (call.name, json.dumps(call.arguments, sort_keys=True, separators=(",", ":")))
+        for call in calls
+    )
+    payload = json.dumps(normalised, separators=(",", ":")).encode()
+    return hashlib.sha256(payload).hexdigest()

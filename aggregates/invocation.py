@@ -1,0 +1,437 @@
+"""The Invocation aggregate and its events: the persisted vocabulary of one agent run.
+
+The aggregate is a pure state machine (no I/O, no clock, no randomness: the
+caller passes the time in). Every event goes through one transition function,
+:meth:`Invocation._evolve`, which checks that the event is legal in the current
+phase *before* it changes anything: an illegal transition raises
+:class:`IllegalTransitionError` and nothing happens, whether the event comes from
+a command or from a stored history being replayed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, assert_never
+
+from eventsourcing.domain import BaseAggregate, CanInitAggregate, CanMutateAggregate
+from pydantic import BaseModel, ConfigDict
+
+from aggregates.decisions import (
+    Budget,
+    CannotContinue,
+    Clarification,
+    Decision,
+    Effect,
+    Final,
+    Frozen,
+    Rejection,
+    RequestApproval,
+    TerminalReason,
+    ToolCall,
+    ToolCalls,
+    ToolResult,
+    Usage,
+    plan_fingerprint,
+)
+from aggregates.errors import IllegalTransitionError
+
+# --------------------------------------------------------------------------- events
+
+
+class InvocationEvent(BaseModel, CanMutateAggregate[str]):
+    """Base of every Invocation event: frozen, JSON-able, applied by ``Invocation._evolve``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    originator_id: str
+    originator_version: int
+    timestamp: datetime
+
+    def apply(self, aggregate: Any) -> None:
+        """Fold this event into the aggregate (eventsourcing's hook)."""
+        aggregate._evolve(self)
+
+
+class ToolSpec(Frozen):
+    """A tool as the invocation saw it when it started: name, effect and schema digest."""
+
+    name: str
+    effect: Effect
+    schema_digest: str
+
+
+class InvocationStarted(InvocationEvent, CanInitAggregate[str]):
+    """An invocation was created with its goal, agent, tool catalogue and budget."""
+
+    originator_topic: str
+    goal: str
+    agent_name: str
+    agent_version: str
+    catalogue_digest: str
+    tools: list[ToolSpec]
+    budget: Budget
+    task_class: str | None = None
+
+
+class DecisionProposed(InvocationEvent):
+    """The model answered: the normalised decision, or the rejected output and why."""
+
+    step: int
+    decision: Decision | None = None
+    rejection: Rejection | None = None
+    usage: Usage = Usage()
+
+
+class DispatchedCall(Frozen):
+    """One call of a dispatched batch, as it will run."""
+
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+    effect: Effect
+
+
+class BatchDispatched(InvocationEvent):
+    """A validated tool batch is about to run; committed before any call starts."""
+
+    step: int
+    calls: list[DispatchedCall]
+    plan: list[list[str]]
+    """Execution groups of call ids: groups run one after another, calls in a group together."""
+
+
+class ResultsCommitted(InvocationEvent):
+    """Every call of the dispatched batch has a result, in call order."""
+
+    step: int
+    results: list[ToolResult]
+
+
+class Paused(InvocationEvent):
+    """The invocation waits for a person (approval or clarification) or for a service."""
+
+    step: int
+    reason: TerminalReason
+    question: str | None = None
+    proposal_digest: str | None = None
+
+
+class Terminated(InvocationEvent):
+    """The invocation is over for good, with a typed reason."""
+
+    reason: TerminalReason
+    answer: str | None = None
+    detail: str | None = None
+    steps: int
+    tool_calls: int
+
+
+EVENT_TYPES: tuple[type[InvocationEvent], ...] = (
+    InvocationStarted,
+    DecisionProposed,
+    BatchDispatched,
+    ResultsCommitted,
+    Paused,
+    Terminated,
+)
+
+# --------------------------------------------------------------------------- state
+
+
+class Phase(StrEnum):
+    """Where an invocation is in the turn protocol."""
+
+    READY = "ready"
+    """May ask the model (or stop before asking)."""
+    CALLS_PROPOSED = "calls_proposed"
+    """A tool batch was proposed: next is its dispatch, a pause or a stop."""
+    DECIDED = "decided"
+    """A non-tool decision (or a rejection) was recorded: next is a pause or a stop."""
+    DISPATCHED = "dispatched"
+    """A batch is running: only its results may follow."""
+    PAUSED = "paused"
+    TERMINATED = "terminated"
+
+
+class Turn(Frozen):
+    """One committed turn as the model will see it: what was decided and what came back."""
+
+    step: int
+    decision: Decision | None
+    rejection: Rejection | None = None
+    results: list[ToolResult] = []
+
+
+class Invocation(BaseAggregate[str]):
+    """One agent invocation: an event-sourced state machine of the turn protocol."""
+
+    def __init__(self) -> None:
+        """Construct an empty shell; ``InvocationStarted`` fills it in ``_evolve``."""
+        self.goal = ""
+        self.agent_name = ""
+        self.agent_version = ""
+        self.catalogue_digest = ""
+        self.tools: list[ToolSpec] = []
+        self.budget = Budget()
+        self.task_class: str | None = None
+        self.phase = Phase.READY
+        self.step = 0
+        self.tool_calls = 0
+        self.turns: list[Turn] = []
+        self.pending_batch: BatchDispatched | None = None
+        self.last_plan: str | None = None
+        self.repeat_streak = 0
+        self.paused: Paused | None = None
+        self.terminated: Terminated | None = None
+        self.started_at: datetime | None = None
+
+    # ----------------------------------------------------------------- commands
+
+    @classmethod
+    def start(
+        cls,
+        *,
+        invocation_id: str,
+        goal: str,
+        agent_name: str,
+        agent_version: str,
+        catalogue_digest: str,
+        tools: list[ToolSpec],
+        budget: Budget,
+        at: datetime,
+        task_class: str | None = None,
+    ) -> Invocation:
+        """Create an invocation (records ``InvocationStarted``)."""
+        if not invocation_id:
+            raise IllegalTransitionError("an invocation id must not be empty")
+        return cls._create(
+            InvocationStarted,
+            id=invocation_id,
+            timestamp=at,
+            goal=goal,
+            agent_name=agent_name,
+            agent_version=agent_version,
+            catalogue_digest=catalogue_digest,
+            tools=tools,
+            budget=budget,
+            task_class=task_class,
+        )
+
+    def propose(self, decision: Decision, *, usage: Usage, at: datetime) -> None:
+        """Record the model's (valid) decision for the next step."""
+        self.trigger_event(
+            DecisionProposed, timestamp=at, step=self.step + 1, decision=decision, usage=usage
+        )
+
+    def reject(self, rejection: Rejection, *, usage: Usage, at: datetime) -> None:
+        """Record a model output that trusted code refused, for the next step."""
+        self.trigger_event(
+            DecisionProposed, timestamp=at, step=self.step + 1, rejection=rejection, usage=usage
+        )
+
+    def dispatch(self, calls: list[DispatchedCall], plan: list[list[str]], *, at: datetime) -> None:
+        """Record that the proposed batch is about to run (before any call starts)."""
+        self.trigger_event(BatchDispatched, timestamp=at, step=self.step, calls=calls, plan=plan)
+
+    def commit_results(self, results: list[ToolResult], *, at: datetime) -> None:
+        """Record one result per dispatched call, in call order."""
+        self.trigger_event(ResultsCommitted, timestamp=at, step=self.step, results=results)
+
+    def pause(
+        self,
+        reason: TerminalReason,
+        *,
+        at: datetime,
+        question: str | None = None,
+        proposal_digest: str | None = None,
+    ) -> None:
+        """Pause for a person or a service (a pausing reason only)."""
+        self.trigger_event(
+            Paused,
+            timestamp=at,
+            step=self.step,
+            reason=reason,
+            question=question,
+            proposal_digest=proposal_digest,
+        )
+
+    def terminate(
+        self,
+        reason: TerminalReason,
+        *,
+        at: datetime,
+        answer: str | None = None,
+        detail: str | None = None,
+    ) -> None:
+        """End the invocation for good."""
+        self.trigger_event(
+            Terminated,
+            timestamp=at,
+            reason=reason,
+            answer=answer,
+            detail=detail,
+            steps=self.step,
+            tool_calls=self.tool_calls,
+        )
+
+    # ----------------------------------------------------------------- queries
+
+    @property
+    def last_decision(self) -> Decision | None:
+        """The decision of the latest turn, if it was a valid one."""
+        return self.turns[-1].decision if self.turns else None
+
+    def repeat_streak_after(self, calls: list[ToolCall]) -> int:
+        """How many times in a row this plan would have run, counting this time."""
+        if plan_fingerprint(calls) == self.last_plan:
+            return self.repeat_streak + 1
+        return 1
+
+    # ----------------------------------------------------------------- transitions
+
+    def _evolve(self, event: InvocationEvent) -> None:
+        """Check that ``event`` is legal now, then apply it (the only place state changes)."""
+        match event:
+            case InvocationStarted():
+                self._start(event)
+            case DecisionProposed():
+                self._on_decision(event)
+            case BatchDispatched():
+                self._on_dispatch(event)
+            case ResultsCommitted():
+                self._on_results(event)
+            case Paused():
+                self._on_pause(event)
+            case Terminated():
+                self._on_terminate(event)
+            case _:
+                raise IllegalTransitionError(f"unknown event {type(event).__name__}")
+
+    def _refuse(self, event: InvocationEvent, why: str) -> IllegalTransitionError:
+        return IllegalTransitionError(
+            f"{type(event).__name__} refused in phase {self.phase.value} at step {self.step}: {why}"
+        )
+
+    def _start(self, event: InvocationStarted) -> None:
+        self.goal = event.goal
+        self.agent_name = event.agent_name
+        self.agent_version = event.agent_version
+        self.catalogue_digest = event.catalogue_digest
+        self.tools = list(event.tools)
+        self.budget = event.budget
+        self.task_class = event.task_class
+        self.started_at = event.timestamp
+
+    def _on_decision(self, event: DecisionProposed) -> None:
+        if self.phase is not Phase.READY:
+            raise self._refuse(event, "a decision needs a ready invocation")
+        if event.step != self.step + 1:
+            raise self._refuse(event, f"step must be {self.step + 1}, got {event.step}")
+        if event.step > self.budget.max_steps:
+            raise self._refuse(event, f"max_steps {self.budget.max_steps} reached")
+        if (event.decision is None) == (event.rejection is None):
+            raise self._refuse(event, "carries exactly one of a decision or a rejection")
+        decision = event.decision
+        match decision:
+            case None:
+                phase = Phase.DECIDED
+            case ToolCalls(calls=calls):
+                if not calls:
+                    raise self._refuse(event, "an empty tool batch is not a decision")
+                ids = [call.id for call in calls]
+                if len(set(ids)) != len(ids):
+                    raise self._refuse(event, "call ids must be unique within a batch")
+                phase = Phase.CALLS_PROPOSED
+            case Final(answer=answer):
+                if not answer.strip():
+                    raise self._refuse(event, "a final answer must not be empty")
+                phase = Phase.DECIDED
+            case RequestApproval() | Clarification() | CannotContinue():
+                phase = Phase.DECIDED
+            case _:
+                assert_never(decision)
+        self.step = event.step
+        self.turns.append(Turn(step=event.step, decision=decision, rejection=event.rejection))
+        self.phase = phase
+
+    def _on_dispatch(self, event: BatchDispatched) -> None:
+        if self.phase is not Phase.CALLS_PROPOSED:
+            raise self._refuse(event, "only a proposed tool batch can be dispatched")
+        if event.step != self.step:
+            raise self._refuse(event, f"step must be {self.step}, got {event.step}")
+        decision = self.last_decision
+        assert isinstance(decision, ToolCalls)  # guaranteed by Phase.CALLS_PROPOSED
+        proposed = [(call.id, call.name) for call in decision.calls]
+        dispatched = [(call.call_id, call.name) for call in event.calls]
+        if proposed != dispatched:
+            raise self._refuse(event, "the dispatched calls must be the proposed calls, in order")
+        planned = [call_id for group in event.plan for call_id in group]
+        if sorted(planned) != sorted(call_id for call_id, _ in proposed):
+            raise self._refuse(event, "the plan must schedule every call exactly once")
+        if self.tool_calls + len(event.calls) > self.budget.max_tool_calls:
+            raise self._refuse(event, f"max_tool_calls {self.budget.max_tool_calls} exceeded")
+        streak = self.repeat_streak_after(decision.calls)
+        if streak > self.budget.max_repeated_plan:
+            raise self._refuse(event, "the same plan repeated past max_repeated_plan")
+        self.last_plan = plan_fingerprint(decision.calls)
+        self.repeat_streak = streak
+        self.tool_calls += len(event.calls)
+        self.pending_batch = event
+        self.phase = Phase.DISPATCHED
+
+    def _on_results(self, event: ResultsCommitted) -> None:
+        if self.phase is not Phase.DISPATCHED or self.pending_batch is None:
+            raise self._refuse(event, "results need a dispatched batch")
+        if event.step != self.step:
+            raise self._refuse(event, f"step must be {self.step}, got {event.step}")
+        expected = [(call.call_id, call.name) for call in self.pending_batch.calls]
+        got = [(result.call_id, result.name) for result in event.results]
+        if expected != got:
+            raise self._refuse(
+                event, "one result per dispatched call id, exactly once, in call order"
+            )
+        self.turns[-1] = self.turns[-1].model_copy(update={"results": list(event.results)})
+        self.pending_batch = None
+        self.phase = Phase.READY
+
+    def _on_pause(self, event: Paused) -> None:
+        if self.phase not in (Phase.CALLS_PROPOSED, Phase.DECIDED):
+            raise self._refuse(event, "only a proposal can pause an invocation")
+        if not event.reason.pauses:
+            raise self._refuse(event, f"{event.reason.value} is not a pausing reason")
+        if event.step != self.step:
+            raise self._refuse(event, f"step must be {self.step}, got {event.step}")
+        self.paused = event
+        self.phase = Phase.PAUSED
+
+    def _on_terminate(self, event: Terminated) -> None:
+        if self.phase in (Phase.TERMINATED, Phase.DISPATCHED):
+            raise self._refuse(event, "nothing ends while a batch runs or after the end")
+        if event.reason.pauses:
+            raise self._refuse(event, f"{event.reason.value} pauses, it does not terminate")
+        if event.steps != self.step or event.tool_calls != self.tool_calls:
+            raise self._refuse(event, "totals must match the committed history")
+        if event.reason is TerminalReason.COMPLETED:
+            decision = self.last_decision
+            if (
+                self.phase is not Phase.DECIDED
+                or not isinstance(decision, Final)
+                or decision.answer != event.answer
+            ):
+                raise self._refuse(event, "completed needs the committed final answer")
+        self.terminated = event
+        self.phase = Phase.TERMINATED
+
+
+def replay(invocation: Invocation | None, events: Iterable[InvocationEvent]) -> Invocation | None:
+    """Fold events into an invocation (a projector for ``Repository.get``).
+
+    The same loop as eventsourcing's default projector without its per-event
+    runtime Protocol check, which costs more than the fold itself.
+    """
+    aggregate: Any = invocation
+    for event in events:
+        aggregate = event.mutate(aggregate)
+    return aggregate  # type: ignore[no-any-return]

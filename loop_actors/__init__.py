@@ -1,0 +1,76 @@
+"""loop-actors: an event-sourced runtime for AI agent loops on trio.
+
+The public API. Everything else lives in private modules.
+"""
+
+from aggregates.decisions import Budget as Budget
+from aggregates.decisions import CannotContinue as CannotContinue
+from aggregates.decisions import Clarification as Clarification
+from aggregates.decisions import Decision as Decision
+from aggregates.decisions import Effect as Effect
+from aggregates.decisions import ErrorClass as ErrorClass
+from aggregates.decisions import ErrorInfo as ErrorInfo
+from aggregates.decisions import Final as Final
+from aggregates.decisions import RejectionClass as RejectionClass
+from aggregates.decisions import RequestApproval as RequestApproval
+from aggregates.decisions import TerminalReason as TerminalReason
+from aggregates.decisions import ToolCall as ToolCall
+from aggregates.decisions import ToolCalls as ToolCalls
+from aggregates.decisions import ToolResult as ToolResult
+from aggregates.decisions import Usage as Usage
+from loop_actors._errors import AgentLoadError as AgentLoadError
+from loop_actors._errors import InvocationExistsError as InvocationExistsError
+from loop_actors._errors import InvocationNotFoundError as InvocationNotFoundError
+from loop_actors._errors import LoopActorsError as LoopActorsError
+from loop_actors._errors import ScriptExhaustedError as ScriptExhaustedError
+from loop_actors._errors import StoreUnavailableError as StoreUnavailableError
+from loop_actors._errors import StoreUrlError as StoreUrlError
+from loop_actors._errors import ToolDefinitionError as ToolDefinitionError
+from loop_actors._errors import ToolError as ToolError
+from loop_actors._errors import UsageError as UsageError
+from loop_actors._messages import ModelReply as ModelReply
+from loop_actors._messages import ModelRequest as ModelRequest
+from loop_actors._model import Model as Model
+from loop_actors._model import ScriptedModel as ScriptedModel
+from loop_actors._outcome import Outcome as Outcome
+from loop_actors._runtime import Agent as Agent
+from loop_actors._runtime import Runtime as Runtime
+from loop_actors._tools import Tool as Tool
+from loop_actors._tools import tool as tool
+
+__all__ = [
+    "Agent",
+    "AgentLoadError",
+    "Budget",
+    "CannotContinue",
+    "Clarification",
+    "Decision",
+    "Effect",
+    "ErrorClass",
+    "ErrorInfo",
+    "Final",
+    "InvocationExistsError",
+    "InvocationNotFoundError",
+    "LoopActorsError",
+    "Model",
+    "ModelReply",
+    "ModelRequest",
+    "Outcome",
+    "RejectionClass",
+    "RequestApproval",
+    "Runtime",
+    "ScriptExhaustedError",
+    "ScriptedModel",
+    "StoreUnavailableError",
+    "StoreUrlError",
+    "TerminalReason",
+    "Tool",
+    "ToolCall",
+    "ToolCalls",
+    "ToolDefinitionError",
+    "ToolError",
+    "ToolResult",
+    "Usage",
+    "UsageError",
+    "tool",
+]

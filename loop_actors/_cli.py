@@ -1,0 +1,209 @@
+"""The ``loop-actors`` command.
+
+Exit codes: 0 completed, 3 paused, 4 any other terminal reason, 2 bad usage or
+input (nothing written), 1 internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import trio
+
+from aggregates.invocation import InvocationEvent
+from loop_actors._demo import DEMO_GOAL, demo_agent
+from loop_actors._errors import AgentLoadError, UsageError
+from loop_actors._outcome import Outcome
+from loop_actors._runtime import Agent, Runtime
+from loop_actors._store import EventStore, resolve_db_url
+from projections.trajectory import build_trajectory, render_text
+
+EXIT_USAGE = 2
+EXIT_INTERNAL = 1
+
+_ENVELOPE = {"originator_id", "originator_version", "timestamp", "originator_topic"}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error in one line and exits 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="loop-actors",
+        description="Run, inspect and audit event-sourced agent loops.",
+        epilog="Database: --db URL, else $LOOP_ACTORS_DB, else sqlite:///loop-actors.db. "
+        "Exit codes: 0 completed, 3 paused, 4 other terminal reason, 2 bad usage, 1 internal.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def db_option(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--db", metavar="URL", help="sqlite:///path.db (or memory://)")
+
+    demo = commands.add_parser("demo", help="run seed 000's example agent and show its trajectory")
+    db_option(demo)
+
+    run = commands.add_parser("run", help="run an Agent given as MODULE:ATTR")
+    run.add_argument("agent", metavar="MODULE:ATTR", help="e.g. myagents:support_agent")
+    run.add_argument("--goal", required=True, help="what the agent should achieve")
+    run.add_argument("--id", dest="invocation_id", metavar="ID", help="choose the invocation id")
+    run.add_argument("--task-class", help="recorded with the invocation, for metrics")
+    run.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
+    db_option(run)
+
+    history = commands.add_parser("history", help="print an invocation's committed events")
+    history.add_argument("invocation_id", metavar="ID")
+    history.add_argument("--json", action="store_true", help="one JSON object a line")
+    db_option(history)
+    return parser
+
+
+def load_agent(reference: str) -> Agent:
+    """Import ``MODULE:ATTR`` (like uvicorn) and check that it is an Agent.
+
+    Raises:
+        AgentLoadError: the module or attribute is missing, or is not an Agent.
+    """
+    module_name, sep, attribute = reference.partition(":")
+    if not sep or not module_name or not attribute:
+        raise AgentLoadError(f"expected MODULE:ATTR, got {reference!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        raise AgentLoadError(f"cannot import module {module_name!r}: {error}") from error
+    except Exception as error:
+        raise AgentLoadError(
+            f"importing {module_name!r} failed: {type(error).__name__}: {error}"
+        ) from error
+    value: Any = module
+    for part in attribute.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            raise AgentLoadError(f"module {module_name!r} has no attribute {attribute!r}") from None
+    if not isinstance(value, Agent):
+        raise AgentLoadError(f"{reference} is a {type(value).__name__}, not a loop_actors.Agent")
+    return value
+
+
+def _outcome_json(outcome: Outcome) -> str:
+    return json.dumps(
+        {
+            "invocation_id": outcome.invocation_id,
+            "reason": outcome.reason.value,
+            "answer": outcome.answer,
+            "steps": outcome.steps,
+            "tool_calls": outcome.tool_calls,
+            "detail": outcome.detail,
+        }
+    )
+
+
+def _outcome_lines(outcome: Outcome, events: int) -> list[str]:
+    lines = [outcome.reason.value]
+    if outcome.answer is not None:
+        lines.append(outcome.answer)
+    elif outcome.detail:
+        lines.append(outcome.detail)
+    lines.append(
+        f"steps={outcome.steps} tool_calls={outcome.tool_calls} events={events} "
+        f"id={outcome.invocation_id}"
+    )
+    return lines
+
+
+def event_record(event: InvocationEvent) -> dict[str, Any]:
+    """One history line: position (the event's place in its invocation), type and data."""
+    dumped = event.model_dump(mode="json")
+    return {
+        "position": event.originator_version,
+        "type": type(event).__name__,
+        "invocation_id": event.originator_id,
+        "timestamp": dumped["timestamp"],
+        "data": {k: v for k, v in dumped.items() if k not in _ENVELOPE},
+    }
+
+
+def _event_line(event: InvocationEvent) -> str:
+    record = event_record(event)
+    data = json.dumps(record["data"], separators=(",", ":"), sort_keys=True)
+    if len(data) > 160:
+        data = data[:159] + "…"
+    return f"{record['position']:>4}  {record['timestamp']}  {record['type']:<18} {data}"
+
+
+async def _run_agent(runtime: Runtime, agent: Agent, args: argparse.Namespace) -> int:
+    outcome = await runtime.run(
+        agent, args.goal, invocation_id=args.invocation_id, task_class=args.task_class
+    )
+    events = await runtime.history(outcome.invocation_id)
+    if args.json:
+        print(_outcome_json(outcome))
+    else:
+        print("\n".join(_outcome_lines(outcome, len(events))))
+    return outcome.exit_code
+
+
+async def _demo(runtime: Runtime) -> int:
+    outcome = await runtime.run(demo_agent, DEMO_GOAL)
+    events = await runtime.history(outcome.invocation_id)
+    print("\n".join(_outcome_lines(outcome, len(events))))
+    print()
+    print(render_text(build_trajectory(events)))
+    print()
+    print(f"history: loop-actors history {outcome.invocation_id} --db {runtime.db_url}")
+    return outcome.exit_code
+
+
+def _history(args: argparse.Namespace) -> int:
+    store = EventStore(resolve_db_url(args.db), create=False)
+    try:
+        events = store.events(args.invocation_id)
+    finally:
+        store.close()
+    for event in events:
+        print(json.dumps(event_record(event)) if args.json else _event_line(event))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``loop-actors`` console script."""
+    args = _build_parser().parse_args(argv)
+    try:
+        match args.command:
+            case "demo":
+                return trio.run(_demo, Runtime(args.db))
+            case "run":
+                if not args.goal.strip():
+                    raise UsageError("--goal must not be empty")
+                agent = load_agent(args.agent)  # before the database: a bad agent writes nothing
+                runtime = Runtime(args.db)
+                return trio.run(_run_agent, runtime, agent, args)
+            case "history":
+                return _history(args)
+            case _:  # argparse only accepts the commands above
+                raise UsageError(f"unknown command {args.command!r}")
+    except UsageError as error:
+        print(f"loop-actors: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("loop-actors: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # the last line of defence: one line, exit 1
+        print(f"loop-actors: internal error: {type(error).__name__}: {error}", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""The errors of the runtime. Each is raised for one situation and says what it was."""
+
+from __future__ import annotations
+
+from aggregates.decisions import ErrorClass
+
+
+class LoopActorsError(Exception):
+    """Raised when the runtime cannot do what was asked; the root of this package's errors."""
+
+
+class UsageError(LoopActorsError):
+    """Raised when the caller's input is wrong (bad argument, agent, URL); nothing was written."""
+
+
+class StoreUrlError(UsageError):
+    """Raised when a database URL is malformed or names an unsupported store."""
+
+
+class StoreUnavailableError(UsageError):
+    """Raised when the database cannot be opened, created or written."""
+
+
+class AgentLoadError(UsageError):
+    """Raised when ``MODULE:ATTR`` does not name an importable ``Agent``."""
+
+
+class ToolDefinitionError(UsageError):
+    """Raised when a function cannot be made into a tool (bad signature, duplicate name)."""
+
+
+class InvocationNotFoundError(UsageError):
+    """Raised when no invocation has the given id."""
+
+    def __init__(self, invocation_id: str) -> None:
+        super().__init__(f"no invocation with id {invocation_id!r}")
+        self.invocation_id = invocation_id
+
+
+class InvocationExistsError(UsageError):
+    """Raised when an invocation id is already taken by an invocation that cannot be reused."""
+
+    def __init__(self, invocation_id: str, why: str = "already exists") -> None:
+        super().__init__(f"invocation {invocation_id!r} {why}")
+        self.invocation_id = invocation_id
+
+
+class ScriptExhaustedError(LoopActorsError):
+    """Raised when a ScriptedModel is asked for a step its script does not have."""
+
+
+class ToolError(Exception):
+    """Raised by a tool to return a structured error (class, retryable, message) to the model."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        error_class: ErrorClass = ErrorClass.TOOL_FAILED,
+        retryable: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.error_class = error_class
+        self.retryable = retryable

@@ -1,0 +1,72 @@
+"""The Journal: the one writer to the event store, with group commit."""
+
+from __future__ import annotations
+
+import trio
+from eventsourcing.persistence import IntegrityError
+
+from aggregates.invocation import InvocationEvent
+from loop_actors._messages import Commit, CommitFailed, Committed, CommitOutcome
+from loop_actors._store import EventStore
+
+MAX_GROUP = 512
+"""The most commits put into one transaction."""
+
+
+def _commit_one(store: EventStore, events: list[InvocationEvent]) -> CommitOutcome:
+    try:
+        position = store.append(events)
+    except IntegrityError as error:
+        return CommitFailed(error_type=type(error).__name__, message=str(error), conflict=True)
+    except Exception as error:  # any store failure is reported to the controller that asked
+        return CommitFailed(error_type=type(error).__name__, message=str(error), conflict=False)
+    return Committed(position=position)
+
+
+def commit_group(store: EventStore, group: list[Commit]) -> list[CommitOutcome]:
+    """Commit a group in one transaction; on failure, commit each alone to isolate the culprit.
+
+    Blocking: runs in a worker thread.
+    """
+    if len(group) == 1:
+        return [_commit_one(store, list(group[0].events))]
+    everything = [event for commit in group for event in commit.events]
+    outcome = _commit_one(store, everything)
+    if isinstance(outcome, Committed):
+        return [outcome] * len(group)
+    # Nothing of the group was written (one transaction): retry one by one.
+    return [_commit_one(store, list(commit.events)) for commit in group]
+
+
+async def run_journal(
+    inbox: trio.MemoryReceiveChannel[Commit],
+    *,
+    store: EventStore,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Commit what controllers send, many invocations per transaction, off the trio thread.
+
+    The inbox has no buffer: while a transaction is in flight, other controllers
+    wait in ``send``; the next round takes all of them at once (group commit).
+    Each ``Commit`` is answered on its own reply channel.
+
+    Cancellation: a transaction in flight always finishes (the worker thread is
+    not abandoned) and its commits are answered before the journal returns.
+    """
+    async with inbox:
+        task_status.started()
+        async for first in inbox:
+            group = [first]
+            while len(group) < MAX_GROUP:
+                try:
+                    group.append(inbox.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+            outcomes = await trio.to_thread.run_sync(commit_group, store, group)
+            for commit, outcome in zip(group, outcomes, strict=True):
+                # Reply channels have a buffer of one and one commit in flight per
+                # controller, so this never blocks; a controller that is gone is skipped.
+                try:
+                    commit.reply.send_nowait(outcome)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass

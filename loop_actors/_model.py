@@ -1,0 +1,138 @@
+"""Models: the ``Model`` protocol, ``ScriptedModel`` and the ModelActor."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import trio
+from pydantic import BaseModel
+
+from aggregates.decisions import Usage
+from loop_actors._errors import ScriptExhaustedError
+from loop_actors._messages import (
+    Decide,
+    Decided,
+    ModelFailed,
+    ModelOutcome,
+    ModelReply,
+    ModelRequest,
+    ModelTimedOut,
+)
+
+ScriptEntry = BaseModel | Mapping[str, Any]
+ScriptFunction = Callable[[ModelRequest], ScriptEntry | Awaitable[ScriptEntry]]
+
+
+@runtime_checkable
+class Model(Protocol):
+    """Anything that can propose the next decision for a request."""
+
+    async def decide(self, request: ModelRequest) -> ModelReply:
+        """Propose a decision (untrusted: the runtime validates it).
+
+        Cancellation: must be cancellable; a cancelled call has no effect.
+        """
+        ...
+
+
+class ScriptedModel:
+    """A deterministic model for tests, demos and benchmarks.
+
+    Either a list of decisions answered by step number (step 1 gets the first),
+    so that a resumed run continues the script where the committed history left
+    off; or a function that receives the :class:`ModelRequest` (goal, step and
+    the committed history) and returns the next decision. Decisions may be
+    decision models or their JSON shape as plain dicts, e.g.
+    ``{"kind": "final", "answer": "..."}``; they are validated by the runtime
+    exactly like a real model's output.
+    """
+
+    def __init__(
+        self,
+        script: Sequence[ScriptEntry] | ScriptFunction,
+        *,
+        delay_s: float = 0.0,
+        usage: Usage | None = None,
+    ) -> None:
+        """Build a scripted model.
+
+        Args:
+            script: the decisions by step, or a function of the request.
+            delay_s: simulated latency of every answer (trio time).
+            usage: the usage reported with every answer.
+        """
+        if isinstance(script, str | bytes) or not (callable(script) or isinstance(script, Sequence)):
+            raise TypeError("script must be a list of decisions or a function of the request")
+        if not (delay_s >= 0 and math.isfinite(delay_s)):
+            raise ValueError("delay_s must be a finite number >= 0")
+        self.script = script
+        self.delay_s = delay_s
+        self.usage = usage or Usage()
+
+    async def decide(self, request: ModelRequest) -> ModelReply:
+        """Answer the step's scripted decision.
+
+        Raises:
+            ScriptExhaustedError: the list has no decision for this step.
+
+        Cancellation: a checkpoint (also while simulating latency).
+        """
+        if self.delay_s:
+            await trio.sleep(self.delay_s)
+        if callable(self.script):
+            proposal = self.script(request)
+            if inspect.isawaitable(proposal):
+                proposal = await proposal
+        else:
+            if request.step > len(self.script):
+                raise ScriptExhaustedError(
+                    f"the script has {len(self.script)} decision(s), step {request.step} was asked"
+                )
+            proposal = self.script[request.step - 1]
+        if isinstance(proposal, Mapping):
+            proposal = dict(proposal)
+        return ModelReply(proposal=proposal, usage=self.usage)
+
+
+async def ask_model(model: Model, message: Decide) -> ModelOutcome:
+    """Ask ``model`` once, bounded by the message's deadline; never raises for model errors.
+
+    Cancellation: a checkpoint; re-raises ``trio.Cancelled``.
+    """
+    deadline = message.deadline if message.deadline is not None else math.inf
+    with trio.CancelScope(deadline=deadline) as scope:
+        try:
+            reply = await model.decide(message.request)
+        except Exception as error:  # a provider's failure is data for the controller
+            return ModelFailed(error_type=type(error).__name__, message=str(error))
+        if not isinstance(reply, ModelReply):
+            return ModelFailed(
+                error_type="TypeError",
+                message=f"decide() must return a ModelReply, got {type(reply).__name__}",
+            )
+        return Decided(reply=reply)
+    assert scope.cancelled_caught
+    return ModelTimedOut()
+
+
+async def run_model_actor(
+    inbox: trio.MemoryReceiveChannel[Decide],
+    outbox: trio.MemorySendChannel[ModelOutcome],
+    *,
+    model: Model,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Answer each ``Decide`` with ``Decided``, ``ModelFailed`` or ``ModelTimedOut``.
+
+    One invocation asks one decision at a time, so requests are served in order.
+
+    Cancellation: returns when cancelled; a request in flight gets no reply.
+    """
+    async with inbox, outbox:
+        task_status.started()
+        async for message in inbox:
+            outcome = await ask_model(model, message)
+            await outbox.send(outcome)

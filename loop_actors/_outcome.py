@@ -1,0 +1,59 @@
+"""What a run returns: the typed outcome of an invocation."""
+
+from __future__ import annotations
+
+from aggregates.decisions import Frozen, TerminalReason
+from aggregates.invocation import Invocation, Phase
+
+
+class Outcome(Frozen):
+    """How an invocation stopped: its id, a typed reason, the answer and the totals."""
+
+    invocation_id: str
+    reason: TerminalReason
+    answer: str | None
+    steps: int
+    tool_calls: int
+    detail: str | None = None
+    """Why, in words, when the reason alone does not say (the error, the question...)."""
+
+    @property
+    def paused(self) -> bool:
+        """True when the invocation waits (approval, clarification, reconciliation)."""
+        return self.reason.pauses
+
+    @property
+    def exit_code(self) -> int:
+        """The CLI exit code: 0 completed, 3 paused, 4 any other reason."""
+        if self.reason is TerminalReason.COMPLETED:
+            return 0
+        return 3 if self.paused else 4
+
+    @classmethod
+    def of(cls, invocation: Invocation) -> Outcome:
+        """The outcome recorded in a paused or terminated invocation.
+
+        Raises:
+            ValueError: the invocation is still running.
+        """
+        if invocation.phase is Phase.TERMINATED and invocation.terminated is not None:
+            ended = invocation.terminated
+            return cls(
+                invocation_id=invocation.id,
+                reason=ended.reason,
+                answer=ended.answer,
+                steps=ended.steps,
+                tool_calls=ended.tool_calls,
+                detail=ended.detail,
+            )
+        if invocation.phase is Phase.PAUSED and invocation.paused is not None:
+            paused = invocation.paused
+            return cls(
+                invocation_id=invocation.id,
+                reason=paused.reason,
+                answer=None,
+                steps=invocation.step,
+                tool_calls=invocation.tool_calls,
+                detail=paused.question or paused.proposal_digest,
+            )
+        raise ValueError(f"invocation {invocation.id} has not stopped (phase {invocation.phase})")

@@ -1,0 +1,290 @@
+"""The Runtime: opens the store, runs the Journal, and drives controllers."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AsyncExitStack
+from datetime import UTC, datetime
+from functools import partial
+from types import TracebackType
+from typing import Any
+from uuid import uuid4
+
+import trio
+
+from aggregates.decisions import Budget
+from aggregates.invocation import Invocation, InvocationEvent
+from loop_actors._controller import Controller
+from loop_actors._errors import InvocationExistsError, StoreUnavailableError, UsageError
+from loop_actors._journal import run_journal
+from loop_actors._messages import Commit, CommitFailed, CommitOutcome
+from loop_actors._model import Model
+from loop_actors._outcome import Outcome
+from loop_actors._store import EventStore, StoreUrl, resolve_db_url
+from loop_actors._tools import DEFAULT_TOOL_TIMEOUT_S, Tool, Toolbox
+
+class Agent:
+    """An agent: a name, a model, its tools and its budget."""
+
+    def __init__(
+        self,
+        name: str,
+        model: Model,
+        tools: Iterable[Tool | Callable[..., Any]] = (),
+        budget: Budget | None = None,
+        *,
+        version: str = "1",
+        tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
+        task_class: str | None = None,
+    ) -> None:
+        """Describe an agent.
+
+        Args:
+            name: recorded with every invocation; used to group metrics.
+            model: what proposes decisions (a :class:`ScriptedModel` or an adapter).
+            tools: tools made with :func:`tool`, or plain functions.
+            budget: limits for each invocation (defaults: :class:`Budget`).
+            version: recorded with every invocation, to tell agent revisions apart.
+            tool_timeout_s: per-call timeout for tools that do not set their own.
+            task_class: default task class recorded with each invocation.
+
+        Raises:
+            UsageError: a malformed argument.
+            ToolDefinitionError: a tool cannot be described to a model.
+        """
+        if not isinstance(name, str) or not name.strip():
+            raise UsageError("an agent needs a non-empty name")
+        if not callable(getattr(model, "decide", None)):
+            raise UsageError(f"agent {name}: model must have an async decide(request) method")
+        if not (tool_timeout_s > 0 and math.isfinite(tool_timeout_s)):
+            raise UsageError(f"agent {name}: tool_timeout_s must be a positive number")
+        self.name = name
+        self.model = model
+        self.budget = budget if budget is not None else Budget()
+        if not isinstance(self.budget, Budget):
+            raise UsageError(f"agent {name}: budget must be a Budget")
+        self.version = version
+        self.task_class = task_class
+        self.toolbox = Toolbox(tools, default_timeout_s=tool_timeout_s)
+
+    def __repr__(self) -> str:
+        return f"Agent({self.name!r}, tools={sorted(self.toolbox.tools)})"
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+class Runtime:
+    """Runs agents against an event store.
+
+    ``Runtime(url)`` is cheap and does no I/O. Use ``async with runtime:`` to
+    share one store and one Journal (group commit) between many concurrent
+    runs; ``await runtime.run(...)`` outside that block opens them for the one
+    call. ``run_sync`` is the blocking form for scripts.
+    """
+
+    def __init__(self, db_url: str | None = None, *, now: Callable[[], datetime] = _utc_now):
+        """Prepare a runtime on ``db_url`` (default: ``$LOOP_ACTORS_DB`` or ``sqlite:///loop-actors.db``).
+
+        Raises:
+            StoreUrlError: the URL is malformed.
+        """
+        self.db_url = resolve_db_url(db_url)
+        StoreUrl.parse(self.db_url)
+        self._now = now
+        self._store: EventStore | None = None
+        self._journal: trio.MemorySendChannel[Commit] | None = None
+        self._exit_stack: AsyncExitStack | None = None
+        self._running: dict[str, Controller] = {}
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def __aenter__(self) -> Runtime:
+        """Open the store and start the Journal.
+
+        Raises:
+            StoreUnavailableError: the database cannot be opened.
+        """
+        if self._exit_stack is not None:
+            raise UsageError("this runtime is already open")
+        store = await trio.to_thread.run_sync(EventStore, self.db_url)
+        stack = AsyncExitStack()
+        try:
+            stack.callback(store.close)
+            nursery = await stack.enter_async_context(trio.open_nursery())
+            journal_send, journal_inbox = trio.open_memory_channel[Commit](0)
+            stack.callback(journal_send.close)  # closing the inbox ends the Journal
+            await nursery.start(partial(run_journal, journal_inbox, store=store))
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._store, self._journal, self._exit_stack = store, journal_send, stack
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Stop the Journal (after it answered every commit) and close the store."""
+        stack, self._exit_stack = self._exit_stack, None
+        self._store = self._journal = None
+        if stack is not None:
+            await stack.__aexit__(exc_type, exc, tb)
+
+    # ----------------------------------------------------------------- runs
+
+    async def run(
+        self,
+        agent: Agent,
+        goal: str,
+        *,
+        invocation_id: str | None = None,
+        task_class: str | None = None,
+    ) -> Outcome:
+        """Start an invocation of ``agent`` on ``goal`` and drive it to a pause or an end.
+
+        ``invocation_id`` lets the caller choose the id. Starting an id that
+        already exists never starts a second invocation: if it stopped with the
+        same goal, its recorded outcome is returned and nothing runs; otherwise
+        :class:`InvocationExistsError` is raised.
+
+        Raises:
+            UsageError: a malformed argument (nothing is written).
+            InvocationExistsError: the id is taken by another goal or a run that has not stopped.
+            StoreUnavailableError: the database cannot be opened.
+
+        Cancellation: cancelling the calling scope records the invocation as
+        ``cancelled`` (unfinished calls get ``cancelled`` results) and re-raises.
+        """
+        if not isinstance(agent, Agent):
+            raise UsageError(f"run() needs an Agent, got {type(agent).__name__}")
+        if not isinstance(goal, str) or not goal.strip():
+            raise UsageError("the goal must be a non-empty string")
+        if invocation_id is not None and (not isinstance(invocation_id, str) or not invocation_id):
+            raise UsageError("an invocation id must be a non-empty string")
+        if self._exit_stack is None:
+            async with self:
+                return await self.run(
+                    agent, goal, invocation_id=invocation_id, task_class=task_class
+                )
+        store, journal = self._store, self._journal
+        assert store is not None
+        assert journal is not None
+
+        invocation = Invocation.start(
+            invocation_id=invocation_id or uuid4().hex,
+            goal=goal,
+            agent_name=agent.name,
+            agent_version=agent.version,
+            catalogue_digest=agent.toolbox.catalogue_digest,
+            tools=agent.toolbox.specs,
+            budget=agent.budget,
+            task_class=task_class if task_class is not None else agent.task_class,
+            at=self._now(),
+        )
+        created = await self._append(journal, invocation.collect_events())
+        if isinstance(created, CommitFailed):
+            return await self._existing_outcome(store, invocation, created)
+
+        deadline = math.inf
+        if agent.budget.deadline_s is not None:
+            deadline = trio.current_time() + agent.budget.deadline_s
+        controller = Controller(
+            invocation,
+            model=agent.model,
+            toolbox=agent.toolbox,
+            journal=journal,
+            store=store,
+            now=self._now,
+            deadline=deadline,
+        )
+        self._running[invocation.id] = controller
+        try:
+            return await controller.run()
+        finally:
+            del self._running[invocation.id]
+
+    def run_sync(
+        self,
+        agent: Agent,
+        goal: str,
+        *,
+        invocation_id: str | None = None,
+        task_class: str | None = None,
+    ) -> Outcome:
+        """Blocking :meth:`run` for scripts (starts its own trio event loop)."""
+        return trio.run(
+            partial(self.run, agent, goal, invocation_id=invocation_id, task_class=task_class)
+        )
+
+    def cancel(self, invocation_id: str) -> bool:
+        """Ask a run of this runtime to stop; it ends ``cancelled`` and starts no new call.
+
+        Returns False when no run of that id is in progress here.
+        """
+        controller = self._running.get(invocation_id)
+        if controller is None:
+            return False
+        controller.request_cancel()
+        return True
+
+    @property
+    def running(self) -> Sequence[str]:
+        """The ids of invocations this runtime is driving now."""
+        return list(self._running)
+
+    # ----------------------------------------------------------------- reads
+
+    async def history(self, invocation_id: str) -> list[InvocationEvent]:
+        """Every committed event of an invocation, in order.
+
+        Raises:
+            InvocationNotFoundError: no such invocation.
+        """
+        if self._store is None:
+            async with self:
+                return await self.history(invocation_id)
+        return await trio.to_thread.run_sync(self._store.events, invocation_id)
+
+    async def load(self, invocation_id: str) -> Invocation:
+        """The invocation as its committed events make it.
+
+        Raises:
+            InvocationNotFoundError: no such invocation.
+        """
+        if self._store is None:
+            async with self:
+                return await self.load(invocation_id)
+        return await trio.to_thread.run_sync(self._store.get, invocation_id)
+
+    # ----------------------------------------------------------------- helpers
+
+    @staticmethod
+    async def _append(
+        journal: trio.MemorySendChannel[Commit], events: Sequence[InvocationEvent]
+    ) -> CommitOutcome:
+        reply_send, reply_recv = trio.open_memory_channel[CommitOutcome](1)
+        with trio.CancelScope(shield=True):
+            await journal.send(Commit(events=tuple(events), reply=reply_send))
+            return await reply_recv.receive()
+
+    async def _existing_outcome(
+        self, store: EventStore, requested: Invocation, failure: CommitFailed
+    ) -> Outcome:
+        if not failure.conflict:
+            raise StoreUnavailableError(
+                f"cannot record the invocation: {failure.error_type}: {failure.message}"
+            )
+        existing = await trio.to_thread.run_sync(store.get, requested.id)
+        if existing.goal != requested.goal or existing.agent_name != requested.agent_name:
+            raise InvocationExistsError(
+                requested.id, "already exists for another goal or agent"
+            )
+        try:
+            return Outcome.of(existing)
+        except ValueError:
+            raise InvocationExistsError(
+                requested.id, "exists and has not stopped; resume it instead of starting it again"
+            ) from None

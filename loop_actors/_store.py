@@ -1,0 +1,256 @@
+"""The event store: eventsourcing's Application on SQLite (default) or in memory.
+
+All methods here block; trio code reaches them through the Journal (writes) or
+``trio.to_thread.run_sync`` (reads), never directly from the trio thread.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any, ClassVar, cast
+from urllib.parse import parse_qs, urlsplit
+
+from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.persistence import (
+    IntegrityError,
+    Mapper,
+    PersistenceError,
+    StoredEvent,
+    Transcoder,
+)
+from eventsourcing.utils import get_topic, resolve_topic
+
+from aggregates.invocation import Invocation, InvocationEvent, replay
+from loop_actors._errors import (
+    InvocationExistsError,
+    InvocationNotFoundError,
+    StoreUnavailableError,
+    StoreUrlError,
+)
+
+DEFAULT_DB_URL = "sqlite:///loop-actors.db"
+"""The embedded default: a SQLite file in the current directory."""
+
+DB_URL_ENV = "LOOP_ACTORS_DB"
+
+
+@cache
+def _topic_of(cls: type) -> str:
+    return get_topic(cls)
+
+
+@cache
+def _class_of(topic: str) -> type[InvocationEvent]:
+    return cast("type[InvocationEvent]", resolve_topic(topic))
+
+
+class PydanticEventMapper(Mapper[str]):
+    """Maps pydantic events to stored records with pydantic's own JSON codec.
+
+    Honours eventsourcing's compressor and cipher settings (``COMPRESSOR_TOPIC``,
+    ``CIPHER_TOPIC``/``CIPHER_KEY``) exactly as the default mapper does.
+    """
+
+    def to_stored_event(self, domain_event: Any) -> StoredEvent:
+        """Encode one event."""
+        state = domain_event.model_dump_json().encode()
+        if self.compressor:
+            state = self.compressor.compress(state)
+        if self.cipher:
+            state = self.cipher.encrypt(state)
+        return StoredEvent(
+            originator_id=domain_event.originator_id,
+            originator_version=domain_event.originator_version,
+            topic=_topic_of(type(domain_event)),
+            state=state,
+        )
+
+    def to_domain_event(self, stored_event: StoredEvent) -> Any:
+        """Decode one event, validating it against its class."""
+        state = stored_event.state
+        if self.cipher:
+            state = self.cipher.decrypt(state)
+        if self.compressor:
+            state = self.compressor.decompress(state)
+        return _class_of(stored_event.topic).model_validate_json(state)
+
+
+class _UnusedTranscoder(Transcoder):
+    """The mapper above encodes with pydantic; eventsourcing still wants a transcoder."""
+
+    def encode(self, obj: Any) -> bytes:
+        raise NotImplementedError
+
+    def decode(self, data: bytes) -> Any:
+        raise NotImplementedError
+
+
+class InvocationApplication(Application[str]):
+    """The eventsourcing application that holds every invocation's events."""
+
+    name = "LoopActors"
+    env: ClassVar[dict[str, str]] = {"ORIGINATOR_ID_TYPE": "text"}
+
+    def construct_mapper(self) -> Mapper[str]:
+        """Use the pydantic mapper, with the configured cipher and compressor."""
+        return PydanticEventMapper(
+            transcoder=_UnusedTranscoder(),
+            cipher=self.factory.cipher(),
+            compressor=self.factory.compressor(),
+        )
+
+
+@dataclass(frozen=True)
+class StoreUrl:
+    """A parsed database URL: ``sqlite:///relative.db``, ``sqlite:////abs.db`` or ``memory://``."""
+
+    url: str
+    kind: str
+    path: Path | None = None
+    lock_timeout_s: int | None = None
+
+    @classmethod
+    def parse(cls, url: str) -> StoreUrl:
+        """Parse and check a database URL (no I/O).
+
+        Raises:
+            StoreUrlError: when the URL is not one this runtime can open.
+        """
+        parts = urlsplit(url)
+        query = parse_qs(parts.query)
+        unknown = set(query) - {"lock_timeout"}
+        if unknown:
+            raise StoreUrlError(f"unknown database URL option(s) {sorted(unknown)} in {url!r}")
+        lock_timeout: int | None = None
+        if "lock_timeout" in query:
+            try:
+                lock_timeout = int(query["lock_timeout"][-1])
+            except ValueError:
+                raise StoreUrlError(f"lock_timeout must be whole seconds in {url!r}") from None
+            if lock_timeout < 1:
+                raise StoreUrlError(f"lock_timeout must be at least 1 second in {url!r}")
+        if parts.scheme == "memory":
+            return cls(url=url, kind="memory")
+        if parts.scheme == "sqlite":
+            if parts.netloc:
+                raise StoreUrlError(
+                    f"a SQLite URL has three slashes, sqlite:///relative.db or "
+                    f"sqlite:////absolute.db, got {url!r}"
+                )
+            raw_path = parts.path[1:] if parts.path.startswith("/") else parts.path
+            if not raw_path or raw_path.endswith("/"):
+                raise StoreUrlError(f"no database file in {url!r}")
+            return cls(url=url, kind="sqlite", path=Path(raw_path), lock_timeout_s=lock_timeout)
+        raise StoreUrlError(
+            f"unsupported database URL {url!r}: use sqlite:///path/to/file.db or memory://"
+        )
+
+    def environment(self) -> dict[str, str]:
+        """The eventsourcing environment for this URL."""
+        if self.kind == "memory":
+            return {"PERSISTENCE_MODULE": "eventsourcing.popo"}
+        assert self.path is not None
+        env = {"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(self.path)}
+        if self.lock_timeout_s is not None:
+            env["SQLITE_LOCK_TIMEOUT"] = str(self.lock_timeout_s)
+        return env
+
+
+def resolve_db_url(explicit: str | None) -> str:
+    """The database URL: the explicit one, else ``$LOOP_ACTORS_DB``, else the default file."""
+    return explicit or os.environ.get(DB_URL_ENV) or DEFAULT_DB_URL
+
+
+class EventStore:
+    """Blocking access to the invocations in one database."""
+
+    def __init__(self, url: str, *, create: bool = True) -> None:
+        """Open (and, with ``create``, initialise) the database at ``url``.
+
+        Raises:
+            StoreUrlError: the URL is malformed.
+            StoreUnavailableError: the database cannot be opened or created.
+        """
+        self.url = StoreUrl.parse(url)
+        if self.url.kind == "sqlite":
+            assert self.url.path is not None
+            if not create and not self.url.path.exists():
+                raise StoreUnavailableError(f"no database at {self.url.path}")
+            self._check_sqlite_writable(self.url.path, create=create)
+        try:
+            self.app = InvocationApplication(env=self.url.environment())
+        except (PersistenceError, sqlite3.Error, OSError) as error:
+            raise StoreUnavailableError(f"cannot open {url}: {error}") from error
+
+    @staticmethod
+    def _check_sqlite_writable(path: Path, *, create: bool) -> None:
+        parent = path.parent if str(path.parent) else Path()
+        if not parent.is_dir():
+            raise StoreUnavailableError(f"cannot open {path}: folder {parent} does not exist")
+        if path.exists() and path.is_dir():
+            raise StoreUnavailableError(f"cannot open {path}: it is a folder")
+        if create and not os.access(parent if not path.exists() else path, os.W_OK):
+            raise StoreUnavailableError(f"cannot open {path}: not writable")
+
+    def close(self) -> None:
+        """Close the connections."""
+        self.app.close()
+
+    # ----------------------------------------------------------------- writes
+
+    def append(self, events: list[InvocationEvent]) -> int:
+        """Append events atomically (one transaction); return the last notification id.
+
+        Raises:
+            InvocationExistsError: an ``InvocationStarted`` collided with an existing id.
+            eventsourcing.persistence.IntegrityError: another writer appended first.
+            eventsourcing.persistence.PersistenceError: the database failed.
+        """
+        recordings = self.app.save(*events)
+        return recordings[-1].notification.id if recordings else 0
+
+    def create(self, invocation: Invocation) -> None:
+        """Save a new invocation's first events.
+
+        Raises:
+            InvocationExistsError: the id is taken.
+        """
+        try:
+            self.app.save(invocation)
+        except IntegrityError as error:
+            raise InvocationExistsError(invocation.id) from error
+
+    # ----------------------------------------------------------------- reads
+
+    def get(self, invocation_id: str) -> Invocation:
+        """Rebuild an invocation from its events.
+
+        Raises:
+            InvocationNotFoundError: no such invocation.
+        """
+        try:
+            invocation = self.app.repository.get(invocation_id, projector_func=replay)
+        except AggregateNotFoundError:
+            raise InvocationNotFoundError(invocation_id) from None
+        if not isinstance(invocation, Invocation):
+            raise InvocationNotFoundError(invocation_id)
+        return invocation
+
+    def exists(self, invocation_id: str) -> bool:
+        """True when an invocation with this id was started."""
+        return bool(self.app.recorder.select_events(invocation_id, limit=1))
+
+    def events(self, invocation_id: str) -> list[InvocationEvent]:
+        """Every committed event of an invocation, in order.
+
+        Raises:
+            InvocationNotFoundError: no such invocation.
+        """
+        stored = self.app.recorder.select_events(invocation_id)
+        if not stored:
+            raise InvocationNotFoundError(invocation_id)
+        return [self.app.mapper.to_domain_event(record) for record in stored]
