@@ -372,10 +372,11 @@ class Invocation(BaseAggregate[str]):
             raise self._refuse(event, "the plan must schedule every call exactly once")
         if self.tool_calls + len(event.calls) > self.budget.max_tool_calls:
             raise self._refuse(event, f"max_tool_calls {self.budget.max_tool_calls} exceeded")
-        streak = self.repeat_streak_after(decision.calls)
+        fingerprint = plan_fingerprint(decision.calls)
+        streak = self.repeat_streak + 1 if fingerprint == self.last_plan else 1
         if streak > self.budget.max_repeated_plan:
             raise self._refuse(event, "the same plan repeated past max_repeated_plan")
-        self.last_plan = plan_fingerprint(decision.calls)
+        self.last_plan = fingerprint
         self.repeat_streak = streak
         self.tool_calls += len(event.calls)
         self.pending_batch = event

@@ -197,6 +197,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as error:
         print(f"loop-actors: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # the reader (e.g. `head`) went away: not an error of ours
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("loop-actors: interrupted", file=sys.stderr)
         return 130

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import outcome
 import trio
 from eventsourcing.persistence import IntegrityError
 
@@ -38,6 +44,49 @@ def commit_group(store: EventStore, group: list[Commit]) -> list[CommitOutcome]:
     return [_commit_one(store, list(commit.events)) for commit in group]
 
 
+T = TypeVar("T")
+
+
+class WriterThread:
+    """One long-lived OS thread that runs the Journal's blocking commits.
+
+    A dedicated thread (instead of ``trio.to_thread``) keeps the hand-off to one
+    queue put and one ``run_sync_soon`` per transaction.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Callable[[Any], None]] | None]
+        self._jobs = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._work, name="loop-actors-journal", daemon=True)
+        self._thread.start()
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            fn, done = job
+            done(outcome.capture(fn))
+
+    async def run(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` in the writer thread and return its result.
+
+        Cancellation: not a cancellation point while ``fn`` runs: a commit that
+        started always finishes and its result is returned.
+        """
+        task = trio.lowlevel.current_task()
+        token = trio.lowlevel.current_trio_token()
+
+        def done(result: Any) -> None:
+            token.run_sync_soon(trio.lowlevel.reschedule, task, result)
+
+        self._jobs.put((fn, done))
+        result = await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+        return result  # type: ignore[no-any-return]
+
+    def stop(self) -> None:
+        """Let the thread finish its queue and exit."""
+        self._jobs.put(None)
+        self._thread.join()
+
+
 async def run_journal(
     inbox: trio.MemoryReceiveChannel[Commit],
     *,
@@ -53,6 +102,20 @@ async def run_journal(
     Cancellation: a transaction in flight always finishes (the worker thread is
     not abandoned) and its commits are answered before the journal returns.
     """
+    writer = WriterThread()
+    try:
+        await _serve(inbox, store=store, writer=writer, task_status=task_status)
+    finally:
+        writer.stop()
+
+
+async def _serve(
+    inbox: trio.MemoryReceiveChannel[Commit],
+    *,
+    store: EventStore,
+    writer: WriterThread,
+    task_status: trio.TaskStatus[None],
+) -> None:
     async with inbox:
         task_status.started()
         async for first in inbox:
@@ -62,7 +125,7 @@ async def run_journal(
                     group.append(inbox.receive_nowait())
                 except (trio.WouldBlock, trio.EndOfChannel):
                     break
-            outcomes = await trio.to_thread.run_sync(commit_group, store, group)
+            outcomes = await writer.run(lambda: commit_group(store, group))
             for commit, outcome in zip(group, outcomes, strict=True):
                 # Reply channels have a buffer of one and one commit in flight per
                 # controller, so this never blocks; a controller that is gone is skipped.

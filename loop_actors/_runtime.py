@@ -130,8 +130,16 @@ class Runtime:
         """Stop the Journal (after it answered every commit) and close the store."""
         stack, self._exit_stack = self._exit_stack, None
         self._store = self._journal = None
-        if stack is not None:
+        if stack is None:
+            return
+        try:
             await stack.__aexit__(exc_type, exc, tb)
+        except BaseExceptionGroup as group:
+            # The Journal's nursery wraps whatever the body raised; give the caller
+            # the body's own exception rather than a group of one.
+            if exc is not None and len(group.exceptions) == 1 and group.exceptions[0] is exc:
+                raise exc from None
+            raise
 
     # ----------------------------------------------------------------- runs
 
