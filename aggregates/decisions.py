@@ -255,7 +255,7 @@ class Budget(Frozen):
 
 
 def plan_fingerprint(calls: list[ToolCall]) -> str:
-    """A digest of a batch that ignores call ids and call order (seed 000's ``batchFingerprint``)."""
+    """A digest of a batch that ignores call ids and call order (seed 000's fingerprint)."""
     normalised = sorted(
         (call.name, json.dumps(call.arguments, sort_keys=True, separators=(",", ":")))
         for call in calls

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, assert_never
+from typing import Any, assert_never, cast
 
 from eventsourcing.domain import BaseAggregate, CanInitAggregate, CanMutateAggregate
 from pydantic import BaseModel, ConfigDict
@@ -275,6 +275,10 @@ class Invocation(BaseAggregate[str]):
             steps=self.step,
             tool_calls=self.tool_calls,
         )
+
+    def take_events(self) -> list[InvocationEvent]:
+        """Remove and return the events not yet saved (typed ``collect_events``)."""
+        return cast("list[InvocationEvent]", self.collect_events())
 
     # ----------------------------------------------------------------- queries
 

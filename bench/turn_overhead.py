@@ -70,7 +70,9 @@ def raw_loop(path: Path, n: int) -> float:
                 commit(goal, seq, "model_final", payload)
                 commit(goal, seq + 1, "answer", payload)
                 break
-            commit(goal, seq, "dispatch", [{"id": c, "tool": "lookup", "key": k} for c, k in payload])
+            commit(
+                goal, seq, "dispatch", [{"id": c, "tool": "lookup", "key": k} for c, k in payload]
+            )
             outs = [lookup_value(k) for _, k in payload]
             commit(goal, seq + 1, "results", outs)
             results.extend(outs)
@@ -148,7 +150,9 @@ def main() -> None:
                     os.remove(leftover)
     turns = args.n * T
     ratios = [o / r for o, r in zip(ours_s, raw_s, strict=True)]
-    print(f"workload: {args.n} invocations x {T} turns, {K} parallel instant reads in turns 1-{T - 1}")
+    print(
+        f"workload: {args.n} invocations x {T} turns, {K} parallel instant reads in turns 1-{T - 1}"
+    )
     print(f"repetitions: {args.reps} (interleaved, fresh SQLite file each)")
     print(f"raw sqlite3 loop  : {statistics.median(raw_s) / turns * 1e6:8.0f} us/turn (median)")
     print(f"loop-actors       : {statistics.median(ours_s) / turns * 1e6:8.0f} us/turn (median)")

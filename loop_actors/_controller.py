@@ -35,13 +35,14 @@ from aggregates.decisions import (
     parse_decision,
 )
 from aggregates.invocation import DispatchedCall, Invocation, Phase
+from loop_actors._journal import commit_events
 from loop_actors._messages import (
     BatchExecuted,
     CancelBatch,
     Commit,
     CommitFailed,
-    Committed,
     CommitOutcome,
+    Committed,
     Decide,
     Decided,
     ExecuteBatch,
@@ -276,9 +277,7 @@ class Controller:
             return None
         return outcome
 
-    def _validate(
-        self, proposal: object
-    ) -> tuple[Decision, dict[str, dict[str, Any]]] | Rejection:
+    def _validate(self, proposal: object) -> tuple[Decision, dict[str, dict[str, Any]]] | Rejection:
         """Check a proposal against the decision schema and the tool catalogue."""
         raw = _jsonable(proposal)
         try:
@@ -298,7 +297,9 @@ class Controller:
                 problems_by_class.append((RejectionClass.EMPTY_ANSWER, "the final answer is empty"))
             case ToolCalls(calls=calls):
                 if not calls:
-                    problems_by_class.append((RejectionClass.EMPTY_BATCH, "the tool batch is empty"))
+                    problems_by_class.append(
+                        (RejectionClass.EMPTY_BATCH, "the tool batch is empty")
+                    )
                 seen: set[str] = set()
                 for call in calls:
                     if call.id in seen:
@@ -308,7 +309,10 @@ class Controller:
                     seen.add(call.id)
                     if call.name not in self.toolbox.tools:
                         problems_by_class.append(
-                            (RejectionClass.UNKNOWN_TOOL, f"call {call.id}: unknown tool {call.name!r}")
+                            (
+                                RejectionClass.UNKNOWN_TOOL,
+                                f"call {call.id}: unknown tool {call.name!r}",
+                            )
                         )
                         continue
                     try:
@@ -367,17 +371,9 @@ class Controller:
         return failed if failed is not None else Outcome.of(self.invocation)
 
     async def _commit(self) -> CommitOutcome:
-        events = tuple(self.invocation.collect_events())
-        # Shielded: a commit that was sent is always waited for, so the controller
-        # never loses track of what is durable.
-        with trio.CancelScope(shield=True):
-            try:
-                await self.journal.send(Commit(events=events, reply=self._commit_send))
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as error:
-                return CommitFailed(
-                    error_type=type(error).__name__, message="the journal is closed", conflict=False
-                )
-            return await self._commit_recv.receive()
+        return await commit_events(
+            self.journal, self.invocation.take_events(), self._commit_send, self._commit_recv
+        )
 
     async def _commit_or_fail(self) -> Outcome | None:
         """Commit pending events; on failure, stop with ``checkpoint_failed``."""
@@ -425,10 +421,10 @@ class Controller:
     async def _record_outside_cancellation(self) -> None:
         """The caller's scope was cancelled: record ``cancelled`` (shielded by the caller)."""
         inv = self.invocation
-        inv.collect_events()  # drop anything not yet sent: it was never committed
+        inv.take_events()  # drop anything not yet sent: it was never committed
         try:
             inv = await trio.to_thread.run_sync(self.store.get, inv.id)
-        except Exception:  # noqa: BLE001 - nothing more can be recorded
+        except Exception:
             return
         self.invocation = inv
         if inv.phase is Phase.DISPATCHED and inv.pending_batch is not None:
@@ -461,5 +457,5 @@ def _jsonable(proposal: object) -> Any:
         return proposal.model_dump(mode="json")
     try:
         return to_jsonable_python(proposal)
-    except Exception:  # noqa: BLE001 - an unserialisable proposal is recorded as text
+    except Exception:
         return repr(proposal)

@@ -31,7 +31,9 @@ def _decide(request: ModelRequest) -> dict[str, object]:
                 {"id": "call-policy", "name": "lookup", "arguments": {"key": "policy"}},
             ],
         }
-    values = {r.output["key"]: r.output["value"] for r in request.results if isinstance(r.output, dict)}  # type: ignore[index]
+    values = {
+        r.output["key"]: r.output["value"] for r in request.results if isinstance(r.output, dict)
+    }
     return {"kind": "final", "answer": f"profile={values['profile']}; policy={values['policy']}"}
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 import outcome
@@ -12,14 +14,14 @@ import trio
 from eventsourcing.persistence import IntegrityError
 
 from aggregates.invocation import InvocationEvent
-from loop_actors._messages import Commit, CommitFailed, Committed, CommitOutcome
+from loop_actors._messages import Commit, CommitFailed, CommitOutcome, Committed
 from loop_actors._store import EventStore
 
 MAX_GROUP = 512
 """The most commits put into one transaction."""
 
 
-def _commit_one(store: EventStore, events: list[InvocationEvent]) -> CommitOutcome:
+def _commit_one(store: EventStore, events: Sequence[InvocationEvent]) -> CommitOutcome:
     try:
         position = store.append(events)
     except IntegrityError as error:
@@ -35,16 +37,40 @@ def commit_group(store: EventStore, group: list[Commit]) -> list[CommitOutcome]:
     Blocking: runs in a worker thread.
     """
     if len(group) == 1:
-        return [_commit_one(store, list(group[0].events))]
+        return [_commit_one(store, group[0].events)]
     everything = [event for commit in group for event in commit.events]
     outcome = _commit_one(store, everything)
     if isinstance(outcome, Committed):
         return [outcome] * len(group)
     # Nothing of the group was written (one transaction): retry one by one.
-    return [_commit_one(store, list(commit.events)) for commit in group]
+    return [_commit_one(store, commit.events) for commit in group]
 
 
 T = TypeVar("T")
+
+
+async def commit_events(
+    journal: trio.MemorySendChannel[Commit],
+    events: Sequence[InvocationEvent],
+    reply: trio.MemorySendChannel[CommitOutcome],
+    replies: trio.MemoryReceiveChannel[CommitOutcome],
+) -> CommitOutcome:
+    """Send events to the Journal and wait until they are durable (or refused).
+
+    Cancellation: shielded: a commit that was sent is always waited for, so the
+    caller never loses track of what is durable.
+    """
+    result: CommitOutcome
+    with trio.CancelScope(shield=True):
+        try:
+            await journal.send(Commit(events=tuple(events), reply=reply))
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as error:
+            result = CommitFailed(
+                error_type=type(error).__name__, message="the journal is closed", conflict=False
+            )
+        else:
+            result = await replies.receive()
+    return result
 
 
 class WriterThread:
@@ -78,8 +104,9 @@ class WriterThread:
             token.run_sync_soon(trio.lowlevel.reschedule, task, result)
 
         self._jobs.put((fn, done))
-        result = await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
-        return result  # type: ignore[no-any-return]
+        return await trio.lowlevel.wait_task_rescheduled(  # type: ignore[no-any-return]
+            lambda _: trio.lowlevel.Abort.FAILED
+        )
 
     def stop(self) -> None:
         """Let the thread finish its queue and exit."""
@@ -125,11 +152,9 @@ async def _serve(
                     group.append(inbox.receive_nowait())
                 except (trio.WouldBlock, trio.EndOfChannel):
                     break
-            outcomes = await writer.run(lambda: commit_group(store, group))
+            outcomes = await writer.run(partial(commit_group, store, group))
             for commit, outcome in zip(group, outcomes, strict=True):
                 # Reply channels have a buffer of one and one commit in flight per
                 # controller, so this never blocks; a controller that is gone is skipped.
-                try:
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                     commit.reply.send_nowait(outcome)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    pass

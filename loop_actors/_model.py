@@ -64,7 +64,9 @@ class ScriptedModel:
             delay_s: simulated latency of every answer (trio time).
             usage: the usage reported with every answer.
         """
-        if isinstance(script, str | bytes) or not (callable(script) or isinstance(script, Sequence)):
+        if isinstance(script, str | bytes) or not (
+            callable(script) or isinstance(script, Sequence)
+        ):
             raise TypeError("script must be a list of decisions or a function of the request")
         if not (delay_s >= 0 and math.isfinite(delay_s)):
             raise ValueError("delay_s must be a finite number >= 0")

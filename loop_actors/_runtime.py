@@ -17,12 +17,13 @@ from aggregates.decisions import Budget
 from aggregates.invocation import Invocation, InvocationEvent
 from loop_actors._controller import Controller
 from loop_actors._errors import InvocationExistsError, StoreUnavailableError, UsageError
-from loop_actors._journal import run_journal
+from loop_actors._journal import commit_events, run_journal
 from loop_actors._messages import Commit, CommitFailed, CommitOutcome
 from loop_actors._model import Model
 from loop_actors._outcome import Outcome
 from loop_actors._store import EventStore, StoreUrl, resolve_db_url
 from loop_actors._tools import DEFAULT_TOOL_TIMEOUT_S, Tool, Toolbox
+
 
 class Agent:
     """An agent: a name, a model, its tools and its budget."""
@@ -71,8 +72,10 @@ class Agent:
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, tools={sorted(self.toolbox.tools)})"
 
+
 def _utc_now() -> datetime:
     return datetime.now(UTC)
+
 
 class Runtime:
     """Runs agents against an event store.
@@ -192,7 +195,7 @@ class Runtime:
             task_class=task_class if task_class is not None else agent.task_class,
             at=self._now(),
         )
-        created = await self._append(journal, invocation.collect_events())
+        created = await self._append(journal, invocation.take_events())
         if isinstance(created, CommitFailed):
             return await self._existing_outcome(store, invocation, created)
 
@@ -274,9 +277,7 @@ class Runtime:
         journal: trio.MemorySendChannel[Commit], events: Sequence[InvocationEvent]
     ) -> CommitOutcome:
         reply_send, reply_recv = trio.open_memory_channel[CommitOutcome](1)
-        with trio.CancelScope(shield=True):
-            await journal.send(Commit(events=tuple(events), reply=reply_send))
-            return await reply_recv.receive()
+        return await commit_events(journal, events, reply_send, reply_recv)
 
     async def _existing_outcome(
         self, store: EventStore, requested: Invocation, failure: CommitFailed
@@ -287,9 +288,7 @@ class Runtime:
             )
         existing = await trio.to_thread.run_sync(store.get, requested.id)
         if existing.goal != requested.goal or existing.agent_name != requested.agent_name:
-            raise InvocationExistsError(
-                requested.id, "already exists for another goal or agent"
-            )
+            raise InvocationExistsError(requested.id, "already exists for another goal or agent")
         try:
             return Outcome.of(existing)
         except ValueError:

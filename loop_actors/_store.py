@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -38,9 +39,14 @@ DEFAULT_DB_URL = "sqlite:///loop-actors.db"
 DB_URL_ENV = "LOOP_ACTORS_DB"
 
 
-@cache
+_TOPICS: dict[type, str] = {}
+
+
 def _topic_of(cls: type) -> str:
-    return get_topic(cls)
+    topic = _TOPICS.get(cls)
+    if topic is None:
+        topic = _TOPICS[cls] = get_topic(cls)
+    return topic
 
 
 @cache
@@ -202,7 +208,7 @@ class EventStore:
 
     # ----------------------------------------------------------------- writes
 
-    def append(self, events: list[InvocationEvent]) -> int:
+    def append(self, events: Sequence[InvocationEvent]) -> int:
         """Append events atomically (one transaction); return the last notification id.
 
         Raises:
@@ -223,7 +229,7 @@ class EventStore:
             InvocationExistsError: the id is taken.
         """
         try:
-            self.append(invocation.collect_events())
+            self.append(invocation.take_events())
         except IntegrityError as error:
             raise InvocationExistsError(invocation.id) from error
 
@@ -256,4 +262,6 @@ class EventStore:
         stored = self.app.recorder.select_events(invocation_id)
         if not stored:
             raise InvocationNotFoundError(invocation_id)
-        return [self.app.mapper.to_domain_event(record) for record in stored]
+        return [
+            cast("InvocationEvent", self.app.mapper.to_domain_event(record)) for record in stored
+        ]

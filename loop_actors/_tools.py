@@ -12,6 +12,7 @@ import inspect
 import json
 import math
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import Any, Literal, overload
 
 import trio
@@ -53,7 +54,7 @@ class Tool:
         if not callable(fn):
             raise ToolDefinitionError(f"{fn!r} is not callable")
         self.fn = fn
-        self.name = name or getattr(fn, "__name__", "")
+        self.name: str = name or getattr(fn, "__name__", None) or ""
         if not self.name.isidentifier():
             raise ToolDefinitionError(f"tool name {self.name!r} must be an identifier")
         self.description = description or inspect.getdoc(fn) or ""
@@ -136,7 +137,7 @@ def _arguments_model(name: str, fn: Callable[..., Any]) -> type[BaseModel]:
         default = ... if parameter.default is parameter.empty else parameter.default
         fields[parameter.name] = (annotation, default)
     try:
-        return create_model(  # type: ignore[call-overload,no-any-return]
+        return create_model(
             f"{name}_arguments",
             __config__=ConfigDict(extra="forbid"),
             **fields,
@@ -292,7 +293,7 @@ async def _run_call(toolbox: Toolbox, call: DispatchedCall) -> ToolResult:
         else:
             try:
                 jsonable = to_jsonable_python(output)
-            except Exception as error:  # noqa: BLE001 - any serialisation failure is reported
+            except Exception as error:
                 message = f"output is not JSON-serialisable: {error}"
                 result = _error(call, ErrorClass.OUTPUT_INVALID, message, retryable=False)
             else:
@@ -336,7 +337,9 @@ async def _execute_batch(
         if result is None:
             if interruption is Interruption.DEADLINE:
                 result = _error(
-                    call, ErrorClass.DEADLINE_EXCEEDED, "the invocation's deadline passed",
+                    call,
+                    ErrorClass.DEADLINE_EXCEEDED,
+                    "the invocation's deadline passed",
                     retryable=False,
                 )
             else:
@@ -374,9 +377,7 @@ async def run_tool_actor(
                         deadline=message.deadline if message.deadline is not None else math.inf
                     )
                     nursery.start_soon(
-                        lambda m=message, s=running: _execute_batch(
-                            m, s, toolbox=toolbox, outbox=outbox
-                        )
+                        partial(_execute_batch, message, running, toolbox=toolbox, outbox=outbox)
                     )
                 case CancelBatch():
                     if running is not None:

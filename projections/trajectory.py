@@ -65,15 +65,15 @@ def _summary(event: DecisionProposed) -> tuple[str, str]:
     assert decision is not None
     match decision.kind:
         case "final":
-            return "final", decision.answer  # type: ignore[union-attr]
+            return "final", decision.answer
         case "tool_calls":
-            return "tool_calls", f"{len(decision.calls)} call(s)"  # type: ignore[union-attr]
+            return "tool_calls", f"{len(decision.calls)} call(s)"
         case "clarification":
-            return "clarification", decision.question  # type: ignore[union-attr]
+            return "clarification", decision.question
         case "request_approval":
-            return "request_approval", decision.proposal_digest  # type: ignore[union-attr]
+            return "request_approval", decision.proposal_digest
         case "cannot_continue":
-            return "cannot_continue", decision.reason  # type: ignore[union-attr]
+            return "cannot_continue", decision.reason
     return decision.kind, ""
 
 
@@ -113,7 +113,9 @@ def build_trajectory(events: Iterable[InvocationEvent]) -> Trajectory:
                     calls.append(
                         call.model_copy(
                             update={
-                                "status": "ok" if result.error is None else result.error.error_class,
+                                "status": "ok"
+                                if result.error is None
+                                else result.error.error_class,
                                 "output": result.output,
                                 "error_message": result.error.message if result.error else None,
                                 "duration_ms": result.duration_ms,
@@ -134,9 +136,9 @@ def build_trajectory(events: Iterable[InvocationEvent]) -> Trajectory:
         steps=steps,
         reason=ended.reason if ended is not None else None,
         answer=ended.answer if isinstance(ended, Terminated) else None,
-        detail=ended.detail if isinstance(ended, Terminated) else (
-            ended.question or ended.proposal_digest if ended is not None else None
-        ),
+        detail=ended.detail
+        if isinstance(ended, Terminated)
+        else (ended.question or ended.proposal_digest if ended is not None else None),
         tool_calls=tool_calls,
         events=count,
     )
