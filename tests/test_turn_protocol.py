@@ -169,7 +169,7 @@ async def test_partial_failure_keeps_the_other_results_and_the_model_sees_all_of
         seen.append(request.results)
         return final("handled")
 
-    outcome, events = await run(Agent("a", ScriptedModel(decide), [fragile]))
+    outcome, _ = await run(Agent("a", ScriptedModel(decide), [fragile]))
     assert outcome.reason is TerminalReason.COMPLETED
     (results,) = seen
     assert [r.call_id for r in results] == ["a", "b", "c"]
@@ -195,7 +195,7 @@ async def test_plain_function_tools_run_and_their_outputs_are_recorded() -> None
 async def test_decision_models_and_json_text_arguments_are_accepted() -> None:
     model = ScriptedModel(
         [
-            ToolCalls(calls=[ToolCall(id="c1", name="lookup", arguments='{"key": "policy"}')]),  # type: ignore[arg-type]
+            ToolCalls(calls=[ToolCall(id="c1", name="lookup", arguments='{"key": "policy"}')]),
             Final(answer="fine"),
         ]
     )
