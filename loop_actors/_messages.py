@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 import trio
-from pydantic import BaseModel, ConfigDict, JsonValue
+from pydantic import BaseModel, ConfigDict
 
 from aggregates.decisions import ToolResult, Usage
 from aggregates.invocation import DispatchedCall, InvocationEvent, Turn
@@ -26,7 +26,8 @@ class ToolSchema(Message):
 
     name: str
     description: str
-    parameters: dict[str, JsonValue]
+    parameters: dict[str, Any]
+    """The JSON Schema of the arguments (from the tool's pydantic model)."""
 
 
 class ModelRequest(Message):
@@ -50,7 +51,8 @@ class ModelRequest(Message):
 class ModelReply(Message):
     """A model's answer: an untrusted proposal (a decision or its JSON shape) and its usage."""
 
-    proposal: JsonValue | BaseModel
+    proposal: Any
+    """A decision model, or its JSON shape (dict or JSON text); validated by the controller."""
     usage: Usage = Usage()
 
 

@@ -6,6 +6,7 @@ All methods here block; trio code reaches them through the Journal (writes) or
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from collections.abc import Sequence
@@ -39,6 +40,7 @@ DEFAULT_DB_URL = "sqlite:///loop-actors.db"
 DB_URL_ENV = "LOOP_ACTORS_DB"
 
 
+_IN_COLUMNS = {"originator_id", "originator_version"}
 _TOPICS: dict[type, str] = {}
 
 
@@ -63,7 +65,9 @@ class PydanticEventMapper(Mapper[str]):
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
         """Encode one event."""
-        state = domain_event.model_dump_json().encode()
+        # The id and version live in their own columns, and every optional field
+        # defaults to None (a test checks this), so neither is repeated in the state.
+        state = domain_event.model_dump_json(exclude=_IN_COLUMNS, exclude_none=True).encode()
         if self.compressor:
             state = self.compressor.compress(state)
         if self.cipher:
@@ -82,7 +86,10 @@ class PydanticEventMapper(Mapper[str]):
             state = self.cipher.decrypt(state)
         if self.compressor:
             state = self.compressor.decompress(state)
-        return _class_of(stored_event.topic).model_validate_json(state)
+        data = json.loads(state)
+        data["originator_id"] = stored_event.originator_id
+        data["originator_version"] = stored_event.originator_version
+        return _class_of(stored_event.topic).model_validate(data)
 
 
 class _UnusedTranscoder(Transcoder):

@@ -17,7 +17,7 @@ from typing import Any, Literal, overload
 
 import trio
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
-from pydantic_core import to_jsonable_python
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from aggregates.decisions import (
     Effect,
@@ -72,6 +72,7 @@ class Tool:
             raise ToolDefinitionError(f"tool {self.name}: inline is for plain functions only")
         self.inline = inline
         self.arguments_model = _arguments_model(self.name, fn)
+        self._fields = tuple(self.arguments_model.model_fields)
         self.schema: dict[str, Any] = self.arguments_model.model_json_schema()
         canonical = json.dumps(
             {"name": self.name, "effect": self.effect.value, "schema": self.schema},
@@ -108,7 +109,7 @@ class Tool:
         function is cancelled at its next checkpoint.
         """
         validated = self.validate(arguments)
-        kwargs = {field: getattr(validated, field) for field in type(validated).model_fields}
+        kwargs = {field: getattr(validated, field) for field in self._fields}
         if self.is_async:
             return await self.fn(**kwargs)
         if self.inline:
@@ -268,11 +269,19 @@ class Toolbox:
 # --------------------------------------------------------------------------- the actor
 
 
-def _error(call: DispatchedCall, cls: ErrorClass, message: str, *, retryable: bool) -> ToolResult:
+def _error(
+    call: DispatchedCall,
+    cls: ErrorClass,
+    message: str,
+    *,
+    retryable: bool,
+    duration_ms: float = 0.0,
+) -> ToolResult:
     return ToolResult(
         call_id=call.call_id,
         name=call.name,
         error=ErrorInfo(error_class=cls, retryable=retryable, message=message),
+        duration_ms=duration_ms,
     )
 
 
@@ -280,30 +289,30 @@ async def _run_call(toolbox: Toolbox, call: DispatchedCall) -> ToolResult:
     tool_ = toolbox.tools[call.name]
     timeout_s = toolbox.timeout_for(call.name)
     started = trio.current_time()
+    failure: tuple[ErrorClass, str, bool] | None = None
+    output: Any = None
     with trio.move_on_after(timeout_s) as timeout_scope:
         try:
-            output = await tool_.invoke(call.arguments)
+            output = to_jsonable_python(await tool_.invoke(call.arguments))
         except ValidationError as error:
-            result = _error(call, ErrorClass.INVALID_ARGUMENTS, str(error), retryable=False)
+            failure = (ErrorClass.INVALID_ARGUMENTS, str(error), False)
         except ToolError as error:
-            result = _error(call, error.error_class, error.message, retryable=error.retryable)
+            failure = (error.error_class, error.message, error.retryable)
+        except PydanticSerializationError as error:
+            failure = (
+                ErrorClass.OUTPUT_INVALID,
+                f"output is not JSON-serialisable: {error}",
+                False,
+            )
         except Exception as error:  # a tool's own failure becomes its result, never a crash
-            message = f"{type(error).__name__}: {error}"
-            result = _error(call, ErrorClass.TOOL_FAILED, message, retryable=False)
-        else:
-            try:
-                jsonable = to_jsonable_python(output)
-            except Exception as error:
-                message = f"output is not JSON-serialisable: {error}"
-                result = _error(call, ErrorClass.OUTPUT_INVALID, message, retryable=False)
-            else:
-                result = ToolResult(call_id=call.call_id, name=call.name, output=jsonable)
+            failure = (ErrorClass.TOOL_FAILED, f"{type(error).__name__}: {error}", False)
     if timeout_scope.cancelled_caught:
-        result = _error(
-            call, ErrorClass.TIMEOUT, f"no result within {timeout_s:g} s", retryable=True
-        )
+        failure = (ErrorClass.TIMEOUT, f"no result within {timeout_s:g} s", True)
     duration_ms = (trio.current_time() - started) * 1000.0
-    return result.model_copy(update={"duration_ms": duration_ms})
+    if failure is not None:
+        error_class, message, retryable = failure
+        return _error(call, error_class, message, retryable=retryable, duration_ms=duration_ms)
+    return ToolResult(call_id=call.call_id, name=call.name, output=output, duration_ms=duration_ms)
 
 
 async def _execute_batch(

@@ -118,9 +118,11 @@ def test_scripted_model_variants_end_as_documented(tmp_path: Path) -> None:
         "dicts: completed - echoed",
         "models: completed - echoed",
         "function: completed - the tool said: say hi",
+        "async function: completed - step 1 of scripted-async-function",
         "slow: deadline_exceeded - the model did not answer in time",
         "too short: model_error - ScriptExhaustedError: "
         "the script has 1 decision(s), step 2 was asked",
+        "custom: completed - SAY HI",
     ]
 
 
@@ -187,9 +189,14 @@ def test_cli_history_json_has_one_record_per_event(tmp_path: Path) -> None:
 
 def test_cli_run_json_exits_4_when_the_agent_cannot_continue(tmp_path: Path) -> None:
     run = _cli(
-        "run", "first_agent:agent", "--goal", "Where is my order?", "--json",
-        tmp_path=tmp_path, cwd=EXAMPLES,
-    )  # fmt: skip
+        "run",
+        "first_agent:agent",
+        "--goal",
+        "Where is my order?",
+        "--json",
+        tmp_path=tmp_path,
+        cwd=EXAMPLES,
+    )
     assert run.returncode == 4, run.stderr
     outcome = json.loads(run.stdout)
     assert outcome["reason"] == "cannot_continue"
