@@ -5,6 +5,7 @@ parallel calls of an instant read-only ``lookup``; turn 5 answers), but every
 model decision takes DELAY seconds of simulated latency (``ScriptedModel(...,
 delay_s=DELAY)``, a ``trio.sleep``), and N invocations run at the same time in
 one trio nursery inside one ``async with Runtime(url)``, on one SQLite file.
+One untimed warm-up invocation runs first on the same file.
 
 Commits are counted by wrapping ``loop_actors._journal.commit_group`` from this
 script (the wrapper only counts; the library is not changed): each call is one
@@ -13,26 +14,43 @@ controllers (10 per invocation: start, dispatch + results in turns 1-4, final).
 
     python bench/concurrency.py [--n 2000] [--delay 1.0] [--dir /tmp]
     python bench/concurrency.py --quick          # --n 200 --delay 0.2
+
+With ``--mode seq|conc --db FILE --out JSON`` it follows the script contract of
+the peer benchmark (shared/bench-peers, README "Adding a new runtime"): instant
+model, N one after another (seq) or all at once (conc), JSON on stdout and in
+FILE. For example:
+
+    ./run_all.sh --extra 'loop_actors=/path/.venv/bin/python /path/bench/concurrency.py'
 """
 
 from __future__ import annotations
 
-import argparse
-import resource
-import statistics
-import tempfile
 import time
-from pathlib import Path
 
-import trio
-from turn_overhead import K, T, db_bytes, decide, lookup
+_T0 = time.perf_counter()  # before the runtime is imported, as the peers' common.py does
 
-import loop_actors._journal as journal_module
-from loop_actors import Agent, Budget, Runtime, ScriptedModel
-from loop_actors._messages import Commit, CommitOutcome
-from loop_actors._store import EventStore
+import argparse  # noqa: E402
+import json  # noqa: E402
+import resource  # noqa: E402
+import sqlite3  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from importlib.metadata import version  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import trio  # noqa: E402
+from turn_overhead import K, T, db_bytes, decide, lookup  # noqa: E402
+
+import loop_actors._journal as journal_module  # noqa: E402
+from loop_actors import Agent, Budget, Runtime, ScriptedModel  # noqa: E402
+from loop_actors._messages import Commit, CommitOutcome  # noqa: E402
+from loop_actors._store import EventStore  # noqa: E402
 
 COMMITS_PER_INVOCATION = 1 + 2 * (T - 1) + 1
+WARMUP = 1
 
 
 class CommitCounter:
@@ -57,6 +75,17 @@ class CommitCounter:
         self.transactions = self.requests = self.largest = 0
 
 
+@dataclass
+class Run:
+    """What one timed run measured."""
+
+    wall_s: float = 0.0
+    ready_s: float = 0.0
+    rss_after_setup_mb: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+
 def make_agent(delay_s: float) -> Agent:
     return Agent(
         "bench-concurrency",
@@ -66,42 +95,103 @@ def make_agent(delay_s: float) -> Agent:
     )
 
 
-def rss_mb() -> float:
+def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-async def warm_up(path: Path) -> None:
-    async with Runtime(f"sqlite:///{path}") as runtime:
-        for i in range(2):
-            outcome = await runtime.run(make_agent(0.0), f"warm-{i:05d}")
-            assert outcome.reason == "completed", outcome
+def rss_now_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 async def run_all(
-    path: Path, n: int, delay_s: float, counter: CommitCounter
-) -> tuple[float, list[float], list[str]]:
-    """Run n invocations at once; return the wall time, each one's latency and the failures."""
+    path: Path, n: int, delay_s: float, counter: CommitCounter, at_once: bool = True
+) -> Run:
+    """Run n invocations, all at once (or one after another), after an untimed warm-up."""
     agent = make_agent(delay_s)
-    latencies: list[float] = []
-    failures: list[str] = []
+    run = Run()
+
+    async def one(runtime: Runtime, goal: str) -> None:
+        started = time.perf_counter()
+        outcome = await runtime.run(agent, goal)
+        run.latencies.append(time.perf_counter() - started)
+        expected = f"{goal}: n={K * (T - 1)}"
+        if outcome.reason != "completed" or outcome.answer != expected:
+            run.failures.append(f"{goal}: {outcome.reason} {outcome.answer!r}")
 
     async with Runtime(f"sqlite:///{path}") as runtime:
-
-        async def one(goal: str) -> None:
-            started = time.perf_counter()
-            outcome = await runtime.run(agent, goal)
-            latencies.append(time.perf_counter() - started)
-            expected = f"{goal}: n={K * (T - 1)}"
-            if outcome.reason != "completed" or outcome.answer != expected:
-                failures.append(f"{goal}: {outcome.reason} {outcome.answer!r}")
-
+        run.ready_s = time.perf_counter()
+        run.rss_after_setup_mb = rss_now_mb()
+        for i in range(WARMUP):
+            await one(runtime, f"warm-{i:05d}")
+        run.latencies.clear()
+        if run.failures:
+            return run
         counter.reset()
         started = time.perf_counter()
-        async with trio.open_nursery() as nursery:
+        if at_once:
+            async with trio.open_nursery() as nursery:
+                for i in range(n):
+                    nursery.start_soon(one, runtime, f"g-{i:05d}")
+        else:
             for i in range(n):
-                nursery.start_soon(one, f"g-{i:05d}")
-        wall = time.perf_counter() - started
-    return wall, latencies, failures
+                await one(runtime, f"g-{i:05d}")
+        run.wall_s = time.perf_counter() - started
+    return run
+
+
+def peer_contract(args: argparse.Namespace, counter: CommitCounter) -> None:
+    """The peer benchmark's script contract: instant model, JSON result."""
+    path = Path(args.db)
+    for leftover in path.parent.glob(path.name + "*"):
+        leftover.unlink()
+    run = trio.run(run_all, path, args.n, 0.0, counter, args.mode == "conc")
+    size = db_bytes(path)
+    wrong = [line for line in run.failures if ": completed " in line]
+    payload: dict[str, Any] = {
+        "name": "loop_actors",
+        "mode": args.mode,
+        "n": args.n,
+        "warmup": WARMUP,
+        "T": T,
+        "K": K,
+        "wall_s": run.wall_s,
+        "per_turn_us": run.wall_s / (args.n * T) * 1e6,
+        "per_invocation_ms": run.wall_s / args.n * 1e3,
+        "startup_s": run.ready_s - _T0,
+        "rss_after_setup_mb": run.rss_after_setup_mb,
+        "peak_rss_mb": peak_rss_mb(),
+        "db_bytes": size,
+        "db_bytes_per_invocation": size / (args.n + WARMUP),
+        "db_files": [str(path)],
+        "pragmas": {"journal_mode": journal_mode(path)},
+        "ok": len(run.latencies) - len(run.failures),
+        "wrong": len(wrong),
+        "errors": len(run.failures) - len(wrong),
+        "error_sample": run.failures[:3],
+        "commit_requests": counter.requests,
+        "transactions": counter.transactions,
+        "versions": {
+            "python": sys.version.split()[0],
+            "sqlite": sqlite3.sqlite_version,
+            **{d: version(d) for d in ("loop-actors", "eventsourcing", "pydantic", "trio")},
+        },
+        "notes": "loop-actors Runtime, one Journal (group commit), trio",
+    }
+    text = json.dumps(payload, sort_keys=True)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    print(text)
+
+
+def journal_mode(path: Path) -> str:
+    conn = sqlite3.connect(path)
+    try:
+        return str(conn.execute("PRAGMA journal_mode").fetchone()[0])
+    finally:
+        conn.close()
 
 
 def main() -> None:
@@ -110,51 +200,63 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=None, help="model latency, s (1.0)")
     parser.add_argument("--quick", action="store_true", help="--n 200 --delay 0.2 unless given")
     parser.add_argument("--dir", default=None, help="where the database file goes")
+    parser.add_argument("--mode", choices=["seq", "conc"], help="peer benchmark contract")
+    parser.add_argument("--db", default="", help="peer contract: the SQLite file")
+    parser.add_argument("--out", default="", help="peer contract: the JSON result file")
     args = parser.parse_args()
-    n: int = args.n if args.n is not None else (200 if args.quick else 2000)
-    delay: float = args.delay if args.delay is not None else (0.2 if args.quick else 1.0)
 
     counter = CommitCounter()
     counter.install()
+    if args.mode is not None:
+        if not args.db:
+            parser.error("--mode needs --db")
+        args.n = args.n if args.n is not None else 200
+        peer_contract(args, counter)
+        return
+
+    n: int = args.n if args.n is not None else (200 if args.quick else 2000)
+    delay: float = args.delay if args.delay is not None else (0.2 if args.quick else 1.0)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-        trio.run(warm_up, Path(tmp) / "warmup.db")
-        rss_before = rss_mb()
         path = Path(tmp) / "concurrency.db"
-        wall, latencies, failures = trio.run(run_all, path, n, delay, counter)
+        run = trio.run(run_all, path, n, delay, counter)
         size = db_bytes(path)
 
     floor = T * delay
     turns = n * T
     expected_requests = n * COMMITS_PER_INVOCATION
-    latencies.sort()
+    latencies = sorted(run.latencies)
+    wall = run.wall_s
     print(
         f"workload: {n} invocations at once x {T} turns, {K} parallel instant reads in "
         f"turns 1-{T - 1}, model latency {delay:g} s per decision (floor {floor:g} s)"
     )
     print(f"wall time: {wall:.2f} s ({wall - floor:+.2f} s over the floor)")
-    print(
-        f"latency per invocation: median {statistics.median(latencies):.2f} s, "
-        f"max {latencies[-1]:.2f} s"
-    )
+    if latencies:
+        print(
+            f"latency per invocation: median {statistics.median(latencies):.2f} s, "
+            f"max {latencies[-1]:.2f} s"
+        )
     print(f"turns per second: {turns / wall:,.0f}")
     print(
         f"commit requests: {counter.requests:,} ({expected_requests:,} expected), "
         f"{counter.requests / wall:,.0f} per second"
     )
     print(
-        f"durable transactions: {counter.transactions:,}, {counter.transactions / wall:,.0f} "
+        f"durable transactions: {counter.transactions:,}, {counter.transactions / wall:,.1f} "
         f"per second"
     )
     print(
         f"group size: average {counter.requests / max(counter.transactions, 1):.1f} commits "
         f"per transaction, largest {counter.largest} (cap {journal_module.MAX_GROUP})"
     )
-    print(f"bytes stored per invocation: {size / n:,.0f}")
-    print(f"peak RSS: {rss_mb():.0f} MB ({rss_before:.0f} MB after warm-up)")
-    ok = n - len(failures)
-    print(f"outcomes: {ok}/{n} completed with the right answer")
-    if failures or len(latencies) != n or counter.requests != expected_requests:
-        for line in failures[:10]:
+    print(f"bytes stored per invocation: {size / (n + WARMUP):,.0f}")
+    print(
+        f"peak RSS: {peak_rss_mb():.0f} MB ({run.rss_after_setup_mb:.0f} MB after the "
+        f"runtime opened)"
+    )
+    print(f"outcomes: {len(latencies) - len(run.failures)}/{n} completed with the right answer")
+    if run.failures or len(latencies) != n or counter.requests != expected_requests:
+        for line in run.failures[:10]:
             print(f"  {line}")
         raise SystemExit(1)
 
