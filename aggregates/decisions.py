@@ -251,7 +251,26 @@ class Budget(Frozen):
     max_steps: Annotated[int, Field(ge=1)] = 20
     max_tool_calls: Annotated[int, Field(ge=0)] = 50
     max_repeated_plan: Annotated[int, Field(ge=1)] = 1
-    deadline_s: Annotated[float, Field(gt=0)] | None = None
+    deadline_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+
+    def __init__(
+        self,
+        max_steps: int = 20,
+        max_tool_calls: int = 50,
+        max_repeated_plan: int = 1,
+        deadline_s: float | None = None,
+    ) -> None:
+        """Set the limits, positionally or by name.
+
+        Raises:
+            pydantic.ValidationError: a limit is out of range.
+        """
+        super().__init__(
+            max_steps=max_steps,
+            max_tool_calls=max_tool_calls,
+            max_repeated_plan=max_repeated_plan,
+            deadline_s=deadline_s,
+        )
 
 
 def plan_fingerprint(calls: list[ToolCall]) -> str:

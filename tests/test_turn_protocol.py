@@ -413,3 +413,18 @@ async def test_request_approval_pauses_with_the_digest() -> None:
     outcome, _ = await run(Agent("a", model))
     assert outcome.reason is TerminalReason.APPROVAL_REQUIRED
     assert outcome.detail == "abc123"
+
+
+def test_budget_takes_its_limits_positionally_as_in_the_seed() -> None:
+    budget = Budget(4, 4, 1)
+    assert (budget.max_steps, budget.max_tool_calls, budget.max_repeated_plan) == (4, 4, 1)
+    assert budget.deadline_s is None
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [{"max_steps": 0}, {"max_tool_calls": -1}, {"max_repeated_plan": 0}, {"deadline_s": 0}],
+)
+def test_budget_refuses_limits_out_of_range(limits: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="validation error"):
+        Budget(**limits)
