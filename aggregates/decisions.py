@@ -97,6 +97,17 @@ class RejectionClass(StrEnum):
     UNSUPPORTED_VERSION = "unsupported_version"
 
 
+class EffectStatus(StrEnum):
+    """Where an external write stands in the effect ledger."""
+
+    PREPARED = "prepared"
+    DISPATCHED = "dispatched"
+    COMMITTED = "committed"
+    REJECTED = "rejected"
+    OUTCOME_UNKNOWN = "outcome_unknown"
+    RECONCILED = "reconciled"
+
+
 class Effect(StrEnum):
     """What a tool does to the world: reads may run concurrently, writes run one at a time."""
 
@@ -144,6 +155,10 @@ class ToolResult(Frozen):
     output: JsonValue = None
     error: ErrorInfo | None = None
     duration_ms: float = 0.0
+    effect_key: str | None = None
+    """For a write: the effect key the tool was given."""
+    effect_status: EffectStatus | None = None
+    """For a write: what the effect ledger says became of it."""
 
     @model_validator(mode="after")
     def _output_or_error(self) -> ToolResult:
@@ -265,7 +280,8 @@ class Budget(Frozen):
         Raises:
             pydantic.ValidationError: a limit is out of range.
         """
-        super().__init__(
+        # The pydantic plugin types the base __init__ as field-less Frozen's.
+        super().__init__(  # type: ignore[call-arg]
             max_steps=max_steps,
             max_tool_calls=max_tool_calls,
             max_repeated_plan=max_repeated_plan,

@@ -15,8 +15,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, assert_never, cast
 
-from eventsourcing.domain import BaseAggregate, CanInitAggregate, CanMutateAggregate
-from pydantic import BaseModel, ConfigDict
+from eventsourcing.domain import BaseAggregate, CanInitAggregate
 
 from aggregates.decisions import (
     Budget,
@@ -36,22 +35,13 @@ from aggregates.decisions import (
     plan_fingerprint,
 )
 from aggregates.errors import IllegalTransitionError
+from aggregates.events import DomainEvent, fold
 
 # --------------------------------------------------------------------------- events
 
 
-class InvocationEvent(BaseModel, CanMutateAggregate[str]):
-    """Base of every Invocation event: frozen, JSON-able, applied by ``Invocation._evolve``."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    originator_id: str
-    originator_version: int
-    timestamp: datetime
-
-    def apply(self, aggregate: Any) -> None:
-        """Fold this event into the aggregate (eventsourcing's hook)."""
-        aggregate._evolve(self)
+class InvocationEvent(DomainEvent):
+    """Base of every Invocation event."""
 
 
 class ToolSpec(Frozen):
@@ -91,6 +81,8 @@ class DispatchedCall(Frozen):
     name: str
     arguments: dict[str, Any]
     effect: Effect
+    effect_key: str | None = None
+    """For a write: its effect key (stable across retries, restarts and workers)."""
 
 
 class BatchDispatched(InvocationEvent):
@@ -386,8 +378,18 @@ class Invocation(BaseAggregate[str]):
         self.pending_batch = event
         self.phase = Phase.DISPATCHED
 
+    @property
+    def paused_for_reconciliation(self) -> bool:
+        """True when a dispatched batch waits for the owning service of a write to answer."""
+        return (
+            self.phase is Phase.PAUSED
+            and self.paused is not None
+            and self.paused.reason is TerminalReason.RECONCILIATION_REQUIRED
+        )
+
     def _on_results(self, event: ResultsCommitted) -> None:
-        if self.phase is not Phase.DISPATCHED or self.pending_batch is None:
+        waiting = self.phase is Phase.DISPATCHED or self.paused_for_reconciliation
+        if not waiting or self.pending_batch is None:
             raise self._refuse(event, "results need a dispatched batch")
         if event.step != self.step:
             raise self._refuse(event, f"step must be {self.step}, got {event.step}")
@@ -399,10 +401,14 @@ class Invocation(BaseAggregate[str]):
             )
         self.turns[-1] = self.turns[-1].model_copy(update={"results": list(event.results)})
         self.pending_batch = None
+        self.paused = None
         self.phase = Phase.READY
 
     def _on_pause(self, event: Paused) -> None:
-        if self.phase not in (Phase.CALLS_PROPOSED, Phase.DECIDED):
+        if event.reason is TerminalReason.RECONCILIATION_REQUIRED:
+            if self.phase is not Phase.DISPATCHED:
+                raise self._refuse(event, "only a dispatched batch waits for reconciliation")
+        elif self.phase not in (Phase.CALLS_PROPOSED, Phase.DECIDED):
             raise self._refuse(event, "only a proposal can pause an invocation")
         if not event.reason.pauses:
             raise self._refuse(event, f"{event.reason.value} is not a pausing reason")
@@ -431,12 +437,5 @@ class Invocation(BaseAggregate[str]):
 
 
 def replay(invocation: Invocation | None, events: Iterable[InvocationEvent]) -> Invocation | None:
-    """Fold events into an invocation (a projector for ``Repository.get``).
-
-    The same loop as eventsourcing's default projector without its per-event
-    runtime Protocol check, which costs more than the fold itself.
-    """
-    aggregate: Any = invocation
-    for event in events:
-        aggregate = event.mutate(aggregate)
-    return aggregate  # type: ignore[no-any-return]
+    """Fold events into an invocation (a projector for ``Repository.get``)."""
+    return cast("Invocation | None", fold(invocation, events))

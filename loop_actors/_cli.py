@@ -144,10 +144,11 @@ def _event_line(event: InvocationEvent) -> str:
 
 
 async def _run_agent(runtime: Runtime, agent: Agent, args: argparse.Namespace) -> int:
-    outcome = await runtime.run(
-        agent, args.goal, invocation_id=args.invocation_id, task_class=args.task_class
-    )
-    events = await runtime.history(outcome.invocation_id)
+    async with runtime:  # one store for the run and its history (memory:// included)
+        outcome = await runtime.run(
+            agent, args.goal, invocation_id=args.invocation_id, task_class=args.task_class
+        )
+        events = await runtime.history(outcome.invocation_id)
     if args.json:
         print(_outcome_json(outcome))
     else:
@@ -156,8 +157,9 @@ async def _run_agent(runtime: Runtime, agent: Agent, args: argparse.Namespace) -
 
 
 async def _demo(runtime: Runtime) -> int:
-    outcome = await runtime.run(demo_agent, DEMO_GOAL)
-    events = await runtime.history(outcome.invocation_id)
+    async with runtime:
+        outcome = await runtime.run(demo_agent, DEMO_GOAL)
+        events = await runtime.history(outcome.invocation_id)
     print("\n".join(_outcome_lines(outcome, len(events))))
     print()
     print(render_text(build_trajectory(events)))

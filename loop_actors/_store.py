@@ -26,7 +26,9 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.utils import get_topic, resolve_topic
 
-from aggregates.invocation import Invocation, InvocationEvent, replay
+from aggregates.effect import Effect, EffectPrepared
+from aggregates.events import DomainEvent, fold
+from aggregates.invocation import Invocation, InvocationEvent
 from loop_actors._errors import (
     InvocationExistsError,
     InvocationNotFoundError,
@@ -52,8 +54,8 @@ def _topic_of(cls: type) -> str:
 
 
 @cache
-def _class_of(topic: str) -> type[InvocationEvent]:
-    return cast("type[InvocationEvent]", resolve_topic(topic))
+def _class_of(topic: str) -> type[DomainEvent]:
+    return cast("type[DomainEvent]", resolve_topic(topic))
 
 
 class PydanticEventMapper(Mapper[str]):
@@ -215,7 +217,7 @@ class EventStore:
 
     # ----------------------------------------------------------------- writes
 
-    def append(self, events: Sequence[InvocationEvent]) -> int:
+    def append(self, events: Sequence[DomainEvent]) -> int:
         """Append events atomically (one transaction); return the last notification id.
 
         Raises:
@@ -249,12 +251,45 @@ class EventStore:
             InvocationNotFoundError: no such invocation.
         """
         try:
-            invocation = self.app.repository.get(invocation_id, projector_func=replay)
+            invocation = self.app.repository.get(invocation_id, projector_func=fold)
         except AggregateNotFoundError:
             raise InvocationNotFoundError(invocation_id) from None
         if not isinstance(invocation, Invocation):
             raise InvocationNotFoundError(invocation_id)
         return invocation
+
+    def get_effect(self, key: str) -> Effect | None:
+        """The ledger entry of an effect key, or None when it was never prepared."""
+        try:
+            effect = self.app.repository.get(key, projector_func=fold)
+        except AggregateNotFoundError:
+            return None
+        return effect if isinstance(effect, Effect) else None
+
+    def effect_keys(self, *, after: int = 0, limit: int = 500) -> tuple[list[str], int]:
+        """Effect keys in the order they were prepared, after a notification position.
+
+        Returns the keys and the position to continue from.
+        """
+        notifications = self.app.recorder.select_notifications(
+            start=after, limit=limit, topics=[_topic_of(EffectPrepared)], inclusive_of_start=False
+        )
+        keys = [str(n.originator_id) for n in notifications]
+        return keys, notifications[-1].id if notifications else after
+
+    def open_effects(self) -> list[Effect]:
+        """Every effect still dispatched or of unknown outcome, oldest first."""
+        found: list[Effect] = []
+        position = 0
+        while True:
+            keys, position_after = self.effect_keys(after=position)
+            for key in keys:
+                effect = self.get_effect(key)
+                if effect is not None and effect.is_open:
+                    found.append(effect)
+            if position_after == position or not keys:
+                return found
+            position = position_after
 
     def exists(self, invocation_id: str) -> bool:
         """True when an invocation with this id was started."""

@@ -150,7 +150,7 @@ def _arguments_model(name: str, fn: Callable[..., Any]) -> type[BaseModel]:
 def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
     import typing  # noqa: PLC0415 - only needed when a tool is defined
 
-    return typing.get_type_hints(fn)
+    return typing.get_type_hints(fn, include_extras=True)
 
 
 @overload

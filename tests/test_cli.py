@@ -190,3 +190,9 @@ def test_history_of_an_unknown_id_is_a_usage_error(project: Path) -> None:
     result = cli("history", "nobody", cwd=project)
     assert result.returncode == 2
     assert "nobody" in result.stderr
+
+
+def test_run_on_the_in_memory_store_works_from_the_cli(project: Path) -> None:
+    result = cli("run", "agents:answering", "--goal", "g", "--db", "memory://", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "completed"

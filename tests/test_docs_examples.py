@@ -231,3 +231,11 @@ def test_python_in_the_docs_is_quoted_verbatim_from_an_example(page: Path) -> No
     sources = [path.read_text() for path in EXAMPLES.glob("*.py")]
     for block in _python_blocks(page.read_text()):
         assert any(block in source for source in sources), f"not from docs/examples:\n{block}"
+
+
+@pytest.mark.parametrize("page", _doc_pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_in_the_docs_point_to_existing_files(page: Path) -> None:
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text())
+    local = [target for target in targets if "://" not in target]
+    missing = [target for target in local if not (page.parent / target).exists()]
+    assert not missing, f"{page.name} links to missing files: {missing}"

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 import trio
 import trio.testing
+from pydantic import Field
 
 from aggregates.invocation import (
     BatchDispatched,
@@ -428,3 +429,18 @@ def test_budget_takes_its_limits_positionally_as_in_the_seed() -> None:
 def test_budget_refuses_limits_out_of_range(limits: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="validation error"):
         Budget(**limits)
+
+
+async def test_annotated_constraints_are_in_the_schema_and_enforced_before_the_call() -> None:
+    counter = Counter()
+
+    @tool
+    async def take(n: Annotated[int, Field(ge=1)]) -> int:
+        """Take a positive number."""
+        counter.executions += 1
+        return n
+
+    assert take.schema["properties"]["n"]["minimum"] == 1
+    outcome, _ = await run(Agent("a", ScriptedModel([calls(("c1", "take", {"n": 0}))]), [take]))
+    assert outcome.reason is TerminalReason.INVALID_DECISION
+    assert counter.executions == 0
