@@ -8,6 +8,7 @@ from aggregates.decisions import CannotContinue as CannotContinue
 from aggregates.decisions import Clarification as Clarification
 from aggregates.decisions import Decision as Decision
 from aggregates.decisions import Effect as Effect
+from aggregates.decisions import EffectStatus as EffectStatus
 from aggregates.decisions import ErrorClass as ErrorClass
 from aggregates.decisions import ErrorInfo as ErrorInfo
 from aggregates.decisions import Final as Final
@@ -34,8 +35,12 @@ from loop_actors._model import Model as Model
 from loop_actors._model import ScriptedModel as ScriptedModel
 from loop_actors._outcome import Outcome as Outcome
 from loop_actors._runtime import Agent as Agent
+from loop_actors._runtime import CatalogueChangedError as CatalogueChangedError
+from loop_actors._runtime import ReconcileReport as ReconcileReport
 from loop_actors._runtime import Runtime as Runtime
+from loop_actors._tools import Reconciled as Reconciled
 from loop_actors._tools import Tool as Tool
+from loop_actors._tools import ToolContext as ToolContext
 from loop_actors._tools import tool as tool
 
 __all__ = [
@@ -43,9 +48,11 @@ __all__ = [
     "AgentLoadError",
     "Budget",
     "CannotContinue",
+    "CatalogueChangedError",
     "Clarification",
     "Decision",
     "Effect",
+    "EffectStatus",
     "ErrorClass",
     "ErrorInfo",
     "Final",
@@ -56,6 +63,8 @@ __all__ = [
     "ModelReply",
     "ModelRequest",
     "Outcome",
+    "ReconcileReport",
+    "Reconciled",
     "RejectionClass",
     "RequestApproval",
     "Runtime",
@@ -67,6 +76,7 @@ __all__ = [
     "Tool",
     "ToolCall",
     "ToolCalls",
+    "ToolContext",
     "ToolDefinitionError",
     "ToolError",
     "ToolResult",

@@ -60,6 +60,27 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
     db_option(run)
 
+    resume = commands.add_parser(
+        "resume", help="continue an invocation from its committed events (after a crash or pause)"
+    )
+    resume.add_argument("invocation_id", metavar="ID")
+    resume.add_argument("--agent", required=True, metavar="MODULE:ATTR", help="the agent it runs")
+    resume.add_argument(
+        "--allow-catalogue-change",
+        action="store_true",
+        help="resume even if a tool was removed or changed its schema since the start",
+    )
+    resume.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
+    db_option(resume)
+
+    reconcile = commands.add_parser(
+        "reconcile",
+        help="settle open effects with their services; resume invocations paused for it",
+    )
+    reconcile.add_argument("--agent", required=True, metavar="MODULE:ATTR")
+    reconcile.add_argument("--json", action="store_true", help="print a JSON report")
+    db_option(reconcile)
+
     history = commands.add_parser("history", help="print an invocation's committed events")
     history.add_argument("invocation_id", metavar="ID")
     history.add_argument("--json", action="store_true", help="one JSON object a line")
@@ -168,6 +189,33 @@ async def _demo(runtime: Runtime) -> int:
     return outcome.exit_code
 
 
+async def _resume(runtime: Runtime, agent: Agent, args: argparse.Namespace) -> int:
+    async with runtime:
+        outcome = await runtime.resume(
+            args.invocation_id, agent, allow_catalogue_change=args.allow_catalogue_change
+        )
+        events = await runtime.history(outcome.invocation_id)
+    if args.json:
+        print(_outcome_json(outcome))
+    else:
+        print("\n".join(_outcome_lines(outcome, len(events))))
+    return outcome.exit_code
+
+
+async def _reconcile(runtime: Runtime, agent: Agent, args: argparse.Namespace) -> int:
+    report = await runtime.reconcile(agent)
+    if args.json:
+        print(report.model_dump_json())
+    else:
+        for outcome in report.resumed:
+            print(f"resumed {outcome.invocation_id}: {outcome.reason.value}")
+        for invocation_id in report.left_running:
+            print(f"left alone {invocation_id}: not paused (it may be running); resume it")
+        print(f"effects settled={report.effects_settled} open={report.effects_open}")
+    waiting = report.effects_open > 0 or any(o.paused for o in report.resumed)
+    return 3 if waiting else 0
+
+
 def _history(args: argparse.Namespace) -> int:
     store = EventStore(resolve_db_url(args.db), create=False)
     try:
@@ -177,6 +225,13 @@ def _history(args: argparse.Namespace) -> int:
     for event in events:
         print(json.dumps(event_record(event)) if args.json else _event_line(event))
     return 0
+
+
+def _open_existing(db: str | None) -> Runtime:
+    """A runtime on a database that must already exist (resume and reconcile create nothing)."""
+    url = resolve_db_url(db)
+    EventStore(url, create=False).close()
+    return Runtime(url)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -192,6 +247,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 agent = load_agent(args.agent)  # before the database: a bad agent writes nothing
                 runtime = Runtime(args.db)
                 return trio.run(_run_agent, runtime, agent, args)
+            case "resume":
+                agent = load_agent(args.agent)
+                return trio.run(_resume, _open_existing(args.db), agent, args)
+            case "reconcile":
+                agent = load_agent(args.agent)
+                return trio.run(_reconcile, _open_existing(args.db), agent, args)
             case "history":
                 return _history(args)
             case _:  # argparse only accepts the commands above

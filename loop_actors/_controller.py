@@ -9,9 +9,12 @@ next stage starts.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
+from functools import partial
 from typing import Any, assert_never
 
 import trio
@@ -22,6 +25,7 @@ from aggregates.decisions import (
     CannotContinue,
     Clarification,
     Decision,
+    EffectStatus,
     ErrorClass,
     ErrorInfo,
     Final,
@@ -34,7 +38,12 @@ from aggregates.decisions import (
     Usage,
     parse_decision,
 )
+from aggregates.decisions import Effect as EffectKind
+from aggregates.effect import Effect, Resolution
+from aggregates.events import DomainEvent
 from aggregates.invocation import DispatchedCall, Invocation, Phase
+from loop_actors._errors import LoopActorsError
+from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._journal import commit_events
 from loop_actors._messages import (
     BatchExecuted,
@@ -45,16 +54,21 @@ from loop_actors._messages import (
     Committed,
     Decide,
     Decided,
+    EffectAnswered,
     ExecuteBatch,
     Interruption,
     ModelFailed,
     ModelOutcome,
     ModelRequest,
     ModelTimedOut,
+    ReconcileEffect,
+    ReconcileOutcome,
+    ServiceUnreachable,
     ToolSchema,
 )
 from loop_actors._model import Model, run_model_actor
 from loop_actors._outcome import Outcome
+from loop_actors._reconciler import run_effect_reconciler
 from loop_actors._store import EventStore
 from loop_actors._tools import Toolbox, run_tool_actor
 
@@ -90,6 +104,9 @@ class Controller:
         self.cancel_requested = False
         self._wait_scope: trio.CancelScope | None = None
         self._committed_totals = (invocation.step, invocation.tool_calls)
+        self._nursery: trio.Nursery | None = None
+        self._reconciler_send: trio.MemorySendChannel[ReconcileEffect] | None = None
+        self._reconciler_replies: trio.MemoryReceiveChannel[ReconcileOutcome]
         self._commit_send, self._commit_recv = trio.open_memory_channel[CommitOutcome](1)
         self._tool_schemas = [
             ToolSchema(name=t.name, description=t.description, parameters=t.schema)
@@ -119,6 +136,7 @@ class Controller:
         tool_outbox, self._tool_replies = trio.open_memory_channel[BatchExecuted](1)
         self._model_send, self._tool_send = model_send, tool_send
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             await nursery.start(
                 lambda task_status: run_model_actor(
                     model_inbox, model_outbox, model=self.model, task_status=task_status
@@ -130,6 +148,10 @@ class Controller:
                 )
             )
             try:
+                if self.invocation.pending_batch is not None:
+                    stopped = await self._resume_batch()
+                    if stopped is not None:
+                        return stopped
                 return await self._loop()
             except trio.Cancelled:
                 with trio.move_on_after(CLEANUP_S, shield=True):
@@ -138,6 +160,8 @@ class Controller:
             finally:
                 model_send.close()
                 tool_send.close()
+                if self._reconciler_send is not None:
+                    self._reconciler_send.close()
                 nursery.cancel_scope.cancel()  # nothing of this invocation outlives it
 
     # ----------------------------------------------------------------- the loop
@@ -224,35 +248,164 @@ class Controller:
         if trio.current_time() >= self.deadline:
             return await self._end(TerminalReason.DEADLINE_EXCEEDED)
 
-        dispatched = [
-            DispatchedCall(
-                call_id=call.id,
-                name=call.name,
-                arguments=arguments[call.id],
-                effect=self.toolbox.tools[call.name].effect,
+        dispatched: list[DispatchedCall] = []
+        effects: dict[str, Effect] = {}
+        for call in calls:
+            tool_effect = self.toolbox.tools[call.name].effect
+            key = None
+            if tool_effect is EffectKind.WRITE:
+                effect = Effect.prepare(
+                    invocation_id=inv.id,
+                    step=inv.step,
+                    call_id=call.id,
+                    tool=call.name,
+                    arguments_digest=_digest(arguments[call.id]),
+                    at=self.now(),
+                )
+                effect.dispatch(at=self.now())
+                effects[call.id] = effect
+                key = effect.key
+            dispatched.append(
+                DispatchedCall(
+                    call_id=call.id,
+                    name=call.name,
+                    arguments=arguments[call.id],
+                    effect=tool_effect,
+                    effect_key=key,
+                )
             )
-            for call in calls
-        ]
         inv.dispatch(dispatched, self.toolbox.plan(dispatched), at=self.now())
-        failed = await self._commit_or_fail()
+        # One transaction: the batch and the ledger entries of its writes.
+        failed = await self._commit_or_fail(*effects.values())
         if failed is not None:
             return failed
+        fault_point(CrashPoint.AFTER_DISPATCH_COMMIT)
+        return await self._settle_batch(effects, {}, dispatched)
 
-        executed = await self._execute()
-        inv.commit_results(executed.results, at=self.now())
-        match executed.interruption:
-            case Interruption.NONE:
-                return await self._commit_or_fail()
-            case Interruption.DEADLINE:
-                return await self._end(
-                    TerminalReason.DEADLINE_EXCEEDED, detail="the deadline passed while tools ran"
+    # ----------------------------------------------------------------- batches
+
+    async def _resume_batch(self) -> Outcome | None:
+        """Finish a batch that was dispatched but has no committed results (DESIGN.md, Resume).
+
+        Reads run again. Each write is looked up in the effect ledger: a known
+        outcome is used as it is; an open one is reconciled with its service.
+        """
+        batch = self.invocation.pending_batch
+        assert batch is not None
+        keys = {call.call_id: call.effect_key for call in batch.calls if call.effect_key}
+        loaded = await trio.to_thread.run_sync(
+            lambda: {call_id: self.store.get_effect(key) for call_id, key in keys.items()}
+        )
+        effects: dict[str, Effect] = {}
+        results: dict[str, ToolResult] = {}
+        runnable: list[DispatchedCall] = []
+        for call in batch.calls:
+            if call.effect_key is None:
+                runnable.append(call)
+                continue
+            effect = loaded[call.call_id]
+            if effect is None:  # cannot happen: the ledger entry is saved with the batch
+                raise LoopActorsError(f"effect {call.effect_key} of call {call.call_id} is missing")
+            effects[call.call_id] = effect
+            known = _known_result(call, effect)
+            if known is not None:
+                results[call.call_id] = known
+        return await self._settle_batch(effects, results, runnable)
+
+    async def _settle_batch(
+        self,
+        effects: dict[str, Effect],
+        results: dict[str, ToolResult],
+        runnable: list[DispatchedCall],
+    ) -> Outcome | None:
+        """Run what must run, reconcile what is unknown, then commit one result per call.
+
+        Returns an outcome when the invocation stops (interrupted, paused for
+        reconciliation, or the store failed); None when the loop goes on.
+        """
+        inv = self.invocation
+        batch = inv.pending_batch
+        assert batch is not None
+        by_id = {call.call_id: call for call in batch.calls}
+        for _ in range(MAX_DISPATCH_ROUNDS):
+            if runnable:
+                executed = await self._execute(runnable, effects)
+                for result in executed.results:
+                    results[result.call_id] = result
+                    if result.effect_key is not None:
+                        _record_outcome(effects[result.call_id], result, at=self.now())
+                if executed.interruption is not Interruption.NONE:
+                    inv.commit_results([results[c.call_id] for c in batch.calls], at=self.now())
+                    if executed.interruption is Interruption.DEADLINE:
+                        reason = TerminalReason.DEADLINE_EXCEEDED
+                        detail = "the deadline passed while tools ran"
+                    else:
+                        reason, detail = (
+                            TerminalReason.CANCELLED,
+                            "cancel requested while tools ran",
+                        )
+                    return await self._end(reason, detail=detail, effects=effects.values())
+            runnable = []
+            unreachable: list[str] = []
+            for call_id, effect in effects.items():
+                if not effect.is_open:
+                    continue
+                answer = await self._reconcile(effect)
+                match answer:
+                    case ServiceUnreachable(error=error):
+                        unreachable.append(f"{effect.key} ({effect.tool}): {error}")
+                    case EffectAnswered():
+                        answered = _apply_answer(by_id[call_id], effect, answer, at=self.now())
+                        if answered is not None:
+                            results[call_id] = answered
+                    case _:
+                        assert_never(answer)
+            if unreachable:
+                inv.pause(
+                    TerminalReason.RECONCILIATION_REQUIRED,
+                    question="the outcome of a write is unknown and its service cannot be "
+                    "asked: " + "; ".join(unreachable),
+                    at=self.now(),
                 )
-            case Interruption.CANCELLED:
-                return await self._end(
-                    TerminalReason.CANCELLED, detail="cancel requested while tools ran"
-                )
-            case _:
-                assert_never(executed.interruption)
+                failed = await self._commit_or_fail(*effects.values())
+                return failed if failed is not None else Outcome.of(inv)
+            for call_id, effect in effects.items():
+                if effect.status is EffectStatus.PREPARED:
+                    # The service never saw the key: dispatch again, with the same key.
+                    effect.dispatch(at=self.now())
+                    runnable.append(by_id[call_id])
+            if not runnable:
+                break
+            failed = await self._commit_or_fail(*effects.values())
+            if failed is not None:
+                return failed
+        else:
+            inv.pause(
+                TerminalReason.RECONCILIATION_REQUIRED,
+                question=f"a write was dispatched {MAX_DISPATCH_ROUNDS} times and its service "
+                "still does not know its key",
+                at=self.now(),
+            )
+            failed = await self._commit_or_fail(*effects.values())
+            return failed if failed is not None else Outcome.of(inv)
+        inv.commit_results([results[c.call_id] for c in batch.calls], at=self.now())
+        failed = await self._commit_or_fail(*effects.values())
+        if failed is None:
+            fault_point(CrashPoint.AFTER_RESULTS_COMMIT)
+        return failed
+
+    async def _reconcile(self, effect: Effect) -> ReconcileOutcome:
+        """Ask the EffectReconciler about one effect (started on first use)."""
+        if self._reconciler_send is None:
+            send, inbox = trio.open_memory_channel[ReconcileEffect](0)
+            outbox, self._reconciler_replies = trio.open_memory_channel[ReconcileOutcome](1)
+            assert self._nursery is not None
+            await self._nursery.start(
+                partial(run_effect_reconciler, inbox, outbox, toolbox=self.toolbox)
+            )
+            self._reconciler_send = send
+        await self._reconciler_send.send(ReconcileEffect(effect_key=effect.key, tool=effect.tool))
+        return await self._reconciler_replies.receive()
 
     # ----------------------------------------------------------------- stages
 
@@ -338,13 +491,22 @@ class Controller:
             )
         return decision, arguments
 
-    async def _execute(self) -> BatchExecuted:
-        """Run the dispatched batch through the ToolActor; honour cancel requests."""
+    async def _execute(
+        self, calls: list[DispatchedCall], effects: dict[str, Effect]
+    ) -> BatchExecuted:
+        """Run calls of the dispatched batch through the ToolActor; honour cancel requests."""
         batch = self.invocation.pending_batch
         assert batch is not None
         deadline = None if math.isinf(self.deadline) else self.deadline
         await self._tool_send.send(
-            ExecuteBatch(step=batch.step, calls=batch.calls, plan=batch.plan, deadline=deadline)
+            ExecuteBatch(
+                invocation_id=self.invocation.id,
+                step=batch.step,
+                calls=calls,
+                plan=self.toolbox.plan(calls),
+                deadline=deadline,
+                attempts={call_id: effect.attempt for call_id, effect in effects.items()},
+            )
         )
         with trio.CancelScope() as scope:
             self._wait_scope = scope
@@ -359,25 +521,37 @@ class Controller:
         await self._tool_send.send(CancelBatch())
         with trio.move_on_after(CANCEL_GRACE_S):
             return await self._tool_replies.receive()
-        return _all_cancelled(batch.calls)
+        return _all_cancelled(calls)
 
     # ----------------------------------------------------------------- commits
 
     async def _end(
-        self, reason: TerminalReason, *, answer: str | None = None, detail: str | None = None
+        self,
+        reason: TerminalReason,
+        *,
+        answer: str | None = None,
+        detail: str | None = None,
+        effects: Iterable[Effect] = (),
     ) -> Outcome:
+        if reason is TerminalReason.COMPLETED:
+            fault_point(CrashPoint.BEFORE_FINAL_COMMIT)
         self.invocation.terminate(reason, answer=answer, detail=detail, at=self.now())
-        failed = await self._commit_or_fail()
+        failed = await self._commit_or_fail(*effects)
         return failed if failed is not None else Outcome.of(self.invocation)
 
-    async def _commit(self) -> CommitOutcome:
-        return await commit_events(
-            self.journal, self.invocation.take_events(), self._commit_send, self._commit_recv
-        )
+    async def _commit(self, *effects: Effect) -> CommitOutcome:
+        events: list[DomainEvent] = list(self.invocation.take_events())
+        for effect in effects:
+            events.extend(effect.take_events())
+        return await commit_events(self.journal, events, self._commit_send, self._commit_recv)
 
-    async def _commit_or_fail(self) -> Outcome | None:
-        """Commit pending events; on failure, stop with ``checkpoint_failed``."""
-        outcome = await self._commit()
+    async def _commit_or_fail(self, *effects: Effect) -> Outcome | None:
+        """Commit pending events (and the given effects'); on failure, stop.
+
+        A conflict means another worker appended to this invocation first:
+        ``lease_lost``. Any other failure is ``checkpoint_failed``.
+        """
+        outcome = await self._commit(*effects)
         match outcome:
             case Committed():
                 self._committed_totals = (self.invocation.step, self.invocation.tool_calls)
@@ -394,6 +568,10 @@ class Controller:
         model is not asked again.
         """
         detail = f"{failure.error_type}: {failure.message}"
+        reason = TerminalReason.CHECKPOINT_FAILED
+        if failure.conflict:
+            reason = TerminalReason.LEASE_LOST
+            detail = f"another worker appended to this invocation first ({detail})"
         steps, tool_calls = self._committed_totals
         try:
             reloaded = await trio.to_thread.run_sync(self.store.get, self.invocation.id)
@@ -402,6 +580,7 @@ class Controller:
         if reloaded is not None:
             self.invocation = reloaded
             steps, tool_calls = reloaded.step, reloaded.tool_calls
+            # Nothing is recorded after a conflict: the invocation belongs to the other worker.
             if not failure.conflict and reloaded.phase not in (
                 Phase.TERMINATED,
                 Phase.PAUSED,
@@ -411,7 +590,7 @@ class Controller:
                 await self._commit()  # best effort: the outcome is returned either way
         return Outcome(
             invocation_id=self.invocation.id,
-            reason=TerminalReason.CHECKPOINT_FAILED,
+            reason=reason,
             answer=None,
             steps=steps,
             tool_calls=tool_calls,
@@ -428,6 +607,8 @@ class Controller:
             return
         self.invocation = inv
         if inv.phase is Phase.DISPATCHED and inv.pending_batch is not None:
+            # Writes among them stay open in the ledger (dispatched): the reconciler's
+            # backlog, since nobody knows whether they reached their service.
             inv.commit_results(_all_cancelled(inv.pending_batch.calls).results, at=self.now())
         if inv.phase in (Phase.TERMINATED, Phase.PAUSED):
             return
@@ -441,10 +622,14 @@ def _all_cancelled(calls: list[DispatchedCall]) -> BatchExecuted:
             call_id=call.call_id,
             name=call.name,
             error=ErrorInfo(
-                error_class=ErrorClass.CANCELLED,
+                error_class=(
+                    ErrorClass.OUTCOME_UNKNOWN if call.effect_key else ErrorClass.CANCELLED
+                ),
                 retryable=False,
                 message="the invocation was cancelled before this call reported",
             ),
+            effect_key=call.effect_key,
+            effect_status=EffectStatus.OUTCOME_UNKNOWN if call.effect_key else None,
         )
         for call in calls
     ]
@@ -459,3 +644,82 @@ def _jsonable(proposal: object) -> Any:
         return to_jsonable_python(proposal)
     except Exception:
         return repr(proposal)
+
+
+MAX_DISPATCH_ROUNDS = 3
+"""How many times one batch may dispatch a write whose service keeps answering "not found"."""
+
+
+def _digest(arguments: dict[str, Any]) -> str:
+    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _write_result(
+    call: DispatchedCall,
+    status: EffectStatus,
+    *,
+    receipt: Any = None,
+    rejected: str | None = None,
+) -> ToolResult:
+    error = None
+    if rejected is not None:
+        error = ErrorInfo(error_class=ErrorClass.REJECTED, retryable=False, message=rejected)
+    return ToolResult(
+        call_id=call.call_id,
+        name=call.name,
+        output=receipt if error is None else None,
+        error=error,
+        effect_key=call.effect_key,
+        effect_status=status,
+    )
+
+
+def _known_result(call: DispatchedCall, effect: Effect) -> ToolResult | None:
+    """The result the ledger already knows for a write, or None if it must still be settled."""
+    match effect.status:
+        case EffectStatus.COMMITTED:
+            return _write_result(call, effect.status, receipt=effect.receipt)
+        case EffectStatus.REJECTED:
+            return _write_result(call, effect.status, rejected=effect.reason or "rejected")
+        case EffectStatus.RECONCILED:
+            if effect.resolution is Resolution.COMMITTED:
+                return _write_result(call, effect.status, receipt=effect.receipt)
+            return _write_result(call, effect.status, rejected=effect.reason or "rejected")
+        case EffectStatus.PREPARED | EffectStatus.DISPATCHED | EffectStatus.OUTCOME_UNKNOWN:
+            return None
+        case _:
+            assert_never(effect.status)
+
+
+def _record_outcome(effect: Effect, result: ToolResult, *, at: datetime) -> None:
+    """Put what the ToolActor saw of a write into its ledger entry."""
+    message = result.error.message if result.error is not None else ""
+    match result.effect_status:
+        case EffectStatus.COMMITTED:
+            effect.commit(result.output, at=at)
+        case EffectStatus.REJECTED:
+            effect.reject(message, at=at)
+        case EffectStatus.OUTCOME_UNKNOWN:
+            effect.mark_unknown(message, at=at)
+        case _:
+            raise LoopActorsError(f"a write ended without an effect status: {result}")
+
+
+def _apply_answer(
+    call: DispatchedCall, effect: Effect, answer: EffectAnswered, *, at: datetime
+) -> ToolResult | None:
+    """Record a service's answer; return the call's result, or None to dispatch it again."""
+    resolution = Resolution(answer.status)
+    effect.reconcile(resolution, receipt=answer.receipt, reason=answer.reason, at=at)
+    match resolution:
+        case Resolution.COMMITTED:
+            return _write_result(call, EffectStatus.RECONCILED, receipt=answer.receipt)
+        case Resolution.REJECTED:
+            return _write_result(
+                call, EffectStatus.RECONCILED, rejected=answer.reason or "rejected by the service"
+            )
+        case Resolution.NOT_FOUND:
+            return None
+        case _:
+            assert_never(resolution)

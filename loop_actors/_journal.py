@@ -13,7 +13,7 @@ import outcome
 import trio
 from eventsourcing.persistence import IntegrityError
 
-from aggregates.invocation import InvocationEvent
+from aggregates.events import DomainEvent
 from loop_actors._messages import Commit, CommitFailed, CommitOutcome, Committed
 from loop_actors._store import EventStore
 
@@ -21,7 +21,7 @@ MAX_GROUP = 512
 """The most commits put into one transaction."""
 
 
-def _commit_one(store: EventStore, events: Sequence[InvocationEvent]) -> CommitOutcome:
+def _commit_one(store: EventStore, events: Sequence[DomainEvent]) -> CommitOutcome:
     try:
         position = store.append(events)
     except IntegrityError as error:
@@ -51,7 +51,7 @@ T = TypeVar("T")
 
 async def commit_events(
     journal: trio.MemorySendChannel[Commit],
-    events: Sequence[InvocationEvent],
+    events: Sequence[DomainEvent],
     reply: trio.MemorySendChannel[CommitOutcome],
     replies: trio.MemoryReceiveChannel[CommitOutcome],
 ) -> CommitOutcome:

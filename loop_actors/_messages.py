@@ -9,7 +9,8 @@ import trio
 from pydantic import BaseModel, ConfigDict
 
 from aggregates.decisions import ToolResult, Usage
-from aggregates.invocation import DispatchedCall, InvocationEvent, Turn
+from aggregates.events import DomainEvent
+from aggregates.invocation import DispatchedCall, Turn
 
 
 class Message(BaseModel):
@@ -104,10 +105,13 @@ class ExecuteBatch(Message):
     """Run a dispatched batch following its plan."""
 
     kind: Literal["execute_batch"] = "execute_batch"
+    invocation_id: str
     step: int
     calls: list[DispatchedCall]
     plan: list[list[str]]
     deadline: float | None
+    attempts: dict[str, int] = {}
+    """Attempt number per write call id (1 when absent)."""
 
 
 class CancelBatch(Message):
@@ -132,7 +136,7 @@ class Commit(Message):
     """Append these events atomically."""
 
     kind: Literal["commit"] = "commit"
-    events: tuple[InvocationEvent, ...]
+    events: tuple[DomainEvent, ...]
     reply: trio.MemorySendChannel[Committed | CommitFailed]
     """Where to answer."""
 
@@ -155,3 +159,35 @@ class CommitFailed(Message):
 
 
 CommitOutcome = Committed | CommitFailed
+
+
+# --------------------------------------------------------------------------- reconciler
+
+
+class ReconcileEffect(Message):
+    """Ask the owning service of a write what became of an effect key."""
+
+    kind: Literal["reconcile_effect"] = "reconcile_effect"
+    effect_key: str
+    tool: str
+
+
+class EffectAnswered(Message):
+    """The service answered."""
+
+    kind: Literal["effect_answered"] = "effect_answered"
+    effect_key: str
+    status: Literal["committed", "rejected", "not_found"]
+    receipt: Any = None
+    reason: str | None = None
+
+
+class ServiceUnreachable(Message):
+    """The service could not be asked (``reconcile`` raised or timed out)."""
+
+    kind: Literal["service_unreachable"] = "service_unreachable"
+    effect_key: str
+    error: str
+
+
+ReconcileOutcome = EffectAnswered | ServiceUnreachable

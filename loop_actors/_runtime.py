@@ -13,16 +13,64 @@ from uuid import uuid4
 
 import trio
 
-from aggregates.decisions import Budget
-from aggregates.invocation import Invocation, InvocationEvent
+from aggregates.decisions import Budget, Frozen
+from aggregates.effect import Effect, Resolution
+from aggregates.events import DomainEvent
+from aggregates.invocation import Invocation, InvocationEvent, Phase, ToolSpec
 from loop_actors._controller import Controller
 from loop_actors._errors import InvocationExistsError, StoreUnavailableError, UsageError
+from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._journal import commit_events, run_journal
-from loop_actors._messages import Commit, CommitFailed, CommitOutcome
+from loop_actors._messages import (
+    Commit,
+    CommitFailed,
+    CommitOutcome,
+    Committed,
+    EffectAnswered,
+    ReconcileEffect,
+)
 from loop_actors._model import Model
 from loop_actors._outcome import Outcome
+from loop_actors._reconciler import reconcile_effect
 from loop_actors._store import EventStore, StoreUrl, resolve_db_url
 from loop_actors._tools import DEFAULT_TOOL_TIMEOUT_S, Tool, Toolbox
+
+
+class ReconcileReport(Frozen):
+    """What a sweep of the effect ledger did."""
+
+    resumed: list[Outcome]
+    """Invocations that were paused for reconciliation and were resumed, with their outcomes."""
+    effects_settled: int
+    effects_open: int
+    """Effects still open after the sweep (all agents)."""
+    left_running: list[str]
+    """Invocations with open effects that may still be running; resume them to settle."""
+
+
+class CatalogueChangedError(UsageError):
+    """Raised when resuming with tools that changed incompatibly (removed, or new schema)."""
+
+
+def check_catalogue(recorded: Sequence[ToolSpec], toolbox: Toolbox) -> None:
+    """Refuse a tool catalogue that lost a recorded tool or changed its schema or effect.
+
+    Raises:
+        CatalogueChangedError: naming each incompatible change.
+    """
+    problems = []
+    for spec in recorded:
+        current = toolbox.tools.get(spec.name)
+        if current is None:
+            problems.append(f"tool {spec.name!r} was removed")
+        elif current.schema_digest != spec.schema_digest:
+            problems.append(f"tool {spec.name!r} changed its schema or effect")
+    if problems:
+        raise CatalogueChangedError(
+            "the tool catalogue changed since the invocation started: "
+            + "; ".join(problems)
+            + " (allow_catalogue_change / --allow-catalogue-change resumes anyway)"
+        )
 
 
 class Agent:
@@ -199,9 +247,148 @@ class Runtime:
         if isinstance(created, CommitFailed):
             return await self._existing_outcome(store, invocation, created)
 
+        fault_point(CrashPoint.AFTER_START_COMMIT)
+        return await self._drive(invocation, agent, store, journal)
+
+    async def resume(
+        self,
+        invocation_id: str,
+        agent: Agent,
+        *,
+        allow_catalogue_change: bool = False,
+    ) -> Outcome:
+        """Continue an invocation from its committed events, after a crash or a pause.
+
+        What happens depends on what was last committed (DESIGN.md, Resume):
+        after ``InvocationStarted`` or ``ResultsCommitted`` the model is asked
+        again; after ``BatchDispatched`` without results the reads run again and
+        each write is settled through the effect ledger and its service
+        (committed: its receipt; rejected: an error; not found: dispatched again
+        with the same effect key; unreachable: paused ``reconciliation_required``);
+        a terminated invocation returns its outcome and nothing runs; one paused
+        for approval or clarification returns its pause.
+
+        Raises:
+            InvocationNotFoundError: no such invocation.
+            UsageError: ``agent`` is not the agent that started it.
+            CatalogueChangedError: a tool it used was removed or its schema changed,
+                unless ``allow_catalogue_change``.
+
+        Cancellation: as :meth:`run`.
+        """
+        if not isinstance(agent, Agent):
+            raise UsageError(f"resume() needs an Agent, got {type(agent).__name__}")
+        if self._exit_stack is None:
+            async with self:
+                return await self.resume(
+                    invocation_id, agent, allow_catalogue_change=allow_catalogue_change
+                )
+        store, journal = self._store, self._journal
+        assert store is not None
+        assert journal is not None
+        invocation = await trio.to_thread.run_sync(store.get, invocation_id)
+        if invocation.agent_name != agent.name:
+            raise UsageError(
+                f"invocation {invocation_id} was started by agent {invocation.agent_name!r}, "
+                f"not {agent.name!r}"
+            )
+        if invocation.phase is Phase.TERMINATED:
+            return Outcome.of(invocation)
+        if invocation.phase is Phase.PAUSED and not invocation.paused_for_reconciliation:
+            return Outcome.of(invocation)
+        if not allow_catalogue_change:
+            check_catalogue(invocation.tools, agent.toolbox)
+        return await self._drive(invocation, agent, store, journal)
+
+    def resume_sync(
+        self, invocation_id: str, agent: Agent, *, allow_catalogue_change: bool = False
+    ) -> Outcome:
+        """Blocking :meth:`resume` for scripts (starts its own trio event loop)."""
+        return trio.run(
+            partial(
+                self.resume, invocation_id, agent, allow_catalogue_change=allow_catalogue_change
+            )
+        )
+
+    async def reconcile(self, agent: Agent) -> ReconcileReport:
+        """Sweep the effect ledger: settle the open effects of ``agent``'s invocations.
+
+        Invocations paused with ``reconciliation_required`` are resumed (their
+        effects are reconciled, then the loop continues). Open effects of
+        invocations that already ended are reconciled and recorded. Effects of an
+        invocation that may still be running elsewhere (dispatched, not paused)
+        are left alone: resume that invocation to settle them.
+
+        Cancellation: as :meth:`resume`, for the invocation being resumed.
+        """
+        if self._exit_stack is None:
+            async with self:
+                return await self.reconcile(agent)
+        store, journal = self._store, self._journal
+        assert store is not None
+        assert journal is not None
+        open_effects = await trio.to_thread.run_sync(store.open_effects)
+        by_invocation: dict[str, list[Effect]] = {}
+        for effect in open_effects:
+            by_invocation.setdefault(effect.invocation_id, []).append(effect)
+        outcomes: list[Outcome] = []
+        settled = 0
+        left_alone: list[str] = []
+        for invocation_id, effects in by_invocation.items():
+            invocation = await trio.to_thread.run_sync(store.get, invocation_id)
+            if invocation.agent_name != agent.name:
+                continue
+            if invocation.paused_for_reconciliation:
+                outcome = await self._drive(invocation, agent, store, journal)
+                outcomes.append(outcome)
+                if not outcome.paused:
+                    settled += len(effects)
+            elif invocation.phase is Phase.TERMINATED:
+                settled += await self._settle_ended(effects, agent, journal)
+            else:
+                left_alone.append(invocation_id)
+        still_open = await trio.to_thread.run_sync(store.open_effects)
+        return ReconcileReport(
+            resumed=outcomes,
+            effects_settled=settled,
+            effects_open=len(still_open),
+            left_running=left_alone,
+        )
+
+    async def _settle_ended(
+        self, effects: list[Effect], agent: Agent, journal: trio.MemorySendChannel[Commit]
+    ) -> int:
+        settled = 0
+        for effect in effects:
+            answer = await reconcile_effect(
+                agent.toolbox, ReconcileEffect(effect_key=effect.key, tool=effect.tool)
+            )
+            if not isinstance(answer, EffectAnswered):
+                continue
+            effect.reconcile(
+                Resolution(answer.status),
+                receipt=answer.receipt,
+                reason=answer.reason,
+                at=self._now(),
+            )
+            outcome = await self._append(journal, effect.take_events())
+            if isinstance(outcome, Committed):
+                settled += 1
+        return settled
+
+    async def _drive(
+        self,
+        invocation: Invocation,
+        agent: Agent,
+        store: EventStore,
+        journal: trio.MemorySendChannel[Commit],
+    ) -> Outcome:
         deadline = math.inf
         if agent.budget.deadline_s is not None:
-            deadline = trio.current_time() + agent.budget.deadline_s
+            # The deadline counts from the invocation's start, across resumes.
+            started = invocation.started_at or self._now()
+            elapsed = max(0.0, (self._now() - started).total_seconds())
+            deadline = trio.current_time() + agent.budget.deadline_s - elapsed
         controller = Controller(
             invocation,
             model=agent.model,
@@ -211,6 +398,8 @@ class Runtime:
             now=self._now,
             deadline=deadline,
         )
+        if invocation.id in self._running:
+            raise InvocationExistsError(invocation.id, "is already running in this runtime")
         self._running[invocation.id] = controller
         try:
             return await controller.run()
@@ -274,7 +463,7 @@ class Runtime:
 
     @staticmethod
     async def _append(
-        journal: trio.MemorySendChannel[Commit], events: Sequence[InvocationEvent]
+        journal: trio.MemorySendChannel[Commit], events: Sequence[DomainEvent]
     ) -> CommitOutcome:
         reply_send, reply_recv = trio.open_memory_channel[CommitOutcome](1)
         return await commit_events(journal, events, reply_send, reply_recv)

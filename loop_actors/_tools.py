@@ -21,16 +21,48 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from aggregates.decisions import (
     Effect,
+    EffectStatus,
     ErrorClass,
     ErrorInfo,
+    Frozen,
     ToolCall,
     ToolResult,
 )
 from aggregates.invocation import DispatchedCall, ToolSpec
 from loop_actors._errors import ToolDefinitionError, ToolError
+from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._messages import BatchExecuted, CancelBatch, ExecuteBatch, Interruption
 
 DEFAULT_TOOL_TIMEOUT_S = 30.0
+
+
+class ToolContext(Frozen):
+    """What the runtime hands to a tool that declares a parameter annotated ``ToolContext``.
+
+    The parameter is left out of the schema the model sees. A write tool passes
+    ``effect_key`` to the owning service as its idempotency key: it is the same
+    on every attempt, after every restart, on every worker.
+    """
+
+    invocation_id: str
+    call_id: str
+    effect_key: str | None
+    """The effect key of a write (None for a read)."""
+    attempt: int
+    """1 for the first dispatch; higher when the service said "not found" and it runs again."""
+
+
+class Reconciled(Frozen):
+    """What a write tool's ``reconcile(effect_key)`` found out from the owning service."""
+
+    status: Literal["committed", "rejected", "not_found"]
+    receipt: Any = None
+    """For ``committed``: the service's receipt (becomes the call's output)."""
+    reason: str | None = None
+    """For ``rejected``: why the service refused."""
+
+
+ReconcileFunction = Callable[[str], "Reconciled | Any"]
 
 
 class Tool:
@@ -49,6 +81,8 @@ class Tool:
         effect: Effect | Literal["read", "write"] = Effect.READ,
         timeout_s: float | None = None,
         inline: bool = False,
+        reconcile: ReconcileFunction | None = None,
+        commutes: bool = False,
     ) -> None:
         """Wrap ``fn`` as a tool (see :func:`tool` for the parameters)."""
         if not callable(fn):
@@ -67,11 +101,17 @@ class Tool:
         if timeout_s is not None and not (timeout_s > 0 and math.isfinite(timeout_s)):
             raise ToolDefinitionError(f"tool {self.name}: timeout_s must be a positive number")
         self.timeout_s = timeout_s
+        if reconcile is not None and not callable(reconcile):
+            raise ToolDefinitionError(f"tool {self.name}: reconcile must be callable")
+        if reconcile is not None and self.effect is Effect.READ:
+            raise ToolDefinitionError(f"tool {self.name}: only a write tool is reconciled")
+        self.reconcile = reconcile
+        self.commutes = commutes
         self.is_async = inspect.iscoroutinefunction(fn)
         if inline and self.is_async:
             raise ToolDefinitionError(f"tool {self.name}: inline is for plain functions only")
         self.inline = inline
-        self.arguments_model = _arguments_model(self.name, fn)
+        self.arguments_model, self.context_parameter = _arguments_model(self.name, fn)
         self._fields = tuple(self.arguments_model.model_fields)
         self.schema: dict[str, Any] = self.arguments_model.model_json_schema()
         canonical = json.dumps(
@@ -101,8 +141,8 @@ class Tool:
         """
         return self.arguments_model.model_validate(arguments)
 
-    async def invoke(self, arguments: dict[str, Any]) -> Any:
-        """Validate the arguments and run the function.
+    async def invoke(self, arguments: dict[str, Any], context: ToolContext | None = None) -> Any:
+        """Validate the arguments and run the function (with its context, if it takes one).
 
         Cancellation: a checkpoint. A plain function runs in a worker thread that
         is abandoned on cancellation (it may finish in the background); an async
@@ -110,6 +150,10 @@ class Tool:
         """
         validated = self.validate(arguments)
         kwargs = {field: getattr(validated, field) for field in self._fields}
+        if self.context_parameter is not None:
+            if context is None:
+                raise ToolDefinitionError(f"tool {self.name} needs a ToolContext to run")
+            kwargs[self.context_parameter] = context
         if self.is_async:
             return await self.fn(**kwargs)
         if self.inline:
@@ -120,14 +164,41 @@ class Tool:
         )
 
 
-def _arguments_model(name: str, fn: Callable[..., Any]) -> type[BaseModel]:
+async def ask_service(tool_: Tool, key: str) -> Reconciled:
+    """Call a write tool's ``reconcile(effect_key)`` (plain or async) and check its answer.
+
+    Raises:
+        Exception: whatever ``reconcile`` raised (the service could not be reached).
+        ToolDefinitionError: the tool has no ``reconcile`` or it answered something else.
+
+    Cancellation: a checkpoint; a plain function's worker thread is abandoned.
+    """
+    reconcile = tool_.reconcile
+    if reconcile is None:
+        raise ToolDefinitionError(f"tool {tool_.name} has no reconcile function")
+    if inspect.iscoroutinefunction(reconcile):
+        answer = await reconcile(key)
+    else:
+        answer = await trio.to_thread.run_sync(reconcile, key, abandon_on_cancel=True)
+    if not isinstance(answer, Reconciled):
+        raise ToolDefinitionError(
+            f"tool {tool_.name}: reconcile() must return Reconciled, got {type(answer).__name__}"
+        )
+    return answer
+
+
+def _arguments_model(name: str, fn: Callable[..., Any]) -> tuple[type[BaseModel], str | None]:
     try:
         signature = inspect.signature(fn)
         hints = _type_hints(fn)
     except (TypeError, ValueError, NameError) as error:
         raise ToolDefinitionError(f"tool {name}: cannot read its signature: {error}") from error
     fields: dict[str, Any] = {}
+    context_parameter: str | None = None
     for parameter in signature.parameters.values():
+        if hints.get(parameter.name) is ToolContext:
+            context_parameter = parameter.name
+            continue
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             raise ToolDefinitionError(
                 f"tool {name}: *args and **kwargs cannot be described to a model"
@@ -138,13 +209,14 @@ def _arguments_model(name: str, fn: Callable[..., Any]) -> type[BaseModel]:
         default = ... if parameter.default is parameter.empty else parameter.default
         fields[parameter.name] = (annotation, default)
     try:
-        return create_model(
+        model = create_model(
             f"{name}_arguments",
             __config__=ConfigDict(extra="forbid"),
             **fields,
         )
     except Exception as error:  # pydantic raises several kinds for unusable annotations
         raise ToolDefinitionError(f"tool {name}: unusable type hints: {error}") from error
+    return model, context_parameter
 
 
 def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
@@ -165,6 +237,8 @@ def tool(
     effect: Effect | Literal["read", "write"] = Effect.READ,
     timeout_s: float | None = None,
     inline: bool = False,
+    reconcile: ReconcileFunction | None = None,
+    commutes: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -177,6 +251,8 @@ def tool(
     effect: Effect | Literal["read", "write"] = Effect.READ,
     timeout_s: float | None = None,
     inline: bool = False,
+    reconcile: ReconcileFunction | None = None,
+    commutes: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a plain or async function a tool named after it.
 
@@ -190,6 +266,10 @@ def tool(
         inline: run a plain function on the event loop instead of a worker
             thread. Only for instant, non-blocking functions: a timeout cannot
             interrupt it.
+        reconcile: for a write, ``reconcile(effect_key) -> Reconciled``: asks the
+            owning service what became of a key; raises when it cannot be reached.
+        commutes: for a write that neither reads nor changes what other calls of
+            a batch touch: it may then run concurrently with them.
 
     Raises:
         ToolDefinitionError: when the function cannot be described to a model.
@@ -203,6 +283,8 @@ def tool(
             effect=effect,
             timeout_s=timeout_s,
             inline=inline,
+            reconcile=reconcile,
+            commutes=commutes,
         )
 
     if fn is not None:
@@ -250,11 +332,16 @@ class Toolbox:
         return validated.model_dump(mode="json")
 
     def plan(self, calls: Sequence[DispatchedCall]) -> list[list[str]]:
-        """Execution groups: consecutive reads run together; each write runs alone, in order."""
+        """Execution groups, run one after another.
+
+        Consecutive reads (and writes declared ``commutes=True``) form one group
+        whose calls run concurrently; every other write is a group of its own, in
+        the order the model gave.
+        """
         groups: list[list[str]] = []
         reads: list[str] = []
         for call in calls:
-            if call.effect is Effect.READ:
+            if call.effect is Effect.READ or self.tools[call.name].commutes:
                 reads.append(call.call_id)
                 continue
             if reads:
@@ -267,6 +354,36 @@ class Toolbox:
 
 
 # --------------------------------------------------------------------------- the actor
+
+
+def _interrupted(call: DispatchedCall, interruption: Interruption, *, started: bool) -> ToolResult:
+    """The result of a call that a deadline or a cancellation cut short (or never started)."""
+    if call.effect_key is not None and started:
+        # A write that was running may or may not have reached its service.
+        return ToolResult(
+            call_id=call.call_id,
+            name=call.name,
+            error=ErrorInfo(
+                error_class=ErrorClass.OUTCOME_UNKNOWN,
+                retryable=False,
+                message=f"interrupted ({interruption.value}) while the write ran",
+            ),
+            effect_key=call.effect_key,
+            effect_status=EffectStatus.OUTCOME_UNKNOWN,
+        )
+    if interruption is Interruption.DEADLINE:
+        error_class, message = ErrorClass.DEADLINE_EXCEEDED, "the invocation's deadline passed"
+    else:
+        error_class, message = ErrorClass.CANCELLED, "the invocation was cancelled"
+    if not started:
+        message += "; the call never started"
+    result = _error(call, error_class, message, retryable=False)
+    if call.effect_key is not None:
+        # A write that never started certainly did not happen.
+        result = result.model_copy(
+            update={"effect_key": call.effect_key, "effect_status": EffectStatus.REJECTED}
+        )
+    return result
 
 
 def _error(
@@ -285,7 +402,22 @@ def _error(
     )
 
 
-async def _run_call(toolbox: Toolbox, call: DispatchedCall) -> ToolResult:
+def _classify_write(
+    failure: tuple[ErrorClass, str, bool] | None, *, started: bool
+) -> tuple[EffectStatus, tuple[ErrorClass, str, bool] | None]:
+    """What a write's ending says about the external effect."""
+    if failure is None:
+        return EffectStatus.COMMITTED, None
+    error_class, message, _ = failure
+    if error_class in (ErrorClass.TIMEOUT, ErrorClass.OUTCOME_UNKNOWN, ErrorClass.UNAVAILABLE):
+        return EffectStatus.OUTCOME_UNKNOWN, (ErrorClass.OUTCOME_UNKNOWN, message, False)
+    if error_class is ErrorClass.TOOL_FAILED and started:
+        # An unexpected exception mid-write says nothing about what the service did.
+        return EffectStatus.OUTCOME_UNKNOWN, (ErrorClass.OUTCOME_UNKNOWN, message, False)
+    return EffectStatus.REJECTED, failure
+
+
+async def _run_call(toolbox: Toolbox, call: DispatchedCall, context: ToolContext) -> ToolResult:
     tool_ = toolbox.tools[call.name]
     timeout_s = toolbox.timeout_for(call.name)
     started = trio.current_time()
@@ -293,26 +425,36 @@ async def _run_call(toolbox: Toolbox, call: DispatchedCall) -> ToolResult:
     output: Any = None
     with trio.move_on_after(timeout_s) as timeout_scope:
         try:
-            output = to_jsonable_python(await tool_.invoke(call.arguments))
+            output = to_jsonable_python(await tool_.invoke(call.arguments, context))
         except ValidationError as error:
             failure = (ErrorClass.INVALID_ARGUMENTS, str(error), False)
         except ToolError as error:
             failure = (error.error_class, error.message, error.retryable)
         except PydanticSerializationError as error:
-            failure = (
-                ErrorClass.OUTPUT_INVALID,
-                f"output is not JSON-serialisable: {error}",
-                False,
-            )
+            message = f"output is not JSON-serialisable: {error}"
+            failure = (ErrorClass.OUTPUT_INVALID, message, False)
         except Exception as error:  # a tool's own failure becomes its result, never a crash
             failure = (ErrorClass.TOOL_FAILED, f"{type(error).__name__}: {error}", False)
     if timeout_scope.cancelled_caught:
         failure = (ErrorClass.TIMEOUT, f"no result within {timeout_s:g} s", True)
     duration_ms = (trio.current_time() - started) * 1000.0
-    if failure is not None:
-        error_class, message, retryable = failure
-        return _error(call, error_class, message, retryable=retryable, duration_ms=duration_ms)
-    return ToolResult(call_id=call.call_id, name=call.name, output=output, duration_ms=duration_ms)
+    effect_status: EffectStatus | None = None
+    if call.effect_key is not None:
+        started_call = failure is None or failure[0] is not ErrorClass.INVALID_ARGUMENTS
+        effect_status, failure = _classify_write(failure, started=started_call)
+        if failure is None:
+            fault_point(CrashPoint.AFTER_WRITE_RETURNED)
+    return ToolResult(
+        call_id=call.call_id,
+        name=call.name,
+        output=output if failure is None else None,
+        error=None
+        if failure is None
+        else ErrorInfo(error_class=failure[0], retryable=failure[2], message=failure[1]),
+        duration_ms=duration_ms,
+        effect_key=call.effect_key,
+        effect_status=effect_status,
+    )
 
 
 async def _execute_batch(
@@ -325,8 +467,17 @@ async def _execute_batch(
     by_id = {call.call_id: call for call in request.calls}
     results: dict[str, ToolResult] = {}
 
+    started: set[str] = set()
+
     async def run_one(call: DispatchedCall) -> None:
-        results[call.call_id] = await _run_call(toolbox, call)
+        started.add(call.call_id)
+        context = ToolContext(
+            invocation_id=request.invocation_id,
+            call_id=call.call_id,
+            effect_key=call.effect_key,
+            attempt=request.attempts.get(call.call_id, 1),
+        )
+        results[call.call_id] = await _run_call(toolbox, call, context)
 
     with scope:
         for group in request.plan:
@@ -344,18 +495,9 @@ async def _execute_batch(
     for call in request.calls:
         result = results.get(call.call_id)
         if result is None:
-            if interruption is Interruption.DEADLINE:
-                result = _error(
-                    call,
-                    ErrorClass.DEADLINE_EXCEEDED,
-                    "the invocation's deadline passed",
-                    retryable=False,
-                )
-            else:
-                result = _error(
-                    call, ErrorClass.CANCELLED, "the invocation was cancelled", retryable=False
-                )
-        ordered.append(result)
+            ordered.append(_interrupted(call, interruption, started=call.call_id in started))
+        else:
+            ordered.append(result)
     # The controller is waiting for exactly this reply (buffer 1, so this never blocks).
     outbox.send_nowait(BatchExecuted(step=request.step, results=ordered, interruption=interruption))
 
@@ -393,4 +535,4 @@ async def run_tool_actor(
                         running.cancel()
 
 
-__all__ = ["Tool", "Toolbox", "run_tool_actor", "tool"]
+__all__ = ["Reconciled", "Tool", "ToolContext", "Toolbox", "ask_service", "run_tool_actor", "tool"]
