@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 import trio
 
 from aggregates.invocation import InvocationEvent
+from loop_actors._controller import single_exception
 from loop_actors._demo import DEMO_GOAL, demo_agent
 from loop_actors._errors import AgentLoadError, UsageError
 from loop_actors._outcome import Outcome
@@ -234,29 +235,35 @@ def _open_existing(db: str | None) -> Runtime:
     return Runtime(url)
 
 
+def _dispatch(args: argparse.Namespace) -> int:
+    match args.command:
+        case "demo":
+            return trio.run(_demo, Runtime(args.db))
+        case "run":
+            if not args.goal.strip():
+                raise UsageError("--goal must not be empty")
+            agent = load_agent(args.agent)  # before the database: a bad agent writes nothing
+            return trio.run(_run_agent, Runtime(args.db), agent, args)
+        case "resume":
+            agent = load_agent(args.agent)
+            return trio.run(_resume, _open_existing(args.db), agent, args)
+        case "reconcile":
+            agent = load_agent(args.agent)
+            return trio.run(_reconcile, _open_existing(args.db), agent, args)
+        case "history":
+            return _history(args)
+        case _:  # argparse only accepts the commands above
+            raise UsageError(f"unknown command {args.command!r}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``loop-actors`` console script."""
     args = _build_parser().parse_args(argv)
     try:
-        match args.command:
-            case "demo":
-                return trio.run(_demo, Runtime(args.db))
-            case "run":
-                if not args.goal.strip():
-                    raise UsageError("--goal must not be empty")
-                agent = load_agent(args.agent)  # before the database: a bad agent writes nothing
-                runtime = Runtime(args.db)
-                return trio.run(_run_agent, runtime, agent, args)
-            case "resume":
-                agent = load_agent(args.agent)
-                return trio.run(_resume, _open_existing(args.db), agent, args)
-            case "reconcile":
-                agent = load_agent(args.agent)
-                return trio.run(_reconcile, _open_existing(args.db), agent, args)
-            case "history":
-                return _history(args)
-            case _:  # argparse only accepts the commands above
-                raise UsageError(f"unknown command {args.command!r}")
+        try:
+            return _dispatch(args)
+        except BaseExceptionGroup as group:
+            raise single_exception(group) from None
     except UsageError as error:
         print(f"loop-actors: error: {error}", file=sys.stderr)
         return EXIT_USAGE

@@ -129,6 +129,12 @@ class Controller:
         with reason ``cancelled``) within a bounded, shielded wait, and
         ``trio.Cancelled`` is re-raised.
         """
+        try:
+            return await self._run()
+        except BaseExceptionGroup as group:
+            raise single_exception(group) from None
+
+    async def _run(self) -> Outcome:
         model_send, model_inbox = trio.open_memory_channel[Decide](0)
         # Replies have a buffer of one: an actor never blocks on a controller that left.
         model_outbox, self._model_replies = trio.open_memory_channel[ModelOutcome](1)
@@ -361,14 +367,11 @@ class Controller:
                     case _:
                         assert_never(answer)
             if unreachable:
-                inv.pause(
-                    TerminalReason.RECONCILIATION_REQUIRED,
-                    question="the outcome of a write is unknown and its service cannot be "
-                    "asked: " + "; ".join(unreachable),
-                    at=self.now(),
+                return await self._pause_for_reconciliation(
+                    "the outcome of a write is unknown and its service cannot be asked: "
+                    + "; ".join(unreachable),
+                    effects,
                 )
-                failed = await self._commit_or_fail(*effects.values())
-                return failed if failed is not None else Outcome.of(inv)
             for call_id, effect in effects.items():
                 if effect.status is EffectStatus.PREPARED:
                     # The service never saw the key: dispatch again, with the same key.
@@ -380,19 +383,28 @@ class Controller:
             if failed is not None:
                 return failed
         else:
-            inv.pause(
-                TerminalReason.RECONCILIATION_REQUIRED,
-                question=f"a write was dispatched {MAX_DISPATCH_ROUNDS} times and its service "
-                "still does not know its key",
-                at=self.now(),
+            return await self._pause_for_reconciliation(
+                f"a write was dispatched {MAX_DISPATCH_ROUNDS} times and its service still "
+                "does not know its key",
+                effects,
             )
-            failed = await self._commit_or_fail(*effects.values())
-            return failed if failed is not None else Outcome.of(inv)
         inv.commit_results([results[c.call_id] for c in batch.calls], at=self.now())
         failed = await self._commit_or_fail(*effects.values())
         if failed is None:
             fault_point(CrashPoint.AFTER_RESULTS_COMMIT)
         return failed
+
+    async def _pause_for_reconciliation(self, why: str, effects: dict[str, Effect]) -> Outcome:
+        """Wait for the service: pause (once), keeping what the ledger learnt meanwhile."""
+        inv = self.invocation
+        already_paused = inv.paused_for_reconciliation
+        if not already_paused:
+            inv.pause(TerminalReason.RECONCILIATION_REQUIRED, question=why, at=self.now())
+        failed = await self._commit_or_fail(*effects.values())
+        if failed is not None:
+            return failed
+        outcome = Outcome.of(inv)
+        return outcome.model_copy(update={"detail": why}) if already_paused else outcome
 
     async def _reconcile(self, effect: Effect) -> ReconcileOutcome:
         """Ask the EffectReconciler about one effect (started on first use)."""
@@ -723,3 +735,15 @@ def _apply_answer(
             return None
         case _:
             assert_never(resolution)
+
+
+def single_exception(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one exception a nursery wrapped, or the group itself when there are several.
+
+    A controller's actors only fail by bugs; what the caller should see is the
+    error itself, not trio's wrapper around it.
+    """
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error

@@ -17,7 +17,7 @@ from aggregates.decisions import Budget, Frozen
 from aggregates.effect import Effect, Resolution
 from aggregates.events import DomainEvent
 from aggregates.invocation import Invocation, InvocationEvent, Phase, ToolSpec
-from loop_actors._controller import Controller
+from loop_actors._controller import Controller, single_exception
 from loop_actors._errors import InvocationExistsError, StoreUnavailableError, UsageError
 from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._journal import commit_events, run_journal
@@ -188,9 +188,7 @@ class Runtime:
         except BaseExceptionGroup as group:
             # The Journal's nursery wraps whatever the body raised; give the caller
             # the body's own exception rather than a group of one.
-            if exc is not None and len(group.exceptions) == 1 and group.exceptions[0] is exc:
-                raise exc from None
-            raise
+            raise single_exception(group) from None
 
     # ----------------------------------------------------------------- runs
 
