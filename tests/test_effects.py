@@ -36,10 +36,12 @@ class FakeService:
         self.lose_next_reply = False
         self.hang_after_commit = False
         self.refuse: set[str] = set()
+        self.first_request = trio.Event()
 
     def write(self, context: ToolContext, what: str) -> dict[str, Any]:
         assert context.effect_key is not None
         self.requests.append((context.effect_key, context.attempt))
+        self.first_request.set()
         if not self.reachable:
             raise ConnectionError("service down")
         if what in self.refuse:
@@ -107,7 +109,7 @@ def test_the_context_parameter_is_not_part_of_the_schema_the_model_sees() -> Non
 
 def test_a_read_tool_cannot_declare_reconcile() -> None:
     with pytest.raises(ToolDefinitionError):
-        tool(lambda key: key, name="read", reconcile=lambda key: Reconciled(status="not_found"))
+        tool(name="read", reconcile=lambda key: Reconciled(status="not_found"))(lambda key: key)
 
 
 async def test_a_write_gets_a_stable_effect_key_derived_from_invocation_step_and_call() -> None:
@@ -274,8 +276,7 @@ async def test_cancel_while_a_slow_write_runs_leaves_its_effect_open_for_the_swe
 
             nursery.start_soon(go)
             with trio.fail_after(10):
-                while not service.requests:
-                    await trio.sleep(0.01)
+                await service.first_request.wait()
             assert runtime.cancel("inv")
         assert outcomes[0].reason is TerminalReason.CANCELLED
         events = await runtime.history("inv")
