@@ -15,7 +15,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, assert_never, cast
 
-from eventsourcing.domain import BaseAggregate, CanInitAggregate
+from eventsourcing.domain import BaseAggregate, CanInitAggregate, CanSnapshotAggregate
+from eventsourcing.utils import get_topic
+from pydantic import BaseModel, ConfigDict
 
 from aggregates.decisions import (
     Budget,
@@ -434,6 +436,73 @@ class Invocation(BaseAggregate[str]):
                 raise self._refuse(event, "completed needs the committed final answer")
         self.terminated = event
         self.phase = Phase.TERMINATED
+
+
+class InvocationState(Frozen):
+    """Everything an Invocation holds, as a typed value (the body of a snapshot)."""
+
+    goal: str
+    agent_name: str
+    agent_version: str
+    catalogue_digest: str
+    tools: list[ToolSpec]
+    budget: Budget
+    task_class: str | None = None
+    phase: Phase
+    step: int
+    tool_calls: int
+    turns: list[Turn]
+    pending_batch: BatchDispatched | None = None
+    last_plan: str | None = None
+    repeat_streak: int
+    paused: Paused | None = None
+    terminated: Terminated | None = None
+    started_at: datetime | None = None
+    created_on: datetime
+    modified_on: datetime
+
+
+class InvocationSnapshot(BaseModel, CanSnapshotAggregate[str]):
+    """An Invocation's state at a version, so that a long history replays from there."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    originator_id: str
+    originator_version: int
+    timestamp: datetime
+    topic: str
+    state: InvocationState
+
+    @classmethod
+    def take(cls, aggregate: Any) -> InvocationSnapshot:
+        """Snapshot an invocation (no clock read: stamped with its last event's time)."""
+        fields = {name: getattr(aggregate, name) for name in _STATE_FIELDS}
+        return cls(
+            originator_id=aggregate.id,
+            originator_version=aggregate.version,
+            timestamp=aggregate.modified_on,
+            topic=get_topic(type(aggregate)),
+            state=InvocationState(
+                **fields, created_on=aggregate.created_on, modified_on=aggregate.modified_on
+            ),
+        )
+
+    def mutate(self, _: Any) -> Any:
+        """Rebuild the invocation this snapshot was taken of."""
+        invocation = Invocation.__new__(Invocation)
+        invocation.__base_init__(self.originator_id, self.originator_version, self.state.created_on)
+        Invocation.__init__(invocation)
+        for name in _STATE_FIELDS:
+            value = getattr(self.state, name)
+            setattr(invocation, name, list(value) if isinstance(value, list) else value)
+        invocation.modified_on = self.state.modified_on
+        return invocation
+
+
+_STATE_FIELDS = tuple(
+    name for name in InvocationState.model_fields if name not in ("created_on", "modified_on")
+)
+Invocation.Snapshot = InvocationSnapshot  # type: ignore[attr-defined]
 
 
 def replay(invocation: Invocation | None, events: Iterable[InvocationEvent]) -> Invocation | None:

@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from aggregates.invocation import EVENT_TYPES
+from aggregates.effect import EFFECT_EVENT_TYPES
+from aggregates.invocation import EVENT_TYPES, InvocationSnapshot
 from loop_actors import Agent, ModelRequest, Runtime, ScriptedModel, tool
+from loop_actors._store import EventStore
 
 
 def _admits_none(annotation: Any) -> bool:
@@ -29,7 +31,11 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
     return found
 
 
-@pytest.mark.parametrize("event_type", EVENT_TYPES, ids=lambda t: t.__name__)
+@pytest.mark.parametrize(
+    "event_type",
+    [*EVENT_TYPES, *EFFECT_EVENT_TYPES, InvocationSnapshot],
+    ids=lambda t: t.__name__,
+)
 def test_every_optional_field_defaults_to_none_so_leaving_nones_out_is_lossless(
     event_type: type[BaseModel],
 ) -> None:
@@ -94,3 +100,38 @@ async def test_a_tool_output_that_is_not_json_becomes_an_output_invalid_result()
     outcome = await Runtime("memory://").run(Agent("a", ScriptedModel(decide), [opaque]), "g")
     assert outcome.reason == "completed"
     assert seen[0].error.error_class == "output_invalid"
+
+
+async def test_a_long_history_is_snapshotted_and_reads_back_the_same(db_url: str) -> None:
+    from aggregates.events import fold
+    from loop_actors import Budget
+
+    @tool
+    async def step(n: int) -> int:
+        """Count."""
+        return n
+
+    def decide(request: ModelRequest) -> dict[str, Any]:
+        if request.step <= 80:
+            return {
+                "kind": "tool_calls",
+                "calls": [{"id": "c", "name": "step", "arguments": {"n": request.step}}],
+            }
+        return {"kind": "final", "answer": "counted"}
+
+    agent = Agent("long", ScriptedModel(decide), [step], Budget(max_steps=100, max_tool_calls=100))
+    async with Runtime(db_url) as runtime:
+        outcome = await runtime.run(agent, "count", invocation_id="long")
+        events = await runtime.history("long")
+    assert outcome.reason == "completed"
+    assert len(events) > 200
+    store = EventStore(db_url)
+    snapshots = list(store.app.snapshots.get("long")) if store.app.snapshots else []
+    assert [s.originator_version for s in snapshots] == [100, 200]
+    assert all(isinstance(s, InvocationSnapshot) for s in snapshots)
+    from_snapshot = store.get("long")
+    from_events = fold(None, events)
+    assert vars(from_snapshot) == vars(from_events)
+    mid = store.app.repository.get("long", version=150, projector_func=fold)
+    assert mid.version == 150
+    assert vars(mid) == vars(fold(None, events[:150]))
