@@ -5,7 +5,7 @@ parallel calls of an instant read-only ``lookup``; turn 5 answers), but every
 model decision takes DELAY seconds of simulated latency (``ScriptedModel(...,
 delay_s=DELAY)``, a ``trio.sleep``), and N invocations run at the same time in
 one trio nursery inside one ``async with Runtime(url)``, on one SQLite file.
-One untimed warm-up invocation runs first on the same file.
+One untimed warm-up invocation (no model delay) runs first on the same file.
 
 Commits are counted by wrapping ``loop_actors._journal.commit_group`` from this
 script (the wrapper only counts; the library is not changed): each call is one
@@ -113,7 +113,7 @@ async def run_all(
     agent = make_agent(delay_s)
     run = Run()
 
-    async def one(runtime: Runtime, goal: str) -> None:
+    async def one(runtime: Runtime, goal: str, agent: Agent = agent) -> None:
         started = time.perf_counter()
         outcome = await runtime.run(agent, goal)
         run.latencies.append(time.perf_counter() - started)
@@ -125,7 +125,7 @@ async def run_all(
         run.ready_s = time.perf_counter()
         run.rss_after_setup_mb = rss_now_mb()
         for i in range(WARMUP):
-            await one(runtime, f"warm-{i:05d}")
+            await one(runtime, f"warm-{i:05d}", make_agent(0.0))  # untimed: no model delay
         run.latencies.clear()
         if run.failures:
             return run
