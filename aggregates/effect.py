@@ -21,12 +21,12 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, cast
 
-from eventsourcing.domain import BaseAggregate, CanInitAggregate
+from eventsourcing.domain import CanInitAggregate
 from pydantic import JsonValue
 
 from aggregates.decisions import EffectStatus
 from aggregates.errors import IllegalTransitionError
-from aggregates.events import DomainEvent
+from aggregates.events import ChainedAggregate, DomainEvent
 
 
 def effect_key(invocation_id: str, step: int, call_id: str) -> str:
@@ -106,7 +106,7 @@ OPEN_STATUSES = frozenset({EffectStatus.DISPATCHED, EffectStatus.OUTCOME_UNKNOWN
 """Effects whose outcome nobody knows yet: the reconciler's backlog."""
 
 
-class Effect(BaseAggregate[str]):
+class Effect(ChainedAggregate):
     """One external write and what is known about it."""
 
     def __init__(self) -> None:
@@ -134,7 +134,7 @@ class Effect(BaseAggregate[str]):
         at: datetime,
     ) -> Effect:
         """Create the ledger entry of a write (records ``EffectPrepared``)."""
-        return cls._create(
+        return cls._create_chained(  # type: ignore[no-any-return]
             EffectPrepared,
             id=effect_key(invocation_id, step, call_id),
             timestamp=at,

@@ -6,8 +6,11 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from eventsourcing.domain import CanMutateAggregate
+from eventsourcing.domain import BaseAggregate, CanMutateAggregate
+from eventsourcing.utils import get_topic
 from pydantic import BaseModel, ConfigDict
+
+from aggregates.audit import GENESIS, chain_hash_of
 
 
 class DomainEvent(BaseModel, CanMutateAggregate[str]):
@@ -18,10 +21,43 @@ class DomainEvent(BaseModel, CanMutateAggregate[str]):
     originator_id: str
     originator_version: int
     timestamp: datetime
+    chain_hash: str = ""
+    """SHA-256 over the previous event's hash and this event's canonical form (``audit``)."""
 
     def apply(self, aggregate: Any) -> None:
         """Fold this event into the aggregate (eventsourcing's hook)."""
         aggregate._evolve(self)
+        aggregate.last_hash = self.chain_hash
+
+
+class ChainedAggregate(BaseAggregate[str]):
+    """An aggregate whose new events are chained by hash (see ``aggregates.audit``).
+
+    Events are built, hashed, then applied: the same steps as eventsourcing's
+    ``trigger_event`` and ``_create``, with the hash put in between.
+    """
+
+    last_hash: str = GENESIS
+
+    @classmethod
+    def _create_chained(cls, event_class: type[Any], *, id: str, **fields: Any) -> Any:
+        unsigned = event_class(
+            originator_topic=get_topic(cls),
+            originator_id=id,
+            originator_version=cls.INITIAL_VERSION,
+            **fields,
+        )
+        event = unsigned.model_copy(update={"chain_hash": chain_hash_of(GENESIS, unsigned)})
+        aggregate: Any = event.mutate(None)
+        aggregate._pending_events.append(event)
+        return aggregate
+
+    def trigger_event(self, event_class: type[Any], **fields: Any) -> None:
+        """Build the next event, chain it to the last one, apply it and queue it."""
+        unsigned = event_class(originator_id=self.id, originator_version=self.version + 1, **fields)
+        event = unsigned.model_copy(update={"chain_hash": chain_hash_of(self.last_hash, unsigned)})
+        event.mutate(self)
+        self._pending_events.append(event)
 
 
 def fold(aggregate: Any, events: Iterable[DomainEvent]) -> Any:

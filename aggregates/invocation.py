@@ -15,7 +15,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, assert_never, cast
 
-from eventsourcing.domain import BaseAggregate, CanInitAggregate, CanSnapshotAggregate
+from eventsourcing.domain import CanInitAggregate, CanSnapshotAggregate
 from eventsourcing.utils import get_topic
 from pydantic import BaseModel, ConfigDict
 
@@ -37,7 +37,7 @@ from aggregates.decisions import (
     plan_fingerprint,
 )
 from aggregates.errors import IllegalTransitionError
-from aggregates.events import DomainEvent, fold
+from aggregates.events import ChainedAggregate, DomainEvent, fold
 
 # --------------------------------------------------------------------------- events
 
@@ -153,12 +153,12 @@ class Turn(Frozen):
     """One committed turn as the model will see it: what was decided and what came back."""
 
     step: int
-    decision: Decision | None
+    decision: Decision | None = None
     rejection: Rejection | None = None
     results: list[ToolResult] = []
 
 
-class Invocation(BaseAggregate[str]):
+class Invocation(ChainedAggregate):
     """One agent invocation: an event-sourced state machine of the turn protocol."""
 
     def __init__(self) -> None:
@@ -200,7 +200,7 @@ class Invocation(BaseAggregate[str]):
         """Create an invocation (records ``InvocationStarted``)."""
         if not invocation_id:
             raise IllegalTransitionError("an invocation id must not be empty")
-        return cls._create(
+        return cls._create_chained(  # type: ignore[no-any-return]
             InvocationStarted,
             id=invocation_id,
             timestamp=at,
@@ -458,6 +458,7 @@ class InvocationState(Frozen):
     paused: Paused | None = None
     terminated: Terminated | None = None
     started_at: datetime | None = None
+    last_hash: str
     created_on: datetime
     modified_on: datetime
 

@@ -16,7 +16,9 @@ from typing import Any, NoReturn
 
 import trio
 
+from aggregates.audit import GENESIS, canonical_record
 from aggregates.invocation import InvocationEvent
+from loop_actors._audit import verify_all, verify_invocation
 from loop_actors._controller import single_exception
 from loop_actors._demo import DEMO_GOAL, demo_agent
 from loop_actors._errors import AgentLoadError, UsageError
@@ -27,8 +29,6 @@ from projections.trajectory import build_trajectory, render_text
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 1
-
-_ENVELOPE = {"originator_id", "originator_version", "timestamp", "originator_topic"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -81,6 +81,15 @@ def _build_parser() -> argparse.ArgumentParser:
     reconcile.add_argument("--agent", required=True, metavar="MODULE:ATTR")
     reconcile.add_argument("--json", action="store_true", help="print a JSON report")
     db_option(reconcile)
+
+    audit = commands.add_parser("audit", help="verify the tamper-evident history")
+    audit_commands = audit.add_subparsers(dest="audit_command", required=True, parser_class=_Parser)
+    verify = audit_commands.add_parser(
+        "verify", help="check the hash chains of one invocation (and its effects) or of all"
+    )
+    verify.add_argument("invocation_id", metavar="ID", nargs="?", help="default: every invocation")
+    verify.add_argument("--json", action="store_true", help="one JSON report a line")
+    db_option(verify)
 
     history = commands.add_parser("history", help="print an invocation's committed events")
     history.add_argument("invocation_id", metavar="ID")
@@ -145,20 +154,22 @@ def _outcome_lines(outcome: Outcome, events: int) -> list[str]:
     return lines
 
 
-def event_record(event: InvocationEvent) -> dict[str, Any]:
-    """One history line: position (the event's place in its invocation), type and data."""
-    dumped = event.model_dump(mode="json")
-    return {
-        "position": event.originator_version,
-        "type": type(event).__name__,
-        "invocation_id": event.originator_id,
-        "timestamp": dumped["timestamp"],
-        "data": {k: v for k, v in dumped.items() if k not in _ENVELOPE},
-    }
+def event_record(event: InvocationEvent, previous_hash: str) -> dict[str, Any]:
+    """One history line: the event's canonical record, its chain hash and the previous one.
+
+    ``position`` is the event's place in its invocation; ``data`` is the canonical
+    data that the hash covers (see ``aggregates.audit``), so the export can be
+    verified without this package.
+    """
+    record = canonical_record(event)
+    record["invocation_id"] = event.originator_id
+    record["hash"] = event.chain_hash
+    record["previous_hash"] = previous_hash
+    return record
 
 
 def _event_line(event: InvocationEvent) -> str:
-    record = event_record(event)
+    record = event_record(event, "")
     data = json.dumps(record["data"], separators=(",", ":"), sort_keys=True)
     if len(data) > 160:
         data = data[:159] + "…"
@@ -223,9 +234,42 @@ def _history(args: argparse.Namespace) -> int:
         events = store.events(args.invocation_id)
     finally:
         store.close()
+    previous = GENESIS
     for event in events:
-        print(json.dumps(event_record(event)) if args.json else _event_line(event))
+        if args.json:
+            print(json.dumps(event_record(event, previous), ensure_ascii=False))
+        else:
+            print(_event_line(event))
+        previous = event.chain_hash
     return 0
+
+
+def _audit_verify(args: argparse.Namespace) -> int:
+    store = EventStore(resolve_db_url(args.db), create=False)
+    try:
+        if args.invocation_id:
+            reports = verify_invocation(store, args.invocation_id)
+        else:
+            reports = verify_all(store)
+    finally:
+        store.close()
+    for report in reports:
+        if args.json:
+            print(report.model_dump_json())
+        elif report.intact:
+            print(
+                f"ok      {report.kind:<10} {report.id}  events={report.events}  "
+                f"head={report.head_hash}"
+            )
+        else:
+            print(
+                f"BROKEN  {report.kind:<10} {report.id}  at position {report.broken_at}: "
+                f"{report.problem}"
+            )
+    broken = [r for r in reports if not r.intact]
+    if not args.json:
+        print(f"{len(reports) - len(broken)} intact, {len(broken)} broken")
+    return 4 if broken else 0
 
 
 def _open_existing(db: str | None) -> Runtime:
@@ -252,6 +296,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             return trio.run(_reconcile, _open_existing(args.db), agent, args)
         case "history":
             return _history(args)
+        case "audit":
+            return _audit_verify(args)
         case _:  # argparse only accepts the commands above
             raise UsageError(f"unknown command {args.command!r}")
 

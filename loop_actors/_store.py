@@ -29,7 +29,7 @@ from eventsourcing.utils import get_topic, resolve_topic
 
 from aggregates.effect import Effect, EffectPrepared
 from aggregates.events import DomainEvent, fold
-from aggregates.invocation import Invocation, InvocationEvent
+from aggregates.invocation import Invocation, InvocationEvent, InvocationStarted
 from loop_actors._errors import (
     InvocationExistsError,
     InvocationNotFoundError,
@@ -299,30 +299,50 @@ class EventStore:
             return None
         return effect if isinstance(effect, Effect) else None
 
-    def effect_keys(self, *, after: int = 0, limit: int = 500) -> tuple[list[str], int]:
-        """Effect keys in the order they were prepared, after a notification position.
+    def _created(self, created_type: type) -> list[str]:
+        """Ids of every aggregate created with that event type, in creation order."""
+        ids: list[str] = []
+        position = 0
+        while True:
+            notifications = self.app.recorder.select_notifications(
+                start=position,
+                limit=500,
+                topics=[_topic_of(created_type)],
+                inclusive_of_start=False,
+            )
+            ids.extend(str(n.originator_id) for n in notifications)
+            if len(notifications) < 500:
+                return ids
+            position = notifications[-1].id
 
-        Returns the keys and the position to continue from.
-        """
-        notifications = self.app.recorder.select_notifications(
-            start=after, limit=limit, topics=[_topic_of(EffectPrepared)], inclusive_of_start=False
-        )
-        keys = [str(n.originator_id) for n in notifications]
-        return keys, notifications[-1].id if notifications else after
+    def invocation_ids(self) -> list[str]:
+        """Every invocation id, oldest first."""
+        return self._created(InvocationStarted)
 
     def open_effects(self) -> list[Effect]:
         """Every effect still dispatched or of unknown outcome, oldest first."""
         found: list[Effect] = []
-        position = 0
-        while True:
-            keys, position_after = self.effect_keys(after=position)
-            for key in keys:
-                effect = self.get_effect(key)
-                if effect is not None and effect.is_open:
-                    found.append(effect)
-            if position_after == position or not keys:
-                return found
-            position = position_after
+        for key in self._created(EffectPrepared):
+            effect = self.get_effect(key)
+            if effect is not None and effect.is_open:
+                found.append(effect)
+        return found
+
+    def stored_entries(self, aggregate_id: str) -> list[tuple[int, DomainEvent | Exception]]:
+        """An aggregate's stored events as (position, event), undecodable rows as exceptions.
+
+        For the audit: nothing is validated beyond decoding, and no row is skipped.
+        """
+        entries: list[tuple[int, DomainEvent | Exception]] = []
+        for record in self.app.recorder.select_events(aggregate_id):
+            try:
+                event: DomainEvent | Exception = cast(
+                    "DomainEvent", self.app.mapper.to_domain_event(record)
+                )
+            except Exception as error:  # a tampered row is reported, not raised
+                event = error
+            entries.append((record.originator_version, event))
+        return entries
 
     def exists(self, invocation_id: str) -> bool:
         """True when an invocation with this id was started."""

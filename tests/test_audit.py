@@ -1,0 +1,188 @@
+"""The audit trail: tampering done directly on the SQLite rows is detected and located."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from aggregates.audit import verify_records
+from loop_actors import Agent, ModelRequest, Reconciled, Runtime, ScriptedModel, ToolContext, tool
+
+
+@tool
+async def lookup(key: str) -> dict[str, str]:
+    """Look up a value."""
+    return {"key": key, "value": "refund-under-100"}
+
+
+@tool(effect="write", reconcile=lambda key: Reconciled(status="not_found"))
+async def refund(amount: int, context: ToolContext) -> dict[str, Any]:
+    """Refund an amount."""
+    return {"receipt": f"r-{context.effect_key}", "amount": amount}
+
+
+def decide(request: ModelRequest) -> dict[str, Any]:
+    if request.step == 1:
+        return {
+            "kind": "tool_calls",
+            "calls": [{"id": "c1", "name": "lookup", "arguments": {"key": "policy"}}],
+        }
+    if request.step == 2:
+        return {
+            "kind": "tool_calls",
+            "calls": [{"id": "c2", "name": "refund", "arguments": {"amount": 40}}],
+        }
+    return {"kind": "final", "answer": "refunded 40 under refund-under-100"}
+
+
+AGENT = Agent("auditor", ScriptedModel(decide), [lookup, refund])
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    path = tmp_path / "audit.db"
+
+    async def run_two() -> None:
+        async with Runtime(f"sqlite:///{path}") as runtime:
+            await runtime.run(AGENT, "refund", invocation_id="inv-a")
+            await runtime.run(AGENT, "refund", invocation_id="inv-b")
+
+    trio.run(run_two)
+    return path
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "LOOP_ACTORS_DB"}
+    return subprocess.run(
+        [sys.executable, "-m", "loop_actors._cli", *args, "--db", "sqlite:///audit.db"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def verify(store: Path, *ids: str) -> tuple[int, list[dict[str, Any]]]:
+    result = cli("audit", "verify", *ids, "--json", cwd=store.parent)
+    return result.returncode, [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def sql(store: Path, statement: str, *params: Any) -> None:
+    connection = sqlite3.connect(store)
+    with connection:
+        changed = connection.execute(statement, params).rowcount
+    connection.close()
+    assert changed >= 1
+
+
+def broken(reports: list[dict[str, Any]]) -> list[tuple[str, str, int]]:
+    return [(r["kind"], r["id"], r["broken_at"]) for r in reports if r["broken_at"] is not None]
+
+
+def test_an_untouched_store_verifies_and_names_every_head_hash(store: Path) -> None:
+    code, reports = verify(store)
+    assert code == 0
+    assert [(r["kind"], r["id"]) for r in reports if r["kind"] == "invocation"] == [
+        ("invocation", "inv-a"),
+        ("invocation", "inv-b"),
+    ]
+    assert len([r for r in reports if r["kind"] == "effect"]) == 2
+    assert all(r["head_hash"] for r in reports)
+    text = cli("audit", "verify", cwd=store.parent)
+    assert text.returncode == 0
+    assert "4 intact, 0 broken" in text.stdout
+
+
+def test_an_edited_row_is_detected_at_its_position(store: Path) -> None:
+    sql(
+        store,
+        "UPDATE stored_events SET state = CAST(replace(CAST(state AS TEXT), "
+        "'refund-under-100', 'refund-under-999') AS BLOB) "
+        "WHERE originator_id = 'inv-a' AND originator_version = 4",
+    )
+    code, reports = verify(store)
+    assert code == 4
+    assert broken(reports) == [("invocation", "inv-a", 4)]
+
+
+def test_a_deleted_row_is_detected_at_its_position(store: Path) -> None:
+    sql(store, "DELETE FROM stored_events WHERE originator_id = 'inv-b' AND originator_version = 3")
+    code, reports = verify(store, "inv-b")
+    assert code == 4
+    (report,) = [r for r in reports if r["kind"] == "invocation"]
+    assert report["broken_at"] == 3
+    assert "missing" in report["problem"]
+
+
+def test_an_inserted_row_is_detected(store: Path) -> None:
+    sql(
+        store,
+        "INSERT INTO stored_events SELECT originator_id, 10, topic, state FROM stored_events "
+        "WHERE originator_id = 'inv-a' AND originator_version = 5",
+    )
+    code, reports = verify(store, "inv-a")
+    assert code == 4
+    assert broken(reports)[0][:2] == ("invocation", "inv-a")
+
+
+def test_reordered_rows_are_detected(store: Path) -> None:
+    connection = sqlite3.connect(store)
+    with connection:
+        rows = dict(
+            connection.execute(
+                "SELECT originator_version, state FROM stored_events "
+                "WHERE originator_id = 'inv-a' AND originator_version IN (4, 7)"
+            ).fetchall()
+        )
+        topics = dict(
+            connection.execute(
+                "SELECT originator_version, topic FROM stored_events "
+                "WHERE originator_id = 'inv-a' AND originator_version IN (4, 7)"
+            ).fetchall()
+        )
+        for version, other in ((4, 7), (7, 4)):
+            connection.execute(
+                "UPDATE stored_events SET state = ?, topic = ? "
+                "WHERE originator_id = 'inv-a' AND originator_version = ?",
+                (rows[other], topics[other], version),
+            )
+    connection.close()
+    code, reports = verify(store, "inv-a")
+    assert code == 4
+    assert broken(reports) == [("invocation", "inv-a", 4)]
+
+
+def test_an_edited_effect_row_is_detected_in_the_effect_chain(store: Path) -> None:
+    sql(
+        store,
+        "UPDATE stored_events SET state = CAST(replace(CAST(state AS TEXT), "
+        "'\"amount\":40', '\"amount\":4000') AS BLOB) "
+        "WHERE originator_id LIKE 'eff-%' AND CAST(state AS TEXT) LIKE '%amount%'",
+    )
+    code, reports = verify(store)
+    assert code == 4
+    kinds = {kind for kind, _, _ in broken(reports)}
+    assert kinds == {"effect"}
+
+
+def test_the_exported_history_verifies_without_the_runtime(store: Path) -> None:
+    export = cli("history", "inv-a", "--json", cwd=store.parent)
+    records = [json.loads(line) for line in export.stdout.splitlines()]
+    assert verify_records(records) is None
+    assert records[0]["previous_hash"] == "0" * 64
+    assert all(r["previous_hash"] == p["hash"] for p, r in itertools.pairwise(records))
+    records[2]["data"]["step"] = 99
+    failure = verify_records(records)
+    assert failure is not None
+    assert failure.position == 3
