@@ -333,7 +333,7 @@ class Controller:
         batch = inv.pending_batch
         assert batch is not None
         by_id = {call.call_id: call for call in batch.calls}
-        for _ in range(MAX_DISPATCH_ROUNDS):
+        for round_ in range(MAX_DISPATCH_ROUNDS):
             if runnable:
                 executed = await self._execute(runnable, effects)
                 for result in executed.results:
@@ -372,23 +372,30 @@ class Controller:
                     + "; ".join(unreachable),
                     effects,
                 )
-            for call_id, effect in effects.items():
-                if effect.status is EffectStatus.PREPARED:
-                    # The service never saw the key: dispatch again, with the same key.
-                    effect.dispatch(at=self.now())
-                    runnable.append(by_id[call_id])
+            again = [call_id for call_id, e in effects.items() if e.status is EffectStatus.PREPARED]
+            if again and round_ == MAX_DISPATCH_ROUNDS - 1:
+                break  # no dispatch is recorded that will not run: pause below instead
+            for call_id in again:
+                # The service never saw the key: dispatch again, with the same key.
+                effects[call_id].dispatch(at=self.now())
+                runnable.append(by_id[call_id])
             if not runnable:
-                break
+                return await self._commit_batch_results(results, effects)
             failed = await self._commit_or_fail(*effects.values())
             if failed is not None:
                 return failed
-        else:
-            return await self._pause_for_reconciliation(
-                f"a write was dispatched {MAX_DISPATCH_ROUNDS} times and its service still "
-                "does not know its key",
-                effects,
-            )
-        inv.commit_results([results[c.call_id] for c in batch.calls], at=self.now())
+        return await self._pause_for_reconciliation(
+            f"a write was dispatched {MAX_DISPATCH_ROUNDS} times and its service still "
+            "does not know its key",
+            effects,
+        )
+
+    async def _commit_batch_results(
+        self, results: dict[str, ToolResult], effects: dict[str, Effect]
+    ) -> Outcome | None:
+        batch = self.invocation.pending_batch
+        assert batch is not None
+        self.invocation.commit_results([results[c.call_id] for c in batch.calls], at=self.now())
         failed = await self._commit_or_fail(*effects.values())
         if failed is None:
             fault_point(CrashPoint.AFTER_RESULTS_COMMIT)

@@ -318,7 +318,8 @@ class Toolbox:
 
     def timeout_for(self, name: str) -> float:
         """The per-call timeout of a tool."""
-        configured = self.tools[name].timeout_s
+        tool_ = self.tools.get(name)
+        configured = tool_.timeout_s if tool_ is not None else None
         return self.default_timeout_s if configured is None else configured
 
     def check_arguments(self, call: ToolCall) -> dict[str, Any]:
@@ -341,7 +342,8 @@ class Toolbox:
         groups: list[list[str]] = []
         reads: list[str] = []
         for call in calls:
-            if call.effect is Effect.READ or self.tools[call.name].commutes:
+            tool_ = self.tools.get(call.name)
+            if call.effect is Effect.READ or (tool_ is not None and tool_.commutes):
                 reads.append(call.call_id)
                 continue
             if reads:
@@ -402,55 +404,111 @@ def _error(
     )
 
 
-def _classify_write(
-    failure: tuple[ErrorClass, str, bool] | None, *, started: bool
-) -> tuple[EffectStatus, tuple[ErrorClass, str, bool] | None]:
-    """What a write's ending says about the external effect."""
-    if failure is None:
+class _Ending(Frozen):
+    """How a call ended, before it becomes a result."""
+
+    error_class: ErrorClass
+    message: str
+    retryable: bool
+    deliberate: bool = False
+    """The tool raised ``ToolError``: it says what happened on purpose."""
+    ran: bool = True
+    """The function was called (false: refused before it started)."""
+
+
+_UNKNOWN_CLASSES = frozenset(
+    {ErrorClass.TIMEOUT, ErrorClass.OUTCOME_UNKNOWN, ErrorClass.UNAVAILABLE}
+)
+
+
+def _classify_write(ending: _Ending | None) -> tuple[EffectStatus, _Ending | None]:
+    """What a write's ending says about its external effect.
+
+    Returned: committed. Never started: rejected (it certainly did not happen).
+    Timed out, lost its connection, or said ``outcome_unknown``/``unavailable``:
+    outcome unknown. Any other ``ToolError``: rejected (the tool says the service
+    refused). An unexpected exception mid-write: outcome unknown. An output that
+    cannot be stored: committed (the service did it), with an error result.
+    """
+    if ending is None:
         return EffectStatus.COMMITTED, None
-    error_class, message, _ = failure
-    if error_class in (ErrorClass.TIMEOUT, ErrorClass.OUTCOME_UNKNOWN, ErrorClass.UNAVAILABLE):
-        return EffectStatus.OUTCOME_UNKNOWN, (ErrorClass.OUTCOME_UNKNOWN, message, False)
-    if error_class is ErrorClass.TOOL_FAILED and started:
-        # An unexpected exception mid-write says nothing about what the service did.
-        return EffectStatus.OUTCOME_UNKNOWN, (ErrorClass.OUTCOME_UNKNOWN, message, False)
-    return EffectStatus.REJECTED, failure
+    if not ending.ran:
+        return EffectStatus.REJECTED, ending
+    if ending.error_class is ErrorClass.OUTPUT_INVALID:
+        return EffectStatus.COMMITTED, ending
+    unknown = ending.error_class in _UNKNOWN_CLASSES or not ending.deliberate
+    if unknown:
+        return EffectStatus.OUTCOME_UNKNOWN, ending.model_copy(
+            update={"error_class": ErrorClass.OUTCOME_UNKNOWN, "retryable": False}
+        )
+    return EffectStatus.REJECTED, ending
 
 
 async def _run_call(toolbox: Toolbox, call: DispatchedCall, context: ToolContext) -> ToolResult:
-    tool_ = toolbox.tools[call.name]
-    timeout_s = toolbox.timeout_for(call.name)
     started = trio.current_time()
-    failure: tuple[ErrorClass, str, bool] | None = None
+    ending: _Ending | None = None
     output: Any = None
-    with trio.move_on_after(timeout_s) as timeout_scope:
-        try:
-            output = to_jsonable_python(await tool_.invoke(call.arguments, context))
-        except ValidationError as error:
-            failure = (ErrorClass.INVALID_ARGUMENTS, str(error), False)
-        except ToolError as error:
-            failure = (error.error_class, error.message, error.retryable)
-        except PydanticSerializationError as error:
-            message = f"output is not JSON-serialisable: {error}"
-            failure = (ErrorClass.OUTPUT_INVALID, message, False)
-        except Exception as error:  # a tool's own failure becomes its result, never a crash
-            failure = (ErrorClass.TOOL_FAILED, f"{type(error).__name__}: {error}", False)
-    if timeout_scope.cancelled_caught:
-        failure = (ErrorClass.TIMEOUT, f"no result within {timeout_s:g} s", True)
+    tool_ = toolbox.tools.get(call.name)
+    timeout_s = toolbox.timeout_for(call.name)
+    if tool_ is None:
+        ending = _Ending(
+            error_class=ErrorClass.UNAVAILABLE,
+            message=f"tool {call.name!r} is no longer in the agent's catalogue",
+            retryable=False,
+            ran=False,
+        )
+    else:
+        with trio.move_on_after(timeout_s) as timeout_scope:
+            try:
+                output = to_jsonable_python(await tool_.invoke(call.arguments, context))
+            except ValidationError as error:
+                ending = _Ending(
+                    error_class=ErrorClass.INVALID_ARGUMENTS,
+                    message=str(error),
+                    retryable=False,
+                    ran=False,
+                )
+            except ToolError as error:
+                ending = _Ending(
+                    error_class=error.error_class,
+                    message=error.message,
+                    retryable=error.retryable,
+                    deliberate=True,
+                )
+            except PydanticSerializationError as error:
+                ending = _Ending(
+                    error_class=ErrorClass.OUTPUT_INVALID,
+                    message=f"output is not JSON-serialisable: {error}",
+                    retryable=False,
+                    deliberate=True,
+                )
+            except Exception as error:  # a tool's own failure becomes its result, never a crash
+                ending = _Ending(
+                    error_class=ErrorClass.TOOL_FAILED,
+                    message=f"{type(error).__name__}: {error}",
+                    retryable=False,
+                )
+        if timeout_scope.cancelled_caught:
+            ending = _Ending(
+                error_class=ErrorClass.TIMEOUT,
+                message=f"no result within {timeout_s:g} s",
+                retryable=True,
+            )
     duration_ms = (trio.current_time() - started) * 1000.0
     effect_status: EffectStatus | None = None
     if call.effect_key is not None:
-        started_call = failure is None or failure[0] is not ErrorClass.INVALID_ARGUMENTS
-        effect_status, failure = _classify_write(failure, started=started_call)
-        if failure is None:
+        effect_status, ending = _classify_write(ending)
+        if ending is None:
             fault_point(CrashPoint.AFTER_WRITE_RETURNED)
     return ToolResult(
         call_id=call.call_id,
         name=call.name,
-        output=output if failure is None else None,
+        output=output if ending is None else None,
         error=None
-        if failure is None
-        else ErrorInfo(error_class=failure[0], retryable=failure[2], message=failure[1]),
+        if ending is None
+        else ErrorInfo(
+            error_class=ending.error_class, retryable=ending.retryable, message=ending.message
+        ),
         duration_ms=duration_ms,
         effect_key=call.effect_key,
         effect_status=effect_status,

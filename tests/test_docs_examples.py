@@ -9,8 +9,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -24,20 +27,26 @@ TESTED_EXAMPLES = {
     "custom_tool.py",
     "scripted_model.py",
     "cancellation.py",
+    "payments_agent.py",
+    "crash_and_resume.py",
 }
 TIMEOUT_S = 60
 
 
-def _env(tmp_path: Path) -> dict[str, str]:
-    env = dict(os.environ)
+def _env(tmp_path: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("LOOP_ACTORS_CRASH_AT", "PAYMENTS_DOWN")
+    }
     env["LOOP_ACTORS_DB"] = f"sqlite:///{tmp_path / 'docs.db'}"
+    env["PAYMENTS_DB"] = str(tmp_path / "payments.db")  # the payment service's own file
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # keep docs/examples free of __pycache__
+    env.update(extra or {})
     return env
 
 
-def _run_example(name: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def _run_example(name: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(EXAMPLES / name)],
+        [sys.executable, str(EXAMPLES / name), *args],
         cwd=tmp_path,
         env=_env(tmp_path),
         capture_output=True,
@@ -47,13 +56,15 @@ def _run_example(name: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _cli(*args: str, tmp_path: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _cli(
+    *args: str, tmp_path: Path, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     script = Path(sys.executable).with_name("loop-actors")
     command = [str(script)] if script.exists() else [sys.executable, "-m", "loop_actors._cli"]
     return subprocess.run(
         [*command, *args],
         cwd=cwd,
-        env=_env(tmp_path),
+        env=_env(tmp_path, env),
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
@@ -181,7 +192,7 @@ def test_cli_history_json_has_one_record_per_event(tmp_path: Path) -> None:
     records = [json.loads(line) for line in _lines(history)]
     assert [r["position"] for r in records] == [1, 2, 3, 4, 5, 6]
     assert {r["invocation_id"] for r in records} == {"order-a-1001"}
-    assert set(records[0]) == {"position", "type", "invocation_id", "timestamp", "data"}
+    assert {"position", "type", "invocation_id", "timestamp", "data"} <= set(records[0])
     assert records[2]["type"] == "BatchDispatched"
     assert records[2]["data"]["calls"][0]["arguments"] == {"order_id": "A-1001"}
     assert records[-1]["data"]["reason"] == "completed"
@@ -209,6 +220,202 @@ def test_cli_run_exits_2_when_the_agent_cannot_be_loaded(tmp_path: Path) -> None
     assert run.returncode == 2
     assert "has no attribute 'nobody'" in run.stderr
     assert not (tmp_path / "docs.db").exists()
+
+
+# --------------------------------------------------------------------------- crash and resume
+
+PAY_GOAL = "Pay bob 30 and carol 20"
+PAID = "bob 30 paid (R-0001); carol 20 paid (R-0002)"
+RESUMED = ["completed", PAID, "steps=2 tool_calls=2 events=6 id=pay-1"]
+
+
+def _service(tmp_path: Path) -> list[tuple[str, int, int]]:
+    """The payment service's payments: recipient, amount, requests that carried its key."""
+    if not (tmp_path / "payments.db").exists():
+        return []
+    with closing(sqlite3.connect(tmp_path / "payments.db")) as db:
+        rows = db.execute(
+            "SELECT recipient, amount, (SELECT COUNT(*) FROM requests r WHERE r.key = p.key)"
+            " FROM payments p ORDER BY receipt"
+        ).fetchall()
+    return [(str(r), int(a), int(n)) for r, a, n in rows]
+
+
+def _crash(invocation_id: str, goal: str, tmp_path: Path, *, at: str) -> None:
+    crashed = _cli(
+        "run",
+        "payments_agent:agent",
+        "--goal",
+        goal,
+        "--id",
+        invocation_id,
+        tmp_path=tmp_path,
+        cwd=EXAMPLES,
+        env={"LOOP_ACTORS_CRASH_AT": at},
+    )
+    assert crashed.returncode == -signal.SIGKILL, (crashed.stdout, crashed.stderr)
+    assert crashed.stdout == ""
+
+
+def test_crash_and_resume_pays_each_recipient_exactly_once(tmp_path: Path) -> None:
+    lines = _lines(_run_example("crash_and_resume.py", tmp_path))
+    assert lines == [
+        "run: killed by SIGKILL",
+        f"completed - {PAID}",
+        "resume: exit 0",
+        "resumed again: completed",
+        "p1 pay: reconciled",
+        "p2 pay: committed",
+        "sweep: settled=0 open=0",
+        "service: bob 30, 1 request(s) with its key",
+        "service: carol 20, 1 request(s) with its key",
+    ]
+    assert list(tmp_path.iterdir()) == []  # it worked in a temporary folder of its own
+
+
+def test_payments_agent_script_refuses_a_payment_over_the_limit(tmp_path: Path) -> None:
+    run = _run_example("payments_agent.py", tmp_path, "run", "pay-3", "Pay frank 5000")
+    assert _lines(run) == ["completed - frank 5000 not paid (over the limit of 1000)"]
+    again = _run_example("payments_agent.py", tmp_path, "resume", "pay-3")
+    assert _lines(again) == _lines(run)
+    assert not (tmp_path / "payments.db").exists()  # the service was never asked
+
+
+def test_cli_resume_after_a_crash_mid_batch_pays_each_recipient_once(tmp_path: Path) -> None:
+    _crash("pay-1", PAY_GOAL, tmp_path, at="after_write_returned:1")
+    assert _service(tmp_path) == [("bob", 30, 1)]  # paid, but nothing of it recorded
+
+    resume = ("resume", "pay-1", "--agent", "payments_agent:agent")
+    assert _lines(_cli(*resume, tmp_path=tmp_path, cwd=EXAMPLES)) == RESUMED
+    assert _service(tmp_path) == [("bob", 30, 1), ("carol", 20, 1)]
+
+    history = _cli("history", "pay-1", "--json", tmp_path=tmp_path, cwd=tmp_path)
+    records = [json.loads(line) for line in _lines(history)]
+    (dispatched,) = [r["data"] for r in records if r["type"] == "BatchDispatched"]
+    keys = [call["effect_key"] for call in dispatched["calls"]]
+    assert all(key.startswith("eff-") and len(key) == 44 for key in keys)
+    (committed,) = [r["data"] for r in records if r["type"] == "ResultsCommitted"]
+    assert [(r["effect_key"], r["effect_status"]) for r in committed["results"]] == [
+        (keys[0], "reconciled"),
+        (keys[1], "committed"),
+    ]
+    ledger = _cli("history", keys[1], "--json", tmp_path=tmp_path, cwd=tmp_path)
+    assert [json.loads(line)["type"] for line in _lines(ledger)] == [
+        "EffectPrepared",
+        "EffectDispatched",
+        "EffectReconciled",
+        "EffectDispatched",
+        "EffectCommitted",
+    ]
+
+    again = _cli(*resume, tmp_path=tmp_path, cwd=EXAMPLES)
+    assert _lines(again) == RESUMED  # nothing runs again
+    assert _service(tmp_path) == [("bob", 30, 1), ("carol", 20, 1)]
+
+
+def test_cli_resume_pauses_while_the_service_is_down_and_the_sweeper_finishes(
+    tmp_path: Path,
+) -> None:
+    _crash("pay-2", "Pay dave 40 and erin 2000", tmp_path, at="after_write_returned:1")
+    paused = _cli(
+        "resume",
+        "pay-2",
+        "--agent",
+        "payments_agent:agent",
+        tmp_path=tmp_path,
+        cwd=EXAMPLES,
+        env={"PAYMENTS_DOWN": "1"},
+    )
+    assert paused.returncode == 3, paused.stderr
+    down = "ConnectionError: the payment service is down"
+    assert paused.stdout.splitlines() == [
+        "reconciliation_required",
+        "the outcome of a write is unknown and its service cannot be asked: "
+        f"eff-f3844000a0f768b7894886465c4e739b4c77b301 (pay): {down}; "
+        f"eff-e23a744300dc855306aaee01ba1a426fe79a5003 (pay): {down}",
+        "steps=1 tool_calls=2 events=4 id=pay-2",
+    ]
+
+    sweep = ("reconcile", "--agent", "payments_agent:agent")
+    still_down = _cli(*sweep, tmp_path=tmp_path, cwd=EXAMPLES, env={"PAYMENTS_DOWN": "1"})
+    assert still_down.returncode == 3, still_down.stderr
+    assert still_down.stdout.splitlines() == [
+        "resumed pay-2: reconciliation_required",
+        "effects settled=0 open=2",
+    ]
+
+    assert _lines(_cli(*sweep, tmp_path=tmp_path, cwd=EXAMPLES)) == [
+        "resumed pay-2: completed",
+        "effects settled=2 open=0",
+    ]
+    assert _service(tmp_path) == [("dave", 40, 1)]
+    report = json.loads(_lines(_cli(*sweep, "--json", tmp_path=tmp_path, cwd=EXAMPLES))[0])
+    assert report == {"resumed": [], "effects_settled": 0, "effects_open": 0, "left_running": []}
+
+
+def test_cli_reconcile_leaves_alone_an_invocation_that_may_be_running(tmp_path: Path) -> None:
+    _crash("pay-4", "Pay bob 30", tmp_path, at="after_dispatch_commit")
+    sweep = _cli("reconcile", "--agent", "payments_agent:agent", tmp_path=tmp_path, cwd=EXAMPLES)
+    assert sweep.returncode == 3, sweep.stderr
+    assert sweep.stdout.splitlines() == [
+        "left alone pay-4: not paused (it may be running); resume it",
+        "effects settled=0 open=1",
+    ]
+    resume = _cli(
+        "resume", "pay-4", "--agent", "payments_agent:agent", tmp_path=tmp_path, cwd=EXAMPLES
+    )
+    assert _lines(resume)[:2] == ["completed", "bob 30 paid (R-0001)"]
+    assert _service(tmp_path) == [("bob", 30, 1)]
+
+
+CHANGED_AGENT = """\
+from typing import Any
+
+from loop_actors import Agent, ScriptedModel, ToolContext, tool
+from payments_agent import PaymentService, decide, reconcile_payment
+
+
+@tool(effect="write", reconcile=reconcile_payment)
+def pay(recipient: str, amount: int, context: ToolContext, memo: str = "") -> dict[str, Any]:
+    \"\"\"Pay, with a memo.\"\"\"
+    assert context.effect_key is not None
+    return PaymentService().pay(context.effect_key, recipient, amount)
+
+
+agent = Agent("payments", ScriptedModel(decide), tools=[pay])
+"""
+
+
+def test_cli_resume_refuses_a_changed_tool_unless_allowed(tmp_path: Path) -> None:
+    _crash("pay-1", PAY_GOAL, tmp_path, at="after_results_commit:1")
+    (tmp_path / "changed_payments.py").write_text(CHANGED_AGENT)
+    resume = ("resume", "pay-1", "--agent", "changed_payments:agent")
+    env = {"PYTHONPATH": str(tmp_path)}
+    refused = _cli(*resume, tmp_path=tmp_path, cwd=EXAMPLES, env=env)
+    assert refused.returncode == 2
+    assert refused.stderr == (
+        "loop-actors: error: the tool catalogue changed since the invocation started: "
+        "tool 'pay' changed its schema or effect "
+        "(allow_catalogue_change / --allow-catalogue-change resumes anyway)\n"
+    )
+    allowed = _cli(*resume, "--allow-catalogue-change", tmp_path=tmp_path, cwd=EXAMPLES, env=env)
+    assert _lines(allowed) == RESUMED
+    assert _service(tmp_path) == [("bob", 30, 1), ("carol", 20, 1)]
+
+
+def test_an_unknown_crash_point_makes_the_import_fail(tmp_path: Path) -> None:
+    run = _cli(
+        "run",
+        "payments_agent:agent",
+        "--goal",
+        PAY_GOAL,
+        tmp_path=tmp_path,
+        cwd=EXAMPLES,
+        env={"LOOP_ACTORS_CRASH_AT": "after_nothing"},
+    )
+    assert run.returncode == 1
+    assert "ValueError: 'after_nothing' is not a valid CrashPoint" in run.stderr
+    assert not (tmp_path / "payments.db").exists()
 
 
 # --------------------------------------------------------------------------- the docs

@@ -13,6 +13,7 @@ from aggregates.effect import effect_key
 from aggregates.invocation import BatchDispatched, ResultsCommitted
 from loop_actors import (
     Agent,
+    CatalogueChangedError,
     EffectStatus,
     ErrorClass,
     Reconciled,
@@ -330,3 +331,84 @@ def test_the_ledger_refuses_an_outcome_for_a_write_that_was_not_dispatched() -> 
     with pytest.raises(IllegalTransitionError):
         entry.commit({"r": 1}, at=at)
     assert entry.is_open
+
+
+async def test_a_tool_error_from_a_write_is_a_rejection_not_an_unknown_outcome(db_url: str) -> None:
+    from loop_actors import ToolError
+
+    @tool(effect="write", reconcile=lambda key: Reconciled(status="not_found"))
+    async def reserve(seat: str) -> str:
+        """Reserve a seat (always taken)."""
+        raise ToolError(f"seat {seat} is taken")
+
+    agent = Agent("a", ScriptedModel([calls(("r", "reserve", {"seat": "1A"})), FINAL]), [reserve])
+    outcome, events = await run(agent, db_url)
+    assert outcome.reason is TerminalReason.COMPLETED
+    (result,) = results_of(events)
+    assert result.effect_status is EffectStatus.REJECTED
+    assert result.error is not None
+    assert "taken" in result.error.message
+
+
+async def test_a_write_whose_output_cannot_be_stored_is_still_committed(db_url: str) -> None:
+    @tool(effect="write", reconcile=lambda key: Reconciled(status="not_found"))
+    async def send(text: str) -> object:
+        """Send, returning something JSON cannot hold."""
+        return object()
+
+    agent = Agent("a", ScriptedModel([calls(("s", "send", {"text": "hi"})), FINAL]), [send])
+    _, events = await run(agent, db_url)
+    (result,) = results_of(events)
+    assert result.effect_status is EffectStatus.COMMITTED
+    assert result.error is not None
+    assert result.error.error_class is ErrorClass.OUTPUT_INVALID
+    ledger = EventStore(db_url).get_effect(result.effect_key)
+    assert ledger is not None
+    assert ledger.status is EffectStatus.COMMITTED
+
+
+async def test_a_service_that_never_knows_the_key_pauses_after_three_dispatches(
+    db_url: str,
+) -> None:
+    attempts: list[int] = []
+
+    @tool(effect="write", reconcile=lambda key: Reconciled(status="not_found"))
+    async def flaky(text: str, context: ToolContext) -> str:
+        """Always lose the connection before the service sees it."""
+        attempts.append(context.attempt)
+        raise ConnectionError("reset")
+
+    agent = Agent("a", ScriptedModel([calls(("f", "flaky", {"text": "x"})), FINAL]), [flaky])
+    outcome, _ = await run(agent, db_url)
+    assert outcome.reason is TerminalReason.RECONCILIATION_REQUIRED
+    assert attempts == [1, 2, 3]
+    ledger = EventStore(db_url).get_effect(effect_key("inv", 1, "f"))
+    assert ledger is not None
+    assert ledger.attempt == 3  # no dispatch is recorded that did not run
+
+
+async def test_resuming_with_a_removed_tool_when_allowed_settles_its_pending_calls(
+    db_url: str,
+) -> None:
+    service = FakeService()
+    service.reachable = False
+    agent = write_agent(
+        service,
+        [calls(("l", "look", {"key": "a"}), ("w1", "record", {"what": "x"})), FINAL],
+    )
+    paused, _ = await run(agent, db_url)
+    assert paused.reason is TerminalReason.RECONCILIATION_REQUIRED
+
+    @tool
+    async def look(key: str) -> str:
+        """Read something."""
+        return key
+
+    reduced = Agent("writer", ScriptedModel([calls(("l", "look", {"key": "a"})), FINAL]), [look])
+    async with Runtime(db_url) as runtime:
+        with pytest.raises(CatalogueChangedError):
+            await runtime.resume("inv", reduced)
+        again = await runtime.resume("inv", reduced, allow_catalogue_change=True)
+    assert again.reason is TerminalReason.RECONCILIATION_REQUIRED
+    assert again.detail is not None
+    assert "record" in again.detail
