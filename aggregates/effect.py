@@ -233,3 +233,27 @@ class Effect(ChainedAggregate):
                     self.reason = event.reason
             case _:
                 raise IllegalTransitionError(f"unknown event {type(event).__name__}")
+
+
+def effect_status_after(event: object) -> str | None:
+    """The ledger status an effect event leads to (None for a non-effect event).
+
+    Read models use it to follow effects without loading the aggregate.
+    """
+    match event:
+        case EffectPrepared():
+            return EffectStatus.PREPARED.value
+        case EffectDispatched():
+            return EffectStatus.DISPATCHED.value
+        case EffectCommitted():
+            return EffectStatus.COMMITTED.value
+        case EffectRejected():
+            return EffectStatus.REJECTED.value
+        case EffectOutcomeUnknown():
+            return EffectStatus.OUTCOME_UNKNOWN.value
+        case EffectReconciled(resolution=Resolution.NOT_FOUND):
+            return EffectStatus.PREPARED.value
+        case EffectReconciled():
+            return EffectStatus.RECONCILED.value
+        case _:
+            return None

@@ -118,6 +118,7 @@ async def run_journal(
     inbox: trio.MemoryReceiveChannel[Commit],
     *,
     store: EventStore,
+    committed: trio.MemorySendChannel[None] | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Commit what controllers send, many invocations per transaction, off the trio thread.
@@ -131,9 +132,13 @@ async def run_journal(
     """
     writer = WriterThread()
     try:
-        await _serve(inbox, store=store, writer=writer, task_status=task_status)
+        await _serve(
+            inbox, store=store, writer=writer, committed=committed, task_status=task_status
+        )
     finally:
         writer.stop()
+        if committed is not None:
+            committed.close()
 
 
 async def _serve(
@@ -141,6 +146,7 @@ async def _serve(
     *,
     store: EventStore,
     writer: WriterThread,
+    committed: trio.MemorySendChannel[None] | None,
     task_status: trio.TaskStatus[None],
 ) -> None:
     async with inbox:
@@ -158,3 +164,7 @@ async def _serve(
                 # controller, so this never blocks; a controller that is gone is skipped.
                 with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                     commit.reply.send_nowait(outcome)
+            if committed is not None:
+                # A wake-up flag (buffer of one): if one is already pending, that is enough.
+                with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError):
+                    committed.send_nowait(None)

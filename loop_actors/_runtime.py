@@ -34,6 +34,8 @@ from loop_actors._outcome import Outcome
 from loop_actors._reconciler import reconcile_effect
 from loop_actors._store import EventStore, StoreUrl, resolve_db_url
 from loop_actors._tools import DEFAULT_TOOL_TIMEOUT_S, Tool, Toolbox
+from loop_actors._views import open_runner, run_projection_follower
+from projections import ProjectionRunner
 
 
 class ReconcileReport(Frozen):
@@ -134,7 +136,14 @@ class Runtime:
     call. ``run_sync`` is the blocking form for scripts.
     """
 
-    def __init__(self, db_url: str | None = None, *, now: Callable[[], datetime] = _utc_now):
+    def __init__(
+        self,
+        db_url: str | None = None,
+        *,
+        now: Callable[[], datetime] = _utc_now,
+        follow_projections: bool = False,
+        views: str | None = None,
+    ) -> None:
         """Prepare a runtime on ``db_url`` (default: ``$LOOP_ACTORS_DB`` or ``sqlite:///loop-actors.db``).
 
         Raises:
@@ -147,6 +156,10 @@ class Runtime:
         self._journal: trio.MemorySendChannel[Commit] | None = None
         self._exit_stack: AsyncExitStack | None = None
         self._running: dict[str, Controller] = {}
+        self.follow_projections = follow_projections
+        self.views = views
+        self.projections: ProjectionRunner | None = None
+        """The read models, while the runtime is open with ``follow_projections=True``."""
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -162,10 +175,23 @@ class Runtime:
         stack = AsyncExitStack()
         try:
             stack.callback(store.close)
+            runner = None
+            if self.follow_projections:
+                runner = await trio.to_thread.run_sync(open_runner, store, self.views)
+                stack.callback(runner.close)  # after the nursery: the follower has stopped
             nursery = await stack.enter_async_context(trio.open_nursery())
+            committed: trio.MemorySendChannel[None] | None = None
+            if runner is not None:
+                # A buffer of one: a pending wake-up already covers every later commit.
+                # The Journal closes it when it stops, which ends the follower.
+                committed, wake = trio.open_memory_channel[None](1)
+                await nursery.start(partial(run_projection_follower, runner, wake))
+                self.projections = runner
             journal_send, journal_inbox = trio.open_memory_channel[Commit](0)
             stack.callback(journal_send.close)  # closing the inbox ends the Journal
-            await nursery.start(partial(run_journal, journal_inbox, store=store))
+            await nursery.start(
+                partial(run_journal, journal_inbox, store=store, committed=committed)
+            )
         except BaseException:
             await stack.aclose()
             raise
@@ -181,6 +207,7 @@ class Runtime:
         """Stop the Journal (after it answered every commit) and close the store."""
         stack, self._exit_stack = self._exit_stack, None
         self._store = self._journal = None
+        self.projections = None
         if stack is None:
             return
         try:
