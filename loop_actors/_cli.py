@@ -15,16 +15,26 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 import trio
+from rich.console import Console
 
 from aggregates.audit import GENESIS, canonical_record
 from aggregates.invocation import InvocationEvent
 from loop_actors._audit import verify_all, verify_invocation
 from loop_actors._controller import single_exception
 from loop_actors._demo import DEMO_GOAL, demo_agent
-from loop_actors._errors import AgentLoadError, UsageError
+from loop_actors._errors import AgentLoadError, InvocationNotFoundError, UsageError
 from loop_actors._outcome import Outcome
+from loop_actors._render import effects_table, invocations_table, metrics_table, render_tree
 from loop_actors._runtime import Agent, Runtime
 from loop_actors._store import EventStore, resolve_db_url
+from loop_actors._views import open_runner
+from projections import (
+    ProjectionRunner,
+    list_invocations,
+    list_open_effects,
+    load_trajectory,
+    metrics,
+)
 from projections.trajectory import build_trajectory, render_text
 
 EXIT_USAGE = 2
@@ -90,6 +100,56 @@ def _build_parser() -> argparse.ArgumentParser:
     verify.add_argument("invocation_id", metavar="ID", nargs="?", help="default: every invocation")
     verify.add_argument("--json", action="store_true", help="one JSON report a line")
     db_option(verify)
+
+    def views_option(sub: argparse.ArgumentParser) -> None:
+        db_option(sub)
+        sub.add_argument(
+            "--views", metavar="FILE", help="the read models' SQLite file (default: X.views.db)"
+        )
+
+    show = commands.add_parser("show", help="an invocation's trajectory, as a tree")
+    show.add_argument("invocation_id", metavar="ID")
+    show.add_argument("--json", action="store_true", help="the trajectory as JSON")
+    views_option(show)
+
+    listing = commands.add_parser("list", help="invocations, newest first")
+    listing.add_argument("--reason", help="only this terminal reason (e.g. completed)")
+    listing.add_argument("--agent", help="only this agent")
+    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--json", action="store_true", help="one JSON object a line")
+    views_option(listing)
+
+    metrics_cmd = commands.add_parser("metrics", help="counts and distributions by group")
+    metrics_cmd.add_argument(
+        "--by", choices=["agent", "task-class", "reason"], default="reason", help="the grouping"
+    )
+    metrics_cmd.add_argument("--json", action="store_true", help="one JSON object a line")
+    views_option(metrics_cmd)
+
+    effects_cmd = commands.add_parser(
+        "effects", help="open effects (dispatched or outcome unknown), oldest first"
+    )
+    effects_cmd.add_argument("--json", action="store_true", help="one JSON object a line")
+    views_option(effects_cmd)
+
+    projections_cmd = commands.add_parser("projections", help="the read models")
+    projection_actions = projections_cmd.add_subparsers(
+        dest="projections_command", required=True, parser_class=_Parser
+    )
+    for action, text in (
+        ("status", "position, head and lag of each read model"),
+        ("catch-up", "apply every event not yet applied"),
+        ("rebuild", "drop a read model and replay it from position 0"),
+    ):
+        sub_parser = projection_actions.add_parser(action, help=text)
+        sub_parser.add_argument(
+            "name", nargs="?", choices=["trajectory", "metrics", "open_effects"]
+        )
+        sub_parser.add_argument("--json", action="store_true", help="one JSON object a line")
+        sub_parser.add_argument(
+            "--batch-size", type=int, default=500, help="events per transaction (default 500)"
+        )
+        views_option(sub_parser)
 
     history = commands.add_parser("history", help="print an invocation's committed events")
     history.add_argument("invocation_id", metavar="ID")
@@ -244,6 +304,85 @@ def _history(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_models(args: argparse.Namespace) -> int:
+    """The commands that read the read models (after catching them up)."""
+    store = EventStore(resolve_db_url(args.db), create=False)
+    try:
+        batch_size = getattr(args, "batch_size", 500)
+        if batch_size < 1:
+            raise UsageError("--batch-size must be at least 1")
+        runner = open_runner(store, args.views, batch_size=batch_size)
+        try:
+            return _read_model_command(runner, args)
+        finally:
+            runner.close()
+    finally:
+        store.close()
+
+
+def _read_model_command(runner: ProjectionRunner, args: argparse.Namespace) -> int:
+    # A pipe or a file gets wide lines rather than columns cut to 80 characters.
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    if args.command == "projections":
+        action = args.projections_command
+        if action == "rebuild":
+            reports = runner.rebuild(args.name)
+        elif action == "catch-up":
+            reports = runner.catch_up(args.name)
+        else:
+            for status in runner.status(args.name):
+                if args.json:
+                    print(json.dumps({**status.model_dump(), "lag": status.lag}))
+                else:
+                    print(
+                        f"{status.name:<14} position={status.position} head={status.head} "
+                        f"lag={status.lag}"
+                    )
+            return 0
+        for report in reports:
+            if args.json:
+                print(report.model_dump_json())
+            else:
+                rate = report.events / report.seconds if report.seconds else 0.0
+                print(
+                    f"{report.name:<14} applied={report.events} position={report.position} "
+                    f"({rate:,.0f} events/s)"
+                )
+        return 0
+    runner.catch_up()
+    match args.command:
+        case "show":
+            trajectory = load_trajectory(runner, args.invocation_id)
+            if trajectory is None:
+                raise InvocationNotFoundError(args.invocation_id)
+            if args.json:
+                print(trajectory.model_dump_json())
+            else:
+                console.print(render_tree(trajectory))
+        case "list":
+            rows = list_invocations(runner, reason=args.reason, agent=args.agent, limit=args.limit)
+            if args.json:
+                for row in rows:
+                    print(json.dumps(row))
+            else:
+                console.print(invocations_table(rows))
+        case "metrics":
+            groups = metrics(runner, args.by)
+            if args.json:
+                for group in groups:
+                    print(group.model_dump_json())
+            else:
+                console.print(metrics_table(groups, args.by))
+        case "effects":
+            effects = list_open_effects(runner)
+            if args.json:
+                for effect in effects:
+                    print(json.dumps(effect))
+            else:
+                console.print(effects_table(effects))
+    return 0
+
+
 def _audit_verify(args: argparse.Namespace) -> int:
     store = EventStore(resolve_db_url(args.db), create=False)
     try:
@@ -298,6 +437,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             return _history(args)
         case "audit":
             return _audit_verify(args)
+        case "show" | "list" | "metrics" | "effects" | "projections":
+            return _read_models(args)
         case _:  # argparse only accepts the commands above
             raise UsageError(f"unknown command {args.command!r}")
 

@@ -9,6 +9,7 @@ from uuid import uuid4
 import trio
 
 from loop_actors._errors import StoreUnavailableError
+from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._store import EventStore
 from projections import Projection, ProjectionRunner, default_projections
 
@@ -55,6 +56,7 @@ def open_runner(
             location,
             projections if projections is not None else default_projections(),
             batch_size=batch_size,
+            after_batch=lambda name, position: fault_point(CrashPoint.PROJECTION_BATCH_APPLIED),
         )
     except Exception as error:
         raise StoreUnavailableError(f"cannot open read models at {location}: {error}") from error
