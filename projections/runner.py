@@ -146,9 +146,10 @@ class ProjectionRunner:
         return f"{projection.name}:version"
 
     def _check_version(self, projection: Projection) -> None:
+        """A new read model, or one whose tables changed shape, starts again from 0."""
         recorded = self.views.max_tracking_id(self._version_name(projection))
         if recorded != projection.version:
-            self.rebuild(projection.name)
+            self._reset(projection)
 
     def _select(self, names: str | None) -> list[Projection]:
         if names is None:
@@ -214,19 +215,23 @@ class ProjectionRunner:
         """Drop a read model's tables and position, recreate them, and replay from 0."""
         selected = self._select(name)
         for projection in selected:
-            with self.datastore.transaction(commit=True) as cursor:
-                for table in projection.tables():
-                    cursor.execute(f"DROP TABLE IF EXISTS {table}")
-                for statement in projection.create():
-                    cursor.execute(statement)
-                cursor.execute(
-                    "DELETE FROM tracking WHERE application_name IN (?, ?)",
-                    (self._tracking_name(projection), self._version_name(projection)),
-                )
-                self.views._insert_tracking(
-                    cursor, Tracking(self._version_name(projection), projection.version)
-                )
+            self._reset(projection)
         return [self._catch_up(projection) for projection in selected]
+
+    def _reset(self, projection: Projection) -> None:
+        """Empty a read model and its position, in one transaction."""
+        with self.datastore.transaction(commit=True) as cursor:
+            for table in projection.tables():
+                cursor.execute(f"DROP TABLE IF EXISTS {table}")
+            for statement in projection.create():
+                cursor.execute(statement)
+            cursor.execute(
+                "DELETE FROM tracking WHERE application_name IN (?, ?)",
+                (self._tracking_name(projection), self._version_name(projection)),
+            )
+            self.views._insert_tracking(
+                cursor, Tracking(self._version_name(projection), projection.version)
+            )
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         """Run a read-only query on the read models' database."""
