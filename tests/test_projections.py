@@ -8,6 +8,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -110,8 +111,12 @@ async def populate(url: str, start: int, count: int) -> None:
     async with Runtime(url) as runtime, trio.open_nursery() as nursery:
         for i in range(start, start + count):
             nursery.start_soon(
-                lambda i=i: runtime.run(
-                    AGENTS[i % 6], f"goal {i}", invocation_id=f"inv-{i:05d}", task_class=f"c{i % 3}"
+                partial(
+                    runtime.run,
+                    AGENTS[i % 6],
+                    f"goal {i}",
+                    invocation_id=f"inv-{i:05d}",
+                    task_class=f"c{i % 3}",
                 )
             )
 
