@@ -41,7 +41,7 @@ from aggregates.decisions import (
 from aggregates.decisions import Effect as EffectKind
 from aggregates.effect import Effect, Resolution
 from aggregates.events import DomainEvent
-from aggregates.invocation import DispatchedCall, Invocation, Phase
+from aggregates.invocation import DispatchedCall, Invocation, Phase, Turn
 from loop_actors._errors import LoopActorsError
 from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._journal import commit_events
@@ -70,7 +70,7 @@ from loop_actors._model import Model, run_model_actor
 from loop_actors._outcome import Outcome
 from loop_actors._reconciler import run_effect_reconciler
 from loop_actors._store import EventStore
-from loop_actors._tools import Toolbox, run_tool_actor
+from loop_actors._tools import REDACTED, Toolbox, run_tool_actor
 
 CANCEL_GRACE_S = 10.0
 """How long a cancelled batch may take to report its finished calls."""
@@ -105,6 +105,10 @@ class Controller:
         self._wait_scope: trio.CancelScope | None = None
         self._committed_totals = (invocation.step, invocation.tool_calls)
         self._nursery: trio.Nursery | None = None
+        # Real values of redacted arguments and outputs, for the tools and the
+        # model of this process only: the store holds "[redacted]".
+        self._revealed_arguments: dict[tuple[int, str], dict[str, Any]] = {}
+        self._revealed_outputs: dict[tuple[int, str], Any] = {}
         self._reconciler_send: trio.MemorySendChannel[ReconcileEffect] | None = None
         self._reconciler_replies: trio.MemoryReceiveChannel[ReconcileOutcome]
         self._commit_send, self._commit_recv = trio.open_memory_channel[CommitOutcome](1)
@@ -221,7 +225,21 @@ class Controller:
         """Carry out a valid decision; return an outcome when the invocation stops."""
         inv = self.invocation
         budget = inv.budget
-        inv.propose(decision, usage=usage, at=self.now())
+        stored = decision
+        if isinstance(decision, ToolCalls) and self.toolbox.redacts:
+            stored = ToolCalls(
+                calls=[
+                    call.model_copy(
+                        update={
+                            "arguments": self.toolbox.redact_arguments(call.name, call.arguments)
+                        }
+                    )
+                    for call in decision.calls
+                ]
+            )
+            for call in decision.calls:
+                self._revealed_arguments[(inv.step + 1, call.id)] = arguments[call.id]
+        inv.propose(stored, usage=usage, at=self.now())
         match decision:
             case Final(answer=answer):
                 return await self._end(TerminalReason.COMPLETED, answer=answer)
@@ -265,7 +283,9 @@ class Controller:
                     step=inv.step,
                     call_id=call.id,
                     tool=call.name,
-                    arguments_digest=_digest(arguments[call.id]),
+                    arguments_digest=_digest(
+                        self.toolbox.redact_arguments(call.name, arguments[call.id])
+                    ),
                     at=self.now(),
                 )
                 effect.dispatch(at=self.now())
@@ -275,7 +295,7 @@ class Controller:
                 DispatchedCall(
                     call_id=call.id,
                     name=call.name,
-                    arguments=arguments[call.id],
+                    arguments=self.toolbox.redact_arguments(call.name, arguments[call.id]),
                     effect=tool_effect,
                     effect_key=key,
                 )
@@ -336,6 +356,9 @@ class Controller:
         for round_ in range(MAX_DISPATCH_ROUNDS):
             if runnable:
                 executed = await self._execute(runnable, effects)
+                executed = executed.model_copy(
+                    update={"results": [self._conceal(r) for r in executed.results]}
+                )
                 for result in executed.results:
                     results[result.call_id] = result
                     if result.effect_key is not None:
@@ -413,6 +436,68 @@ class Controller:
         outcome = Outcome.of(inv)
         return outcome.model_copy(update={"detail": why}) if already_paused else outcome
 
+    # ----------------------------------------------------------------- redaction
+
+    def _redact_raw(self, raw: Any) -> Any:
+        """Redact the sensitive arguments of known tools in a rejected proposal."""
+        if not self.toolbox.redacts or not isinstance(raw, dict):
+            return raw
+        proposed = raw.get("calls")
+        if not isinstance(proposed, list):
+            return raw
+        calls = []
+        for call in proposed:
+            if isinstance(call, dict) and isinstance(call.get("arguments"), dict):
+                arguments = self.toolbox.redact_arguments(str(call.get("name")), call["arguments"])
+                calls.append({**call, "arguments": arguments})
+            else:
+                calls.append(call)
+        return {**raw, "calls": calls}
+
+    def _reveal_call(self, step: int, call: DispatchedCall) -> DispatchedCall:
+        """The call with the real values of its redacted arguments (known in this process)."""
+        real = self._revealed_arguments.get((step, call.call_id))
+        return call if real is None else call.model_copy(update={"arguments": real})
+
+    def _conceal(self, result: ToolResult) -> ToolResult:
+        """Keep a result's real output for the model; return what may be stored."""
+        stored = self.toolbox.redact_output(result.name, result.output)
+        if stored is result.output:
+            return result
+        step = self.invocation.step
+        self._revealed_outputs[(step, result.call_id)] = result.output
+        return result.model_copy(update={"output": stored})
+
+    def _reveal_turns(self) -> list[Turn]:
+        """The committed turns as the model may see them in this process."""
+        turns = self.invocation.turns
+        if not self._revealed_arguments and not self._revealed_outputs:
+            return list(turns)
+        revealed = []
+        for turn in turns:
+            decision = turn.decision
+            if isinstance(decision, ToolCalls):
+                decision = ToolCalls(
+                    calls=[
+                        call.model_copy(
+                            update={
+                                "arguments": self._revealed_arguments.get(
+                                    (turn.step, call.id), call.arguments
+                                )
+                            }
+                        )
+                        for call in decision.calls
+                    ]
+                )
+            results = [
+                r.model_copy(
+                    update={"output": self._revealed_outputs.get((turn.step, r.call_id), r.output)}
+                )
+                for r in turn.results
+            ]
+            revealed.append(turn.model_copy(update={"decision": decision, "results": results}))
+        return revealed
+
     async def _reconcile(self, effect: Effect) -> ReconcileOutcome:
         """Ask the EffectReconciler about one effect (started on first use)."""
         if self._reconciler_send is None:
@@ -436,7 +521,7 @@ class Controller:
             agent_name=inv.agent_name,
             goal=inv.goal,
             step=inv.step + 1,
-            turns=list(inv.turns),
+            turns=self._reveal_turns(),
             tools=self._tool_schemas,
         )
         deadline = None if math.isinf(self.deadline) else self.deadline
@@ -451,7 +536,7 @@ class Controller:
 
     def _validate(self, proposal: object) -> tuple[Decision, dict[str, dict[str, Any]]] | Rejection:
         """Check a proposal against the decision schema and the tool catalogue."""
-        raw = _jsonable(proposal)
+        raw = self._redact_raw(_jsonable(proposal))
         try:
             decision = parse_decision(proposal)
         except ValidationError as error:
@@ -517,6 +602,18 @@ class Controller:
         batch = self.invocation.pending_batch
         assert batch is not None
         deadline = None if math.isinf(self.deadline) else self.deadline
+        revealed = [self._reveal_call(batch.step, call) for call in calls]
+        lost = [call for call in revealed if _holds_redacted(call.arguments)]
+        calls = [call for call in revealed if not _holds_redacted(call.arguments)]
+        if lost:
+            ran = await self._execute(calls, effects) if calls else None
+            results = {r.call_id: r for r in (ran.results if ran else [])}
+            results.update({call.call_id: _arguments_gone(call) for call in lost})
+            return BatchExecuted(
+                step=batch.step,
+                results=[results[call.call_id] for call in revealed],
+                interruption=ran.interruption if ran else Interruption.NONE,
+            )
         await self._tool_send.send(
             ExecuteBatch(
                 invocation_id=self.invocation.id,
@@ -754,3 +851,29 @@ def single_exception(group: BaseExceptionGroup[BaseException]) -> BaseException:
     while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
         error = error.exceptions[0]
     return error
+
+
+def _holds_redacted(value: Any) -> bool:
+    if value == REDACTED:
+        return True
+    if isinstance(value, dict):
+        return any(_holds_redacted(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds_redacted(v) for v in value)
+    return False
+
+
+def _arguments_gone(call: DispatchedCall) -> ToolResult:
+    """The result of a call that cannot run again: its sensitive arguments were never stored."""
+    return ToolResult(
+        call_id=call.call_id,
+        name=call.name,
+        error=ErrorInfo(
+            error_class=ErrorClass.INVALID_ARGUMENTS,
+            retryable=True,
+            message="not run again: its sensitive arguments were redacted before they were "
+            "stored, and this process does not have them; propose the call again",
+        ),
+        effect_key=call.effect_key,
+        effect_status=EffectStatus.REJECTED if call.effect_key else None,
+    )

@@ -13,7 +13,7 @@ import json
 import math
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
-from typing import Any, Literal, overload
+from typing import Any, Literal, cast, overload
 
 import trio
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
@@ -34,6 +34,41 @@ from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._messages import BatchExecuted, CancelBatch, ExecuteBatch, Interruption
 
 DEFAULT_TOOL_TIMEOUT_S = 30.0
+
+REDACTED = "[redacted]"
+"""What a sensitive value is replaced with before it is stored."""
+
+
+def _paths(tool_name: str, names: Iterable[str]) -> tuple[tuple[str, ...], ...]:
+    if isinstance(names, str):
+        raise ToolDefinitionError(f"tool {tool_name}: give sensitive fields as a list of names")
+    paths = tuple(tuple(name.split(".")) for name in names)
+    if any(not all(paths) for paths in paths):
+        raise ToolDefinitionError(f"tool {tool_name}: empty sensitive field name")
+    return paths
+
+
+def redact(value: Any, paths: Iterable[tuple[str, ...]]) -> Any:
+    """A copy of a JSON value with the values at ``paths`` replaced by ``REDACTED``.
+
+    A path that does not exist is ignored; a path through a list applies to
+    each of its items.
+    """
+    result = value
+    for path in paths:
+        result = _redact_path(result, path)
+    return result
+
+
+def _redact_path(value: Any, path: tuple[str, ...]) -> Any:
+    if isinstance(value, list):
+        return [_redact_path(item, path) for item in value]
+    if not isinstance(value, dict) or path[0] not in value:
+        return value
+    head, rest = path[0], path[1:]
+    copy = dict(value)
+    copy[head] = REDACTED if not rest else _redact_path(value[head], rest)
+    return copy
 
 
 class ToolContext(Frozen):
@@ -83,6 +118,8 @@ class Tool:
         inline: bool = False,
         reconcile: ReconcileFunction | None = None,
         commutes: bool = False,
+        sensitive_arguments: Iterable[str] = (),
+        sensitive_output: Iterable[str] = (),
     ) -> None:
         """Wrap ``fn`` as a tool (see :func:`tool` for the parameters)."""
         if not callable(fn):
@@ -107,6 +144,8 @@ class Tool:
             raise ToolDefinitionError(f"tool {self.name}: only a write tool is reconciled")
         self.reconcile = reconcile
         self.commutes = commutes
+        self.sensitive_arguments = _paths(self.name, sensitive_arguments)
+        self.sensitive_output = _paths(self.name, sensitive_output)
         self.is_async = inspect.iscoroutinefunction(fn)
         if inline and self.is_async:
             raise ToolDefinitionError(f"tool {self.name}: inline is for plain functions only")
@@ -239,6 +278,8 @@ def tool(
     inline: bool = False,
     reconcile: ReconcileFunction | None = None,
     commutes: bool = False,
+    sensitive_arguments: Iterable[str] = (),
+    sensitive_output: Iterable[str] = (),
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -253,6 +294,8 @@ def tool(
     inline: bool = False,
     reconcile: ReconcileFunction | None = None,
     commutes: bool = False,
+    sensitive_arguments: Iterable[str] = (),
+    sensitive_output: Iterable[str] = (),
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a plain or async function a tool named after it.
 
@@ -270,6 +313,11 @@ def tool(
             owning service what became of a key; raises when it cannot be reached.
         commutes: for a write that neither reads nor changes what other calls of
             a batch touch: it may then run concurrently with them.
+        sensitive_arguments: argument names (``"card"``, or dotted paths such as
+            ``"payer.card"``) whose values are replaced by ``"[redacted]"`` before
+            anything is stored; the tool and, in this process, the model still
+            see the real values.
+        sensitive_output: the same for fields of the tool's output.
 
     Raises:
         ToolDefinitionError: when the function cannot be described to a model.
@@ -285,6 +333,8 @@ def tool(
             inline=inline,
             reconcile=reconcile,
             commutes=commutes,
+            sensitive_arguments=sensitive_arguments,
+            sensitive_output=sensitive_output,
         )
 
     if fn is not None:
@@ -321,6 +371,25 @@ class Toolbox:
         tool_ = self.tools.get(name)
         configured = tool_.timeout_s if tool_ is not None else None
         return self.default_timeout_s if configured is None else configured
+
+    def redact_arguments(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Arguments as they may be stored: the tool's sensitive fields replaced."""
+        tool_ = self.tools.get(name)
+        if tool_ is None or not tool_.sensitive_arguments:
+            return arguments
+        return cast("dict[str, Any]", redact(arguments, tool_.sensitive_arguments))
+
+    def redact_output(self, name: str, output: Any) -> Any:
+        """An output as it may be stored: the tool's sensitive fields replaced."""
+        tool_ = self.tools.get(name)
+        if tool_ is None or not tool_.sensitive_output:
+            return output
+        return redact(output, tool_.sensitive_output)
+
+    @property
+    def redacts(self) -> bool:
+        """True when some tool declares sensitive fields."""
+        return any(t.sensitive_arguments or t.sensitive_output for t in self.tools.values())
 
     def check_arguments(self, call: ToolCall) -> dict[str, Any]:
         """Validate a call's arguments; return them normalised as JSON.
@@ -421,6 +490,14 @@ _UNKNOWN_CLASSES = frozenset(
 )
 
 
+def validation_problems(error: ValidationError) -> str:
+    """A validation error as text, without the input values (they may be secrets)."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in item['loc']) or 'arguments'}: {item['msg']}"
+        for item in error.errors()
+    )
+
+
 def _classify_write(ending: _Ending | None) -> tuple[EffectStatus, _Ending | None]:
     """What a write's ending says about its external effect.
 
@@ -464,7 +541,7 @@ async def _run_call(toolbox: Toolbox, call: DispatchedCall, context: ToolContext
             except ValidationError as error:
                 ending = _Ending(
                     error_class=ErrorClass.INVALID_ARGUMENTS,
-                    message=str(error),
+                    message=validation_problems(error),
                     retryable=False,
                     ran=False,
                 )

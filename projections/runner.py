@@ -14,12 +14,13 @@ Synchronous, like eventsourcing: the runtime calls it from a worker thread.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from eventsourcing.application import Application
-from eventsourcing.persistence import Tracking
+from eventsourcing.persistence import IntegrityError, Tracking
 from eventsourcing.sqlite import SQLiteCursor, SQLiteDatastore, SQLiteTrackingRecorder
 
 from aggregates.decisions import Frozen
@@ -132,6 +133,7 @@ class ProjectionRunner:
         self.views = ViewStore(self.datastore, projections)
         self.views.create_table()
         self.projections = {p.name: p for p in projections}
+        self._lock = threading.Lock()
         for projection in projections:
             self._check_version(projection)
 
@@ -180,6 +182,12 @@ class ProjectionRunner:
         return [self._catch_up(projection) for projection in self._select(name)]
 
     def _catch_up(self, projection: Projection) -> CatchUpReport:
+        # One catch-up at a time in this process; another process's runner on the
+        # same views is caught by the tracking row (see _catch_up_unlocked).
+        with self._lock:
+            return self._catch_up_unlocked(projection)
+
+    def _catch_up_unlocked(self, projection: Projection) -> CatchUpReport:
         started = time.perf_counter()
         position = self.position(projection.name)
         applied = 0
@@ -192,14 +200,25 @@ class ProjectionRunner:
             if not notifications:
                 break
             last = notifications[-1].id
-            with self.datastore.transaction(commit=True) as cursor:
-                for notification in notifications:
-                    event = mapper.to_domain_event(notification)
-                    projection.apply(cursor, event, notification.id)  # type: ignore[arg-type]
-                if self.after_batch is not None:
-                    self.after_batch(projection.name, last)
-                # The position goes in with the batch: both commit, or neither.
-                self.views._insert_tracking(cursor, Tracking(self._tracking_name(projection), last))
+            try:
+                with self.datastore.transaction(commit=True) as cursor:
+                    for notification in notifications:
+                        event = mapper.to_domain_event(notification)
+                        projection.apply(cursor, event, notification.id)  # type: ignore[arg-type]
+                    if self.after_batch is not None:
+                        self.after_batch(projection.name, last)
+                    # The position goes in with the batch: both commit, or neither.
+                    self.views._insert_tracking(
+                        cursor, Tracking(self._tracking_name(projection), last)
+                    )
+            except IntegrityError:
+                # Another runner (another process) applied these events first: its
+                # transaction won, ours rolled back whole. Go on from where it got.
+                moved_on = self.position(projection.name)
+                if moved_on <= position:
+                    raise  # not a race: the projection itself is inconsistent
+                position = moved_on
+                continue
             applied += len(notifications)
             position = last
             if len(notifications) < self.batch_size:
@@ -214,9 +233,10 @@ class ProjectionRunner:
     def rebuild(self, name: str | None = None) -> list[CatchUpReport]:
         """Drop a read model's tables and position, recreate them, and replay from 0."""
         selected = self._select(name)
-        for projection in selected:
-            self._reset(projection)
-        return [self._catch_up(projection) for projection in selected]
+        with self._lock:
+            for projection in selected:
+                self._reset(projection)
+            return [self._catch_up_unlocked(projection) for projection in selected]
 
     def _reset(self, projection: Projection) -> None:
         """Empty a read model and its position, in one transaction."""
