@@ -10,6 +10,8 @@ a command or from a stored history being replayed.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable
 from datetime import datetime
 from enum import StrEnum
@@ -110,6 +112,44 @@ class Paused(InvocationEvent):
     reason: TerminalReason
     question: str | None = None
     proposal_digest: str | None = None
+    calls: list[DispatchedCall] | None = None
+    """For an approval: the exact batch that waits, as it would be dispatched."""
+    needs_approval: list[str] | None = None
+    """For an approval: the ids of the calls that require it."""
+
+
+class ApprovalGranted(InvocationEvent):
+    """A person approved the paused batch, identified by its digest."""
+
+    step: int
+    proposal_digest: str
+    by: str
+    note: str | None = None
+
+
+class ApprovalDenied(InvocationEvent):
+    """A person denied the paused batch; its calls that needed approval will not run."""
+
+    step: int
+    proposal_digest: str
+    by: str
+    reason: str
+
+
+class ClarificationProvided(InvocationEvent):
+    """A person answered the model's question."""
+
+    step: int
+    answer: str
+    by: str | None = None
+
+
+class VerificationFailed(InvocationEvent):
+    """The agent's verifier refused the final answer; the evidence goes back to the model."""
+
+    step: int
+    attempt: int
+    evidence: str
 
 
 class Terminated(InvocationEvent):
@@ -128,6 +168,10 @@ EVENT_TYPES: tuple[type[InvocationEvent], ...] = (
     BatchDispatched,
     ResultsCommitted,
     Paused,
+    ApprovalGranted,
+    ApprovalDenied,
+    ClarificationProvided,
+    VerificationFailed,
     Terminated,
 )
 
@@ -156,6 +200,12 @@ class Turn(Frozen):
     decision: Decision | None = None
     rejection: Rejection | None = None
     results: list[ToolResult] = []
+    approval: str | None = None
+    """For an approved or denied batch: who decided, and why."""
+    reply: str | None = None
+    """For a clarification: the person's answer."""
+    verification: str | None = None
+    """For a final answer the verifier refused: its evidence."""
 
 
 class Invocation(ChainedAggregate):
@@ -180,6 +230,12 @@ class Invocation(ChainedAggregate):
         self.paused: Paused | None = None
         self.terminated: Terminated | None = None
         self.started_at: datetime | None = None
+        self.approval: ApprovalGranted | ApprovalDenied | None = None
+        self.approved_calls: list[DispatchedCall] | None = None
+        self.approval_needed: list[str] = []
+        self.verification_failures = 0
+        self.failure_signature: str | None = None
+        self.failure_streak = 0
 
     # ----------------------------------------------------------------- commands
 
@@ -240,6 +296,8 @@ class Invocation(ChainedAggregate):
         at: datetime,
         question: str | None = None,
         proposal_digest: str | None = None,
+        calls: list[DispatchedCall] | None = None,
+        needs_approval: list[str] | None = None,
     ) -> None:
         """Pause for a person or a service (a pausing reason only)."""
         self.trigger_event(
@@ -249,6 +307,48 @@ class Invocation(ChainedAggregate):
             reason=reason,
             question=question,
             proposal_digest=proposal_digest,
+            calls=calls,
+            needs_approval=needs_approval,
+        )
+
+    def grant_approval(
+        self, proposal_digest: str, *, by: str, at: datetime, note: str | None = None
+    ) -> None:
+        """Approve the paused batch (its digest must match)."""
+        self.trigger_event(
+            ApprovalGranted,
+            timestamp=at,
+            step=self.step,
+            proposal_digest=proposal_digest,
+            by=by,
+            note=note,
+        )
+
+    def deny_approval(self, proposal_digest: str, *, by: str, reason: str, at: datetime) -> None:
+        """Deny the paused batch (its digest must match)."""
+        self.trigger_event(
+            ApprovalDenied,
+            timestamp=at,
+            step=self.step,
+            proposal_digest=proposal_digest,
+            by=by,
+            reason=reason,
+        )
+
+    def provide_clarification(self, answer: str, *, at: datetime, by: str | None = None) -> None:
+        """Answer the model's question."""
+        self.trigger_event(
+            ClarificationProvided, timestamp=at, step=self.step, answer=answer, by=by
+        )
+
+    def fail_verification(self, evidence: str, *, at: datetime) -> None:
+        """Refuse the final answer with the verifier's evidence."""
+        self.trigger_event(
+            VerificationFailed,
+            timestamp=at,
+            step=self.step,
+            attempt=self.verification_failures + 1,
+            evidence=evidence,
         )
 
     def terminate(
@@ -302,6 +402,12 @@ class Invocation(ChainedAggregate):
                 self._on_results(event)
             case Paused():
                 self._on_pause(event)
+            case ApprovalGranted() | ApprovalDenied():
+                self._on_approval(event)
+            case ClarificationProvided():
+                self._on_clarification(event)
+            case VerificationFailed():
+                self._on_verification_failed(event)
             case Terminated():
                 self._on_terminate(event)
             case _:
@@ -376,6 +482,7 @@ class Invocation(ChainedAggregate):
             raise self._refuse(event, "the same plan repeated past max_repeated_plan")
         self.last_plan = fingerprint
         self.repeat_streak = streak
+        self.approved_calls = None
         self.tool_calls += len(event.calls)
         self.pending_batch = event
         self.phase = Phase.DISPATCHED
@@ -402,8 +509,21 @@ class Invocation(ChainedAggregate):
                 event, "one result per dispatched call id, exactly once, in call order"
             )
         self.turns[-1] = self.turns[-1].model_copy(update={"results": list(event.results)})
+        calls = {call.call_id: call for call in self.pending_batch.calls}
+        for result in event.results:
+            if result.error is None:
+                self.failure_signature, self.failure_streak = None, 0
+                continue
+            signature = failure_signature(
+                result.name, calls[result.call_id].arguments, result.error.error_class.value
+            )
+            if signature == self.failure_signature:
+                self.failure_streak += 1
+            else:
+                self.failure_signature, self.failure_streak = signature, 1
         self.pending_batch = None
         self.paused = None
+        self.approval = None
         self.phase = Phase.READY
 
     def _on_pause(self, event: Paused) -> None:
@@ -414,10 +534,66 @@ class Invocation(ChainedAggregate):
             raise self._refuse(event, "only a proposal can pause an invocation")
         if not event.reason.pauses:
             raise self._refuse(event, f"{event.reason.value} is not a pausing reason")
+        if event.calls is not None:
+            decision = self.last_decision
+            proposed = (
+                [(c.id, c.name) for c in decision.calls] if isinstance(decision, ToolCalls) else []
+            )
+            if proposed != [(c.call_id, c.name) for c in event.calls]:
+                raise self._refuse(event, "the batch waiting for approval must be the proposed one")
         if event.step != self.step:
             raise self._refuse(event, f"step must be {self.step}, got {event.step}")
         self.paused = event
         self.phase = Phase.PAUSED
+
+    def _on_approval(self, event: ApprovalGranted | ApprovalDenied) -> None:
+        paused = self.paused
+        if (
+            self.phase is not Phase.PAUSED
+            or paused is None
+            or paused.reason is not TerminalReason.APPROVAL_REQUIRED
+        ):
+            raise self._refuse(event, "only a batch paused for approval is approved or denied")
+        if event.step != self.step:
+            raise self._refuse(event, f"step must be {self.step}, got {event.step}")
+        if event.proposal_digest != paused.proposal_digest:
+            raise self._refuse(event, "the digest is not the one of the paused batch")
+        if isinstance(event, ApprovalGranted):
+            note = f" ({event.note})" if event.note else ""
+            summary = f"approved by {event.by}{note}"
+        else:
+            summary = f"denied by {event.by}: {event.reason}"
+        self.turns[-1] = self.turns[-1].model_copy(update={"approval": summary})
+        self.approval = event
+        self.approved_calls = list(paused.calls or [])
+        self.approval_needed = list(
+            paused.needs_approval or [call.call_id for call in self.approved_calls]
+        )
+        self.paused = None
+        self.phase = Phase.CALLS_PROPOSED
+
+    def _on_clarification(self, event: ClarificationProvided) -> None:
+        paused = self.paused
+        if (
+            self.phase is not Phase.PAUSED
+            or paused is None
+            or paused.reason is not TerminalReason.CLARIFICATION_REQUIRED
+        ):
+            raise self._refuse(event, "only an invocation paused for a question takes an answer")
+        if event.step != self.step:
+            raise self._refuse(event, f"step must be {self.step}, got {event.step}")
+        self.turns[-1] = self.turns[-1].model_copy(update={"reply": event.answer})
+        self.paused = None
+        self.phase = Phase.READY
+
+    def _on_verification_failed(self, event: VerificationFailed) -> None:
+        if self.phase is not Phase.DECIDED or not isinstance(self.last_decision, Final):
+            raise self._refuse(event, "only a proposed final answer is verified")
+        if event.step != self.step or event.attempt != self.verification_failures + 1:
+            raise self._refuse(event, "step and attempt must follow the history")
+        self.turns[-1] = self.turns[-1].model_copy(update={"verification": event.evidence})
+        self.verification_failures = event.attempt
+        self.phase = Phase.READY
 
     def _on_terminate(self, event: Terminated) -> None:
         if self.phase in (Phase.TERMINATED, Phase.DISPATCHED):
@@ -436,6 +612,12 @@ class Invocation(ChainedAggregate):
                 raise self._refuse(event, "completed needs the committed final answer")
         self.terminated = event
         self.phase = Phase.TERMINATED
+
+
+def failure_signature(tool: str, arguments: dict[str, Any], error_class: str) -> str:
+    """What makes two failures "the same": the tool, its normalised arguments, the error class."""
+    canonical = json.dumps([tool, arguments, error_class], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 class InvocationState(Frozen):
@@ -458,6 +640,12 @@ class InvocationState(Frozen):
     paused: Paused | None = None
     terminated: Terminated | None = None
     started_at: datetime | None = None
+    approval: ApprovalGranted | ApprovalDenied | None = None
+    approved_calls: list[DispatchedCall] | None = None
+    approval_needed: list[str] = []
+    verification_failures: int = 0
+    failure_signature: str | None = None
+    failure_streak: int = 0
     last_hash: str
     created_on: datetime
     modified_on: datetime

@@ -20,9 +20,11 @@ from aggregates.decisions import ToolCalls as ToolCalls
 from aggregates.decisions import ToolResult as ToolResult
 from aggregates.decisions import Usage as Usage
 from loop_actors._errors import AgentLoadError as AgentLoadError
+from loop_actors._errors import ApprovalRefusedError as ApprovalRefusedError
 from loop_actors._errors import InvocationExistsError as InvocationExistsError
 from loop_actors._errors import InvocationNotFoundError as InvocationNotFoundError
 from loop_actors._errors import LoopActorsError as LoopActorsError
+from loop_actors._errors import NotWaitingError as NotWaitingError
 from loop_actors._errors import ScriptExhaustedError as ScriptExhaustedError
 from loop_actors._errors import StoreUnavailableError as StoreUnavailableError
 from loop_actors._errors import StoreUrlError as StoreUrlError
@@ -46,6 +48,7 @@ from loop_actors._tools import tool as tool
 __all__ = [
     "Agent",
     "AgentLoadError",
+    "ApprovalRefusedError",
     "Budget",
     "CannotContinue",
     "CatalogueChangedError",
@@ -62,6 +65,7 @@ __all__ = [
     "Model",
     "ModelReply",
     "ModelRequest",
+    "NotWaitingError",
     "Outcome",
     "ReconcileReport",
     "Reconciled",

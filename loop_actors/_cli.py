@@ -84,6 +84,31 @@ def _build_parser() -> argparse.ArgumentParser:
     resume.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
     db_option(resume)
 
+    approve = commands.add_parser("approve", help="approve the batch an invocation waits with")
+    approve.add_argument("invocation_id", metavar="ID")
+    approve.add_argument("--digest", required=True, help="the digest the paused run printed")
+    approve.add_argument("--by", required=True, metavar="NAME", help="who approves (audited)")
+    approve.add_argument("--note", help="why (audited)")
+    approve.add_argument("--agent", metavar="MODULE:ATTR", help="resume right away with it")
+    approve.add_argument("--json", action="store_true")
+    db_option(approve)
+
+    deny = commands.add_parser("deny", help="deny the batch an invocation waits with")
+    deny.add_argument("invocation_id", metavar="ID")
+    deny.add_argument("--by", required=True, metavar="NAME", help="who denies (audited)")
+    deny.add_argument("--reason", required=True, help="why (audited, and told to the model)")
+    deny.add_argument("--agent", metavar="MODULE:ATTR", help="resume right away with it")
+    deny.add_argument("--json", action="store_true")
+    db_option(deny)
+
+    clarify = commands.add_parser("clarify", help="answer the question an invocation asked")
+    clarify.add_argument("invocation_id", metavar="ID")
+    clarify.add_argument("--answer", required=True, help="the answer the model will see")
+    clarify.add_argument("--by", metavar="NAME", help="who answers (audited)")
+    clarify.add_argument("--agent", metavar="MODULE:ATTR", help="resume right away with it")
+    clarify.add_argument("--json", action="store_true")
+    db_option(clarify)
+
     reconcile = commands.add_parser(
         "reconcile",
         help="settle open effects with their services; resume invocations paused for it",
@@ -189,16 +214,18 @@ def load_agent(reference: str) -> Agent:
 
 
 def _outcome_json(outcome: Outcome) -> str:
-    return json.dumps(
-        {
-            "invocation_id": outcome.invocation_id,
-            "reason": outcome.reason.value,
-            "answer": outcome.answer,
-            "steps": outcome.steps,
-            "tool_calls": outcome.tool_calls,
-            "detail": outcome.detail,
-        }
-    )
+    record: dict[str, Any] = {
+        "invocation_id": outcome.invocation_id,
+        "reason": outcome.reason.value,
+        "answer": outcome.answer,
+        "steps": outcome.steps,
+        "tool_calls": outcome.tool_calls,
+        "detail": outcome.detail,
+    }
+    if outcome.digest is not None:
+        record["digest"] = outcome.digest
+        record["pending_calls"] = outcome.pending_calls
+    return json.dumps(record)
 
 
 def _outcome_lines(outcome: Outcome, events: int) -> list[str]:
@@ -286,6 +313,30 @@ async def _reconcile(runtime: Runtime, agent: Agent, args: argparse.Namespace) -
         print(f"effects settled={report.effects_settled} open={report.effects_open}")
     waiting = report.effects_open > 0 or any(o.paused for o in report.resumed)
     return 3 if waiting else 0
+
+
+async def _decide(runtime: Runtime, agent: Agent | None, args: argparse.Namespace) -> int:
+    """Approve / deny / clarify: record the person's decision, then resume if asked."""
+    async with runtime:
+        match args.command:
+            case "approve":
+                await runtime.approve(
+                    args.invocation_id, digest=args.digest, by=args.by, note=args.note
+                )
+            case "deny":
+                await runtime.deny(args.invocation_id, by=args.by, reason=args.reason)
+            case _:
+                await runtime.clarify(args.invocation_id, answer=args.answer, by=args.by)
+        if agent is None:
+            print(f"recorded {args.command} for {args.invocation_id}; resume it to continue")
+            return 0
+        outcome = await runtime.resume(args.invocation_id, agent)
+        events = await runtime.history(outcome.invocation_id)
+    if args.json:
+        print(_outcome_json(outcome))
+    else:
+        print("\n".join(_outcome_lines(outcome, len(events))))
+    return outcome.exit_code
 
 
 def _history(args: argparse.Namespace) -> int:
@@ -430,6 +481,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         case "resume":
             agent = load_agent(args.agent)
             return trio.run(_resume, _open_existing(args.db), agent, args)
+        case "approve" | "deny" | "clarify":
+            decider = load_agent(args.agent) if args.agent else None
+            return trio.run(_decide, _open_existing(args.db), decider, args)
         case "reconcile":
             agent = load_agent(args.agent)
             return trio.run(_reconcile, _open_existing(args.db), agent, args)

@@ -10,6 +10,7 @@ next stage starts.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
 from collections.abc import Callable, Iterable
@@ -41,7 +42,7 @@ from aggregates.decisions import (
 from aggregates.decisions import Effect as EffectKind
 from aggregates.effect import Effect, Resolution
 from aggregates.events import DomainEvent
-from aggregates.invocation import DispatchedCall, Invocation, Phase, Turn
+from aggregates.invocation import ApprovalDenied, DispatchedCall, Invocation, Phase, Turn
 from loop_actors._errors import LoopActorsError
 from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._journal import commit_events
@@ -92,6 +93,9 @@ class Controller:
         store: EventStore,
         now: Callable[[], datetime],
         deadline: float = math.inf,
+        verifier: Verifier | None = None,
+        max_verification_attempts: int = 2,
+        max_repeated_failures: int = 3,
     ) -> None:
         """Prepare a controller for an invocation loaded from (or just saved to) the store."""
         self.invocation = invocation
@@ -101,6 +105,9 @@ class Controller:
         self.store = store
         self.now = now
         self.deadline = deadline
+        self.verifier = verifier
+        self.max_verification_attempts = max_verification_attempts
+        self.max_repeated_failures = max_repeated_failures
         self.cancel_requested = False
         self._wait_scope: trio.CancelScope | None = None
         self._committed_totals = (invocation.step, invocation.tool_calls)
@@ -158,10 +165,13 @@ class Controller:
                 )
             )
             try:
+                stopped = None
                 if self.invocation.pending_batch is not None:
                     stopped = await self._resume_batch()
-                    if stopped is not None:
-                        return stopped
+                elif self.invocation.phase is Phase.CALLS_PROPOSED and self.invocation.approval:
+                    stopped = await self._dispatch_approved()
+                if stopped is not None:
+                    return stopped
                 return await self._loop()
             except trio.Cancelled:
                 with trio.move_on_after(CLEANUP_S, shield=True):
@@ -242,7 +252,7 @@ class Controller:
         inv.propose(stored, usage=usage, at=self.now())
         match decision:
             case Final(answer=answer):
-                return await self._end(TerminalReason.COMPLETED, answer=answer)
+                return await self._verify_and_end(answer)
             case CannotContinue(reason=reason):
                 return await self._end(TerminalReason.CANNOT_CONTINUE, detail=reason)
             case Clarification(question=question):
@@ -272,41 +282,89 @@ class Controller:
         if trio.current_time() >= self.deadline:
             return await self._end(TerminalReason.DEADLINE_EXCEEDED)
 
+        planned = [
+            DispatchedCall(
+                call_id=call.id,
+                name=call.name,
+                arguments=self.toolbox.redact_arguments(call.name, arguments[call.id]),
+                effect=self.toolbox.tools[call.name].effect,
+            )
+            for call in calls
+        ]
+        needing = [
+            call.id for call in calls if self.toolbox.needs_approval(call.name, arguments[call.id])
+        ]
+        if needing:
+            inv.pause(
+                TerminalReason.APPROVAL_REQUIRED,
+                proposal_digest=batch_digest(inv.id, inv.step, planned),
+                calls=planned,
+                needs_approval=needing,
+                at=self.now(),
+            )
+            return await self._commit_or_fail()
+        return await self._dispatch(planned, denied=frozenset())
+
+    async def _dispatch(
+        self, planned: list[DispatchedCall], *, denied: frozenset[str]
+    ) -> Outcome | None:
+        """Record the batch (and the ledger entries of its writes) and run it.
+
+        ``denied`` calls are dispatched as part of the batch but never run: they
+        get a ``denied`` result, and a write among them gets no effect key.
+        """
+        inv = self.invocation
         dispatched: list[DispatchedCall] = []
         effects: dict[str, Effect] = {}
-        for call in calls:
-            tool_effect = self.toolbox.tools[call.name].effect
-            key = None
-            if tool_effect is EffectKind.WRITE:
+        for call in planned:
+            if call.effect is EffectKind.WRITE and call.call_id not in denied:
                 effect = Effect.prepare(
                     invocation_id=inv.id,
                     step=inv.step,
-                    call_id=call.id,
+                    call_id=call.call_id,
                     tool=call.name,
-                    arguments_digest=_digest(
-                        self.toolbox.redact_arguments(call.name, arguments[call.id])
-                    ),
+                    arguments_digest=_digest(call.arguments),
                     at=self.now(),
                 )
                 effect.dispatch(at=self.now())
-                effects[call.id] = effect
-                key = effect.key
-            dispatched.append(
-                DispatchedCall(
-                    call_id=call.id,
-                    name=call.name,
-                    arguments=self.toolbox.redact_arguments(call.name, arguments[call.id]),
-                    effect=tool_effect,
-                    effect_key=key,
-                )
-            )
+                effects[call.call_id] = effect
+                call = call.model_copy(update={"effect_key": effect.key})  # noqa: PLW2901
+            dispatched.append(call)
         inv.dispatch(dispatched, self.toolbox.plan(dispatched), at=self.now())
         # One transaction: the batch and the ledger entries of its writes.
         failed = await self._commit_or_fail(*effects.values())
         if failed is not None:
             return failed
         fault_point(CrashPoint.AFTER_DISPATCH_COMMIT)
-        return await self._settle_batch(effects, {}, dispatched)
+        results = {call.call_id: _denied(call) for call in dispatched if call.call_id in denied}
+        runnable = [call for call in dispatched if call.call_id not in denied]
+        return await self._settle_batch(effects, results, runnable)
+
+    async def _dispatch_approved(self) -> Outcome | None:
+        """After a person approved or denied the paused batch: dispatch exactly that batch."""
+        inv = self.invocation
+        planned = inv.approved_calls or []
+        denied: frozenset[str] = frozenset()
+        if isinstance(inv.approval, ApprovalDenied):
+            denied = frozenset(inv.approval_needed)
+        return await self._dispatch(planned, denied=denied)
+
+    async def _verify_and_end(self, answer: str) -> Outcome | None:
+        """Only a verified answer completes; a refused one goes back to the model."""
+        if self.verifier is None:
+            return await self._end(TerminalReason.COMPLETED, answer=answer)
+        evidence = await run_verifier(self.verifier, answer, list(self.invocation.turns))
+        if evidence is None:
+            return await self._end(TerminalReason.COMPLETED, answer=answer)
+        inv = self.invocation
+        inv.fail_verification(evidence, at=self.now())
+        if inv.verification_failures >= self.max_verification_attempts:
+            return await self._end(
+                TerminalReason.VERIFICATION_FAILED,
+                detail=f"{inv.verification_failures} answer(s) failed verification; "
+                f"last: {evidence}",
+            )
+        return await self._commit_or_fail()
 
     # ----------------------------------------------------------------- batches
 
@@ -418,11 +476,31 @@ class Controller:
     ) -> Outcome | None:
         batch = self.invocation.pending_batch
         assert batch is not None
-        self.invocation.commit_results([results[c.call_id] for c in batch.calls], at=self.now())
+        inv = self.invocation
+        inv.commit_results([results[c.call_id] for c in batch.calls], at=self.now())
+        limit = self._failure_limit(batch.calls, results)
+        if limit is not None and inv.failure_streak >= limit:
+            # The results and the stop are one transaction.
+            return await self._end(
+                TerminalReason.REPEATED_FAILURE,
+                detail=f"the same call failed the same way {inv.failure_streak} times in a row",
+                effects=effects.values(),
+            )
         failed = await self._commit_or_fail(*effects.values())
         if failed is None:
             fault_point(CrashPoint.AFTER_RESULTS_COMMIT)
         return failed
+
+    def _failure_limit(
+        self, calls: list[DispatchedCall], results: dict[str, ToolResult]
+    ) -> int | None:
+        """The repeated-failure threshold of the tool whose failure ended the batch."""
+        failing = [c for c in calls if results[c.call_id].error is not None]
+        if not failing:
+            return None
+        tool_ = self.toolbox.tools.get(failing[-1].name)
+        configured = tool_.max_repeated_failures if tool_ is not None else None
+        return configured if configured is not None else self.max_repeated_failures
 
     async def _pause_for_reconciliation(self, why: str, effects: dict[str, Effect]) -> Outcome:
         """Wait for the service: pause (once), keeping what the ledger learnt meanwhile."""
@@ -877,3 +955,52 @@ def _arguments_gone(call: DispatchedCall) -> ToolResult:
         effect_key=call.effect_key,
         effect_status=EffectStatus.REJECTED if call.effect_key else None,
     )
+
+
+def batch_digest(invocation_id: str, step: int, calls: list[DispatchedCall]) -> str:
+    """The digest of an exact proposed batch: what an approver approves."""
+    canonical = json.dumps(
+        {
+            "invocation_id": invocation_id,
+            "step": step,
+            "calls": [call.model_dump(mode="json", exclude_none=True) for call in calls],
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _denied(call: DispatchedCall) -> ToolResult:
+    """The result of a call a person denied: it did not run, and the model is told so."""
+    return ToolResult(
+        call_id=call.call_id,
+        name=call.name,
+        error=ErrorInfo(
+            error_class=ErrorClass.DENIED,
+            retryable=False,
+            message="a person denied this call; it did not run and must not be retried as is",
+        ),
+    )
+
+
+Verifier = Callable[[str, list[Turn]], Any]
+"""``verifier(answer, turns)``: True (or None) passes; False or a text (the evidence) refuses.
+
+Plain or async. An exception is a refusal with the exception as evidence.
+"""
+
+
+async def run_verifier(verifier: Verifier, answer: str, turns: list[Turn]) -> str | None:
+    """Run the agent's verifier; None when it passed, else its evidence."""
+    try:
+        verdict = verifier(answer, turns)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+    except Exception as error:  # a verifier that breaks does not pass an answer
+        return f"the verifier raised {type(error).__name__}: {error}"
+    if verdict is True or verdict is None:
+        return None
+    if verdict is False:
+        return "the answer did not pass verification"
+    return str(verdict)

@@ -63,3 +63,11 @@ class ToolError(Exception):
         self.message = message
         self.error_class = error_class
         self.retryable = retryable
+
+
+class ApprovalRefusedError(UsageError):
+    """Raised when an approval or denial does not apply: wrong digest, or nothing waits for one."""
+
+
+class NotWaitingError(UsageError):
+    """Raised when an answer or a decision is given to an invocation that is not waiting for it."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aggregates.decisions import Frozen, TerminalReason
 from aggregates.invocation import Invocation, Phase
 
@@ -16,6 +18,10 @@ class Outcome(Frozen):
     tool_calls: int
     detail: str | None = None
     """Why, in words, when the reason alone does not say (the error, the question...)."""
+    digest: str | None = None
+    """For ``approval_required``: the digest to approve (``loop-actors approve --digest``)."""
+    pending_calls: list[dict[str, Any]] | None = None
+    """For ``approval_required``: the exact calls that wait, and which need approval."""
 
     @property
     def paused(self) -> bool:
@@ -48,6 +54,19 @@ class Outcome(Frozen):
             )
         if invocation.phase is Phase.PAUSED and invocation.paused is not None:
             paused = invocation.paused
+            pending = None
+            if paused.calls is not None:
+                needing = set(paused.needs_approval or [])
+                pending = [
+                    {
+                        "call_id": call.call_id,
+                        "name": call.name,
+                        "arguments": call.arguments,
+                        "effect": call.effect.value,
+                        "needs_approval": call.call_id in needing,
+                    }
+                    for call in paused.calls
+                ]
             return cls(
                 invocation_id=invocation.id,
                 reason=paused.reason,
@@ -55,5 +74,7 @@ class Outcome(Frozen):
                 steps=invocation.step,
                 tool_calls=invocation.tool_calls,
                 detail=paused.question or paused.proposal_digest,
+                digest=paused.proposal_digest,
+                pending_calls=pending,
             )
         raise ValueError(f"invocation {invocation.id} has not stopped (phase {invocation.phase})")

@@ -13,12 +13,18 @@ from uuid import uuid4
 
 import trio
 
-from aggregates.decisions import Budget, Frozen
+from aggregates.decisions import Budget, Frozen, TerminalReason
 from aggregates.effect import Effect, Resolution
 from aggregates.events import DomainEvent
 from aggregates.invocation import Invocation, InvocationEvent, Phase, ToolSpec
-from loop_actors._controller import Controller, single_exception
-from loop_actors._errors import InvocationExistsError, StoreUnavailableError, UsageError
+from loop_actors._controller import Controller, Verifier, single_exception
+from loop_actors._errors import (
+    ApprovalRefusedError,
+    InvocationExistsError,
+    NotWaitingError,
+    StoreUnavailableError,
+    UsageError,
+)
 from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._journal import commit_events, run_journal
 from loop_actors._messages import (
@@ -36,6 +42,17 @@ from loop_actors._store import EventStore, StoreUrl, resolve_db_url
 from loop_actors._tools import DEFAULT_TOOL_TIMEOUT_S, Tool, Toolbox
 from loop_actors._views import open_runner, run_projection_follower
 from projections import ProjectionRunner
+
+
+def _check_waiting_for_approval(invocation: Invocation, digest: str | None) -> None:
+    paused = invocation.paused
+    if paused is None or paused.reason is not TerminalReason.APPROVAL_REQUIRED:
+        raise ApprovalRefusedError(f"invocation {invocation.id} does not wait for an approval")
+    if digest != paused.proposal_digest:
+        raise ApprovalRefusedError(
+            f"refused: digest {digest} is not the digest of the batch waiting in "
+            f"{invocation.id}; look at the waiting calls again"
+        )
 
 
 class ReconcileReport(Frozen):
@@ -88,6 +105,9 @@ class Agent:
         version: str = "1",
         tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
         task_class: str | None = None,
+        verifier: Verifier | None = None,
+        max_verification_attempts: int = 2,
+        max_repeated_failures: int = 3,
     ) -> None:
         """Describe an agent.
 
@@ -99,6 +119,13 @@ class Agent:
             version: recorded with every invocation, to tell agent revisions apart.
             tool_timeout_s: per-call timeout for tools that do not set their own.
             task_class: default task class recorded with each invocation.
+            verifier: ``verifier(answer, turns)`` checks a final answer: True
+                passes; False or a text (the evidence) refuses, and the evidence
+                goes back to the model. Only a passed answer is ``completed``.
+            max_verification_attempts: refused answers before ``verification_failed``.
+            max_repeated_failures: failures in a row of one tool with the same
+                arguments and error class before ``repeated_failure`` (a tool may
+                set its own).
 
         Raises:
             UsageError: a malformed argument.
@@ -117,6 +144,15 @@ class Agent:
             raise UsageError(f"agent {name}: budget must be a Budget")
         self.version = version
         self.task_class = task_class
+        if verifier is not None and not callable(verifier):
+            raise UsageError(f"agent {name}: verifier must be callable")
+        if max_verification_attempts < 1 or max_repeated_failures < 1:
+            raise UsageError(
+                f"agent {name}: max_verification_attempts and max_repeated_failures must be >= 1"
+            )
+        self.verifier = verifier
+        self.max_verification_attempts = max_verification_attempts
+        self.max_repeated_failures = max_repeated_failures
         self.toolbox = Toolbox(tools, default_timeout_s=tool_timeout_s)
 
     def __repr__(self) -> str:
@@ -325,6 +361,82 @@ class Runtime:
             check_catalogue(invocation.tools, agent.toolbox)
         return await self._drive(invocation, agent, store, journal)
 
+    async def approve(
+        self, invocation_id: str, *, digest: str, by: str, note: str | None = None
+    ) -> None:
+        """Approve the batch an invocation paused for; ``resume`` then runs exactly that batch.
+
+        Raises:
+            ApprovalRefusedError: nothing waits for approval, or the digest is not
+                the one of the waiting batch (a stale or mismatched approval).
+            InvocationNotFoundError: no such invocation.
+        """
+        if not by.strip():
+            raise UsageError("an approval needs the approver's name (by)")
+
+        def apply(invocation: Invocation) -> None:
+            _check_waiting_for_approval(invocation, digest)
+            invocation.grant_approval(digest, by=by, note=note, at=self._now())
+
+        await self._record(invocation_id, apply)
+
+    async def deny(self, invocation_id: str, *, by: str, reason: str) -> None:
+        """Deny the batch an invocation paused for; its calls that needed approval will not run.
+
+        The model gets a ``denied`` result for each of them on ``resume``.
+
+        Raises:
+            ApprovalRefusedError: nothing waits for approval.
+            InvocationNotFoundError: no such invocation.
+        """
+        if not by.strip() or not reason.strip():
+            raise UsageError("a denial needs the approver's name (by) and a reason")
+
+        def apply(invocation: Invocation) -> None:
+            paused = invocation.paused
+            digest = paused.proposal_digest if paused is not None else None
+            _check_waiting_for_approval(invocation, digest)
+            assert digest is not None
+            invocation.deny_approval(digest, by=by, reason=reason, at=self._now())
+
+        await self._record(invocation_id, apply)
+
+    async def clarify(self, invocation_id: str, *, answer: str, by: str | None = None) -> None:
+        """Answer the question an invocation paused with; ``resume`` then asks the model again.
+
+        Raises:
+            NotWaitingError: the invocation does not wait for an answer.
+            InvocationNotFoundError: no such invocation.
+        """
+        if not answer.strip():
+            raise UsageError("the answer must not be empty")
+
+        def apply(invocation: Invocation) -> None:
+            paused = invocation.paused
+            if paused is None or paused.reason is not TerminalReason.CLARIFICATION_REQUIRED:
+                raise NotWaitingError(f"invocation {invocation.id} does not wait for an answer")
+            invocation.provide_clarification(answer, by=by, at=self._now())
+
+        await self._record(invocation_id, apply)
+
+    async def _record(self, invocation_id: str, apply: Callable[[Invocation], None]) -> None:
+        if self._exit_stack is None:
+            async with self:
+                await self._record(invocation_id, apply)
+                return
+        store, journal = self._store, self._journal
+        assert store is not None
+        assert journal is not None
+        invocation = await trio.to_thread.run_sync(store.get, invocation_id)
+        apply(invocation)
+        outcome = await self._append(journal, invocation.take_events())
+        if isinstance(outcome, CommitFailed):
+            if outcome.conflict:
+                raise ApprovalRefusedError(
+                    f"invocation {invocation_id} changed meanwhile; look at it again"
+                )
+            raise StoreUnavailableError(f"{outcome.error_type}: {outcome.message}")
+
     def resume_sync(
         self, invocation_id: str, agent: Agent, *, allow_catalogue_change: bool = False
     ) -> Outcome:
@@ -422,6 +534,9 @@ class Runtime:
             store=store,
             now=self._now,
             deadline=deadline,
+            verifier=agent.verifier,
+            max_verification_attempts=agent.max_verification_attempts,
+            max_repeated_failures=agent.max_repeated_failures,
         )
         if invocation.id in self._running:
             raise InvocationExistsError(invocation.id, "is already running in this runtime")

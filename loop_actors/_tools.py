@@ -120,6 +120,8 @@ class Tool:
         commutes: bool = False,
         sensitive_arguments: Iterable[str] = (),
         sensitive_output: Iterable[str] = (),
+        requires_approval: bool | Callable[[dict[str, Any]], bool] = False,
+        max_repeated_failures: int | None = None,
     ) -> None:
         """Wrap ``fn`` as a tool (see :func:`tool` for the parameters)."""
         if not callable(fn):
@@ -145,6 +147,14 @@ class Tool:
         self.reconcile = reconcile
         self.commutes = commutes
         self.sensitive_arguments = _paths(self.name, sensitive_arguments)
+        if not (isinstance(requires_approval, bool) or callable(requires_approval)):
+            raise ToolDefinitionError(
+                f"tool {self.name}: requires_approval must be a bool or a function of the arguments"
+            )
+        self.requires_approval = requires_approval
+        if max_repeated_failures is not None and max_repeated_failures < 1:
+            raise ToolDefinitionError(f"tool {self.name}: max_repeated_failures must be >= 1")
+        self.max_repeated_failures = max_repeated_failures
         self.sensitive_output = _paths(self.name, sensitive_output)
         self.is_async = inspect.iscoroutinefunction(fn)
         if inline and self.is_async:
@@ -280,6 +290,8 @@ def tool(
     commutes: bool = False,
     sensitive_arguments: Iterable[str] = (),
     sensitive_output: Iterable[str] = (),
+    requires_approval: bool | Callable[[dict[str, Any]], bool] = False,
+    max_repeated_failures: int | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -296,6 +308,8 @@ def tool(
     commutes: bool = False,
     sensitive_arguments: Iterable[str] = (),
     sensitive_output: Iterable[str] = (),
+    requires_approval: bool | Callable[[dict[str, Any]], bool] = False,
+    max_repeated_failures: int | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a plain or async function a tool named after it.
 
@@ -318,6 +332,12 @@ def tool(
             anything is stored; the tool and, in this process, the model still
             see the real values.
         sensitive_output: the same for fields of the tool's output.
+        requires_approval: ``True``, or a function of the proposed arguments (a
+            dict) that says whether this call needs a person's approval, e.g.
+            ``lambda args: args["amount"] > 100``. The invocation then pauses.
+        max_repeated_failures: how many failures in a row of this tool with the
+            same arguments and error class end the invocation (``repeated_failure``);
+            defaults to the agent's.
 
     Raises:
         ToolDefinitionError: when the function cannot be described to a model.
@@ -335,6 +355,8 @@ def tool(
             commutes=commutes,
             sensitive_arguments=sensitive_arguments,
             sensitive_output=sensitive_output,
+            requires_approval=requires_approval,
+            max_repeated_failures=max_repeated_failures,
         )
 
     if fn is not None:
@@ -371,6 +393,19 @@ class Toolbox:
         tool_ = self.tools.get(name)
         configured = tool_.timeout_s if tool_ is not None else None
         return self.default_timeout_s if configured is None else configured
+
+    def needs_approval(self, name: str, arguments: dict[str, Any]) -> bool:
+        """Whether this call must wait for a person's approval.
+
+        A policy function that raises counts as "needs approval" (the safe side).
+        """
+        rule = self.tools[name].requires_approval
+        if isinstance(rule, bool):
+            return rule
+        try:
+            return bool(rule(dict(arguments)))
+        except Exception:
+            return True
 
     def redact_arguments(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """Arguments as they may be stored: the tool's sensitive fields replaced."""

@@ -1,0 +1,295 @@
+"""Loop policies: approvals, clarification, the doom-loop guard and the verification gate."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aggregates.invocation import ApprovalDenied, ApprovalGranted, VerificationFailed
+from loop_actors import (
+    Agent,
+    ApprovalRefusedError,
+    Budget,
+    ErrorClass,
+    ModelRequest,
+    NotWaitingError,
+    Reconciled,
+    Runtime,
+    ScriptedModel,
+    TerminalReason,
+    ToolError,
+    tool,
+)
+
+
+class Ledger:
+    """Counts what really ran."""
+
+    def __init__(self) -> None:
+        self.refunds: list[int] = []
+        self.lookups = 0
+
+
+def refund_agent(ledger: Ledger, script: Any, **agent_options: Any) -> Agent:
+    @tool(
+        effect="write",
+        reconcile=lambda key: Reconciled(status="not_found"),
+        requires_approval=lambda args: args["amount"] > 100,
+    )
+    async def refund(amount: int) -> dict[str, int]:
+        """Refund an amount; above 100 a person must approve."""
+        ledger.refunds.append(amount)
+        return {"refunded": amount}
+
+    @tool
+    async def lookup(key: str) -> str:
+        """Read something."""
+        ledger.lookups += 1
+        if key == "broken":
+            raise ToolError("backend down", error_class=ErrorClass.UNAVAILABLE)
+        return key
+
+    model = script if isinstance(script, ScriptedModel) else ScriptedModel(script)
+    return Agent("refunds", model, [refund, lookup], **agent_options)
+
+
+def calls(*items: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "kind": "tool_calls",
+        "calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
+    }
+
+
+def final(answer: str) -> dict[str, Any]:
+    return {"kind": "final", "answer": answer}
+
+
+BIG_BATCH = calls(
+    ("r1", "refund", {"amount": 250}),
+    ("r2", "refund", {"amount": 20}),
+    ("r3", "refund", {"amount": 900}),
+)
+
+
+async def test_a_call_that_needs_approval_pauses_with_the_digest_and_the_calls(db_url: str) -> None:
+    ledger = Ledger()
+    outcome = await Runtime(db_url).run(refund_agent(ledger, [BIG_BATCH, final("done")]), "g")
+    assert outcome.reason is TerminalReason.APPROVAL_REQUIRED
+    assert outcome.exit_code == 3
+    assert outcome.digest
+    assert outcome.pending_calls is not None
+    assert [(c["call_id"], c["needs_approval"]) for c in outcome.pending_calls] == [
+        ("r1", True),
+        ("r2", False),
+        ("r3", True),
+    ]
+    assert ledger.refunds == []  # nothing ran, not even the call that needed no approval
+
+
+async def test_approve_then_resume_runs_the_approved_batch_once(db_url: str) -> None:
+    ledger = Ledger()
+    agent = refund_agent(ledger, [BIG_BATCH, final("done")])
+    paused = await Runtime(db_url).run(agent, "g", invocation_id="inv")
+    assert paused.digest is not None
+    runtime = Runtime(db_url)
+    await runtime.approve("inv", digest=paused.digest, by="alice", note="checked the order")
+    outcome = await runtime.resume("inv", agent)
+    again = await runtime.resume("inv", agent)
+    assert outcome.reason is TerminalReason.COMPLETED
+    assert again == outcome
+    assert ledger.refunds == [250, 20, 900]
+    granted = [e for e in await runtime.history("inv") if isinstance(e, ApprovalGranted)]
+    assert [(g.by, g.note) for g in granted] == [("alice", "checked the order")]
+
+
+async def test_a_stale_or_mismatched_digest_is_refused(db_url: str) -> None:
+    ledger = Ledger()
+    agent = refund_agent(ledger, [BIG_BATCH])
+    await Runtime(db_url).run(agent, "g", invocation_id="inv")
+    with pytest.raises(ApprovalRefusedError):
+        await Runtime(db_url).approve("inv", digest="0" * 64, by="mallory")
+    assert ledger.refunds == []
+
+
+async def test_a_denial_is_a_denied_result_the_model_cannot_turn_into_permission(
+    db_url: str,
+) -> None:
+    ledger = Ledger()
+    seen: list[Any] = []
+
+    def decide(request: ModelRequest) -> dict[str, Any]:
+        if request.step == 1:
+            return BIG_BATCH
+        if request.step == 2:
+            seen.extend(request.results)
+            # The model tries again with the same refund.
+            return calls(("r4", "refund", {"amount": 250}))
+        return final("gave up")
+
+    agent = refund_agent(ledger, decide)
+    await Runtime(db_url).run(agent, "g", invocation_id="inv")
+    runtime = Runtime(db_url)
+    await runtime.deny("inv", by="bob", reason="over the limit for this customer")
+    outcome = await runtime.resume("inv", agent)
+    assert ledger.refunds == [20]  # only the call that needed no approval
+    by_id = {r.call_id: r for r in seen}
+    assert by_id["r1"].error.error_class is ErrorClass.DENIED
+    assert by_id["r3"].error.error_class is ErrorClass.DENIED
+    assert by_id["r2"].ok
+    # Asking again is a new proposal: it needs a new approval.
+    assert outcome.reason is TerminalReason.APPROVAL_REQUIRED
+    denied = [e for e in await runtime.history("inv") if isinstance(e, ApprovalDenied)]
+    assert denied[0].reason == "over the limit for this customer"
+
+
+async def test_a_pause_survives_a_restart_and_approval_works_from_the_cli(tmp_path: Path) -> None:
+    app = tmp_path / "refunds_app.py"
+    app.write_text(
+        "from loop_actors import Agent, Reconciled, ScriptedModel, tool\n"
+        "@tool(effect='write', reconcile=lambda k: Reconciled(status='not_found'),\n"
+        "      requires_approval=lambda a: a['amount'] > 100)\n"
+        "def refund(amount: int) -> dict:\n"
+        "    '''Refund.'''\n"
+        "    with open('refunds.log', 'a') as f:\n"
+        "        f.write(f'{amount}\\n')\n"
+        "    return {'refunded': amount}\n"
+        "agent = Agent('refunds', ScriptedModel([\n"
+        "    {'kind': 'tool_calls', 'calls': [{'id': 'r', 'name': 'refund', 'arguments': {'amount': 500}}]},\n"
+        "    {'kind': 'final', 'answer': 'refunded'}]), [refund])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "LOOP_ACTORS_DB"}
+    base = [sys.executable, "-m", "loop_actors._cli"]
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*base, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+            check=False,
+        )  # fmt: skip
+
+    paused = cli("run", "refunds_app:agent", "--goal", "refund", "--id", "r1", "--json")
+    assert paused.returncode == 3, paused.stderr
+    record = json.loads(paused.stdout)
+    assert record["reason"] == "approval_required"
+    assert record["pending_calls"][0]["arguments"] == {"amount": 500}
+    wrong = cli("approve", "r1", "--digest", "nope", "--by", "eve")
+    assert wrong.returncode == 2
+    assert "refused" in wrong.stderr
+    approved = cli(
+        "approve", "r1", "--digest", record["digest"], "--by", "alice", "--note", "ok",
+        "--agent", "refunds_app:agent", "--json",
+    )  # fmt: skip
+    assert approved.returncode == 0, approved.stderr
+    assert json.loads(approved.stdout)["reason"] == "completed"
+    assert (tmp_path / "refunds.log").read_text() == "500\n"
+    history = cli("history", "r1", "--json")
+    granted = [json.loads(l) for l in history.stdout.splitlines() if '"ApprovalGranted"' in l]
+    assert granted[0]["data"]["by"] == "alice"
+
+
+async def test_clarification_answer_resumes_with_the_answer_in_view(db_url: str) -> None:
+    seen: list[Any] = []
+
+    def decide(request: ModelRequest) -> dict[str, Any]:
+        if request.step == 1:
+            return {"kind": "clarification", "question": "Which order?"}
+        seen.append(request.turns[-1].reply)
+        return final("order 7 it is")
+
+    agent = Agent("asker", ScriptedModel(decide))
+    runtime = Runtime(db_url)
+    paused = await runtime.run(agent, "g", invocation_id="q")
+    assert paused.reason is TerminalReason.CLARIFICATION_REQUIRED
+    with pytest.raises(ApprovalRefusedError):
+        await runtime.approve("q", digest="x", by="a")
+    await runtime.clarify("q", answer="order 7", by="carol")
+    outcome = await runtime.resume("q", agent)
+    assert outcome.reason is TerminalReason.COMPLETED
+    assert seen == ["order 7"]
+    with pytest.raises(NotWaitingError):
+        await runtime.clarify("q", answer="again")
+
+
+async def test_three_identical_failures_end_in_repeated_failure() -> None:
+    ledger = Ledger()
+    agent = refund_agent(
+        ledger,
+        lambda r: calls((f"c{r.step}", "lookup", {"key": "broken"})),
+        max_repeated_failures=3,
+        budget=Budget(max_repeated_plan=10),
+    )
+    outcome = await Runtime("memory://").run(agent, "g")
+    assert outcome.reason is TerminalReason.REPEATED_FAILURE
+    assert ledger.lookups == 3
+
+
+async def test_alternating_failures_do_not_trigger_the_guard() -> None:
+    ledger = Ledger()
+
+    @tool
+    async def other(key: str) -> str:
+        """Fail differently."""
+        raise ToolError("nope", error_class=ErrorClass.UNAVAILABLE)
+
+    def decide(request: ModelRequest) -> dict[str, Any]:
+        if request.step > 6:
+            return final("stop")
+        name = "lookup" if request.step % 2 else "other"
+        return calls((f"c{request.step}", name, {"key": "broken"}))
+
+    agent = refund_agent(ledger, decide, budget=Budget(max_repeated_plan=10))
+    agent.toolbox.tools["other"] = other
+    outcome = await Runtime("memory://").run(agent, "g")
+    assert outcome.reason is TerminalReason.COMPLETED
+
+
+async def test_a_success_clears_the_failure_streak() -> None:
+    ledger = Ledger()
+    keys = ["broken", "broken", "fine", "broken", "broken"]
+
+    def decide(request: ModelRequest) -> dict[str, Any]:
+        if request.step > len(keys):
+            return final("stop")
+        return calls((f"c{request.step}", "lookup", {"key": keys[request.step - 1]}))
+
+    agent = refund_agent(ledger, decide, budget=Budget(max_repeated_plan=10))
+    outcome = await Runtime("memory://").run(agent, "g")
+    assert outcome.reason is TerminalReason.COMPLETED
+
+
+async def test_a_failed_verification_goes_back_to_the_model_then_passes(db_url: str) -> None:
+    evidence_seen: list[Any] = []
+
+    def decide(request: ModelRequest) -> dict[str, Any]:
+        if request.step == 1:
+            return final("42 apples")
+        evidence_seen.append(request.turns[-1].verification)
+        return final("42 pears")
+
+    def verifier(answer: str, turns: list[Any]) -> bool | str:
+        return True if "pears" in answer else "the goal asked about pears"
+
+    agent = Agent("v", ScriptedModel(decide), verifier=verifier)
+    runtime = Runtime(db_url)
+    outcome = await runtime.run(agent, "how many pears?", invocation_id="v")
+    assert (outcome.reason, outcome.answer) == (TerminalReason.COMPLETED, "42 pears")
+    assert evidence_seen == ["the goal asked about pears"]
+    failed = [e for e in await runtime.history("v") if isinstance(e, VerificationFailed)]
+    assert [f.evidence for f in failed] == ["the goal asked about pears"]
+
+
+async def test_verification_failing_every_attempt_ends_in_verification_failed() -> None:
+    agent = Agent(
+        "v",
+        ScriptedModel(lambda r: final("wrong")),
+        verifier=lambda answer, turns: False,
+        max_verification_attempts=2,
+    )
+    outcome = await Runtime("memory://").run(agent, "g")
+    assert outcome.reason is TerminalReason.VERIFICATION_FAILED
+    assert outcome.steps == 2
