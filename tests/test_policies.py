@@ -188,7 +188,7 @@ async def test_a_pause_survives_a_restart_and_approval_works_from_the_cli(tmp_pa
     assert json.loads(approved.stdout)["reason"] == "completed"
     assert (tmp_path / "refunds.log").read_text() == "500\n"
     history = cli("history", "r1", "--json")
-    granted = [json.loads(l) for l in history.stdout.splitlines() if '"ApprovalGranted"' in l]
+    granted = [json.loads(x) for x in history.stdout.splitlines() if '"ApprovalGranted"' in x]
     assert granted[0]["data"]["by"] == "alice"
 
 
