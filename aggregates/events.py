@@ -39,6 +39,10 @@ class ChainedAggregate(BaseAggregate[str]):
 
     last_hash: str = GENESIS
 
+    def take_events(self) -> list[Any]:
+        """Remove and return the events not yet saved."""
+        return list(self.collect_events())
+
     @classmethod
     def _create_chained(cls, event_class: type[Any], *, id: str, **fields: Any) -> Any:
         unsigned = event_class(

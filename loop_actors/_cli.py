@@ -109,6 +109,15 @@ def _build_parser() -> argparse.ArgumentParser:
     clarify.add_argument("--json", action="store_true")
     db_option(clarify)
 
+    cancel = commands.add_parser(
+        "cancel", help="ask an invocation to stop (recorded; honoured by any worker)"
+    )
+    cancel.add_argument("invocation_id", metavar="ID")
+    cancel.add_argument("--by", metavar="NAME", help="who asks (audited)")
+    cancel.add_argument("--reason", help="why (audited)")
+    cancel.add_argument("--json", action="store_true")
+    db_option(cancel)
+
     reconcile = commands.add_parser(
         "reconcile",
         help="settle open effects with their services; resume invocations paused for it",
@@ -339,6 +348,15 @@ async def _decide(runtime: Runtime, agent: Agent | None, args: argparse.Namespac
     return outcome.exit_code
 
 
+async def _cancel(runtime: Runtime, args: argparse.Namespace) -> int:
+    result = await runtime.request_cancel(args.invocation_id, by=args.by, reason=args.reason)
+    if args.json:
+        print(json.dumps({"invocation_id": args.invocation_id, "result": result.value}))
+    else:
+        print(f"{args.invocation_id}: {result.value}")
+    return 0
+
+
 def _history(args: argparse.Namespace) -> int:
     store = EventStore(resolve_db_url(args.db), create=False)
     try:
@@ -481,6 +499,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         case "resume":
             agent = load_agent(args.agent)
             return trio.run(_resume, _open_existing(args.db), agent, args)
+        case "cancel":
+            return trio.run(_cancel, _open_existing(args.db), args)
         case "approve" | "deny" | "clarify":
             decider = load_agent(args.agent) if args.agent else None
             return trio.run(_decide, _open_existing(args.db), decider, args)

@@ -71,7 +71,7 @@ from loop_actors._model import Model, run_model_actor
 from loop_actors._outcome import Outcome
 from loop_actors._reconciler import run_effect_reconciler
 from loop_actors._store import EventStore
-from loop_actors._tools import REDACTED, Toolbox, run_tool_actor
+from loop_actors._tools import REDACTED, Toolbox, interrupted_result, run_tool_actor
 
 CANCEL_GRACE_S = 10.0
 """How long a cancelled batch may take to report its finished calls."""
@@ -422,6 +422,8 @@ class Controller:
                     if result.effect_key is not None:
                         _record_outcome(effects[result.call_id], result, at=self.now())
                 if executed.interruption is not Interruption.NONE:
+                    unsettled = _all_cancelled([c for c in batch.calls if c.call_id not in results])
+                    results.update({r.call_id: r for r in unsettled.results})
                     inv.commit_results([results[c.call_id] for c in batch.calls], at=self.now())
                     if executed.interruption is Interruption.DEADLINE:
                         reason = TerminalReason.DEADLINE_EXCEEDED
@@ -454,6 +456,20 @@ class Controller:
                     effects,
                 )
             again = [call_id for call_id, e in effects.items() if e.status is EffectStatus.PREPARED]
+            if again and self.cancel_requested:
+                # Cancelled: no new effect starts. These writes never reached their service.
+                for call_id in again:
+                    results[call_id] = _write_result(
+                        by_id[call_id],
+                        EffectStatus.PREPARED,
+                        rejected="not dispatched again: the invocation was cancelled",
+                    )
+                inv.commit_results([results[c.call_id] for c in batch.calls], at=self.now())
+                return await self._end(
+                    TerminalReason.CANCELLED,
+                    detail="cancel requested while a write was being settled",
+                    effects=effects.values(),
+                )
             if again and round_ == MAX_DISPATCH_ROUNDS - 1:
                 break  # no dispatch is recorded that will not run: pause below instead
             for call_id in again:
@@ -680,6 +696,16 @@ class Controller:
         batch = self.invocation.pending_batch
         assert batch is not None
         deadline = None if math.isinf(self.deadline) else self.deadline
+        if self.cancel_requested:
+            # Cancelled before anything started: nothing is handed to the tools.
+            return BatchExecuted(
+                step=batch.step,
+                results=[
+                    interrupted_result(call, Interruption.CANCELLED, started=False)
+                    for call in calls
+                ],
+                interruption=Interruption.CANCELLED,
+            )
         revealed = [self._reveal_call(batch.step, call) for call in calls]
         lost = [call for call in revealed if _holds_redacted(call.arguments)]
         calls = [call for call in revealed if not _holds_redacted(call.arguments)]

@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime
+from enum import StrEnum
 from functools import partial
 from types import TracebackType
 from typing import Any
@@ -17,6 +18,7 @@ from aggregates.decisions import Budget, Frozen, TerminalReason
 from aggregates.effect import Effect, Resolution
 from aggregates.events import DomainEvent
 from aggregates.invocation import Invocation, InvocationEvent, Phase, ToolSpec
+from aggregates.requests import CancelRequest
 from loop_actors._controller import Controller, Verifier, single_exception
 from loop_actors._errors import (
     ApprovalRefusedError,
@@ -53,6 +55,23 @@ def _check_waiting_for_approval(invocation: Invocation, digest: str | None) -> N
             f"refused: digest {digest} is not the digest of the batch waiting in "
             f"{invocation.id}; look at the waiting calls again"
         )
+
+
+CANCEL_POLL_S = 0.5
+"""How often a runtime looks for cancel requests made by other processes."""
+
+
+class CancelResult(StrEnum):
+    """What a cancel request did."""
+
+    SIGNALLED = "signalled"
+    """A run in this runtime was told to stop."""
+    ENDED = "ended"
+    """The invocation was paused: it is now terminated (``cancelled``)."""
+    REQUESTED = "requested"
+    """Recorded: the worker running it stops within about a second, or a resume ends it."""
+    ALREADY_ENDED = "already_ended"
+    """It had terminated before: nothing changed."""
 
 
 class ReconcileReport(Frozen):
@@ -223,6 +242,8 @@ class Runtime:
                 committed, wake = trio.open_memory_channel[None](1)
                 await nursery.start(partial(run_projection_follower, runner, wake))
                 self.projections = runner
+            watcher: trio.CancelScope = await nursery.start(self._watch_cancel_requests, store)
+            stack.callback(watcher.cancel)  # the watcher ends with the runtime
             journal_send, journal_inbox = trio.open_memory_channel[Commit](0)
             stack.callback(journal_send.close)  # closing the inbox ends the Journal
             await nursery.start(
@@ -540,6 +561,8 @@ class Runtime:
         )
         if invocation.id in self._running:
             raise InvocationExistsError(invocation.id, "is already running in this runtime")
+        if await trio.to_thread.run_sync(store.cancel_request, invocation.id) is not None:
+            controller.request_cancel()
         self._running[invocation.id] = controller
         try:
             return await controller.run()
@@ -562,6 +585,8 @@ class Runtime:
     def cancel(self, invocation_id: str) -> bool:
         """Ask a run of this runtime to stop; it ends ``cancelled`` and starts no new call.
 
+        In-process only and not recorded; :meth:`request_cancel` records the request
+        so that a run in any process (or a later resume) honours it.
         Returns False when no run of that id is in progress here.
         """
         controller = self._running.get(invocation_id)
@@ -569,6 +594,70 @@ class Runtime:
             return False
         controller.request_cancel()
         return True
+
+    async def request_cancel(
+        self, invocation_id: str, *, by: str | None = None, reason: str | None = None
+    ) -> CancelResult:
+        """Record a cancel request (``CancelRequested``) that every worker honours.
+
+        A run in this runtime stops at once; a run in another process notices
+        within about a second (its runtime watches for requests); an invocation
+        that is paused is ended here (``cancelled``); one that is not running
+        anywhere ends ``cancelled`` when it is resumed. In-flight writes finish or
+        are marked ``outcome_unknown``; no new call starts.
+
+        Raises:
+            InvocationNotFoundError: no such invocation.
+        """
+        if self._exit_stack is None:
+            async with self:
+                return await self.request_cancel(invocation_id, by=by, reason=reason)
+        store, journal = self._store, self._journal
+        assert store is not None
+        assert journal is not None
+        invocation = await trio.to_thread.run_sync(store.get, invocation_id)
+        if invocation.phase is Phase.TERMINATED:
+            return CancelResult.ALREADY_ENDED
+        existing = await trio.to_thread.run_sync(store.cancel_request, invocation_id)
+        if existing is None:
+            request = CancelRequest.record(invocation_id, by=by, reason=reason, at=self._now())
+            await self._append(journal, request.take_events())
+        if self.cancel(invocation_id):
+            return CancelResult.SIGNALLED
+        if invocation.phase is Phase.PAUSED:
+            who = f" by {by}" if by else ""
+            invocation.terminate(
+                TerminalReason.CANCELLED,
+                detail=f"cancelled{who} while paused" + (f": {reason}" if reason else ""),
+                at=self._now(),
+            )
+            ended = await self._append(journal, invocation.take_events())
+            if isinstance(ended, Committed):
+                return CancelResult.ENDED
+        return CancelResult.REQUESTED
+
+    async def _watch_cancel_requests(
+        self,
+        store: EventStore,
+        *,
+        task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Signal runs of this runtime whose cancel was requested from another process."""
+        with trio.CancelScope() as scope:
+            position = await trio.to_thread.run_sync(store.head)
+            task_status.started(scope)
+            while True:
+                await trio.sleep(CANCEL_POLL_S)
+                if not self._running:
+                    continue
+                try:
+                    ids, position = await trio.to_thread.run_sync(
+                        store.cancel_requests_after, position
+                    )
+                except Exception:  # noqa: S112 - a failed poll is retried at the next tick
+                    continue
+                for invocation_id in ids:
+                    self.cancel(invocation_id)
 
     @property
     def running(self) -> Sequence[str]:

@@ -30,6 +30,7 @@ from eventsourcing.utils import get_topic, resolve_topic
 from aggregates.effect import Effect, EffectPrepared
 from aggregates.events import DomainEvent, fold
 from aggregates.invocation import Invocation, InvocationEvent, InvocationStarted
+from aggregates.requests import CancelRequest, CancelRequested, cancel_request_id
 from loop_actors._errors import (
     InvocationExistsError,
     InvocationNotFoundError,
@@ -314,6 +315,32 @@ class EventStore:
             if len(notifications) < 500:
                 return ids
             position = notifications[-1].id
+
+    def cancel_request(self, invocation_id: str) -> CancelRequest | None:
+        """The invocation's cancel request, if someone made one."""
+        try:
+            request = self.app.repository.get(cancel_request_id(invocation_id), projector_func=fold)
+        except AggregateNotFoundError:
+            return None
+        return request if isinstance(request, CancelRequest) else None
+
+    def cancel_requests_after(self, position: int) -> tuple[list[str], int]:
+        """Invocation ids with a cancel request recorded after a notification position.
+
+        Returns the ids and the position to continue from.
+        """
+        notifications = self.app.recorder.select_notifications(
+            start=position,
+            limit=500,
+            topics=[_topic_of(CancelRequested)],
+            inclusive_of_start=False,
+        )
+        ids = [str(n.originator_id).removeprefix("cancel:") for n in notifications]
+        return ids, notifications[-1].id if notifications else position
+
+    def head(self) -> int:
+        """The last notification id (0 for an empty store)."""
+        return self.app.recorder.max_notification_id() or 0
 
     def invocation_ids(self) -> list[str]:
         """Every invocation id, oldest first."""

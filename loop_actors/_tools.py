@@ -462,7 +462,9 @@ class Toolbox:
 # --------------------------------------------------------------------------- the actor
 
 
-def _interrupted(call: DispatchedCall, interruption: Interruption, *, started: bool) -> ToolResult:
+def interrupted_result(
+    call: DispatchedCall, interruption: Interruption, *, started: bool
+) -> ToolResult:
     """The result of a call that a deadline or a cancellation cut short (or never started)."""
     if call.effect_key is not None and started:
         # A write that was running may or may not have reached its service.
@@ -665,7 +667,7 @@ async def _execute_batch(
     for call in request.calls:
         result = results.get(call.call_id)
         if result is None:
-            ordered.append(_interrupted(call, interruption, started=call.call_id in started))
+            ordered.append(interrupted_result(call, interruption, started=call.call_id in started))
         else:
             ordered.append(result)
     # The controller is waiting for exactly this reply (buffer 1, so this never blocks).

@@ -293,3 +293,132 @@ async def test_verification_failing_every_attempt_ends_in_verification_failed() 
     outcome = await Runtime("memory://").run(agent, "g")
     assert outcome.reason is TerminalReason.VERIFICATION_FAILED
     assert outcome.steps == 2
+
+
+SLOW_APP = '''
+import os, time
+from loop_actors import Agent, Budget, Reconciled, ScriptedModel, tool
+
+@tool(effect="write", reconcile=lambda key: Reconciled(status="not_found"), timeout_s=60)
+def slow_write(name: str) -> str:
+    """A write that takes a while."""
+    with open(f"started-{name}", "w") as marker:
+        marker.write("x")
+    time.sleep(30)
+    return name
+
+agent = Agent("slow", ScriptedModel([
+    {"kind": "tool_calls", "calls": [
+        {"id": "w1", "name": "slow_write", "arguments": {"name": "first"}},
+        {"id": "w2", "name": "slow_write", "arguments": {"name": "second"}},
+    ]},
+    {"kind": "final", "answer": "wrote both"},
+]), [slow_write], Budget())
+'''
+
+
+def test_cancel_from_another_process_stops_a_slow_write_and_starts_no_new_call(
+    tmp_path: Path,
+) -> None:
+    import time
+
+    (tmp_path / "slow_app.py").write_text(SLOW_APP)
+    env = {k: v for k, v in os.environ.items() if k != "LOOP_ACTORS_DB"}
+    base = [sys.executable, "-m", "loop_actors._cli"]
+    running = subprocess.Popen(
+        [*base, "run", "slow_app:agent", "--goal", "write", "--id", "s1", "--json"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "started-first").exists():
+            assert time.monotonic() < deadline, "the write never started"
+            assert running.poll() is None, running.communicate()
+            time.sleep(0.05)
+        asked = time.monotonic()
+        cancel = subprocess.run(
+            [*base, "cancel", "s1", "--by", "ops", "--reason", "wrong customer"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert cancel.returncode == 0, cancel.stderr
+        assert "requested" in cancel.stdout
+        out, err = running.communicate(timeout=30)
+        stopped_after = time.monotonic() - asked
+    finally:
+        if running.poll() is None:
+            running.kill()
+    assert running.returncode == 4, err
+    assert json.loads(out)["reason"] == "cancelled"
+    assert stopped_after < 15  # noticed within the poll period, not after the 30 s write
+    assert not (tmp_path / "started-second").exists()
+    history = subprocess.run(
+        [*base, "history", "s1", "--json"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    results = next(
+        json.loads(line)["data"]["results"]
+        for line in history.stdout.splitlines()
+        if json.loads(line)["type"] == "ResultsCommitted"
+    )
+    assert results[0]["effect_status"] == "outcome_unknown"
+    assert results[1]["error"]["error_class"] == "cancelled"
+
+
+async def test_cancelling_a_paused_invocation_ends_it(db_url: str) -> None:
+    from loop_actors._runtime import CancelResult
+
+    ledger = Ledger()
+    runtime = Runtime(db_url)
+    await runtime.run(refund_agent(ledger, [BIG_BATCH]), "g", invocation_id="p")
+    assert await runtime.request_cancel("p", by="ops") is CancelResult.ENDED
+    invocation = await runtime.load("p")
+    assert invocation.terminated is not None
+    assert invocation.terminated.reason is TerminalReason.CANCELLED
+    assert await runtime.request_cancel("p") is CancelResult.ALREADY_ENDED
+
+
+READS_APP = """
+from loop_actors import Agent, ScriptedModel, tool
+
+@tool
+def look(key: str) -> str:
+    "Read."
+    with open("reads.log", "a") as log:
+        log.write(key + "\\n")
+    return key
+
+agent = Agent("reads", ScriptedModel([
+    {"kind": "tool_calls", "calls": [{"id": "a", "name": "look", "arguments": {"key": "one"}}]},
+    {"kind": "tool_calls", "calls": [{"id": "b", "name": "look", "arguments": {"key": "two"}}]},
+    {"kind": "final", "answer": "read both"},
+]), [look])
+"""
+
+
+def test_a_cancel_requested_while_nothing_runs_ends_the_invocation_on_resume(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "reads_app.py").write_text(READS_APP)
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("LOOP_ACTORS_DB", "LOOP_ACTORS_CRASH_AT")
+    }
+    base = [sys.executable, "-m", "loop_actors._cli"]
+
+    def cli(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*base, *args], cwd=tmp_path, env={**env, **extra}, capture_output=True, text=True,
+            timeout=60, check=False,
+        )  # fmt: skip
+
+    crashed = cli(
+        "run", "reads_app:agent", "--goal", "g", "--id", "r",
+        LOOP_ACTORS_CRASH_AT="after_dispatch_commit:2",
+    )  # fmt: skip
+    assert crashed.returncode == -9
+    cancel = cli("cancel", "r", "--by", "ops")
+    assert "requested" in cancel.stdout
+    resumed = cli("resume", "r", "--agent", "reads_app:agent", "--json")
+    assert resumed.returncode == 4, resumed.stderr
+    assert json.loads(resumed.stdout)["reason"] == "cancelled"
+    # The read of the dispatched batch was not run again after the cancel.
+    assert (tmp_path / "reads.log").read_text() == "one\n"
