@@ -255,18 +255,45 @@ class Usage(Frozen):
     latency_ms: float = 0.0
 
 
+class Price(Frozen):
+    """What a model's tokens cost, to turn usage into cost when the model does not say."""
+
+    input_per_million: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    output_per_million: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+
+    def cost(self, usage: Usage) -> float:
+        """The cost of a usage at this price."""
+        return (
+            usage.input_tokens * self.input_per_million
+            + usage.output_tokens * self.output_per_million
+        ) / 1_000_000
+
+
 class Budget(Frozen):
     """Limits that trusted code enforces on one invocation.
 
     ``max_repeated_plan`` is how many times in a row the same plan (tool names and
     normalised arguments, ignoring call ids) may be executed; the next identical
     plan ends the invocation with ``no_progress`` before it runs.
+
+    ``max_tokens`` and ``max_cost`` bound the model's usage: before each model
+    call, ``reserve_tokens`` / ``reserve_cost`` are reserved, and the call is not
+    made if the reservation would pass the limit (``token_budget_exhausted`` /
+    ``cost_budget_exhausted``); after it, the real usage is settled. When
+    ``wind_down_steps`` (or fewer) steps are left, the model's request carries a
+    notice saying so.
     """
 
     max_steps: Annotated[int, Field(ge=1)] = 20
     max_tool_calls: Annotated[int, Field(ge=0)] = 50
     max_repeated_plan: Annotated[int, Field(ge=1)] = 1
     deadline_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    # Fields added later are optional with a null default: the audit's rule.
+    max_tokens: Annotated[int, Field(ge=0)] | None = None
+    max_cost: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    reserve_tokens: Annotated[int, Field(ge=0)] | None = None
+    reserve_cost: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    wind_down_steps: Annotated[int, Field(ge=1)] | None = None
 
     def __init__(
         self,
@@ -274,6 +301,12 @@ class Budget(Frozen):
         max_tool_calls: int = 50,
         max_repeated_plan: int = 1,
         deadline_s: float | None = None,
+        *,
+        max_tokens: int | None = None,
+        max_cost: float | None = None,
+        reserve_tokens: int | None = None,
+        reserve_cost: float | None = None,
+        wind_down_steps: int | None = None,
     ) -> None:
         """Set the limits, positionally or by name.
 
@@ -286,6 +319,11 @@ class Budget(Frozen):
             max_tool_calls=max_tool_calls,
             max_repeated_plan=max_repeated_plan,
             deadline_s=deadline_s,
+            max_tokens=max_tokens,
+            max_cost=max_cost,
+            reserve_tokens=reserve_tokens,
+            reserve_cost=reserve_cost,
+            wind_down_steps=wind_down_steps,
         )
 
 

@@ -234,6 +234,9 @@ class Invocation(ChainedAggregate):
         self.approved_calls: list[DispatchedCall] | None = None
         self.approval_needed: list[str] = []
         self.verification_failures = 0
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.cost = 0.0
         self.failure_signature: str | None = None
         self.failure_streak = 0
 
@@ -457,6 +460,9 @@ class Invocation(ChainedAggregate):
             case _:
                 assert_never(decision)
         self.step = event.step
+        self.input_tokens += event.usage.input_tokens
+        self.output_tokens += event.usage.output_tokens
+        self.cost += event.usage.cost
         self.turns.append(Turn(step=event.step, decision=decision, rejection=event.rejection))
         self.phase = phase
 
@@ -644,6 +650,9 @@ class InvocationState(Frozen):
     approved_calls: list[DispatchedCall] | None = None
     approval_needed: list[str] = []
     verification_failures: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float = 0.0
     failure_signature: str | None = None
     failure_streak: int = 0
     last_hash: str

@@ -12,6 +12,7 @@ from aggregates.decisions import EffectStatus as EffectStatus
 from aggregates.decisions import ErrorClass as ErrorClass
 from aggregates.decisions import ErrorInfo as ErrorInfo
 from aggregates.decisions import Final as Final
+from aggregates.decisions import Price as Price
 from aggregates.decisions import RejectionClass as RejectionClass
 from aggregates.decisions import RequestApproval as RequestApproval
 from aggregates.decisions import TerminalReason as TerminalReason
@@ -67,6 +68,7 @@ __all__ = [
     "ModelRequest",
     "NotWaitingError",
     "Outcome",
+    "Price",
     "ReconcileReport",
     "Reconciled",
     "RejectionClass",

@@ -30,6 +30,7 @@ from aggregates.decisions import (
     ErrorClass,
     ErrorInfo,
     Final,
+    Price,
     Rejection,
     RejectionClass,
     RequestApproval,
@@ -73,6 +74,8 @@ from loop_actors._reconciler import run_effect_reconciler
 from loop_actors._store import EventStore
 from loop_actors._tools import REDACTED, Toolbox, interrupted_result, run_tool_actor
 
+DEFAULT_WIND_DOWN_NOTICE = "{steps_left} step(s) left: summarise what you have and stop."
+
 CANCEL_GRACE_S = 10.0
 """How long a cancelled batch may take to report its finished calls."""
 
@@ -96,6 +99,8 @@ class Controller:
         verifier: Verifier | None = None,
         max_verification_attempts: int = 2,
         max_repeated_failures: int = 3,
+        price: Price | None = None,
+        wind_down_notice: str = DEFAULT_WIND_DOWN_NOTICE,
     ) -> None:
         """Prepare a controller for an invocation loaded from (or just saved to) the store."""
         self.invocation = invocation
@@ -108,6 +113,8 @@ class Controller:
         self.verifier = verifier
         self.max_verification_attempts = max_verification_attempts
         self.max_repeated_failures = max_repeated_failures
+        self.price = price
+        self.wind_down_notice = wind_down_notice
         self.cancel_requested = False
         self._wait_scope: trio.CancelScope | None = None
         self._committed_totals = (invocation.step, invocation.tool_calls)
@@ -200,6 +207,9 @@ class Controller:
                 return await self._end(
                     TerminalReason.MAX_STEPS, detail=f"{budget.max_steps} steps taken"
                 )
+            exhausted = self._usage_budget_exhausted(reserving=True)
+            if exhausted is not None:
+                return await self._end(exhausted[0], detail=exhausted[1])
 
             answer = await self._ask_model()
             match answer:
@@ -214,7 +224,10 @@ class Controller:
                         TerminalReason.MODEL_ERROR, detail=f"{error_type}: {message}"
                     )
                 case Decided(reply=reply):
-                    pass
+                    usage = reply.usage
+                    if self.price is not None and not usage.cost:
+                        usage = usage.model_copy(update={"cost": self.price.cost(usage)})
+                    reply = reply.model_copy(update={"usage": usage})
                 case _:
                     assert_never(answer)
 
@@ -250,6 +263,10 @@ class Controller:
             for call in decision.calls:
                 self._revealed_arguments[(inv.step + 1, call.id)] = arguments[call.id]
         inv.propose(stored, usage=usage, at=self.now())
+        overrun = self._usage_budget_exhausted(reserving=False)
+        if overrun is not None and not isinstance(decision, Final):
+            # Paid for, recorded, and not acted on: the budget is spent.
+            return await self._end(overrun[0], detail=overrun[1])
         match decision:
             case Final(answer=answer):
                 return await self._verify_and_end(answer)
@@ -507,6 +524,39 @@ class Controller:
             fault_point(CrashPoint.AFTER_RESULTS_COMMIT)
         return failed
 
+    def _usage_budget_exhausted(self, *, reserving: bool) -> tuple[TerminalReason, str] | None:
+        """The exhausted token or cost budget, if any: before a call, with its reservation."""
+        inv = self.invocation
+        budget = inv.budget
+        tokens = inv.input_tokens + inv.output_tokens
+        if budget.max_tokens is not None:
+            reserve = (budget.reserve_tokens or 0) if reserving else 0
+            if tokens + reserve > budget.max_tokens or (reserving and tokens >= budget.max_tokens):
+                return (
+                    TerminalReason.TOKEN_BUDGET_EXHAUSTED,
+                    f"{tokens} of {budget.max_tokens} tokens used"
+                    + (f", {reserve} reserved for the next call" if reserve else ""),
+                )
+        if budget.max_cost is not None:
+            reserve_cost = (budget.reserve_cost or 0.0) if reserving else 0.0
+            if inv.cost + reserve_cost > budget.max_cost or (
+                reserving and inv.cost >= budget.max_cost
+            ):
+                return (
+                    TerminalReason.COST_BUDGET_EXHAUSTED,
+                    f"{inv.cost:.6f} of {budget.max_cost:.6f} spent"
+                    + (f", {reserve_cost:.6f} reserved for the next call" if reserve_cost else ""),
+                )
+        return None
+
+    def _notices(self) -> list[str]:
+        """What the model is told about its remaining budget (graceful wind-down)."""
+        budget = self.invocation.budget
+        steps_left = budget.max_steps - self.invocation.step
+        if budget.wind_down_steps is not None and steps_left <= budget.wind_down_steps:
+            return [self.wind_down_notice.format(steps_left=steps_left)]
+        return []
+
     def _failure_limit(
         self, calls: list[DispatchedCall], results: dict[str, ToolResult]
     ) -> int | None:
@@ -617,6 +667,7 @@ class Controller:
             step=inv.step + 1,
             turns=self._reveal_turns(),
             tools=self._tool_schemas,
+            notices=self._notices(),
         )
         deadline = None if math.isinf(self.deadline) else self.deadline
         with trio.CancelScope() as scope:

@@ -42,6 +42,8 @@ class ModelRequest(Message):
     turns: list[Turn]
     """Every committed turn so far, oldest first, each with its results."""
     tools: list[ToolSchema]
+    notices: list[str] = []
+    """What trusted code tells the model about its budget (e.g. steps left)."""
 
     @property
     def results(self) -> list[ToolResult]:

@@ -14,12 +14,17 @@ from uuid import uuid4
 
 import trio
 
-from aggregates.decisions import Budget, Frozen, TerminalReason
+from aggregates.decisions import Budget, Frozen, Price, TerminalReason
 from aggregates.effect import Effect, Resolution
 from aggregates.events import DomainEvent
 from aggregates.invocation import Invocation, InvocationEvent, Phase, ToolSpec
 from aggregates.requests import CancelRequest
-from loop_actors._controller import Controller, Verifier, single_exception
+from loop_actors._controller import (
+    DEFAULT_WIND_DOWN_NOTICE,
+    Controller,
+    Verifier,
+    single_exception,
+)
 from loop_actors._errors import (
     ApprovalRefusedError,
     InvocationExistsError,
@@ -127,6 +132,8 @@ class Agent:
         verifier: Verifier | None = None,
         max_verification_attempts: int = 2,
         max_repeated_failures: int = 3,
+        price: Price | None = None,
+        wind_down_notice: str = DEFAULT_WIND_DOWN_NOTICE,
     ) -> None:
         """Describe an agent.
 
@@ -145,6 +152,10 @@ class Agent:
             max_repeated_failures: failures in a row of one tool with the same
                 arguments and error class before ``repeated_failure`` (a tool may
                 set its own).
+            price: turns the model's token usage into cost when the model does not
+                report a cost (for ``Budget.max_cost``).
+            wind_down_notice: what the model is told when ``Budget.wind_down_steps``
+                or fewer steps are left (``{steps_left}`` is filled in).
 
         Raises:
             UsageError: a malformed argument.
@@ -170,6 +181,8 @@ class Agent:
                 f"agent {name}: max_verification_attempts and max_repeated_failures must be >= 1"
             )
         self.verifier = verifier
+        self.price = price
+        self.wind_down_notice = wind_down_notice
         self.max_verification_attempts = max_verification_attempts
         self.max_repeated_failures = max_repeated_failures
         self.toolbox = Toolbox(tools, default_timeout_s=tool_timeout_s)
@@ -558,6 +571,8 @@ class Runtime:
             verifier=agent.verifier,
             max_verification_attempts=agent.max_verification_attempts,
             max_repeated_failures=agent.max_repeated_failures,
+            price=agent.price,
+            wind_down_notice=agent.wind_down_notice,
         )
         if invocation.id in self._running:
             raise InvocationExistsError(invocation.id, "is already running in this runtime")

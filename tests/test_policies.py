@@ -422,3 +422,73 @@ def test_a_cancel_requested_while_nothing_runs_ends_the_invocation_on_resume(
     assert json.loads(resumed.stdout)["reason"] == "cancelled"
     # The read of the dispatched batch was not run again after the cancel.
     assert (tmp_path / "reads.log").read_text() == "one\n"
+
+
+def _usage_model(tokens_per_call: int, cost: float = 0.0) -> ScriptedModel:
+    from loop_actors import Usage
+
+    def decide(request: ModelRequest) -> dict[str, Any]:
+        return calls((f"c{request.step}", "lookup", {"key": str(request.step)}))
+
+    return ScriptedModel(
+        decide, usage=Usage(input_tokens=tokens_per_call, output_tokens=0, cost=cost)
+    )
+
+
+async def test_the_token_budget_stops_before_the_call_that_would_exceed_it() -> None:
+    asked: list[int] = []
+    model = _usage_model(400)
+    original = model.decide
+
+    async def counting(request: ModelRequest) -> Any:
+        asked.append(request.step)
+        return await original(request)
+
+    model.decide = counting  # type: ignore[method-assign]
+    agent = Agent(
+        "t",
+        model,
+        refund_agent(Ledger(), []).toolbox.tools.values(),
+        Budget(max_tokens=1000, reserve_tokens=400, max_repeated_plan=10),
+    )
+    outcome = await Runtime("memory://").run(agent, "g")
+    assert outcome.reason is TerminalReason.TOKEN_BUDGET_EXHAUSTED
+    assert asked == [1, 2]  # a third call could have reached 1,200 tokens: never made
+    assert outcome.detail is not None
+    assert "800 of 1000" in outcome.detail
+
+
+async def test_the_cost_budget_uses_the_price_table_and_stops_before_exceeding() -> None:
+    from loop_actors import Price
+
+    agent = Agent(
+        "c",
+        _usage_model(1_000_000),  # a million input tokens a call
+        refund_agent(Ledger(), []).toolbox.tools.values(),
+        Budget(max_cost=2.5, reserve_cost=1.0, max_repeated_plan=10),
+        price=Price(input_per_million=1.0),
+    )
+    outcome = await Runtime("memory://").run(agent, "g")
+    assert outcome.reason is TerminalReason.COST_BUDGET_EXHAUSTED
+    assert outcome.steps == 2  # 2.0 spent; the third call's reservation would pass 2.5
+
+
+async def test_the_wind_down_notice_appears_at_the_configured_point() -> None:
+    notices: list[list[str]] = []
+
+    def decide(request: ModelRequest) -> dict[str, Any]:
+        notices.append(list(request.notices))
+        if request.step == 5:
+            return final("summary")
+        return calls((f"c{request.step}", "lookup", {"key": str(request.step)}))
+
+    agent = Agent(
+        "w",
+        ScriptedModel(decide),
+        refund_agent(Ledger(), []).toolbox.tools.values(),
+        Budget(max_steps=5, wind_down_steps=2),
+        wind_down_notice="{steps_left} left: wrap up",
+    )
+    outcome = await Runtime("memory://").run(agent, "g")
+    assert outcome.reason is TerminalReason.COMPLETED
+    assert notices == [[], [], [], ["2 left: wrap up"], ["1 left: wrap up"]]
