@@ -67,6 +67,10 @@ class InvocationStarted(InvocationEvent, CanInitAggregate[str]):
     tools: list[ToolSpec]
     budget: Budget
     task_class: str | None = None
+    actor: str | None = None
+    """Who the invocation acts for (checked by the agent's policy)."""
+    tenant: str | None = None
+    """Whose data it acts on (checked by the agent's policy)."""
 
 
 class DecisionProposed(InvocationEvent):
@@ -220,6 +224,8 @@ class Invocation(ChainedAggregate):
         self.tools: list[ToolSpec] = []
         self.budget = Budget()
         self.task_class: str | None = None
+        self.actor: str | None = None
+        self.tenant: str | None = None
         self.phase = Phase.READY
         self.step = 0
         self.tool_calls = 0
@@ -255,6 +261,8 @@ class Invocation(ChainedAggregate):
         budget: Budget,
         at: datetime,
         task_class: str | None = None,
+        actor: str | None = None,
+        tenant: str | None = None,
     ) -> Invocation:
         """Create an invocation (records ``InvocationStarted``)."""
         if not invocation_id:
@@ -270,6 +278,8 @@ class Invocation(ChainedAggregate):
             tools=tools,
             budget=budget,
             task_class=task_class,
+            actor=actor,
+            tenant=tenant,
         )
 
     def propose(self, decision: Decision, *, usage: Usage, at: datetime) -> None:
@@ -429,6 +439,8 @@ class Invocation(ChainedAggregate):
         self.tools = list(event.tools)
         self.budget = event.budget
         self.task_class = event.task_class
+        self.actor = event.actor
+        self.tenant = event.tenant
         self.started_at = event.timestamp
 
     def _on_decision(self, event: DecisionProposed) -> None:
@@ -636,6 +648,8 @@ class InvocationState(Frozen):
     tools: list[ToolSpec]
     budget: Budget
     task_class: str | None = None
+    actor: str | None = None
+    tenant: str | None = None
     phase: Phase
     step: int
     tool_calls: int

@@ -37,6 +37,8 @@ from loop_actors._messages import ModelRequest as ModelRequest
 from loop_actors._model import Model as Model
 from loop_actors._model import ScriptedModel as ScriptedModel
 from loop_actors._outcome import Outcome as Outcome
+from loop_actors._policy import AccessRequest as AccessRequest
+from loop_actors._policy import Deny as Deny
 from loop_actors._runtime import Agent as Agent
 from loop_actors._runtime import CatalogueChangedError as CatalogueChangedError
 from loop_actors._runtime import ReconcileReport as ReconcileReport
@@ -47,6 +49,7 @@ from loop_actors._tools import ToolContext as ToolContext
 from loop_actors._tools import tool as tool
 
 __all__ = [
+    "AccessRequest",
     "Agent",
     "AgentLoadError",
     "ApprovalRefusedError",
@@ -55,6 +58,7 @@ __all__ = [
     "CatalogueChangedError",
     "Clarification",
     "Decision",
+    "Deny",
     "Effect",
     "EffectStatus",
     "ErrorClass",

@@ -68,6 +68,8 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--goal", required=True, help="what the agent should achieve")
     run.add_argument("--id", dest="invocation_id", metavar="ID", help="choose the invocation id")
     run.add_argument("--task-class", help="recorded with the invocation, for metrics")
+    run.add_argument("--actor", help="who the invocation acts for (for the agent's policy)")
+    run.add_argument("--tenant", help="whose data it acts on (for the agent's policy)")
     run.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
     db_option(run)
 
@@ -275,7 +277,12 @@ def _event_line(event: InvocationEvent) -> str:
 async def _run_agent(runtime: Runtime, agent: Agent, args: argparse.Namespace) -> int:
     async with runtime:  # one store for the run and its history (memory:// included)
         outcome = await runtime.run(
-            agent, args.goal, invocation_id=args.invocation_id, task_class=args.task_class
+            agent,
+            args.goal,
+            invocation_id=args.invocation_id,
+            task_class=args.task_class,
+            actor=args.actor,
+            tenant=args.tenant,
         )
         events = await runtime.history(outcome.invocation_id)
     if args.json:

@@ -35,6 +35,7 @@ from aggregates.decisions import (
     RejectionClass,
     RequestApproval,
     TerminalReason,
+    ToolCall,
     ToolCalls,
     ToolResult,
     Usage,
@@ -70,6 +71,7 @@ from loop_actors._messages import (
 )
 from loop_actors._model import Model, run_model_actor
 from loop_actors._outcome import Outcome
+from loop_actors._policy import AccessRequest, Deny, Policy, check_access
 from loop_actors._reconciler import run_effect_reconciler
 from loop_actors._store import EventStore
 from loop_actors._tools import REDACTED, Toolbox, interrupted_result, run_tool_actor
@@ -101,6 +103,7 @@ class Controller:
         max_repeated_failures: int = 3,
         price: Price | None = None,
         wind_down_notice: str = DEFAULT_WIND_DOWN_NOTICE,
+        policy: Policy | None = None,
     ) -> None:
         """Prepare a controller for an invocation loaded from (or just saved to) the store."""
         self.invocation = invocation
@@ -115,6 +118,7 @@ class Controller:
         self.max_repeated_failures = max_repeated_failures
         self.price = price
         self.wind_down_notice = wind_down_notice
+        self.policy = policy
         self.cancel_requested = False
         self._wait_scope: trio.CancelScope | None = None
         self._committed_totals = (invocation.step, invocation.tool_calls)
@@ -299,6 +303,11 @@ class Controller:
         if trio.current_time() >= self.deadline:
             return await self._end(TerminalReason.DEADLINE_EXCEEDED)
 
+        refused = await self._refused_by_policy(calls, arguments)
+        if isinstance(refused, Deny):
+            return await self._end(
+                TerminalReason.INVALID_DECISION, detail=f"refused by policy: {refused.reason}"
+            )
         planned = [
             DispatchedCall(
                 call_id=call.id,
@@ -309,7 +318,9 @@ class Controller:
             for call in calls
         ]
         needing = [
-            call.id for call in calls if self.toolbox.needs_approval(call.name, arguments[call.id])
+            call.id
+            for call in calls
+            if call.id not in refused and self.toolbox.needs_approval(call.name, arguments[call.id])
         ]
         if needing:
             inv.pause(
@@ -320,10 +331,39 @@ class Controller:
                 at=self.now(),
             )
             return await self._commit_or_fail()
-        return await self._dispatch(planned, denied=frozenset())
+        return await self._dispatch(planned, denied=refused)
+
+    async def _refused_by_policy(
+        self, calls: list[ToolCall], arguments: dict[str, dict[str, Any]]
+    ) -> dict[str, str] | Deny:
+        """The calls the agent's policy refuses (id → why), or the refusal that ends the run."""
+        if self.policy is None:
+            return {}
+        inv = self.invocation
+        refused: dict[str, str] = {}
+        for call in calls:
+            tool_ = self.toolbox.tools[call.name]
+            args = arguments[call.id]
+            deny = await check_access(
+                self.policy,
+                AccessRequest(
+                    actor=inv.actor,
+                    tenant=inv.tenant,
+                    operation=tool_.operation,
+                    object=args.get(tool_.object_from) if tool_.object_from else None,
+                    tool=call.name,
+                    arguments=args,
+                ),
+            )
+            if deny is None:
+                continue
+            if deny.stop:
+                return deny.model_copy(update={"reason": f"call {call.id}: {deny.reason}"})
+            refused[call.id] = f"refused by policy: {deny.reason}"
+        return refused
 
     async def _dispatch(
-        self, planned: list[DispatchedCall], *, denied: frozenset[str]
+        self, planned: list[DispatchedCall], *, denied: dict[str, str]
     ) -> Outcome | None:
         """Record the batch (and the ledger entries of its writes) and run it.
 
@@ -353,7 +393,11 @@ class Controller:
         if failed is not None:
             return failed
         fault_point(CrashPoint.AFTER_DISPATCH_COMMIT)
-        results = {call.call_id: _denied(call) for call in dispatched if call.call_id in denied}
+        results = {
+            call.call_id: _denied(call, denied[call.call_id])
+            for call in dispatched
+            if call.call_id in denied
+        }
         runnable = [call for call in dispatched if call.call_id not in denied]
         return await self._settle_batch(effects, results, runnable)
 
@@ -361,9 +405,25 @@ class Controller:
         """After a person approved or denied the paused batch: dispatch exactly that batch."""
         inv = self.invocation
         planned = inv.approved_calls or []
-        denied: frozenset[str] = frozenset()
+        denied: dict[str, str] = {}
         if isinstance(inv.approval, ApprovalDenied):
-            denied = frozenset(inv.approval_needed)
+            message = (
+                f"denied by {inv.approval.by}: {inv.approval.reason}; it did not run and "
+                "must not be retried as is"
+            )
+            denied = dict.fromkeys(inv.approval_needed, message)
+        if self.policy is not None:
+            # The same policy decides again: a call it refused stays refused.
+            proposed = inv.last_decision
+            if isinstance(proposed, ToolCalls):
+                args = {call.call_id: call.arguments for call in planned}
+                refused = await self._refused_by_policy(proposed.calls, args)
+                if isinstance(refused, Deny):
+                    return await self._end(
+                        TerminalReason.INVALID_DECISION,
+                        detail=f"refused by policy: {refused.reason}",
+                    )
+                denied = {**refused, **denied}
         return await self._dispatch(planned, denied=denied)
 
     async def _verify_and_end(self, answer: str) -> Outcome | None:
@@ -1048,16 +1108,12 @@ def batch_digest(invocation_id: str, step: int, calls: list[DispatchedCall]) -> 
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def _denied(call: DispatchedCall) -> ToolResult:
-    """The result of a call a person denied: it did not run, and the model is told so."""
+def _denied(call: DispatchedCall, message: str) -> ToolResult:
+    """The result of a call that was denied (by a person or the policy): it did not run."""
     return ToolResult(
         call_id=call.call_id,
         name=call.name,
-        error=ErrorInfo(
-            error_class=ErrorClass.DENIED,
-            retryable=False,
-            message="a person denied this call; it did not run and must not be retried as is",
-        ),
+        error=ErrorInfo(error_class=ErrorClass.DENIED, retryable=False, message=message),
     )
 
 

@@ -44,6 +44,7 @@ from loop_actors._messages import (
 )
 from loop_actors._model import Model
 from loop_actors._outcome import Outcome
+from loop_actors._policy import Policy
 from loop_actors._reconciler import reconcile_effect
 from loop_actors._store import EventStore, StoreUrl, resolve_db_url
 from loop_actors._tools import DEFAULT_TOOL_TIMEOUT_S, Tool, Toolbox
@@ -134,6 +135,7 @@ class Agent:
         max_repeated_failures: int = 3,
         price: Price | None = None,
         wind_down_notice: str = DEFAULT_WIND_DOWN_NOTICE,
+        policy: Policy | None = None,
     ) -> None:
         """Describe an agent.
 
@@ -156,6 +158,10 @@ class Agent:
                 report a cost (for ``Budget.max_cost``).
             wind_down_notice: what the model is told when ``Budget.wind_down_steps``
                 or fewer steps are left (``{steps_left}`` is filled in).
+            policy: ``policy(AccessRequest)`` authorises each call before dispatch
+                (actor, tenant, operation, object): True allows; False or
+                ``Deny(reason)`` gives the call a ``denied`` result without running
+                it; ``Deny(reason, stop=True)`` ends the run (``invalid_decision``).
 
         Raises:
             UsageError: a malformed argument.
@@ -183,6 +189,9 @@ class Agent:
         self.verifier = verifier
         self.price = price
         self.wind_down_notice = wind_down_notice
+        if policy is not None and not callable(policy):
+            raise UsageError(f"agent {name}: policy must be callable")
+        self.policy = policy
         self.max_verification_attempts = max_verification_attempts
         self.max_repeated_failures = max_repeated_failures
         self.toolbox = Toolbox(tools, default_timeout_s=tool_timeout_s)
@@ -296,9 +305,12 @@ class Runtime:
         *,
         invocation_id: str | None = None,
         task_class: str | None = None,
+        actor: str | None = None,
+        tenant: str | None = None,
     ) -> Outcome:
         """Start an invocation of ``agent`` on ``goal`` and drive it to a pause or an end.
 
+        ``actor`` and ``tenant`` are recorded and given to the agent's policy.
         ``invocation_id`` lets the caller choose the id. Starting an id that
         already exists never starts a second invocation: if it stopped with the
         same goal, its recorded outcome is returned and nothing runs; otherwise
@@ -321,7 +333,12 @@ class Runtime:
         if self._exit_stack is None:
             async with self:
                 return await self.run(
-                    agent, goal, invocation_id=invocation_id, task_class=task_class
+                    agent,
+                    goal,
+                    invocation_id=invocation_id,
+                    task_class=task_class,
+                    actor=actor,
+                    tenant=tenant,
                 )
         store, journal = self._store, self._journal
         assert store is not None
@@ -336,6 +353,8 @@ class Runtime:
             tools=agent.toolbox.specs,
             budget=agent.budget,
             task_class=task_class if task_class is not None else agent.task_class,
+            actor=actor,
+            tenant=tenant,
             at=self._now(),
         )
         created = await self._append(journal, invocation.take_events())
@@ -573,6 +592,7 @@ class Runtime:
             max_repeated_failures=agent.max_repeated_failures,
             price=agent.price,
             wind_down_notice=agent.wind_down_notice,
+            policy=agent.policy,
         )
         if invocation.id in self._running:
             raise InvocationExistsError(invocation.id, "is already running in this runtime")

@@ -122,6 +122,8 @@ class Tool:
         sensitive_output: Iterable[str] = (),
         requires_approval: bool | Callable[[dict[str, Any]], bool] = False,
         max_repeated_failures: int | None = None,
+        operation: str | None = None,
+        object_from: str | None = None,
     ) -> None:
         """Wrap ``fn`` as a tool (see :func:`tool` for the parameters)."""
         if not callable(fn):
@@ -155,6 +157,8 @@ class Tool:
         if max_repeated_failures is not None and max_repeated_failures < 1:
             raise ToolDefinitionError(f"tool {self.name}: max_repeated_failures must be >= 1")
         self.max_repeated_failures = max_repeated_failures
+        self.operation = operation or self.name
+        self.object_from = object_from
         self.sensitive_output = _paths(self.name, sensitive_output)
         self.is_async = inspect.iscoroutinefunction(fn)
         if inline and self.is_async:
@@ -292,6 +296,8 @@ def tool(
     sensitive_output: Iterable[str] = (),
     requires_approval: bool | Callable[[dict[str, Any]], bool] = False,
     max_repeated_failures: int | None = None,
+    operation: str | None = None,
+    object_from: str | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -310,6 +316,8 @@ def tool(
     sensitive_output: Iterable[str] = (),
     requires_approval: bool | Callable[[dict[str, Any]], bool] = False,
     max_repeated_failures: int | None = None,
+    operation: str | None = None,
+    object_from: str | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a plain or async function a tool named after it.
 
@@ -338,6 +346,9 @@ def tool(
         max_repeated_failures: how many failures in a row of this tool with the
             same arguments and error class end the invocation (``repeated_failure``);
             defaults to the agent's.
+        operation: what the agent's policy sees this call do (default: the name).
+        object_from: the argument that names the object the call acts on, for
+            the agent's policy (e.g. ``"order_id"``).
 
     Raises:
         ToolDefinitionError: when the function cannot be described to a model.
@@ -357,6 +368,8 @@ def tool(
             sensitive_output=sensitive_output,
             requires_approval=requires_approval,
             max_repeated_failures=max_repeated_failures,
+            operation=operation,
+            object_from=object_from,
         )
 
     if fn is not None:

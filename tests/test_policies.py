@@ -492,3 +492,101 @@ async def test_the_wind_down_notice_appears_at_the_configured_point() -> None:
     outcome = await Runtime("memory://").run(agent, "g")
     assert outcome.reason is TerminalReason.COMPLETED
     assert notices == [[], [], [], ["2 left: wrap up"], ["1 left: wrap up"]]
+
+
+def _order_tools(ledger: Ledger) -> list[Any]:
+    @tool(effect="write", operation="refund", object_from="order_id")
+    async def refund_order(order_id: str, amount: int) -> str:
+        """Refund an order."""
+        ledger.refunds.append(amount)
+        return order_id
+
+    @tool(operation="read", object_from="order_id")
+    async def read_order(order_id: str) -> str:
+        """Read an order."""
+        ledger.lookups += 1
+        return order_id
+
+    return [refund_order, read_order]
+
+
+def _policy(request: Any) -> Any:
+    from loop_actors import Deny
+
+    if request.operation == "read":
+        return True
+    if request.tenant != "acme" or not str(request.object).startswith("acme-"):
+        return Deny(reason=f"{request.actor} may not refund {request.object} for {request.tenant}")
+    return request.actor == "alice"
+
+
+async def test_a_call_outside_permissions_is_refused_before_it_runs() -> None:
+    from loop_actors import AccessRequest
+
+    ledger = Ledger()
+    seen: list[Any] = []
+    requests: list[AccessRequest] = []
+
+    def policy(request: AccessRequest) -> Any:
+        requests.append(request)
+        return _policy(request)
+
+    def decide(request: ModelRequest) -> dict[str, Any]:
+        if request.step == 1:
+            return calls(
+                ("a", "read_order", {"order_id": "other-1"}),
+                ("b", "refund_order", {"order_id": "other-1", "amount": 5}),
+                ("c", "refund_order", {"order_id": "acme-7", "amount": 9}),
+            )
+        seen.extend(request.results)
+        return final("done")
+
+    agent = Agent("orders", ScriptedModel(decide), _order_tools(ledger), policy=policy)
+    outcome = await Runtime("memory://").run(agent, "g", actor="alice", tenant="acme")
+    assert outcome.reason is TerminalReason.COMPLETED
+    assert ledger.refunds == [9]
+    assert ledger.lookups == 1
+    by_id = {r.call_id: r for r in seen}
+    assert by_id["b"].error.error_class is ErrorClass.DENIED
+    assert "may not refund other-1" in by_id["b"].error.message
+    assert by_id["a"].ok
+    assert by_id["c"].ok
+    assert [(r.operation, r.object, r.actor, r.tenant) for r in requests] == [
+        ("read", "other-1", "alice", "acme"),
+        ("refund", "other-1", "alice", "acme"),
+        ("refund", "acme-7", "alice", "acme"),
+    ]
+
+
+async def test_a_policy_can_end_the_run_instead() -> None:
+    from loop_actors import Deny
+
+    ledger = Ledger()
+    agent = Agent(
+        "orders",
+        ScriptedModel([calls(("b", "refund_order", {"order_id": "x", "amount": 5}))]),
+        _order_tools(ledger),
+        policy=lambda request: Deny(reason="tenant suspended", stop=True),
+    )
+    outcome = await Runtime("memory://").run(agent, "g", actor="bob", tenant="acme")
+    assert outcome.reason is TerminalReason.INVALID_DECISION
+    assert outcome.detail is not None
+    assert "tenant suspended" in outcome.detail
+    assert ledger.refunds == []
+
+
+async def test_a_policy_that_raises_refuses() -> None:
+    ledger = Ledger()
+
+    def broken(request: Any) -> bool:
+        raise RuntimeError("policy store down")
+
+    agent = Agent(
+        "orders",
+        ScriptedModel([calls(("b", "refund_order", {"order_id": "x", "amount": 5})), final("ok")]),
+        _order_tools(ledger),
+        policy=broken,
+    )
+    outcome = await Runtime("memory://").run(agent, "g")
+    assert outcome.reason is TerminalReason.COMPLETED
+    assert ledger.refunds == []

@@ -1,0 +1,52 @@
+"""Authorisation: a policy over actor, tenant, object and operation, checked before dispatch."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from aggregates.decisions import Frozen
+
+
+class AccessRequest(Frozen):
+    """What a policy decides on: who asks to do what to which object, for whom."""
+
+    actor: str | None
+    tenant: str | None
+    operation: str
+    """The tool's declared operation (default: the tool's name)."""
+    object: Any = None
+    """The value of the tool's declared object argument (``object_from``), if any."""
+    tool: str
+    arguments: dict[str, Any]
+
+
+class Deny(Frozen):
+    """A policy's refusal: the call gets a ``denied`` result, or, with ``stop``, the run ends."""
+
+    reason: str
+    stop: bool = False
+    """End the invocation (``invalid_decision``) instead of telling the model."""
+
+
+Policy = Callable[[AccessRequest], Any]
+"""``policy(request)``: True allows; False or ``Deny(...)`` refuses. Plain or async.
+
+A policy that raises refuses (the safe side).
+"""
+
+
+async def check_access(policy: Policy, request: AccessRequest) -> Deny | None:
+    """Ask the policy; None when the call is allowed."""
+    try:
+        verdict = policy(request)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+    except Exception as error:  # a policy that breaks refuses
+        return Deny(reason=f"the policy raised {type(error).__name__}: {error}")
+    if verdict is True:
+        return None
+    if isinstance(verdict, Deny):
+        return verdict
+    return Deny(reason=f"{request.actor or 'this actor'} may not {request.operation}")
