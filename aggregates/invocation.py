@@ -156,6 +156,17 @@ class VerificationFailed(InvocationEvent):
     evidence: str
 
 
+class ContextCompacted(InvocationEvent):
+    """Older turns were left out of the model's view to fit its context; what and why."""
+
+    step: int
+    """The step the model was asked for with the compacted view."""
+    dropped_steps: list[int]
+    kept_steps: list[int]
+    size_before: int
+    size_after: int
+
+
 class Terminated(InvocationEvent):
     """The invocation is over for good, with a typed reason."""
 
@@ -176,6 +187,7 @@ EVENT_TYPES: tuple[type[InvocationEvent], ...] = (
     ApprovalDenied,
     ClarificationProvided,
     VerificationFailed,
+    ContextCompacted,
     Terminated,
 )
 
@@ -354,6 +366,26 @@ class Invocation(ChainedAggregate):
             ClarificationProvided, timestamp=at, step=self.step, answer=answer, by=by
         )
 
+    def record_compaction(
+        self,
+        *,
+        dropped_steps: list[int],
+        kept_steps: list[int],
+        size_before: int,
+        size_after: int,
+        at: datetime,
+    ) -> None:
+        """Record that the next model request leaves older turns out."""
+        self.trigger_event(
+            ContextCompacted,
+            timestamp=at,
+            step=self.step + 1,
+            dropped_steps=dropped_steps,
+            kept_steps=kept_steps,
+            size_before=size_before,
+            size_after=size_after,
+        )
+
     def fail_verification(self, evidence: str, *, at: datetime) -> None:
         """Refuse the final answer with the verifier's evidence."""
         self.trigger_event(
@@ -421,6 +453,9 @@ class Invocation(ChainedAggregate):
                 self._on_clarification(event)
             case VerificationFailed():
                 self._on_verification_failed(event)
+            case ContextCompacted():
+                if self.phase is not Phase.READY or event.step != self.step + 1:
+                    raise self._refuse(event, "the view is compacted just before a decision")
             case Terminated():
                 self._on_terminate(event)
             case _:

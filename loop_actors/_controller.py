@@ -22,6 +22,7 @@ import trio
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_jsonable_python
 
+from aggregates.context import compact
 from aggregates.decisions import (
     CannotContinue,
     Clarification,
@@ -104,6 +105,8 @@ class Controller:
         price: Price | None = None,
         wind_down_notice: str = DEFAULT_WIND_DOWN_NOTICE,
         policy: Policy | None = None,
+        context_limit: int | None = None,
+        keep_recent_turns: int = 4,
     ) -> None:
         """Prepare a controller for an invocation loaded from (or just saved to) the store."""
         self.invocation = invocation
@@ -119,6 +122,8 @@ class Controller:
         self.price = price
         self.wind_down_notice = wind_down_notice
         self.policy = policy
+        self.context_limit = context_limit
+        self.keep_recent_turns = keep_recent_turns
         self.cancel_requested = False
         self._wait_scope: trio.CancelScope | None = None
         self._committed_totals = (invocation.step, invocation.tool_calls)
@@ -720,14 +725,30 @@ class Controller:
     async def _ask_model(self) -> ModelOutcome | None:
         """Ask for the next decision; ``None`` when a cancel request interrupted the wait."""
         inv = self.invocation
+        turns = self._reveal_turns()
+        notices = self._notices()
+        if self.context_limit is not None:
+            turns, compaction = compact(
+                turns, limit=self.context_limit, keep_recent=self.keep_recent_turns
+            )
+            if compaction is not None:
+                # Committed with the decision it was made for.
+                inv.record_compaction(
+                    dropped_steps=compaction.dropped_steps,
+                    kept_steps=compaction.kept_steps,
+                    size_before=compaction.size_before,
+                    size_after=compaction.size_after,
+                    at=self.now(),
+                )
+                notices = [compaction.note, *notices]
         request = ModelRequest(
             invocation_id=inv.id,
             agent_name=inv.agent_name,
             goal=inv.goal,
             step=inv.step + 1,
-            turns=self._reveal_turns(),
+            turns=turns,
             tools=self._tool_schemas,
-            notices=self._notices(),
+            notices=notices,
         )
         deadline = None if math.isinf(self.deadline) else self.deadline
         with trio.CancelScope() as scope:

@@ -136,6 +136,8 @@ class Agent:
         price: Price | None = None,
         wind_down_notice: str = DEFAULT_WIND_DOWN_NOTICE,
         policy: Policy | None = None,
+        context_limit: int | None = None,
+        keep_recent_turns: int = 4,
     ) -> None:
         """Describe an agent.
 
@@ -162,6 +164,11 @@ class Agent:
                 (actor, tenant, operation, object): True allows; False or
                 ``Deny(reason)`` gives the call a ``denied`` result without running
                 it; ``Deny(reason, stop=True)`` ends the run (``invalid_decision``).
+            context_limit: the most JSON characters of history the model is given;
+                above it older turns are left out (never the first, the last
+                ``keep_recent_turns``, or one with an unsettled write), the model is
+                told, and ``ContextCompacted`` records it.
+            keep_recent_turns: turns always kept in view.
 
         Raises:
             UsageError: a malformed argument.
@@ -192,6 +199,12 @@ class Agent:
         if policy is not None and not callable(policy):
             raise UsageError(f"agent {name}: policy must be callable")
         self.policy = policy
+        if context_limit is not None and context_limit < 1:
+            raise UsageError(f"agent {name}: context_limit must be positive")
+        if keep_recent_turns < 0:
+            raise UsageError(f"agent {name}: keep_recent_turns must be >= 0")
+        self.context_limit = context_limit
+        self.keep_recent_turns = keep_recent_turns
         self.max_verification_attempts = max_verification_attempts
         self.max_repeated_failures = max_repeated_failures
         self.toolbox = Toolbox(tools, default_timeout_s=tool_timeout_s)
@@ -593,6 +606,8 @@ class Runtime:
             price=agent.price,
             wind_down_notice=agent.wind_down_notice,
             policy=agent.policy,
+            context_limit=agent.context_limit,
+            keep_recent_turns=agent.keep_recent_turns,
         )
         if invocation.id in self._running:
             raise InvocationExistsError(invocation.id, "is already running in this runtime")

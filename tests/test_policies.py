@@ -590,3 +590,38 @@ async def test_a_policy_that_raises_refuses() -> None:
     outcome = await Runtime("memory://").run(agent, "g")
     assert outcome.reason is TerminalReason.COMPLETED
     assert ledger.refunds == []
+
+
+async def test_compaction_keeps_the_plan_the_recent_turns_and_records_what_it_did() -> None:
+    from aggregates.invocation import ContextCompacted
+
+    seen: list[tuple[list[int], list[str]]] = []
+
+    def decide(request: ModelRequest) -> dict[str, Any]:
+        seen.append(([turn.step for turn in request.turns], list(request.notices)))
+        if request.step == 12:
+            return final("done")
+        return calls((f"c{request.step}", "lookup", {"key": "x" * 200 + str(request.step)}))
+
+    agent = Agent(
+        "long",
+        ScriptedModel(decide),
+        refund_agent(Ledger(), []).toolbox.tools.values(),
+        Budget(max_steps=12, max_repeated_plan=20),
+        context_limit=3000,
+        keep_recent_turns=3,
+    )
+    runtime = Runtime("memory://")
+    async with runtime:
+        outcome = await runtime.run(agent, "g", invocation_id="long")
+        events = await runtime.history("long")
+    assert outcome.reason is TerminalReason.COMPLETED
+    last_view, notices = seen[-1]
+    assert last_view[0] == 1  # the plan
+    assert last_view[-3:] == [9, 10, 11]  # the recent turns
+    assert len(last_view) < 11
+    assert "left out" in notices[0]
+    compacted = [e for e in events if isinstance(e, ContextCompacted)]
+    assert compacted
+    assert compacted[-1].kept_steps == last_view
+    assert compacted[-1].size_after <= 3000 < compacted[-1].size_before
