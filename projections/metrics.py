@@ -19,7 +19,10 @@ from aggregates.decisions import Frozen, ToolCall, plan_fingerprint
 from aggregates.effect import EffectPrepared, effect_status_after
 from aggregates.events import DomainEvent
 from aggregates.invocation import (
+    ApprovalDenied,
+    ApprovalGranted,
     BatchDispatched,
+    ClarificationProvided,
     DecisionProposed,
     InvocationStarted,
     Paused,
@@ -37,7 +40,7 @@ class MetricsProjection(Projection):
     """Per-invocation totals, failed calls by error class, and effects by state."""
 
     name = "metrics"
-    version = 1
+    version = 2
 
     def create(self) -> list[str]:
         """The tables."""
@@ -106,6 +109,12 @@ class MetricsProjection(Projection):
                         "ON CONFLICT (invocation_id, error_class) DO UPDATE SET calls = calls + 1",
                         (event.originator_id, result.error.error_class.value),
                     )
+            case ApprovalGranted() | ApprovalDenied() | ClarificationProvided():
+                cursor.execute(
+                    "UPDATE metrics_invocations SET reason = NULL, wall_ms = NULL "
+                    "WHERE invocation_id = ?",
+                    (event.originator_id,),
+                )
             case Paused() | Terminated():
                 cursor.execute(
                     "SELECT started_at FROM metrics_invocations WHERE invocation_id = ?",

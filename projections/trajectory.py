@@ -15,7 +15,10 @@ from aggregates.decisions import Frozen, TerminalReason
 from aggregates.effect import effect_status_after
 from aggregates.events import DomainEvent
 from aggregates.invocation import (
+    ApprovalDenied,
+    ApprovalGranted,
     BatchDispatched,
+    ClarificationProvided,
     DecisionProposed,
     InvocationEvent,
     InvocationStarted,
@@ -194,7 +197,7 @@ class TrajectoryProjection(Projection):
     """Per invocation: its steps, each call with its status, and how it ended."""
 
     name = "trajectory"
-    version = 1
+    version = 2
 
     def create(self) -> list[str]:
         """The tables."""
@@ -320,6 +323,12 @@ class TrajectoryProjection(Projection):
                         _iso(event),
                         event.originator_id,
                     ),
+                )
+            case ApprovalGranted() | ApprovalDenied() | ClarificationProvided():
+                cursor.execute(
+                    "UPDATE trajectory_invocations SET status = 'running', reason = NULL, "
+                    "detail = NULL, ended_at = NULL WHERE invocation_id = ?",
+                    (event.originator_id,),
                 )
             case Terminated():
                 cursor.execute(
