@@ -253,6 +253,8 @@ class Usage(Frozen):
     output_tokens: int = 0
     cost: float = 0.0
     latency_ms: float = 0.0
+    attempts: int | None = None
+    """Provider attempts this decision took (retries included), when an adapter reports it."""
 
 
 class Price(Frozen):

@@ -20,6 +20,12 @@ from aggregates.decisions import ToolCall as ToolCall
 from aggregates.decisions import ToolCalls as ToolCalls
 from aggregates.decisions import ToolResult as ToolResult
 from aggregates.decisions import Usage as Usage
+from loop_actors._adapters import AnthropicModel as AnthropicModel
+from loop_actors._adapters import ModelCallError as ModelCallError
+from loop_actors._adapters import OpenAIModel as OpenAIModel
+from loop_actors._adapters import ProviderErrorClass as ProviderErrorClass
+from loop_actors._adapters import RetryPolicy as RetryPolicy
+from loop_actors._adapters import model_from_name as model_from_name
 from loop_actors._errors import AgentLoadError as AgentLoadError
 from loop_actors._errors import ApprovalRefusedError as ApprovalRefusedError
 from loop_actors._errors import InvocationExistsError as InvocationExistsError
@@ -52,6 +58,7 @@ __all__ = [
     "AccessRequest",
     "Agent",
     "AgentLoadError",
+    "AnthropicModel",
     "ApprovalRefusedError",
     "Budget",
     "CannotContinue",
@@ -68,15 +75,19 @@ __all__ = [
     "InvocationNotFoundError",
     "LoopActorsError",
     "Model",
+    "ModelCallError",
     "ModelReply",
     "ModelRequest",
     "NotWaitingError",
+    "OpenAIModel",
     "Outcome",
     "Price",
+    "ProviderErrorClass",
     "ReconcileReport",
     "Reconciled",
     "RejectionClass",
     "RequestApproval",
+    "RetryPolicy",
     "Runtime",
     "ScriptExhaustedError",
     "ScriptedModel",
@@ -92,5 +103,6 @@ __all__ = [
     "ToolResult",
     "Usage",
     "UsageError",
+    "model_from_name",
     "tool",
 ]

@@ -7,6 +7,7 @@ input (nothing written), 1 internal error.
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib
 import json
 import os
@@ -19,6 +20,7 @@ from rich.console import Console
 
 from aggregates.audit import GENESIS, canonical_record
 from aggregates.invocation import InvocationEvent
+from loop_actors._adapters import model_from_name
 from loop_actors._audit import verify_all, verify_invocation
 from loop_actors._controller import single_exception
 from loop_actors._demo import DEMO_GOAL, demo_agent
@@ -68,6 +70,12 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--goal", required=True, help="what the agent should achieve")
     run.add_argument("--id", dest="invocation_id", metavar="ID", help="choose the invocation id")
     run.add_argument("--task-class", help="recorded with the invocation, for metrics")
+    run.add_argument(
+        "--model", metavar="PROVIDER:MODEL", help="run with openai:MODEL or anthropic:MODEL instead"
+    )
+    run.add_argument(
+        "--base-url", metavar="URL", help="an OpenAI-compatible server (vLLM, Ollama...)"
+    )
     run.add_argument("--actor", help="who the invocation acts for (for the agent's policy)")
     run.add_argument("--tenant", help="whose data it acts on (for the agent's policy)")
     run.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
@@ -502,6 +510,11 @@ def _dispatch(args: argparse.Namespace) -> int:
             if not args.goal.strip():
                 raise UsageError("--goal must not be empty")
             agent = load_agent(args.agent)  # before the database: a bad agent writes nothing
+            if args.model:
+                agent = copy.copy(agent)
+                agent.model = model_from_name(args.model, base_url=args.base_url)
+            elif args.base_url:
+                raise UsageError("--base-url goes with --model openai:MODEL")
             return trio.run(_run_agent, Runtime(args.db), agent, args)
         case "resume":
             agent = load_agent(args.agent)

@@ -19,6 +19,7 @@ from aggregates.effect import Effect, Resolution
 from aggregates.events import DomainEvent
 from aggregates.invocation import Invocation, InvocationEvent, Phase, ToolSpec
 from aggregates.requests import CancelRequest
+from loop_actors._adapters import model_from_name
 from loop_actors._controller import (
     DEFAULT_WIND_DOWN_NOTICE,
     Controller,
@@ -123,7 +124,7 @@ class Agent:
     def __init__(
         self,
         name: str,
-        model: Model,
+        model: Model | str,
         tools: Iterable[Tool | Callable[..., Any]] = (),
         budget: Budget | None = None,
         *,
@@ -176,6 +177,8 @@ class Agent:
         """
         if not isinstance(name, str) or not name.strip():
             raise UsageError("an agent needs a non-empty name")
+        if isinstance(model, str):
+            model = model_from_name(model)
         if not callable(getattr(model, "decide", None)):
             raise UsageError(f"agent {name}: model must have an async decide(request) method")
         if not (tool_timeout_s > 0 and math.isfinite(tool_timeout_s)):

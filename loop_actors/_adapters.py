@@ -1,0 +1,579 @@
+"""Real model adapters: OpenAI-compatible Chat Completions and Anthropic Messages.
+
+Each adapter turns the committed history (a :class:`ModelRequest`) into a
+provider request with the official SDK, and the reply into our closed decision
+union — provider message blocks never reach the state machine. Both SDKs run on
+trio through anyio. Retries are ours (the SDKs' own are turned off) so that every
+attempt is counted in the decision's usage: rate limits, overload, 5xx,
+timeouts and lost connections are retried with exponential backoff and jitter
+(honouring ``Retry-After``) within a retry budget; authentication, bad requests
+and context overflow are not. A malformed tool call (arguments that are not a
+JSON object, an unknown tool) is sent back to the model once with the problem
+(configurable) before the runtime rejects it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable
+from enum import StrEnum
+from typing import Any, TypeVar
+
+import trio
+
+from aggregates.decisions import (
+    CannotContinue,
+    Clarification,
+    Final,
+    Price,
+    RequestApproval,
+    ToolCalls,
+    ToolResult,
+    Usage,
+)
+from loop_actors._errors import LoopActorsError, UsageError
+from loop_actors._messages import ModelReply, ModelRequest
+
+T = TypeVar("T")
+
+
+class ProviderErrorClass(StrEnum):
+    """The class of a provider failure, kept in ``model_error``'s detail."""
+
+    RATE_LIMITED = "rate_limited"
+    OVERLOADED = "overloaded"
+    SERVER_ERROR = "server_error"
+    TIMEOUT = "timeout"
+    CONNECTION = "connection"
+    AUTHENTICATION = "authentication"
+    BAD_REQUEST = "bad_request"
+    CONTEXT_OVERFLOW = "context_overflow"
+    OTHER = "other"
+
+
+RETRYABLE = frozenset(
+    {
+        ProviderErrorClass.RATE_LIMITED,
+        ProviderErrorClass.OVERLOADED,
+        ProviderErrorClass.SERVER_ERROR,
+        ProviderErrorClass.TIMEOUT,
+        ProviderErrorClass.CONNECTION,
+    }
+)
+
+
+class ModelCallError(LoopActorsError):
+    """Raised when a provider call failed for good (not retryable, or out of retries)."""
+
+    def __init__(self, error_class: ProviderErrorClass, message: str, *, attempts: int) -> None:
+        super().__init__(f"[{error_class.value}] after {attempts} attempt(s): {message}")
+        self.error_class = error_class
+        self.attempts = attempts
+
+
+class RetryPolicy:
+    """Exponential backoff with jitter: base * 2^n * U(0.75, 1), capped; ``Retry-After`` wins."""
+
+    def __init__(
+        self, *, max_attempts: int = 4, base_s: float = 0.5, max_delay_s: float = 8.0
+    ) -> None:
+        """Set the retry budget."""
+        if max_attempts < 1:
+            raise UsageError("max_attempts must be at least 1")
+        self.max_attempts = max_attempts
+        self.base_s = base_s
+        self.max_delay_s = max_delay_s
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        """How long to wait after failed attempt number ``attempt`` (1-based)."""
+        if retry_after is not None and retry_after > 0:
+            return min(retry_after, self.max_delay_s * 8)
+        jitter = random.uniform(0.75, 1.0)  # noqa: S311 - jitter, not security
+        delay: float = self.base_s * 2 ** (attempt - 1) * jitter
+        return min(delay, self.max_delay_s)
+
+
+def _retry_after(error: Exception) -> float | None:
+    response = getattr(error, "response", None)
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    try:
+        if "retry-after-ms" in headers:
+            return float(headers["retry-after-ms"]) / 1000.0
+        if "retry-after" in headers:
+            return float(headers["retry-after"])
+    except (TypeError, ValueError):
+        return None
+    return None
+
+
+def _status_class(status: int | None, message: str) -> ProviderErrorClass:
+    text = message.lower()
+    if status in (401, 403):
+        return ProviderErrorClass.AUTHENTICATION
+    if status == 429:
+        return ProviderErrorClass.RATE_LIMITED
+    if status in {529, 503} or "overloaded" in text:
+        return ProviderErrorClass.OVERLOADED
+    if status in (408,):
+        return ProviderErrorClass.TIMEOUT
+    if status is not None and status >= 500:
+        return ProviderErrorClass.SERVER_ERROR
+    if status in (400, 413, 422):
+        overflow = ("context_length", "context length", "too long", "maximum context")
+        if any(marker in text for marker in overflow):
+            return ProviderErrorClass.CONTEXT_OVERFLOW
+        return ProviderErrorClass.BAD_REQUEST
+    return ProviderErrorClass.OTHER
+
+
+def classify(error: Exception) -> ProviderErrorClass:
+    """The class of an SDK exception (OpenAI or Anthropic), by duck typing."""
+    name = type(error).__name__
+    if name == "APITimeoutError":
+        return ProviderErrorClass.TIMEOUT
+    if name == "APIConnectionError":
+        return ProviderErrorClass.CONNECTION
+    status = getattr(error, "status_code", None)
+    return _status_class(status, str(error))
+
+
+async def call_with_retries(call: Callable[[], Awaitable[T]], policy: RetryPolicy) -> tuple[T, int]:
+    """Run ``call`` under the retry policy; return its result and the attempts it took.
+
+    Raises:
+        ModelCallError: the failure was not retryable, or the budget ran out.
+
+    Cancellation: a checkpoint (also while backing off).
+    """
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return await call(), attempt
+        except (trio.Cancelled, KeyboardInterrupt):
+            raise
+        except Exception as error:
+            error_class = classify(error)
+            if error_class not in RETRYABLE or attempt >= policy.max_attempts:
+                raise ModelCallError(error_class, str(error), attempts=attempt) from error
+            await trio.sleep(policy.delay(attempt, _retry_after(error)))
+
+
+def _result_text(result: ToolResult) -> str:
+    if result.error is None:
+        return json.dumps(result.output)
+    return json.dumps(
+        {
+            "error": {
+                "class": result.error.error_class.value,
+                "retryable": result.error.retryable,
+                "message": result.error.message,
+            }
+        }
+    )
+
+
+def system_prompt(request: ModelRequest) -> str:
+    """The instructions every adapter sends (the goal goes as the first user message)."""
+    lines = [
+        f"You are the agent {request.agent_name!r}. Work towards the user's goal.",
+        "Call tools when you need facts or actions; several independent calls may go in "
+        "one turn. When you are done, answer in plain text. If you cannot go on, say why.",
+    ]
+    lines.extend(request.notices)
+    return "\n".join(lines)
+
+
+def malformed_calls(calls: list[tuple[str, str, str]], tools: set[str]) -> list[tuple[str, str]]:
+    """Problems in (id, name, arguments JSON) calls: unknown tools, arguments not a JSON object."""
+    problems = []
+    for call_id, name, arguments in calls:
+        if name not in tools:
+            problems.append((call_id, f"unknown tool {name!r}; the tools are {sorted(tools)}"))
+            continue
+        try:
+            parsed = json.loads(arguments or "{}")
+        except ValueError as error:
+            problems.append((call_id, f"arguments are not valid JSON: {error}"))
+            continue
+        if not isinstance(parsed, dict):
+            problems.append((call_id, "arguments must be a JSON object"))
+    return problems
+
+
+class _Adapter:
+    provider: str
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        retry: RetryPolicy | None = None,
+        reprompt_malformed: int = 1,
+        price: Price | None = None,
+        timeout_s: float = 120.0,
+    ) -> None:
+        if not model:
+            raise UsageError(f"{self.provider}: a model name is needed")
+        self.model = model
+        self.base_url = base_url
+        self.api_key = api_key
+        self.retry = retry or RetryPolicy()
+        if reprompt_malformed < 0:
+            raise UsageError("reprompt_malformed must be >= 0")
+        self.reprompt_malformed = reprompt_malformed
+        self.price = price
+        self.timeout_s = timeout_s
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.model!r}, base_url={self.base_url!r})"
+
+    def _usage(self, input_tokens: int, output_tokens: int, started: float, attempts: int) -> Usage:
+        usage = Usage(
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            latency_ms=(time.perf_counter() - started) * 1000.0,
+            attempts=attempts,
+        )
+        if self.price is not None:
+            usage = usage.model_copy(update={"cost": self.price.cost(usage)})
+        return usage
+
+
+class OpenAIModel(_Adapter):
+    """OpenAI Chat Completions with tools (also vLLM, llama.cpp, Ollama, gateways via ``base_url``).
+
+    The key comes from ``api_key`` or ``$OPENAI_API_KEY``; with a ``base_url`` and
+    no key, a placeholder is sent (local servers usually need none).
+    """
+
+    provider = "openai"
+
+    def _client(self) -> Any:
+        try:
+            import openai  # noqa: PLC0415 - an optional extra
+        except ImportError as error:
+            raise UsageError("pip install 'loop-actors[openai]' to use openai: models") from error
+        key = self.api_key or os.environ.get("OPENAI_API_KEY")
+        if key is None and self.base_url:
+            key = "not-needed"
+        if key is None:
+            raise UsageError("set OPENAI_API_KEY (or give api_key) to use an openai: model")
+        return openai.AsyncOpenAI(
+            api_key=key, base_url=self.base_url, max_retries=0, timeout=self.timeout_s
+        )
+
+    def messages(self, request: ModelRequest) -> list[dict[str, Any]]:
+        """The Chat Completions messages for a request's history."""
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": system_prompt(request)},
+            {"role": "user", "content": request.goal},
+        ]
+        for turn in request.turns:
+            decision = turn.decision
+            match decision:
+                case ToolCalls(calls=calls):
+                    messages.append(
+                        {
+                            "role": "assistant",
+                            "content": None,
+                            "tool_calls": [
+                                {
+                                    "id": call.id,
+                                    "type": "function",
+                                    "function": {
+                                        "name": call.name,
+                                        "arguments": json.dumps(call.arguments),
+                                    },
+                                }
+                                for call in calls
+                            ],
+                        }
+                    )
+                    messages.extend(
+                        {"role": "tool", "tool_call_id": r.call_id, "content": _result_text(r)}
+                        for r in turn.results
+                    )
+                case Final(answer=answer):
+                    messages.append({"role": "assistant", "content": answer})
+                    if turn.verification:
+                        messages.append(
+                            {
+                                "role": "user",
+                                "content": f"That answer was not accepted: {turn.verification}",
+                            }
+                        )
+                case Clarification(question=question):
+                    messages.append({"role": "assistant", "content": question})
+                    if turn.reply:
+                        messages.append({"role": "user", "content": turn.reply})
+                case RequestApproval() | CannotContinue() | None:
+                    pass
+        return messages
+
+    def tools(self, request: ModelRequest) -> list[dict[str, Any]]:
+        """The tools, as JSON Schema from the pydantic models that validate them."""
+        return [
+            {
+                "type": "function",
+                "function": {
+                    "name": tool_.name,
+                    "description": tool_.description,
+                    "parameters": tool_.parameters,
+                },
+            }
+            for tool_ in request.tools
+        ]
+
+    async def decide(self, request: ModelRequest) -> ModelReply:
+        """Ask the model; retry what may pass; re-prompt a malformed tool call once.
+
+        Raises:
+            ModelCallError: the provider failed for good.
+
+        Cancellation: a checkpoint; nothing is recorded for a cancelled call.
+        """
+        started = time.perf_counter()
+        messages = self.messages(request)
+        tools = self.tools(request)
+        names = {tool_.name for tool_ in request.tools}
+        tokens_in = tokens_out = attempts = 0
+        async with self._client() as client:
+            for round_ in range(self.reprompt_malformed + 1):
+
+                async def create(messages: list[dict[str, Any]] = messages) -> Any:
+                    arguments: dict[str, Any] = {"model": self.model, "messages": messages}
+                    if tools:
+                        arguments["tools"] = tools
+                    return await client.chat.completions.create(**arguments)
+
+                completion, tries = await call_with_retries(create, self.retry)
+                attempts += tries
+                if completion.usage is not None:
+                    tokens_in += completion.usage.prompt_tokens or 0
+                    tokens_out += completion.usage.completion_tokens or 0
+                choice = completion.choices[0]
+                message = choice.message
+                calls = [
+                    (c.id, c.function.name, c.function.arguments or "{}")
+                    for c in (message.tool_calls or [])
+                    if getattr(c, "function", None) is not None
+                ]
+                problems = malformed_calls(calls, names)
+                if problems and round_ < self.reprompt_malformed:
+                    messages = [
+                        *messages,
+                        message.model_dump(exclude_none=True),
+                        *(
+                            {
+                                "role": "tool",
+                                "tool_call_id": call_id,
+                                "content": "This call was malformed: "
+                                + dict(problems).get(call_id, "another call of the batch was")
+                                + ". Propose the whole batch again.",
+                            }
+                            for call_id, _, _ in calls
+                        ),
+                    ]
+                    continue
+                break
+        usage = self._usage(tokens_in, tokens_out, started, attempts)
+        refusal = getattr(message, "refusal", None)
+        if refusal:
+            proposal: Any = {"kind": "cannot_continue", "reason": f"the model refused: {refusal}"}
+        elif calls:
+            proposal = {
+                "kind": "tool_calls",
+                "calls": [{"id": i, "name": n, "arguments": a} for i, n, a in calls],
+            }
+        elif message.content and message.content.strip():
+            proposal = {"kind": "final", "answer": message.content}
+        elif choice.finish_reason == "content_filter":
+            proposal = {"kind": "cannot_continue", "reason": "the provider filtered the reply"}
+        else:
+            proposal = {"kind": "cannot_continue", "reason": "the model returned an empty reply"}
+        return ModelReply(proposal=proposal, usage=usage)
+
+
+class AnthropicModel(_Adapter):
+    """Anthropic Messages with tools (``tool_use`` / ``tool_result`` correlated by id).
+
+    The key comes from ``api_key`` or ``$ANTHROPIC_API_KEY``.
+    """
+
+    provider = "anthropic"
+
+    def __init__(self, model: str, *, max_tokens: int = 4096, **options: Any) -> None:
+        """``max_tokens`` bounds each reply (Anthropic requires it)."""
+        super().__init__(model, **options)
+        self.max_tokens = max_tokens
+
+    def _client(self) -> Any:
+        try:
+            import anthropic  # noqa: PLC0415 - an optional extra
+        except ImportError as error:
+            raise UsageError(
+                "pip install 'loop-actors[anthropic]' to use anthropic: models"
+            ) from error
+        key = self.api_key or os.environ.get("ANTHROPIC_API_KEY")
+        if key is None and self.base_url:
+            key = "not-needed"
+        if key is None:
+            raise UsageError("set ANTHROPIC_API_KEY (or give api_key) to use an anthropic: model")
+        return anthropic.AsyncAnthropic(
+            api_key=key, base_url=self.base_url, max_retries=0, timeout=self.timeout_s
+        )
+
+    def messages(self, request: ModelRequest) -> list[dict[str, Any]]:
+        """The Messages API history."""
+        messages: list[dict[str, Any]] = [{"role": "user", "content": request.goal}]
+        for turn in request.turns:
+            decision = turn.decision
+            match decision:
+                case ToolCalls(calls=calls):
+                    messages.append(
+                        {
+                            "role": "assistant",
+                            "content": [
+                                {
+                                    "type": "tool_use",
+                                    "id": call.id,
+                                    "name": call.name,
+                                    "input": call.arguments,
+                                }
+                                for call in calls
+                            ],
+                        }
+                    )
+                    messages.append(
+                        {
+                            "role": "user",
+                            "content": [
+                                {
+                                    "type": "tool_result",
+                                    "tool_use_id": r.call_id,
+                                    "content": _result_text(r),
+                                    "is_error": r.error is not None,
+                                }
+                                for r in turn.results
+                            ],
+                        }
+                    )
+                case Final(answer=answer):
+                    messages.append({"role": "assistant", "content": answer})
+                    if turn.verification:
+                        messages.append(
+                            {
+                                "role": "user",
+                                "content": f"That answer was not accepted: {turn.verification}",
+                            }
+                        )
+                case Clarification(question=question):
+                    messages.append({"role": "assistant", "content": question})
+                    if turn.reply:
+                        messages.append({"role": "user", "content": turn.reply})
+                case RequestApproval() | CannotContinue() | None:
+                    pass
+        return messages
+
+    def tools(self, request: ModelRequest) -> list[dict[str, Any]]:
+        """The tools, as JSON Schema from the pydantic models that validate them."""
+        return [
+            {"name": t.name, "description": t.description, "input_schema": t.parameters}
+            for t in request.tools
+        ]
+
+    async def decide(self, request: ModelRequest) -> ModelReply:
+        """Ask the model; retry what may pass; re-prompt a malformed tool call once.
+
+        Raises:
+            ModelCallError: the provider failed for good.
+
+        Cancellation: a checkpoint; nothing is recorded for a cancelled call.
+        """
+        started = time.perf_counter()
+        messages = self.messages(request)
+        tools = self.tools(request)
+        names = {t.name for t in request.tools}
+        tokens_in = tokens_out = attempts = 0
+        async with self._client() as client:
+            for round_ in range(self.reprompt_malformed + 1):
+
+                async def create(messages: list[dict[str, Any]] = messages) -> Any:
+                    arguments: dict[str, Any] = {
+                        "model": self.model,
+                        "max_tokens": self.max_tokens,
+                        "system": system_prompt(request),
+                        "messages": messages,
+                    }
+                    if tools:
+                        arguments["tools"] = tools
+                    return await client.messages.create(**arguments)
+
+                reply, tries = await call_with_retries(create, self.retry)
+                attempts += tries
+                tokens_in += reply.usage.input_tokens or 0
+                tokens_out += reply.usage.output_tokens or 0
+                uses = [b for b in reply.content if b.type == "tool_use"]
+                calls = [(b.id, b.name, json.dumps(b.input)) for b in uses]
+                problems = malformed_calls(calls, names)
+                if problems and round_ < self.reprompt_malformed:
+                    messages = [
+                        *messages,
+                        {"role": "assistant", "content": [b.model_dump() for b in reply.content]},
+                        {
+                            "role": "user",
+                            "content": [
+                                {
+                                    "type": "tool_result",
+                                    "tool_use_id": call_id,
+                                    "content": "This call was malformed: "
+                                    f"{dict(problems).get(call_id, 'not run')}. "
+                                    "Propose the whole batch again.",
+                                    "is_error": True,
+                                }
+                                for call_id, _, _ in calls
+                            ],
+                        },
+                    ]
+                    continue
+                break
+        usage = self._usage(tokens_in, tokens_out, started, attempts)
+        text = "".join(b.text for b in reply.content if b.type == "text").strip()
+        if reply.stop_reason == "refusal":
+            proposal: Any = {"kind": "cannot_continue", "reason": f"the model refused: {text}"}
+        elif uses:
+            proposal = {
+                "kind": "tool_calls",
+                "calls": [{"id": b.id, "name": b.name, "arguments": b.input} for b in uses],
+            }
+        elif text:
+            proposal = {"kind": "final", "answer": text}
+        else:
+            proposal = {"kind": "cannot_continue", "reason": "the model returned an empty reply"}
+        return ModelReply(proposal=proposal, usage=usage)
+
+
+def model_from_name(name: str, *, base_url: str | None = None) -> OpenAIModel | AnthropicModel:
+    """``openai:MODEL`` or ``anthropic:MODEL`` → an adapter (keys from the usual variables).
+
+    Raises:
+        UsageError: an unknown provider or a missing model name.
+    """
+    provider, sep, model = name.partition(":")
+    if not sep or not model:
+        raise UsageError(f"a model is named PROVIDER:MODEL (openai: or anthropic:), got {name!r}")
+    match provider:
+        case "openai":
+            return OpenAIModel(model, base_url=base_url)
+        case "anthropic":
+            return AnthropicModel(model, base_url=base_url)
+        case _:
+            raise UsageError(f"unknown model provider {provider!r}: use openai: or anthropic:")
