@@ -38,6 +38,12 @@ from loop_actors._errors import StoreUrlError as StoreUrlError
 from loop_actors._errors import ToolDefinitionError as ToolDefinitionError
 from loop_actors._errors import ToolError as ToolError
 from loop_actors._errors import UsageError as UsageError
+from loop_actors._mcp import HttpServer as HttpServer
+from loop_actors._mcp import McpServer as McpServer
+from loop_actors._mcp import McpTool as McpTool
+from loop_actors._mcp import StdioServer as StdioServer
+from loop_actors._mcp import mcp_tools as mcp_tools
+from loop_actors._mcp import mcp_tools_async as mcp_tools_async
 from loop_actors._messages import ModelReply as ModelReply
 from loop_actors._messages import ModelRequest as ModelRequest
 from loop_actors._model import Model as Model
@@ -71,9 +77,12 @@ __all__ = [
     "ErrorClass",
     "ErrorInfo",
     "Final",
+    "HttpServer",
     "InvocationExistsError",
     "InvocationNotFoundError",
     "LoopActorsError",
+    "McpServer",
+    "McpTool",
     "Model",
     "ModelCallError",
     "ModelReply",
@@ -91,6 +100,7 @@ __all__ = [
     "Runtime",
     "ScriptExhaustedError",
     "ScriptedModel",
+    "StdioServer",
     "StoreUnavailableError",
     "StoreUrlError",
     "TerminalReason",
@@ -103,6 +113,8 @@ __all__ = [
     "ToolResult",
     "Usage",
     "UsageError",
+    "mcp_tools",
+    "mcp_tools_async",
     "model_from_name",
     "tool",
 ]

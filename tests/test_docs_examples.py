@@ -446,3 +446,22 @@ def test_relative_links_in_the_docs_point_to_existing_files(page: Path) -> None:
     local = [target for target in targets if "://" not in target]
     missing = [target for target in local if not (page.parent / target).exists()]
     assert not missing, f"{page.name} links to missing files: {missing}"
+
+
+# --------------------------------------------------------------------------- MCP tools
+
+TESTED_EXAMPLES.add("mcp_agent.py")
+
+
+def test_mcp_agent_calls_the_tools_of_its_mcp_server_over_stdio(tmp_path: Path) -> None:
+    lines = _lines(_run_example("mcp_agent.py", tmp_path))
+    assert lines == [
+        "stock: read -",
+        "set_label: write re-sent if unknown",
+        "order: write -",
+        "completed - s1: {'item': 'pear', 'count': 0}; "
+        "s2: Error executing tool stock: no item named 'kiwi'; "
+        "o1: ordered 5 pear; l1: {'result': \"pear labelled 'soon'\"}",
+        "invalid_decision - call o2: arguments for order are invalid: "
+        "arguments: 'quantity' is a required property",
+    ]
