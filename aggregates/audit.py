@@ -39,13 +39,15 @@ ENVELOPE = frozenset(
 
 def canonical_record(event: Any) -> dict[str, Any]:
     """The canonical record of an event, as a JSON-able dict."""
-    dumped = event.model_dump(mode="json", include={"timestamp"})
-    data = event.model_dump(mode="json", exclude_none=True, exclude=set(ENVELOPE))
+    data = event.model_dump(mode="json", exclude_none=True)
+    timestamp = data["timestamp"]
+    for key in ENVELOPE:
+        data.pop(key, None)
     return {
         "data": data,
         "id": event.originator_id,
         "position": event.originator_version,
-        "timestamp": dumped["timestamp"],
+        "timestamp": timestamp,
         "type": type(event).__name__,
     }
 

@@ -21,6 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import trio
 
@@ -235,6 +236,28 @@ class _Adapter:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.model!r}, base_url={self.base_url!r})"
 
+    def _key(self, variable: str) -> str | None:
+        """The API key: given, else the provider's variable, except for a server on this machine.
+
+        A key from the environment is never sent to a loopback ``base_url`` (a local
+        vLLM or Ollama needs none, and should not see it).
+        """
+        if self.api_key:
+            return self.api_key
+        if self.base_url and _is_loopback(self.base_url):
+            return "not-needed"
+        return os.environ.get(variable) or ("not-needed" if self.base_url else None)
+
+    def check_key(self) -> None:
+        """Fail early, with the variable to set, when no key can be found.
+
+        Raises:
+            UsageError: no key.
+        """
+        variable = "OPENAI_API_KEY" if self.provider == "openai" else "ANTHROPIC_API_KEY"
+        if self._key(variable) is None:
+            raise UsageError(f"set {variable} (or give api_key) to use a {self.provider}: model")
+
     def _usage(self, input_tokens: int, output_tokens: int, started: float, attempts: int) -> Usage:
         usage = Usage(
             input_tokens=input_tokens,
@@ -261,9 +284,7 @@ class OpenAIModel(_Adapter):
             import openai  # noqa: PLC0415 - an optional extra
         except ImportError as error:
             raise UsageError("pip install 'loop-actors[openai]' to use openai: models") from error
-        key = self.api_key or os.environ.get("OPENAI_API_KEY")
-        if key is None and self.base_url:
-            key = "not-needed"
+        key = self._key("OPENAI_API_KEY")
         if key is None:
             raise UsageError("set OPENAI_API_KEY (or give api_key) to use an openai: model")
         return openai.AsyncOpenAI(
@@ -422,9 +443,7 @@ class AnthropicModel(_Adapter):
             raise UsageError(
                 "pip install 'loop-actors[anthropic]' to use anthropic: models"
             ) from error
-        key = self.api_key or os.environ.get("ANTHROPIC_API_KEY")
-        if key is None and self.base_url:
-            key = "not-needed"
+        key = self._key("ANTHROPIC_API_KEY")
         if key is None:
             raise UsageError("set ANTHROPIC_API_KEY (or give api_key) to use an anthropic: model")
         return anthropic.AsyncAnthropic(
@@ -570,10 +589,18 @@ def model_from_name(name: str, *, base_url: str | None = None) -> OpenAIModel | 
     provider, sep, model = name.partition(":")
     if not sep or not model:
         raise UsageError(f"a model is named PROVIDER:MODEL (openai: or anthropic:), got {name!r}")
+    adapter: OpenAIModel | AnthropicModel
     match provider:
         case "openai":
-            return OpenAIModel(model, base_url=base_url)
+            adapter = OpenAIModel(model, base_url=base_url)
         case "anthropic":
-            return AnthropicModel(model, base_url=base_url)
+            adapter = AnthropicModel(model, base_url=base_url)
         case _:
             raise UsageError(f"unknown model provider {provider!r}: use openai: or anthropic:")
+    adapter.check_key()
+    return adapter
+
+
+def _is_loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    return host in ("localhost", "::1") or host.startswith("127.")

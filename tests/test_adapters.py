@@ -367,3 +367,23 @@ def test_an_unknown_provider_is_a_usage_error(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 2
     assert "unknown model provider" in result.stderr
+
+
+def test_a_key_from_the_environment_is_never_sent_to_a_loopback_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    local = OpenAIModel("m", base_url="http://127.0.0.1:9/v1")
+    remote = OpenAIModel("m", base_url="https://gateway.example/v1")
+    assert local._key("OPENAI_API_KEY") == "not-needed"
+    assert remote._key("OPENAI_API_KEY") == "sk-secret"
+
+
+def test_a_missing_key_is_a_usage_error_before_anything_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from loop_actors import UsageError, model_from_name
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    with pytest.raises(UsageError, match="ANTHROPIC_API_KEY"):
+        model_from_name("anthropic:claude-x")
