@@ -617,12 +617,17 @@ class Invocation(ChainedAggregate):
         else:
             summary = f"denied by {event.by}: {event.reason}"
         self.turns[-1] = self.turns[-1].model_copy(update={"approval": summary})
+        self.paused = None
+        if paused.calls is None:
+            # The model itself asked for approval of a proposal: it is told the
+            # decision (in its turn) and decides again.
+            self.phase = Phase.READY
+            return
         self.approval = event
-        self.approved_calls = list(paused.calls or [])
+        self.approved_calls = list(paused.calls)
         self.approval_needed = list(
             paused.needs_approval or [call.call_id for call in self.approved_calls]
         )
-        self.paused = None
         self.phase = Phase.CALLS_PROPOSED
 
     def _on_clarification(self, event: ClarificationProvided) -> None:

@@ -125,6 +125,7 @@ class Controller:
         self.context_limit = context_limit
         self.keep_recent_turns = keep_recent_turns
         self.cancel_requested = False
+        self.cancel_detail: str | None = None
         self._wait_scope: trio.CancelScope | None = None
         self._committed_totals = (invocation.step, invocation.tool_calls)
         self._nursery: trio.Nursery | None = None
@@ -140,9 +141,14 @@ class Controller:
             for t in toolbox.tools.values()
         ]
 
-    def request_cancel(self) -> None:
-        """Ask the loop to stop: it starts no new call and ends ``cancelled``."""
+    def request_cancel(self, detail: str | None = None) -> None:
+        """Ask the loop to stop: it starts no new call and ends ``cancelled``.
+
+        ``detail`` (who asked and why) goes into the recorded ``Terminated``.
+        """
         self.cancel_requested = True
+        if detail:
+            self.cancel_detail = detail
         if self._wait_scope is not None:
             self._wait_scope.cancel()
 
@@ -209,7 +215,9 @@ class Controller:
             if inv.phase in (Phase.TERMINATED, Phase.PAUSED):
                 return Outcome.of(inv)
             if self.cancel_requested:
-                return await self._end(TerminalReason.CANCELLED, detail="cancel requested")
+                return await self._end(
+                    TerminalReason.CANCELLED, detail=self._cancel_detail("cancel requested")
+                )
             if trio.current_time() >= self.deadline:
                 return await self._end(TerminalReason.DEADLINE_EXCEEDED)
             if inv.step >= budget.max_steps:
@@ -223,7 +231,9 @@ class Controller:
             answer = await self._ask_model()
             match answer:
                 case None:
-                    return await self._end(TerminalReason.CANCELLED, detail="cancel requested")
+                    return await self._end(
+                        TerminalReason.CANCELLED, detail=self._cancel_detail("cancel requested")
+                    )
                 case ModelTimedOut():
                     return await self._end(
                         TerminalReason.DEADLINE_EXCEEDED, detail="the model did not answer in time"
@@ -304,7 +314,9 @@ class Controller:
                 detail=f"the same plan was proposed {budget.max_repeated_plan + 1} times in a row",
             )
         if self.cancel_requested:
-            return await self._end(TerminalReason.CANCELLED, detail="cancel requested")
+            return await self._end(
+                TerminalReason.CANCELLED, detail=self._cancel_detail("cancel requested")
+            )
         if trio.current_time() >= self.deadline:
             return await self._end(TerminalReason.DEADLINE_EXCEEDED)
 
@@ -511,10 +523,8 @@ class Controller:
                         reason = TerminalReason.DEADLINE_EXCEEDED
                         detail = "the deadline passed while tools ran"
                     else:
-                        reason, detail = (
-                            TerminalReason.CANCELLED,
-                            "cancel requested while tools ran",
-                        )
+                        reason = TerminalReason.CANCELLED
+                        detail = self._cancel_detail("cancel requested while tools ran")
                     return await self._end(reason, detail=detail, effects=effects.values())
             runnable = []
             unreachable: list[str] = []
@@ -549,7 +559,7 @@ class Controller:
                 inv.commit_results([results[c.call_id] for c in batch.calls], at=self.now())
                 return await self._end(
                     TerminalReason.CANCELLED,
-                    detail="cancel requested while a write was being settled",
+                    detail=self._cancel_detail("cancel requested while a write was being settled"),
                     effects=effects.values(),
                 )
             if again and round_ == MAX_DISPATCH_ROUNDS - 1:
@@ -588,6 +598,14 @@ class Controller:
         if failed is None:
             fault_point(CrashPoint.AFTER_RESULTS_COMMIT)
         return failed
+
+    async def _cancelled(self) -> Outcome:
+        return await self._end(
+            TerminalReason.CANCELLED, detail=self._cancel_detail("cancel requested")
+        )
+
+    def _cancel_detail(self, what: str) -> str:
+        return f"{what}: {self.cancel_detail}" if self.cancel_detail else what
 
     def _usage_budget_exhausted(self, *, reserving: bool) -> tuple[TerminalReason, str] | None:
         """The exhausted token or cost budget, if any: before a call, with its reservation."""

@@ -64,6 +64,10 @@ def _check_waiting_for_approval(invocation: Invocation, digest: str | None) -> N
         )
 
 
+def _requested_by(by: str | None, reason: str | None) -> str:
+    return "requested" + (f" by {by}" if by else "") + (f" ({reason})" if reason else "")
+
+
 CANCEL_POLL_S = 0.5
 """How often a runtime looks for cancel requests made by other processes."""
 
@@ -614,8 +618,9 @@ class Runtime:
         )
         if invocation.id in self._running:
             raise InvocationExistsError(invocation.id, "is already running in this runtime")
-        if await trio.to_thread.run_sync(store.cancel_request, invocation.id) is not None:
-            controller.request_cancel()
+        request = await trio.to_thread.run_sync(store.cancel_request, invocation.id)
+        if request is not None:
+            controller.request_cancel(_requested_by(request.by, request.reason))
         self._running[invocation.id] = controller
         try:
             return await controller.run()
@@ -629,13 +634,23 @@ class Runtime:
         *,
         invocation_id: str | None = None,
         task_class: str | None = None,
+        actor: str | None = None,
+        tenant: str | None = None,
     ) -> Outcome:
         """Blocking :meth:`run` for scripts (starts its own trio event loop)."""
         return trio.run(
-            partial(self.run, agent, goal, invocation_id=invocation_id, task_class=task_class)
+            partial(
+                self.run,
+                agent,
+                goal,
+                invocation_id=invocation_id,
+                task_class=task_class,
+                actor=actor,
+                tenant=tenant,
+            )
         )
 
-    def cancel(self, invocation_id: str) -> bool:
+    def cancel(self, invocation_id: str, *, detail: str | None = None) -> bool:
         """Ask a run of this runtime to stop; it ends ``cancelled`` and starts no new call.
 
         In-process only and not recorded; :meth:`request_cancel` records the request
@@ -645,7 +660,7 @@ class Runtime:
         controller = self._running.get(invocation_id)
         if controller is None:
             return False
-        controller.request_cancel()
+        controller.request_cancel(detail)
         return True
 
     async def request_cancel(
@@ -675,7 +690,7 @@ class Runtime:
         if existing is None:
             request = CancelRequest.record(invocation_id, by=by, reason=reason, at=self._now())
             await self._append(journal, request.take_events())
-        if self.cancel(invocation_id):
+        if self.cancel(invocation_id, detail=_requested_by(by, reason)):
             return CancelResult.SIGNALLED
         if invocation.phase is Phase.PAUSED:
             who = f" by {by}" if by else ""
@@ -710,7 +725,11 @@ class Runtime:
                 except Exception:  # noqa: S112 - a failed poll is retried at the next tick
                     continue
                 for invocation_id in ids:
-                    self.cancel(invocation_id)
+                    if invocation_id not in self._running:
+                        continue
+                    request = await trio.to_thread.run_sync(store.cancel_request, invocation_id)
+                    detail = _requested_by(request.by, request.reason) if request else None
+                    self.cancel(invocation_id, detail=detail)
 
     @property
     def running(self) -> Sequence[str]:

@@ -465,3 +465,326 @@ def test_mcp_agent_calls_the_tools_of_its_mcp_server_over_stdio(tmp_path: Path) 
         "invalid_decision - call o2: arguments for order are invalid: "
         "arguments: 'quantity' is a required property",
     ]
+
+
+# --------------------------------------------------------------------------- model providers
+
+TESTED_EXAMPLES.add("provider_agent.py")
+
+PROVIDER_GOAL = "Where is order A-1001?"
+
+
+def _run_provider_agent(url: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES / "provider_agent.py"), PROVIDER_GOAL],
+        cwd=tmp_path,
+        env=_env(tmp_path, {"PROVIDER_BASE_URL": f"{url}/v1"}),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+
+
+def test_provider_agent_retries_a_rate_limit_and_records_usage(tmp_path: Path) -> None:
+    from tests.fake_providers import openai_error, openai_text, openai_tool_calls, serve
+
+    call = ("call_1", "order_status", '{"order_id": "A-1001"}')
+    with serve(
+        [
+            openai_error(429, "slow down", {"retry-after-ms": "1"}),
+            openai_tool_calls(call, prompt=52, completion=18),
+            openai_text("Order A-1001 is shipped."),
+        ]
+    ) as provider:
+        lines = _lines(_run_provider_agent(provider.url, tmp_path))
+    assert lines == [
+        "completed - Order A-1001 is shipped.",
+        "step 1: in=52 out=18 attempts=2 cost=0.0000186",
+        "step 2: in=7 out=3 attempts=1 cost=0.0000028",
+    ]
+    assert provider.paths == ["/v1/chat/completions"] * 3
+    first, _, last = provider.requests
+    assert first["model"] == "llama3.2"
+    (schema,) = first["tools"]
+    assert schema == {
+        "type": "function",
+        "function": {
+            "name": "order_status",
+            "description": "Look up the status of an order by its id, e.g. A-1001.",
+            "parameters": {
+                "additionalProperties": False,
+                "properties": {"order_id": {"title": "Order Id", "type": "string"}},
+                "required": ["order_id"],
+                "title": "order_status_arguments",
+                "type": "object",
+            },
+        },
+    }
+    assert last["messages"][0]["content"].startswith("You are the agent 'orders'.")
+    assert last["messages"][1:] == [
+        {"role": "user", "content": PROVIDER_GOAL},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "order_status", "arguments": '{"order_id": "A-1001"}'},
+                }
+            ],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "call_1",
+            "content": '{"order_id": "A-1001", "status": "shipped"}',
+        },
+    ]
+
+
+def test_provider_agent_is_not_retried_after_an_authentication_error(tmp_path: Path) -> None:
+    from tests.fake_providers import openai_error, openai_text, serve
+
+    with serve([openai_error(401, "Incorrect API key provided"), openai_text("never")]) as provider:
+        lines = _lines(_run_provider_agent(provider.url, tmp_path))
+    assert lines == [
+        "model_error - ModelCallError: [authentication] after 1 attempt(s): "
+        "Error code: 401 - Incorrect API key provided",
+    ]  # no decision was made, so no usage is recorded
+    assert len(provider.requests) == 1
+
+
+def test_cli_runs_the_provider_agent_with_the_model_it_is_given(tmp_path: Path) -> None:
+    from tests.fake_providers import openai_text, openai_tool_calls, serve
+
+    call = ("call_1", "order_status", '{"order_id": "A-1002"}')
+    with serve([openai_tool_calls(call), openai_text("Order A-1002 is being packed.")]) as provider:
+        url = f"{provider.url}/v1"
+        run = _cli(
+            "run",
+            "provider_agent:agent",
+            "--goal",
+            "Where is order A-1002?",
+            "--id",
+            "provider-1",
+            "--model",
+            "openai:qwen2.5-7b-instruct",
+            "--base-url",
+            url,
+            tmp_path=tmp_path,
+            cwd=EXAMPLES,
+            env={"PROVIDER_BASE_URL": url},
+        )
+    assert _lines(run) == [
+        "completed",
+        "Order A-1002 is being packed.",
+        "steps=2 tool_calls=1 events=6 id=provider-1",
+    ]
+    assert [request["model"] for request in provider.requests] == ["qwen2.5-7b-instruct"] * 2
+
+
+# --------------------------------------------------------------------------- loop policies
+
+TESTED_EXAMPLES.update(
+    {
+        "approvals.py",
+        "clarification.py",
+        "policy.py",
+        "budgets.py",
+        "doom_loop.py",
+        "verifier.py",
+        "compaction.py",
+        "cancel_request.py",
+    }
+)
+REFUND_GOAL = "Refund orders A-1 and A-2."
+DENIED_R1 = "r1: denied (denied by bob: no receipt; it did not run and must not be retried as is)"
+
+
+def test_approvals_pause_then_approve_deny_and_refuse_a_wrong_digest(tmp_path: Path) -> None:
+    lines = _lines(_run_example("approvals.py", tmp_path))
+    assert lines == [
+        "approval_required exit 3 refunded: []",
+        "  r1 {'order_id': 'A-1', 'amount': 250} needs_approval=True",
+        "  r2 {'order_id': 'A-2', 'amount': 20} needs_approval=False",
+        "a wrong digest is refused",
+        "completed - r1: refunded 250 on A-1; r2: refunded 20 on A-2",
+        f"completed - {DENIED_R1}; r2: refunded 20 on A-2",
+        "refunded: [250, 20, 20]",
+        "refund-1: InvocationStarted DecisionProposed Paused ApprovalGranted BatchDispatched "
+        "ResultsCommitted DecisionProposed Terminated",
+    ]
+
+
+def test_cli_approve_and_deny_a_paused_refund(tmp_path: Path) -> None:
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return _cli(*args, tmp_path=tmp_path, cwd=EXAMPLES)
+
+    run = ("run", "approvals:agent", "--goal", REFUND_GOAL)
+    paused = cli(*run, "--id", "refund-3", "--json")
+    assert paused.returncode == 3, paused.stderr
+    record = json.loads(paused.stdout)
+    assert record["reason"] == "approval_required"
+    assert record["digest"] == record["detail"]
+    assert [(c["call_id"], c["needs_approval"]) for c in record["pending_calls"]] == [
+        ("r1", True),
+        ("r2", False),
+    ]
+    wrong = cli("approve", "refund-3", "--digest", "123", "--by", "eve")
+    assert wrong.returncode == 2
+    assert wrong.stderr.startswith("loop-actors: error: refused: digest 123 is not the digest")
+    approved = cli(
+        "approve", "refund-3", "--digest", record["digest"], "--by", "alice",
+        "--note", "receipt seen", "--agent", "approvals:agent",
+    )  # fmt: skip
+    assert _lines(approved) == [
+        "completed",
+        "r1: refunded 250 on A-1; r2: refunded 20 on A-2",
+        "steps=2 tool_calls=2 events=8 id=refund-3",
+    ]
+
+    assert cli(*run, "--id", "refund-4").returncode == 3
+    assert _lines(cli("deny", "refund-4", "--by", "bob", "--reason", "no receipt")) == [
+        "recorded deny for refund-4; resume it to continue"
+    ]
+    assert _lines(cli("resume", "refund-4", "--agent", "approvals:agent"))[1] == (
+        f"{DENIED_R1}; r2: refunded 20 on A-2"
+    )
+    history = _cli("history", "refund-4", "--json", tmp_path=tmp_path, cwd=tmp_path)
+    denied = [json.loads(x)["data"] for x in _lines(history) if '"ApprovalDenied"' in x]
+    assert [(d["by"], d["reason"]) for d in denied] == [("bob", "no receipt")]
+
+
+def test_clarification_is_answered_from_python(tmp_path: Path) -> None:
+    lines = _lines(_run_example("clarification.py", tmp_path))
+    assert lines == [
+        "clarification_required - Which order do you mean (e.g. A-1001)?",
+        "completed - Order A-1002 is being packed.",
+        "ask-1 waits for nothing now",
+        "cannot_continue - there is no order A-9999",
+    ]
+
+
+def test_cli_clarify_answers_and_resumes(tmp_path: Path) -> None:
+    run = ("run", "clarification:agent", "--goal", "Where is my order?", "--id", "ask-3")
+    paused = _cli(*run, tmp_path=tmp_path, cwd=EXAMPLES)
+    assert paused.returncode == 3, paused.stderr
+    assert paused.stdout.splitlines()[:2] == [
+        "clarification_required",
+        "Which order do you mean (e.g. A-1001)?",
+    ]
+    answer = ("clarify", "ask-3", "--answer", "A-1001", "--by", "desk")
+    answered = _cli(*answer, "--agent", "clarification:agent", tmp_path=tmp_path, cwd=EXAMPLES)
+    assert _lines(answered) == [
+        "completed",
+        "Order A-1001 is shipped.",
+        "steps=2 tool_calls=0 events=6 id=ask-3",
+    ]
+    again = _cli(*answer, tmp_path=tmp_path, cwd=EXAMPLES)
+    assert again.returncode == 2
+    assert "does not wait for an answer" in again.stderr
+
+
+def test_policy_refuses_calls_per_actor_and_tenant(tmp_path: Path) -> None:
+    lines = _lines(_run_example("policy.py", tmp_path))
+    assert lines == [
+        "alice: completed - a: acme-7: 2 pears; b: refunded 5 on acme-7; "
+        "c: refused by policy: zeta-1 is not an order of acme",
+        "bob: completed - a: acme-7: 2 pears; b: refused by policy: bob may not refund for acme; "
+        "c: refused by policy: zeta-1 is not an order of acme",
+        "suspended: invalid_decision - refused by policy: call a: tenant acme is suspended",
+    ]
+
+
+def test_cli_run_passes_actor_and_tenant_to_the_policy(tmp_path: Path) -> None:
+    run = _cli(
+        "run", "policy:agent", "--goal", "Refund acme-7 and zeta-1.", "--id", "p-1",
+        "--actor", "bob", "--tenant", "acme", tmp_path=tmp_path, cwd=EXAMPLES,
+    )  # fmt: skip
+    assert _lines(run)[1] == (
+        "a: acme-7: 2 pears; b: refused by policy: bob may not refund for acme; "
+        "c: refused by policy: zeta-1 is not an order of acme"
+    )
+    history = _cli("history", "p-1", "--json", tmp_path=tmp_path, cwd=tmp_path)
+    started = json.loads(_lines(history)[0])["data"]
+    assert (started["actor"], started["tenant"]) == ("bob", "acme")
+
+
+def test_budgets_stop_before_the_call_that_would_pass_them(tmp_path: Path) -> None:
+    lines = _lines(_run_example("budgets.py", tmp_path))
+    assert lines == [
+        "tokens: token_budget_exhausted after 2 steps - "
+        "800 of 1000 tokens used, 400 reserved for the next call",
+        "cost: cost_budget_exhausted after 2 steps - "
+        "2.000000 of 2.500000 spent, 1.000000 reserved for the next call",
+        "wind-down: completed after 5 steps - summary after 4 searches",
+        "step 5: 2 step(s) left: answer with what you have",
+    ]
+
+
+def test_doom_loop_guard_ends_repeated_failures(tmp_path: Path) -> None:
+    lines = _lines(_run_example("doom_loop.py", tmp_path))
+    assert lines == [
+        "repeated_failure after 3 calls - the same call failed the same way 3 times in a row",
+        "repeated_failure after 2 calls - the same call failed the same way 2 times in a row",
+    ]
+
+
+def test_verifier_sends_evidence_back_then_gives_up(tmp_path: Path) -> None:
+    lines = _lines(_run_example("verifier.py", tmp_path))
+    evidence = "the answer quotes no count a tool returned (returned: 42)"
+    assert lines == [
+        "careless: completed after 3 steps - There are 42 pears.",
+        f"  step 2 refused: {evidence}",
+        "stubborn: verification_failed after 3 steps - "
+        f"2 answer(s) failed verification; last: {evidence}",
+    ]
+
+
+def test_compaction_leaves_old_turns_out_of_the_view_only(tmp_path: Path) -> None:
+    lines = _lines(_run_example("compaction.py", tmp_path))
+    note = "left out to fit the context"
+    assert lines[:3] == [
+        "completed - read 8 pages",
+        f"step 8 sees [1,6,7] ['4 earlier step(s) {note} (steps 2-5): 4 call(s), 0 of them failed.']",
+        f"step 9 sees [1,7,8] ['5 earlier step(s) {note} (steps 2-6): 5 call(s), 0 of them failed.']",
+    ]
+    assert lines[3:5] == [
+        "5 ContextCompacted, the last: step 9",
+        "dropped [2, 3, 4, 5, 6], kept [1, 7, 8]",
+    ]
+    sizes = re.fullmatch(r"view size (\d+) -> (\d+) characters", lines[5])
+    assert sizes is not None
+    assert int(sizes[1]) > 4000  # the durations in results vary by a few characters
+    assert int(sizes[2]) < 1800
+    assert lines[6] == "turns in the store: [1, 2, 3, 4, 5, 6, 7, 8, 9]"
+
+
+def test_cancel_request_stops_a_run_of_another_runtime(tmp_path: Path) -> None:
+    lines = _lines(_run_example("cancel_request.py", tmp_path))
+    assert lines == [
+        "request_cancel: requested",
+        "export-1: cancelled - cancel requested while tools ran: requested by ops (wrong month)",
+        "stopped within a second: True",
+        "paused: ended",
+        "again: already_ended",
+        "ask-1: cancelled - cancelled by ops while paused",
+    ]
+
+
+def test_cli_cancel_ends_a_paused_invocation_and_records_the_request(tmp_path: Path) -> None:
+    run = ("run", "clarification:agent", "--goal", "Where is my order?", "--id", "ask-4")
+    assert _cli(*run, tmp_path=tmp_path, cwd=EXAMPLES).returncode == 3
+    cancel = ("cancel", "ask-4", "--by", "ops", "--reason", "customer left")
+    assert _lines(_cli(*cancel, tmp_path=tmp_path, cwd=tmp_path)) == ["ask-4: ended"]
+    again = _cli("cancel", "ask-4", "--json", tmp_path=tmp_path, cwd=tmp_path)
+    assert json.loads(_lines(again)[0]) == {"invocation_id": "ask-4", "result": "already_ended"}
+    history = _cli("history", "ask-4", "--json", tmp_path=tmp_path, cwd=tmp_path)
+    ended = json.loads(_lines(history)[-1])
+    assert ended["type"] == "Terminated"
+    assert ended["data"]["detail"] == "cancelled by ops while paused: customer left"
+    request = _cli("history", "cancel:ask-4", "--json", tmp_path=tmp_path, cwd=tmp_path)
+    (record,) = [json.loads(line) for line in _lines(request)]
+    assert record["type"] == "CancelRequested"
+    assert record["data"] == {"invocation_id": "ask-4", "by": "ops", "reason": "customer left"}

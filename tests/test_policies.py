@@ -625,3 +625,50 @@ async def test_compaction_keeps_the_plan_the_recent_turns_and_records_what_it_di
     assert compacted
     assert compacted[-1].kept_steps == last_view
     assert compacted[-1].size_after <= 3000 < compacted[-1].size_before
+
+
+async def test_approving_a_models_own_request_for_approval_lets_it_decide_again(
+    db_url: str,
+) -> None:
+    seen: list[Any] = []
+
+    def decide(request: ModelRequest) -> dict[str, Any]:
+        if request.step == 1:
+            return {"kind": "request_approval", "proposal_digest": "plan-7", "summary": "do it"}
+        seen.append(request.turns[-1].approval)
+        return final("went ahead")
+
+    agent = Agent("asker", ScriptedModel(decide))
+    runtime = Runtime(db_url)
+    paused = await runtime.run(agent, "g", invocation_id="a")
+    assert paused.digest == "plan-7"
+    await runtime.approve("a", digest="plan-7", by="dana")
+    outcome = await runtime.resume("a", agent)
+    assert outcome.reason is TerminalReason.COMPLETED
+    assert seen == ["approved by dana"]
+
+
+async def test_who_cancelled_and_why_is_in_the_recorded_end(db_url: str) -> None:
+    import trio
+
+    started = trio.Event()
+
+    @tool
+    async def wait(key: str) -> str:
+        """Wait to be cancelled."""
+        started.set()
+        await trio.sleep_forever()
+        return key
+
+    agent = Agent("w", ScriptedModel([calls(("w", "wait", {"key": "k"}))]), [wait])
+    async with Runtime(db_url) as runtime, trio.open_nursery() as nursery:
+        outcomes: list[Any] = []
+
+        async def go() -> None:
+            outcomes.append(await runtime.run(agent, "g", invocation_id="x"))
+
+        nursery.start_soon(go)
+        await started.wait()
+        await runtime.request_cancel("x", by="ops", reason="wrong customer")
+    assert outcomes[0].reason is TerminalReason.CANCELLED
+    assert "requested by ops (wrong customer)" in outcomes[0].detail
