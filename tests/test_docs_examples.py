@@ -788,3 +788,18 @@ def test_cli_cancel_ends_a_paused_invocation_and_records_the_request(tmp_path: P
     (record,) = [json.loads(line) for line in _lines(request)]
     assert record["type"] == "CancelRequested"
     assert record["data"] == {"invocation_id": "ask-4", "by": "ops", "reason": "customer left"}
+
+
+TESTED_EXAMPLES.add("keep_secrets.py")
+
+
+def test_secrets_example_stores_redacted_values(tmp_path: Path) -> None:
+    result = _run_example("keep_secrets.py", tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert _lines(result) == [
+        "completed - charged 12",
+        "stored arguments: {'card_number': '[redacted]'}",
+        "stored output: {'token': '[redacted]', 'last4': '1111'}",
+    ]
+    data = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
+    assert b"4111111111111111" not in data
