@@ -31,6 +31,16 @@ class ChainReport(Frozen):
 def verify_aggregate(store: EventStore, aggregate_id: str, kind: str) -> ChainReport:
     """Check one aggregate's chain as stored (blocking)."""
     entries = store.stored_entries(aggregate_id)
+    if not entries:
+        # Referenced (by a dispatched batch) yet absent: its rows were deleted.
+        return ChainReport(
+            id=aggregate_id,
+            kind=kind,
+            events=0,
+            head_hash=None,
+            broken_at=1,
+            problem="no stored events: its rows are missing",
+        )
     checked, head, broken = verify_chain(entries)
     return ChainReport(
         id=aggregate_id,

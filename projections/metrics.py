@@ -40,7 +40,7 @@ class MetricsProjection(Projection):
     """Per-invocation totals, failed calls by error class, and effects by state."""
 
     name = "metrics"
-    version = 2
+    version = 3
 
     def create(self) -> list[str]:
         """The tables."""
@@ -101,6 +101,11 @@ class MetricsProjection(Projection):
                     (len(event.calls), plan, plan, event.originator_id),
                 )
             case ResultsCommitted():
+                cursor.execute(
+                    "UPDATE metrics_invocations SET reason = NULL, wall_ms = NULL "
+                    "WHERE invocation_id = ? AND reason = 'reconciliation_required'",
+                    (event.originator_id,),
+                )
                 for result in event.results:
                     if result.error is None:
                         continue

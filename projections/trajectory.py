@@ -197,7 +197,7 @@ class TrajectoryProjection(Projection):
     """Per invocation: its steps, each call with its status, and how it ended."""
 
     name = "trajectory"
-    version = 2
+    version = 3
 
     def create(self) -> list[str]:
         """The tables."""
@@ -206,7 +206,7 @@ class TrajectoryProjection(Projection):
             "invocation_id TEXT PRIMARY KEY, agent TEXT, agent_version TEXT, task_class TEXT, "
             "goal TEXT, status TEXT, reason TEXT, answer TEXT, detail TEXT, steps INTEGER, "
             "tool_calls INTEGER, input_tokens INTEGER, output_tokens INTEGER, cost REAL, "
-            "started_at TEXT, ended_at TEXT, started_position INTEGER)",
+            "started_at TEXT, ended_at TEXT, started_position INTEGER, events INTEGER)",
             "CREATE INDEX IF NOT EXISTS trajectory_invocations_order "
             "ON trajectory_invocations (started_position)",
             "CREATE TABLE IF NOT EXISTS trajectory_steps ("
@@ -231,7 +231,7 @@ class TrajectoryProjection(Projection):
             case InvocationStarted():
                 cursor.execute(
                     "INSERT INTO trajectory_invocations VALUES "
-                    "(?, ?, ?, ?, ?, 'running', NULL, NULL, NULL, 0, 0, 0, 0, 0.0, ?, NULL, ?)",
+                    "(?, ?, ?, ?, ?, 'running', NULL, NULL, NULL, 0, 0, 0, 0, 0.0, ?, NULL, ?, 0)",
                     (
                         event.originator_id,
                         event.agent_name,
@@ -294,6 +294,13 @@ class TrajectoryProjection(Projection):
                     (len(event.calls), event.originator_id),
                 )
             case ResultsCommitted():
+                # Results after a reconciliation pause: the invocation runs again.
+                cursor.execute(
+                    "UPDATE trajectory_invocations SET status = 'running', reason = NULL, "
+                    "detail = NULL, ended_at = NULL "
+                    "WHERE invocation_id = ? AND status = 'paused'",
+                    (event.originator_id,),
+                )
                 for result in event.results:
                     error = result.error
                     cursor.execute(
@@ -349,6 +356,15 @@ class TrajectoryProjection(Projection):
                         "UPDATE trajectory_calls SET effect_status = ? WHERE effect_key = ?",
                         (status, event.originator_id),
                     )
+        _count_events(cursor, event)
+
+
+def _count_events(cursor: SQLiteCursor, event: DomainEvent) -> None:
+    if isinstance(event, InvocationEvent):
+        cursor.execute(
+            "UPDATE trajectory_invocations SET events = ? WHERE invocation_id = ?",
+            (event.originator_version, event.originator_id),
+        )
 
 
 def _iso(event: DomainEvent) -> str:
@@ -432,6 +448,7 @@ def load_trajectory(runner: ProjectionRunner, invocation_id: str) -> Trajectory 
         answer=head["answer"],
         detail=head["detail"],
         tool_calls=head["tool_calls"],
+        events=head["events"] or 0,
         status=head["status"],
         task_class=head["task_class"],
         started_at=head["started_at"],

@@ -186,3 +186,11 @@ def test_the_exported_history_verifies_without_the_runtime(store: Path) -> None:
     failure = verify_records(records)
     assert failure is not None
     assert failure.position == 3
+
+
+def test_an_effect_whose_rows_were_all_deleted_is_reported_broken(store: Path) -> None:
+    sql(store, "DELETE FROM stored_events WHERE originator_id LIKE 'eff-%'")
+    code, reports = verify(store, "inv-a")
+    assert code == 4
+    (effect,) = [r for r in reports if r["kind"] == "effect"]
+    assert (effect["broken_at"], effect["events"]) == (1, 0)

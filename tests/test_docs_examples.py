@@ -6,6 +6,7 @@ temporary directory, against a SQLite file in that directory.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -15,6 +16,7 @@ import subprocess
 import sys
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -803,3 +805,132 @@ def test_secrets_example_stores_redacted_values(tmp_path: Path) -> None:
     ]
     data = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
     assert b"4111111111111111" not in data
+
+
+# --------------------------------------------------------------------------- read models and audit
+
+TESTED_EXAMPLES.update({"custom_projection.py", "verify_export.py"})
+
+
+def test_custom_projection_is_built_incrementally_rebuilt_and_reset(tmp_path: Path) -> None:
+    lines = _lines(_run_example("custom_projection.py", tmp_path))
+    assert lines == [
+        "plan of ask-apple: [['s1', 'n1']]",
+        "ask-kiwi: terminated, 2 tool calls",
+        "ask-pear: terminated, 2 tool calls",
+        "ask-apple: terminated, 2 tool calls",
+        "metrics clerk: invocations=3 tool_calls=6 failed={'tool_failed': 1} "
+        "effects={'committed': 3}",
+        "ask-kiwi s1 stock: tool_failed, effect None",
+        "ask-kiwi n1 note_visit: ok, effect committed",
+        "open effects: 0",
+        "tool_calls: applied 27 events, now at 27",
+        "note_visit: 3 calls, 0 failed",
+        "stock: 3 calls, 1 failed",
+        "behind by 9 events",
+        "tool_calls: applied 9 events, now at 36",
+        "rebuilt equals incremental: True",
+        "version 2 starts at 0",
+        "tool_calls: applied 36 events, now at 36",
+        "files: shop.db shop.views.db tool_calls.db visits.log",
+    ]
+    assert list(tmp_path.iterdir()) == []  # it worked in a temporary folder of its own
+
+
+def _read_model(*args: str, tmp_path: Path) -> list[Any]:
+    return [
+        json.loads(line) for line in _lines(_cli(*args, "--json", tmp_path=tmp_path, cwd=tmp_path))
+    ]
+
+
+def test_cli_read_model_commands_answer_from_the_views_file(tmp_path: Path) -> None:
+    for goal, invocation_id in (("Where is order A-1001?", "q-1"), ("Where is it?", "q-2")):
+        run = ("run", "first_agent:agent", "--goal", goal, "--id", invocation_id)
+        assert _cli(*run, tmp_path=tmp_path, cwd=EXAMPLES).returncode in (0, 4)
+    assert not (tmp_path / "docs.views.db").exists()  # nothing built until asked
+
+    listed = _read_model("list", "--reason", "completed", tmp_path=tmp_path)
+    assert [(r["invocation_id"], r["status"], r["steps"]) for r in listed] == [
+        ("q-1", "terminated", 2)
+    ]
+    assert (tmp_path / "docs.views.db").exists()  # next to docs.db
+    (shown,) = _read_model("show", "q-1", tmp_path=tmp_path)
+    assert shown["steps"][0]["calls"][0]["output"] == {"order_id": "A-1001", "status": "shipped"}
+    by_reason = {r["group"]: r for r in _read_model("metrics", "--by", "reason", tmp_path=tmp_path)}
+    assert sorted(by_reason) == ["cannot_continue", "completed"]
+    assert by_reason["completed"]["tool_calls"] == 1
+    assert _read_model("effects", tmp_path=tmp_path) == []
+    status = _read_model("projections", "status", tmp_path=tmp_path)
+    assert [(s["name"], s["lag"]) for s in status] == [
+        ("trajectory", 0),
+        ("metrics", 0),
+        ("open_effects", 0),
+    ]
+    rebuilt = _read_model("projections", "rebuild", "metrics", tmp_path=tmp_path)
+    assert [(r["name"], r["events"]) for r in rebuilt] == [("metrics", status[0]["head"])]
+
+
+VERIFIER_IMPORTS = {"argparse", "hashlib", "json", "sys", "collections.abc", "typing"}
+
+
+def _verify_export(
+    tmp_path: Path, *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES / "verify_export.py"), *args],
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+
+
+def test_verify_export_checks_a_history_and_names_the_tampered_position(tmp_path: Path) -> None:
+    run = ("run", "first_agent:agent", "--goal", "Where is order A-1001?", "--id", "order-1")
+    assert _cli(*run, tmp_path=tmp_path, cwd=EXAMPLES).returncode == 0
+    export = _lines(_cli("history", "order-1", "--json", tmp_path=tmp_path, cwd=tmp_path))
+    (audit,) = _read_model("audit", "verify", "order-1", tmp_path=tmp_path)
+    head = audit["head_hash"]
+    assert json.loads(export[-1])["hash"] == head
+
+    piped = _verify_export(tmp_path, stdin="\n".join(export) + "\n")
+    assert _lines(piped) == [f"OK order-1: 6 events, head {head}"]
+    (tmp_path / "export.jsonl").write_text("\n".join(export) + "\n")
+    anchored = _verify_export(tmp_path, "export.jsonl", "--head", head)
+    assert _lines(anchored) == [f"OK order-1: 6 events, head {head}, anchored at 6"]
+    earlier = json.loads(export[2])["hash"]  # a head anchored when 3 events existed
+    grown = _verify_export(tmp_path, "export.jsonl", "--head", earlier)
+    assert _lines(grown) == [f"OK order-1: 6 events, head {head}, anchored at 3"]
+
+    records = [json.loads(line) for line in export]
+    records[3]["data"]["results"][0]["output"]["status"] = "lost"  # position 4
+    (tmp_path / "tampered.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    tampered = _verify_export(tmp_path, "tampered.jsonl")
+    assert tampered.returncode == 1
+    assert tampered.stdout == (
+        "BROKEN order-1 at position 4: its hash does not match its content and the previous hash\n"
+    )
+
+    # The last event cut off: the chain alone still holds; the anchored head does not.
+    (tmp_path / "cut.jsonl").write_text("\n".join(export[:-1]) + "\n")
+    assert _verify_export(tmp_path, "cut.jsonl").returncode == 0
+    cut = _verify_export(tmp_path, "cut.jsonl", "--head", head)
+    assert cut.returncode == 1
+    assert cut.stdout == f"BROKEN order-1: the anchored head {head} is not in this history\n"
+
+    assert _verify_export(tmp_path, stdin="not json\n").returncode == 2
+
+
+def test_verify_export_needs_nothing_of_loop_actors() -> None:
+    tree = ast.parse((EXAMPLES / "verify_export.py").read_text())
+    imported = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported <= VERIFIER_IMPORTS

@@ -261,3 +261,10 @@ def test_show_of_an_unknown_invocation_is_a_usage_error(tmp_path: Path) -> None:
     result = cli("show", "nobody", cwd=tmp_path)
     assert result.returncode == 2
     assert "nobody" in result.stderr
+
+
+def test_show_json_counts_the_invocations_events(tmp_path: Path) -> None:
+    trio.run(populate, f"sqlite:///{tmp_path / 'events.db'}", 0, 1)
+    shown = json.loads(cli("show", "inv-00000", "--json", cwd=tmp_path).stdout)
+    history = cli("history", "inv-00000", "--json", cwd=tmp_path).stdout.splitlines()
+    assert shown["events"] == len(history) > 0
