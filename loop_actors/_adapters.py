@@ -35,6 +35,7 @@ from aggregates.decisions import (
     ToolResult,
     Usage,
 )
+from aggregates.invocation import Turn
 from loop_actors._errors import LoopActorsError, UsageError
 from loop_actors._messages import ModelReply, ModelRequest
 
@@ -177,6 +178,32 @@ def _result_text(result: ToolResult) -> str:
             }
         }
     )
+
+
+def text_exchange(turn: Turn) -> list[dict[str, Any]]:
+    """A turn without tool calls as plain text messages (the same for both providers).
+
+    A refused answer is followed by the verifier's evidence, a question by the
+    person's reply; an approval decision reaches the model with the next turn's results.
+    """
+    messages: list[dict[str, Any]] = []
+    match turn.decision:
+        case Final(answer=answer):
+            messages.append({"role": "assistant", "content": answer})
+            if turn.verification:
+                evidence = f"That answer was not accepted: {turn.verification}"
+                messages.append({"role": "user", "content": evidence})
+        case Clarification(question=question):
+            messages.append({"role": "assistant", "content": question})
+            if turn.reply:
+                messages.append({"role": "user", "content": turn.reply})
+        case RequestApproval(summary=summary):
+            if turn.approval:
+                messages.append({"role": "assistant", "content": summary or "approval?"})
+                messages.append({"role": "user", "content": turn.approval})
+        case _:
+            pass
+    return messages
 
 
 def system_prompt(request: ModelRequest) -> str:
@@ -322,21 +349,8 @@ class OpenAIModel(_Adapter):
                         {"role": "tool", "tool_call_id": r.call_id, "content": _result_text(r)}
                         for r in turn.results
                     )
-                case Final(answer=answer):
-                    messages.append({"role": "assistant", "content": answer})
-                    if turn.verification:
-                        messages.append(
-                            {
-                                "role": "user",
-                                "content": f"That answer was not accepted: {turn.verification}",
-                            }
-                        )
-                case Clarification(question=question):
-                    messages.append({"role": "assistant", "content": question})
-                    if turn.reply:
-                        messages.append({"role": "user", "content": turn.reply})
-                case RequestApproval() | CannotContinue() | None:
-                    pass
+                case Final() | Clarification() | RequestApproval() | CannotContinue() | None:
+                    messages.extend(text_exchange(turn))
         return messages
 
     def tools(self, request: ModelRequest) -> list[dict[str, Any]]:
@@ -485,21 +499,8 @@ class AnthropicModel(_Adapter):
                             ],
                         }
                     )
-                case Final(answer=answer):
-                    messages.append({"role": "assistant", "content": answer})
-                    if turn.verification:
-                        messages.append(
-                            {
-                                "role": "user",
-                                "content": f"That answer was not accepted: {turn.verification}",
-                            }
-                        )
-                case Clarification(question=question):
-                    messages.append({"role": "assistant", "content": question})
-                    if turn.reply:
-                        messages.append({"role": "user", "content": turn.reply})
-                case RequestApproval() | CannotContinue() | None:
-                    pass
+                case Final() | Clarification() | RequestApproval() | CannotContinue() | None:
+                    messages.extend(text_exchange(turn))
         return messages
 
     def tools(self, request: ModelRequest) -> list[dict[str, Any]]:
