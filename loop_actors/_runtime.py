@@ -382,7 +382,9 @@ class Runtime:
             return await self._existing_outcome(store, invocation, created)
 
         fault_point(CrashPoint.AFTER_START_COMMIT)
-        return await self._drive(invocation, agent, store, journal)
+        # A new invocation has no earlier cancel request; a later one reaches it through
+        # this runtime's watcher.
+        return await self._drive(invocation, agent, store, journal, fresh=True)
 
     async def resume(
         self,
@@ -592,6 +594,8 @@ class Runtime:
         agent: Agent,
         store: EventStore,
         journal: trio.MemorySendChannel[Commit],
+        *,
+        fresh: bool = False,
     ) -> Outcome:
         deadline = math.inf
         if agent.budget.deadline_s is not None:
@@ -618,9 +622,10 @@ class Runtime:
         )
         if invocation.id in self._running:
             raise InvocationExistsError(invocation.id, "is already running in this runtime")
-        request = await trio.to_thread.run_sync(store.cancel_request, invocation.id)
-        if request is not None:
-            controller.request_cancel(_requested_by(request.by, request.reason))
+        if not fresh:
+            request = await trio.to_thread.run_sync(store.cancel_request, invocation.id)
+            if request is not None:
+                controller.request_cancel(_requested_by(request.by, request.reason))
         self._running[invocation.id] = controller
         try:
             return await controller.run()
