@@ -19,7 +19,6 @@ from urllib.parse import parse_qs, urlsplit
 
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.persistence import (
-    IntegrityError,
     Mapper,
     PersistenceError,
     StoredEvent,
@@ -32,7 +31,6 @@ from aggregates.events import DomainEvent, fold
 from aggregates.invocation import Invocation, InvocationEvent, InvocationStarted
 from aggregates.requests import CancelRequest, CancelRequested, cancel_request_id
 from loop_actors._errors import (
-    InvocationExistsError,
     InvocationNotFoundError,
     StoreUnavailableError,
     StoreUrlError,
@@ -265,17 +263,6 @@ class EventStore:
             with contextlib.suppress(PersistenceError):
                 self.app.take_snapshot(invocation_id, version=version, projector_func=fold)
 
-    def create(self, invocation: Invocation) -> None:
-        """Save a new invocation's first events.
-
-        Raises:
-            InvocationExistsError: the id is taken.
-        """
-        try:
-            self.append(invocation.take_events())
-        except IntegrityError as error:
-            raise InvocationExistsError(invocation.id) from error
-
     # ----------------------------------------------------------------- reads
 
     def get(self, invocation_id: str) -> Invocation:
@@ -370,10 +357,6 @@ class EventStore:
                 event = error
             entries.append((record.originator_version, event))
         return entries
-
-    def exists(self, invocation_id: str) -> bool:
-        """True when an invocation with this id was started."""
-        return bool(self.app.recorder.select_events(invocation_id, limit=1))
 
     def events(self, invocation_id: str) -> list[InvocationEvent]:
         """Every committed event of an invocation, in order.
