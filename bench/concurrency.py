@@ -36,6 +36,7 @@ import sqlite3  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from importlib.metadata import version  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -45,8 +46,9 @@ import trio  # noqa: E402
 from turn_overhead import K, T, db_bytes, decide, lookup  # noqa: E402
 
 import loop_actors._journal as journal_module  # noqa: E402
+from aggregates.events import DomainEvent  # noqa: E402
 from loop_actors import Agent, Budget, Runtime, ScriptedModel  # noqa: E402
-from loop_actors._messages import Commit, CommitOutcome  # noqa: E402
+from loop_actors._messages import CommitOutcome  # noqa: E402
 from loop_actors._store import EventStore  # noqa: E402
 
 COMMITS_PER_INVOCATION = 1 + 2 * (T - 1) + 1
@@ -63,7 +65,7 @@ class CommitCounter:
         self._original = journal_module.commit_group
 
     def install(self) -> None:
-        def counting(store: EventStore, group: list[Commit]) -> list[CommitOutcome]:
+        def counting(store: EventStore, group: list[Sequence[DomainEvent]]) -> list[CommitOutcome]:
             self.transactions += 1
             self.requests += len(group)
             self.largest = max(self.largest, len(group))

@@ -48,11 +48,10 @@ from aggregates.events import DomainEvent
 from aggregates.invocation import ApprovalDenied, DispatchedCall, Invocation, Phase, Turn
 from loop_actors._errors import LoopActorsError
 from loop_actors._faults import CrashPoint, fault_point
-from loop_actors._journal import commit_events
+from loop_actors._journal import Journal
 from loop_actors._messages import (
     BatchExecuted,
     CancelBatch,
-    Commit,
     CommitFailed,
     CommitOutcome,
     Committed,
@@ -95,7 +94,7 @@ class Controller:
         *,
         model: Model,
         toolbox: Toolbox,
-        journal: trio.MemorySendChannel[Commit],
+        journal: Journal,
         store: EventStore,
         now: Callable[[], datetime],
         deadline: float = math.inf,
@@ -135,7 +134,6 @@ class Controller:
         self._revealed_outputs: dict[tuple[int, str], Any] = {}
         self._reconciler_send: trio.MemorySendChannel[ReconcileEffect] | None = None
         self._reconciler_replies: trio.MemoryReceiveChannel[ReconcileOutcome]
-        self._commit_send, self._commit_recv = trio.open_memory_channel[CommitOutcome](1)
         self._tool_schemas = [
             ToolSchema(name=t.name, description=t.description, parameters=t.schema)
             for t in toolbox.tools.values()
@@ -913,7 +911,7 @@ class Controller:
         events: list[DomainEvent] = list(self.invocation.take_events())
         for effect in effects:
             events.extend(effect.take_events())
-        return await commit_events(self.journal, events, self._commit_send, self._commit_recv)
+        return await self.journal.commit(events)
 
     async def _commit_or_fail(self, *effects: Effect) -> Outcome | None:
         """Commit pending events (and the given effects'); on failure, stop.

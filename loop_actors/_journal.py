@@ -1,24 +1,24 @@
-"""The Journal: the one writer to the event store, with group commit."""
+"""The Journal: the one writer to the event store, with group commit, off the trio thread."""
 
 from __future__ import annotations
 
 import contextlib
 import queue
 import threading
-from collections.abc import Callable, Sequence
-from functools import partial
-from typing import Any, TypeVar
+from collections.abc import Sequence
 
 import outcome
 import trio
 from eventsourcing.persistence import IntegrityError
 
 from aggregates.events import DomainEvent
-from loop_actors._messages import Commit, CommitFailed, CommitOutcome, Committed
+from loop_actors._messages import CommitFailed, CommitOutcome, Committed
 from loop_actors._store import EventStore
 
 MAX_GROUP = 512
 """The most commits put into one transaction."""
+
+_Pending = tuple[Sequence[DomainEvent], trio.lowlevel.Task]
 
 
 def _commit_one(store: EventStore, events: Sequence[DomainEvent]) -> CommitOutcome:
@@ -31,140 +31,116 @@ def _commit_one(store: EventStore, events: Sequence[DomainEvent]) -> CommitOutco
     return Committed(position=position)
 
 
-def commit_group(store: EventStore, group: list[Commit]) -> list[CommitOutcome]:
-    """Commit a group in one transaction; on failure, commit each alone to isolate the culprit.
+def commit_group(store: EventStore, group: list[Sequence[DomainEvent]]) -> list[CommitOutcome]:
+    """Commit a group of commits in one transaction; on failure, each alone to isolate the culprit.
 
-    Blocking: runs in a worker thread.
+    Blocking: runs in the Journal's thread.
     """
     if len(group) == 1:
-        return [_commit_one(store, group[0].events)]
-    everything = [event for commit in group for event in commit.events]
-    outcome = _commit_one(store, everything)
-    if isinstance(outcome, Committed):
-        return [outcome] * len(group)
+        return [_commit_one(store, group[0])]
+    everything = [event for events in group for event in events]
+    result = _commit_one(store, everything)
+    if isinstance(result, Committed):
+        return [result] * len(group)
     # Nothing of the group was written (one transaction): retry one by one.
-    return [_commit_one(store, commit.events) for commit in group]
+    return [_commit_one(store, events) for events in group]
 
 
-T = TypeVar("T")
+class Journal:
+    """The one writer: a dedicated OS thread that commits what controllers hand it.
 
+    ``await journal.commit(events)`` puts the events on the thread's queue and
+    parks the calling task until they are durable (or refused). The thread takes
+    everything queued while its last transaction ran and writes it in one
+    transaction (group commit), then wakes every waiting task with one call into
+    trio. No trio task sits in between: a commit costs one queue put, one
+    transaction, and one wake-up of the trio thread.
 
-async def commit_events(
-    journal: trio.MemorySendChannel[Commit],
-    events: Sequence[DomainEvent],
-    reply: trio.MemorySendChannel[CommitOutcome],
-    replies: trio.MemoryReceiveChannel[CommitOutcome],
-) -> CommitOutcome:
-    """Send events to the Journal and wait until they are durable (or refused).
-
-    Cancellation: shielded: a commit that was sent is always waited for, so the
-    caller never loses track of what is durable.
-    """
-    result: CommitOutcome
-    with trio.CancelScope(shield=True):
-        try:
-            await journal.send(Commit(events=tuple(events), reply=reply))
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as error:
-            result = CommitFailed(
-                error_type=type(error).__name__, message="the journal is closed", conflict=False
-            )
-        else:
-            result = await replies.receive()
-    return result
-
-
-class WriterThread:
-    """One long-lived OS thread that runs the Journal's blocking commits.
-
-    A dedicated thread (instead of ``trio.to_thread``) keeps the hand-off to one
-    queue put and one ``run_sync_soon`` per transaction.
+    Open it with ``async with Journal(store):`` inside ``trio.run``.
     """
 
-    def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Callable[[Any], None]] | None]
-        self._jobs = queue.SimpleQueue()
+    def __init__(
+        self, store: EventStore, *, committed: trio.MemorySendChannel[None] | None = None
+    ) -> None:
+        """Prepare the Journal; ``committed`` (buffer of one) is poked after each transaction."""
+        self._store = store
+        self._committed = committed
+        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    async def __aenter__(self) -> Journal:
+        self._token = trio.lowlevel.current_trio_token()
         self._thread = threading.Thread(target=self._work, name="loop-actors-journal", daemon=True)
         self._thread.start()
+        return self
 
-    def _work(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            fn, done = job
-            done(outcome.capture(fn))
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
-    async def run(self, fn: Callable[[], T]) -> T:
-        """Run ``fn`` in the writer thread and return its result.
+    async def commit(self, events: Sequence[DomainEvent]) -> CommitOutcome:
+        """Append ``events`` atomically and wait until they are durable (or refused).
 
-        Cancellation: not a cancellation point while ``fn`` runs: a commit that
-        started always finishes and its result is returned.
+        Cancellation: not a cancellation point once handed over: a commit that
+        was handed to the thread is always waited for, so the caller never loses
+        track of what is durable.
         """
-        task = trio.lowlevel.current_task()
-        token = trio.lowlevel.current_trio_token()
-
-        def done(result: Any) -> None:
-            token.run_sync_soon(trio.lowlevel.reschedule, task, result)
-
-        self._jobs.put((fn, done))
+        if self._closed or self._thread is None:
+            await trio.lowlevel.checkpoint()
+            return CommitFailed(
+                error_type="ClosedResourceError", message="the journal is closed", conflict=False
+            )
+        self._queue.put((events, trio.lowlevel.current_task()))
         return await trio.lowlevel.wait_task_rescheduled(  # type: ignore[no-any-return]
             lambda _: trio.lowlevel.Abort.FAILED
         )
 
-    def stop(self) -> None:
-        """Let the thread finish its queue and exit."""
-        self._jobs.put(None)
-        self._thread.join()
+    async def aclose(self) -> None:
+        """Answer every commit already handed over, then stop the thread."""
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(None)
+        if self._thread is not None:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self._thread.join)
+        if self._committed is not None:
+            self._committed.close()
 
+    # ----------------------------------------------------------------- the thread
 
-async def run_journal(
-    inbox: trio.MemoryReceiveChannel[Commit],
-    *,
-    store: EventStore,
-    committed: trio.MemorySendChannel[None] | None = None,
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Commit what controllers send, many invocations per transaction, off the trio thread.
-
-    The inbox has no buffer: while a transaction is in flight, other controllers
-    wait in ``send``; the next round takes all of them at once (group commit).
-    Each ``Commit`` is answered on its own reply channel.
-
-    Cancellation: a transaction in flight always finishes (the worker thread is
-    not abandoned) and its commits are answered before the journal returns.
-    """
-    writer = WriterThread()
-    try:
-        await _serve(
-            inbox, store=store, writer=writer, committed=committed, task_status=task_status
-        )
-    finally:
-        writer.stop()
-        if committed is not None:
-            committed.close()
-
-
-async def _serve(
-    inbox: trio.MemoryReceiveChannel[Commit],
-    *,
-    store: EventStore,
-    writer: WriterThread,
-    committed: trio.MemorySendChannel[None] | None,
-    task_status: trio.TaskStatus[None],
-) -> None:
-    async with inbox:
-        task_status.started()
-        async for first in inbox:
+    def _work(self) -> None:
+        assert self._token is not None
+        stopping = False
+        while not stopping:
+            first = self._queue.get()
+            if first is None:
+                return
             group = [first]
             while len(group) < MAX_GROUP:
                 try:
-                    group.append(inbox.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel):
+                    pending = self._queue.get_nowait()
+                except queue.Empty:
                     break
-            outcomes = await writer.run(partial(commit_group, store, group))
-            for commit, outcome in zip(group, outcomes, strict=True):
-                # Reply channels have a buffer of one and one commit in flight per
-                # controller, so this never blocks; a controller that is gone is skipped.
-                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                    commit.reply.send_nowait(outcome)
-            if committed is not None:
-                # A wake-up flag (buffer of one): if one is already pending, that is enough.
-                with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError):
-                    committed.send_nowait(None)
+                if pending is None:
+                    stopping = True
+                    break
+                group.append(pending)
+            try:
+                results = commit_group(self._store, [events for events, _ in group])
+            except BaseException as error:  # never leave a task waiting for an answer
+                failed = CommitFailed(
+                    error_type=type(error).__name__, message=str(error), conflict=False
+                )
+                results = [failed] * len(group)
+            self._token.run_sync_soon(self._deliver, group, results)
+
+    def _deliver(self, group: list[_Pending], results: list[CommitOutcome]) -> None:
+        """Wake the waiting tasks (on the trio thread)."""
+        for (_, task), result in zip(group, results, strict=True):
+            trio.lowlevel.reschedule(task, outcome.Value(result))
+        if self._committed is not None:
+            # A wake-up flag (buffer of one): if one is already pending, that is enough.
+            with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError):
+                self._committed.send_nowait(None)

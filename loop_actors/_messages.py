@@ -5,11 +5,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-import trio
 from pydantic import BaseModel, ConfigDict
 
 from aggregates.decisions import ToolResult, Usage
-from aggregates.events import DomainEvent
 from aggregates.invocation import DispatchedCall, Turn
 
 
@@ -132,15 +130,6 @@ class BatchExecuted(Message):
 
 
 # --------------------------------------------------------------------------- journal
-
-
-class Commit(Message):
-    """Append these events atomically."""
-
-    kind: Literal["commit"] = "commit"
-    events: tuple[DomainEvent, ...]
-    reply: trio.MemorySendChannel[Committed | CommitFailed]
-    """Where to answer."""
 
 
 class Committed(Message):

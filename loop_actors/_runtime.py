@@ -34,9 +34,8 @@ from loop_actors._errors import (
     UsageError,
 )
 from loop_actors._faults import CrashPoint, fault_point
-from loop_actors._journal import commit_events, run_journal
+from loop_actors._journal import Journal
 from loop_actors._messages import (
-    Commit,
     CommitFailed,
     CommitOutcome,
     Committed,
@@ -250,7 +249,7 @@ class Runtime:
         StoreUrl.parse(self.db_url)
         self._now = now
         self._store: EventStore | None = None
-        self._journal: trio.MemorySendChannel[Commit] | None = None
+        self._journal: Journal | None = None
         self._exit_stack: AsyncExitStack | None = None
         self._running: dict[str, Controller] = {}
         self.follow_projections = follow_projections
@@ -286,15 +285,13 @@ class Runtime:
                 self.projections = runner
             watcher: trio.CancelScope = await nursery.start(self._watch_cancel_requests, store)
             stack.callback(watcher.cancel)  # the watcher ends with the runtime
-            journal_send, journal_inbox = trio.open_memory_channel[Commit](0)
-            stack.callback(journal_send.close)  # closing the inbox ends the Journal
-            await nursery.start(
-                partial(run_journal, journal_inbox, store=store, committed=committed)
-            )
+            # Closed first on exit: it answers every commit it took, then stops (and
+            # closes ``committed``, which ends the follower).
+            journal = await stack.enter_async_context(Journal(store, committed=committed))
         except BaseException:
             await stack.aclose()
             raise
-        self._store, self._journal, self._exit_stack = store, journal_send, stack
+        self._store, self._journal, self._exit_stack = store, journal, stack
         return self
 
     async def __aexit__(
@@ -567,9 +564,7 @@ class Runtime:
             left_running=left_alone,
         )
 
-    async def _settle_ended(
-        self, effects: list[Effect], agent: Agent, journal: trio.MemorySendChannel[Commit]
-    ) -> int:
+    async def _settle_ended(self, effects: list[Effect], agent: Agent, journal: Journal) -> int:
         settled = 0
         for effect in effects:
             answer = await reconcile_effect(
@@ -593,7 +588,7 @@ class Runtime:
         invocation: Invocation,
         agent: Agent,
         store: EventStore,
-        journal: trio.MemorySendChannel[Commit],
+        journal: Journal,
         *,
         fresh: bool = False,
     ) -> Outcome:
@@ -768,11 +763,8 @@ class Runtime:
     # ----------------------------------------------------------------- helpers
 
     @staticmethod
-    async def _append(
-        journal: trio.MemorySendChannel[Commit], events: Sequence[DomainEvent]
-    ) -> CommitOutcome:
-        reply_send, reply_recv = trio.open_memory_channel[CommitOutcome](1)
-        return await commit_events(journal, events, reply_send, reply_recv)
+    async def _append(journal: Journal, events: Sequence[DomainEvent]) -> CommitOutcome:
+        return await journal.commit(events)
 
     async def _existing_outcome(
         self, store: EventStore, requested: Invocation, failure: CommitFailed

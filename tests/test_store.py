@@ -135,3 +135,119 @@ async def test_a_long_history_is_snapshotted_and_reads_back_the_same(db_url: str
     mid = store.app.repository.get("long", version=150, projector_func=fold)
     assert mid.version == 150
     assert vars(mid) == vars(fold(None, events[:150]))
+
+
+# --------------------------------------------------------------------------- appends
+# Bad inputs tried: a position already taken (alone and inside a group), a database
+# locked by another connection, a commit handed to a Journal that has closed.
+
+
+def _started(invocation_id: str) -> list[Any]:
+    from datetime import UTC, datetime
+
+    from aggregates.invocation import Invocation
+    from loop_actors import Budget
+
+    invocation = Invocation.start(
+        invocation_id=invocation_id,
+        goal="g",
+        agent_name="a",
+        agent_version="1",
+        catalogue_digest="d",
+        tools=[],
+        budget=Budget(),
+        at=datetime(2026, 11, 30, tzinfo=UTC),
+    )
+    return invocation.take_events()
+
+
+def test_an_append_is_a_notification_eventsourcing_reads_back(db_url: str) -> None:
+    store = EventStore(db_url)
+    first = store.append(_started("a"))
+    second = store.append(_started("b"))
+    assert (first, second) == (1, 2)
+    assert store.head() == 2
+    notifications = store.app.recorder.select_notifications(start=1, limit=10)
+    assert [n.originator_id for n in notifications] == ["a", "b"]
+    assert store.get("b").goal == "g"
+    assert store.invocation_ids() == ["a", "b"]
+    store.close()
+
+
+def test_an_append_to_a_taken_position_raises_integrity_error_and_writes_nothing(
+    db_url: str,
+) -> None:
+    from eventsourcing.persistence import IntegrityError
+
+    store = EventStore(db_url)
+    store.append(_started("a"))
+    with pytest.raises(IntegrityError):
+        store.append(_started("a"))
+    # One transaction: the new invocation in the same group is not written either.
+    with pytest.raises(IntegrityError):
+        store.append([*_started("b"), *_started("a")])
+    assert store.invocation_ids() == ["a"]
+    assert store.head() == 1
+    # The connection is usable after the failures.
+    assert store.append(_started("c")) == store.head()
+    store.close()
+
+
+def test_an_append_to_a_locked_database_raises_operational_error_and_writes_nothing(
+    tmp_path: Any,
+) -> None:
+    import sqlite3
+
+    from eventsourcing.persistence import OperationalError
+
+    path = tmp_path / "locked.db"
+    store = EventStore(f"sqlite:///{path}?lock_timeout=1")
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    with pytest.raises(OperationalError, match="locked"):
+        store.append(_started("a"))
+    blocker.rollback()
+    blocker.close()
+    assert store.invocation_ids() == []
+    assert store.append(_started("a")) == 1
+    store.close()
+
+
+async def test_the_journal_puts_commits_that_arrive_together_into_one_transaction(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import trio
+
+    import loop_actors._journal as journal_module
+
+    groups: list[int] = []
+    original = journal_module.commit_group
+
+    def counting(store: EventStore, group: list[Any]) -> list[Any]:
+        groups.append(len(group))
+        return original(store, group)
+
+    monkeypatch.setattr(journal_module, "commit_group", counting)
+    agent = Agent("a", ScriptedModel([{"kind": "final", "answer": "x"}], delay_s=0.01))
+    async with Runtime(db_url) as runtime, trio.open_nursery() as nursery:
+        for n in range(40):
+            nursery.start_soon(runtime.run, agent, f"goal {n}")
+    # 40 starts and 40 finals were committed, in fewer transactions than commits.
+    assert sum(groups) == 80
+    assert len(groups) < 80
+    assert max(groups) > 1
+    assert len(EventStore(db_url).invocation_ids()) == 40
+
+
+async def test_a_commit_handed_to_a_closed_journal_fails_and_writes_nothing(db_url: str) -> None:
+    from loop_actors._journal import Journal
+    from loop_actors._messages import CommitFailed, Committed
+
+    store = EventStore(db_url)
+    async with Journal(store) as journal:
+        assert isinstance(await journal.commit(_started("a")), Committed)
+    failed = await journal.commit(_started("b"))
+    assert isinstance(failed, CommitFailed)
+    assert failed.conflict is False
+    assert store.invocation_ids() == ["a"]
+    store.close()
