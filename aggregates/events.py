@@ -30,6 +30,16 @@ class DomainEvent(BaseModel, CanMutateAggregate[str]):
         aggregate.last_hash = self.chain_hash
 
 
+def _seal(event: DomainEvent, chain_hash: str) -> None:
+    """Put the hash into an event that was just built and that nothing else has seen yet.
+
+    The event is frozen for everyone else; writing the field in place saves a copy
+    (and a second validation) of every event.
+    """
+    event.__dict__["chain_hash"] = chain_hash
+    event.__pydantic_fields_set__.add("chain_hash")
+
+
 class ChainedAggregate(BaseAggregate[str]):
     """An aggregate whose new events are chained by hash (see ``aggregates.audit``).
 
@@ -45,21 +55,21 @@ class ChainedAggregate(BaseAggregate[str]):
 
     @classmethod
     def _create_chained(cls, event_class: type[Any], *, id: str, **fields: Any) -> Any:
-        unsigned = event_class(
+        event = event_class(
             originator_topic=get_topic(cls),
             originator_id=id,
             originator_version=cls.INITIAL_VERSION,
             **fields,
         )
-        event = unsigned.model_copy(update={"chain_hash": chain_hash_of(GENESIS, unsigned)})
+        _seal(event, chain_hash_of(GENESIS, event))
         aggregate: Any = event.mutate(None)
         aggregate._pending_events.append(event)
         return aggregate
 
     def trigger_event(self, event_class: type[Any], **fields: Any) -> None:
         """Build the next event, chain it to the last one, apply it and queue it."""
-        unsigned = event_class(originator_id=self.id, originator_version=self.version + 1, **fields)
-        event = unsigned.model_copy(update={"chain_hash": chain_hash_of(self.last_hash, unsigned)})
+        event = event_class(originator_id=self.id, originator_version=self.version + 1, **fields)
+        _seal(event, chain_hash_of(self.last_hash, event))
         event.mutate(self)
         self._pending_events.append(event)
 

@@ -244,7 +244,7 @@ class Controller:
                     usage = reply.usage
                     if self.price is not None and not usage.cost:
                         usage = usage.model_copy(update={"cost": self.price.cost(usage)})
-                    reply = reply.model_copy(update={"usage": usage})
+                        reply = reply.model_copy(update={"usage": usage})
                 case _:
                     assert_never(answer)
 
@@ -778,7 +778,6 @@ class Controller:
 
     def _validate(self, proposal: object) -> tuple[Decision, dict[str, dict[str, Any]]] | Rejection:
         """Check a proposal against the decision schema and the tool catalogue."""
-        raw = self._redact_raw(_jsonable(proposal))
         try:
             decision = parse_decision(proposal)
         except ValidationError as error:
@@ -787,7 +786,9 @@ class Controller:
                 for item in error.errors()
             ]
             return Rejection(
-                rejection_class=RejectionClass.SCHEMA_INVALID, problems=problems, raw=raw
+                rejection_class=RejectionClass.SCHEMA_INVALID,
+                problems=problems,
+                raw=self._redact_raw(_jsonable(proposal)),
             )
         arguments: dict[str, dict[str, Any]] = {}
         problems_by_class: list[tuple[RejectionClass, str]] = []
@@ -833,7 +834,7 @@ class Controller:
             return Rejection(
                 rejection_class=problems_by_class[0][0],
                 problems=[problem for _, problem in problems_by_class],
-                raw=raw,
+                raw=self._redact_raw(_jsonable(proposal)),
             )
         return decision, arguments
 

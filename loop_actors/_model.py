@@ -133,7 +133,7 @@ async def run_model_actor(
 
     Cancellation: returns when cancelled; a request in flight gets no reply.
     """
-    async with inbox, outbox:
+    with inbox, outbox:  # closing needs no checkpoint: the synchronous form
         task_status.started()
         async for message in inbox:
             outcome = await ask_model(model, message)

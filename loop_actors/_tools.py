@@ -703,21 +703,24 @@ async def run_tool_actor(
 
     Cancellation: returns when cancelled; a batch in flight is abandoned without a reply.
     """
-    async with inbox, outbox, trio.open_nursery() as nursery:
-        task_status.started()
-        running: trio.CancelScope | None = None
-        async for message in inbox:
-            match message:
-                case ExecuteBatch():
-                    running = trio.CancelScope(
-                        deadline=message.deadline if message.deadline is not None else math.inf
-                    )
-                    nursery.start_soon(
-                        partial(_execute_batch, message, running, toolbox=toolbox, outbox=outbox)
-                    )
-                case CancelBatch():
-                    if running is not None:
-                        running.cancel()
+    with inbox, outbox:  # closing needs no checkpoint: the synchronous form
+        async with trio.open_nursery() as nursery:
+            task_status.started()
+            running: trio.CancelScope | None = None
+            async for message in inbox:
+                match message:
+                    case ExecuteBatch():
+                        running = trio.CancelScope(
+                            deadline=message.deadline if message.deadline is not None else math.inf
+                        )
+                        nursery.start_soon(
+                            partial(
+                                _execute_batch, message, running, toolbox=toolbox, outbox=outbox
+                            )
+                        )
+                    case CancelBatch():
+                        if running is not None:
+                            running.cancel()
 
 
 __all__ = ["Reconciled", "Tool", "ToolContext", "Toolbox", "ask_service", "run_tool_actor", "tool"]
