@@ -37,6 +37,10 @@ ENVELOPE = frozenset(
 )
 
 
+_CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+"""``json.dumps`` with these options builds a new encoder on every call; one is enough."""
+
+
 def canonical_record(event: Any) -> dict[str, Any]:
     """The canonical record of an event, as a JSON-able dict."""
     data = event.model_dump(mode="json", exclude_none=True)
@@ -54,7 +58,7 @@ def canonical_record(event: Any) -> dict[str, Any]:
 
 def canonical_bytes(record: dict[str, Any]) -> bytes:
     """The bytes that are hashed for a canonical record."""
-    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return _CANONICAL_JSON.encode(record).encode()
 
 
 def link(previous_hash: str, record: dict[str, Any]) -> str:

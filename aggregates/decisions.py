@@ -329,11 +329,13 @@ class Budget(Frozen):
         )
 
 
+_SORTED_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
+# json.dumps with options builds a new encoder on every call; these are built once.
+
+
 def plan_fingerprint(calls: list[ToolCall]) -> str:
     """A digest of a batch that ignores call ids and call order (seed 000's fingerprint)."""
-    normalised = sorted(
-        (call.name, json.dumps(call.arguments, sort_keys=True, separators=(",", ":")))
-        for call in calls
-    )
-    payload = json.dumps(normalised, separators=(",", ":")).encode()
+    normalised = sorted((call.name, _SORTED_JSON.encode(call.arguments)) for call in calls)
+    payload = _COMPACT_JSON.encode(normalised).encode()
     return hashlib.sha256(payload).hexdigest()

@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from functools import partial
-from typing import Any, assert_never
+from typing import Any, TypeVar, assert_never
 
 import trio
 from pydantic import BaseModel, ValidationError
@@ -769,7 +769,7 @@ class Controller:
         deadline = None if math.isinf(self.deadline) else self.deadline
         with trio.CancelScope() as scope:
             self._wait_scope = scope
-            await self._model_send.send(Decide(request=request, deadline=deadline))
+            await _hand_over(self._model_send, Decide(request=request, deadline=deadline))
             outcome = await self._model_replies.receive()
         self._wait_scope = None
         if scope.cancelled_caught:
@@ -867,7 +867,8 @@ class Controller:
                 results=[results[call.call_id] for call in revealed],
                 interruption=ran.interruption if ran else Interruption.NONE,
             )
-        await self._tool_send.send(
+        await _hand_over(
+            self._tool_send,
             ExecuteBatch(
                 invocation_id=self.invocation.id,
                 step=batch.step,
@@ -875,7 +876,7 @@ class Controller:
                 plan=self.toolbox.plan(calls),
                 deadline=deadline,
                 attempts={call_id: effect.attempt for call_id, effect in effects.items()},
-            )
+            ),
         )
         with trio.CancelScope() as scope:
             self._wait_scope = scope
@@ -1004,6 +1005,23 @@ def _all_cancelled(calls: list[DispatchedCall]) -> BatchExecuted:
     ]
     step = 0
     return BatchExecuted(step=step, results=results, interruption=Interruption.CANCELLED)
+
+
+M = TypeVar("M")
+
+
+async def _hand_over(channel: trio.MemorySendChannel[M], message: M) -> None:
+    """Send a request to an actor that is waiting for it, without yielding if it is.
+
+    An actor serves one request of this controller at a time, so it is normally
+    already waiting in ``receive`` and the hand-over needs no trip through the
+    scheduler (the wait for the reply that follows is the checkpoint). Otherwise
+    (the actor has just started) this is an ordinary ``send``.
+    """
+    try:
+        channel.send_nowait(message)
+    except trio.WouldBlock:
+        await channel.send(message)
 
 
 def _jsonable(proposal: object) -> Any:

@@ -137,4 +137,10 @@ async def run_model_actor(
         task_status.started()
         async for message in inbox:
             outcome = await ask_model(model, message)
-            await outbox.send(outcome)
+            # The reply channel holds one and the controller asks one thing at a
+            # time, so this normally succeeds at once and the wait for the next
+            # request is the only yield; a reply still unread waits its turn.
+            try:
+                outbox.send_nowait(outcome)
+            except trio.WouldBlock:
+                await outbox.send(outcome)
