@@ -571,7 +571,9 @@ def _classify_write(ending: _Ending | None) -> tuple[EffectStatus, _Ending | Non
     return EffectStatus.REJECTED, ending
 
 
-async def _run_call(toolbox: Toolbox, call: DispatchedCall, context: ToolContext) -> ToolResult:
+async def _run_call(
+    toolbox: Toolbox, call: DispatchedCall, context: ToolContext | None
+) -> ToolResult:
     started = trio.current_time()
     ending: _Ending | None = None
     output: Any = None
@@ -656,12 +658,15 @@ async def _execute_batch(
 
     async def run_one(call: DispatchedCall) -> None:
         started.add(call.call_id)
-        context = ToolContext(
-            invocation_id=request.invocation_id,
-            call_id=call.call_id,
-            effect_key=call.effect_key,
-            attempt=request.attempts.get(call.call_id, 1),
-        )
+        tool_ = toolbox.tools.get(call.name)
+        context = None
+        if tool_ is not None and tool_.context_parameter is not None:
+            context = ToolContext(
+                invocation_id=request.invocation_id,
+                call_id=call.call_id,
+                effect_key=call.effect_key,
+                attempt=request.attempts.get(call.call_id, 1),
+            )
         results[call.call_id] = await _run_call(toolbox, call, context)
 
     with scope:
