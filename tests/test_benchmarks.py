@@ -1,0 +1,38 @@
+"""The benchmarks still run against the current code (tiny sizes: no figure is checked)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+@pytest.mark.parametrize(
+    ("script", "arguments", "expected"),
+    [
+        ("turn_overhead.py", ["--n", "3", "--reps", "1"], "ratio loop-actors/raw"),
+        ("turn_breakdown.py", ["--n", "3", "--reps", "1"], "scheduler passes per turn"),
+        ("concurrency.py", ["--n", "5", "--delay", "0.01"], "5/5 completed"),
+        ("resume_long_history.py", ["--turns", "5", "--reps", "1"], "ratio replay/snapshot"),
+        ("read_models.py", ["--n", "10", "--wave", "5", "--reps", "1"], "hash / encode"),
+    ],
+)
+def test_a_benchmark_runs_and_prints_its_figures(
+    script: str, arguments: list[str], expected: str, tmp_path: Path
+) -> None:
+    finished = subprocess.run(
+        [sys.executable, str(BENCH / script), *arguments, "--dir", str(tmp_path)]
+        if script != "resume_long_history.py"
+        else [sys.executable, str(BENCH / script), *arguments],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert finished.returncode == 0, finished.stderr
+    assert expected in finished.stdout
