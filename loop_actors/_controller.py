@@ -306,7 +306,10 @@ class Controller:
                 detail=f"{len(calls)} call(s) proposed, {inv.tool_calls} of "
                 f"{budget.max_tool_calls} used",
             )
-        if inv.repeat_streak_after(calls) > budget.max_repeated_plan:
+        # Repetition is judged on the calls as stored (secrets redacted): those are
+        # what the aggregate checks, and all that a resumed run can see.
+        as_stored = stored.calls if isinstance(stored, ToolCalls) else calls
+        if inv.repeat_streak_after(as_stored) > budget.max_repeated_plan:
             return await self._end(
                 TerminalReason.NO_PROGRESS,
                 detail=f"the same plan was proposed {budget.max_repeated_plan + 1} times in a row",

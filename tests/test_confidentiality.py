@@ -176,3 +176,25 @@ def test_an_encrypted_store_cannot_be_read_without_the_key(
     with pytest.raises(Exception):  # noqa: B017, PT011 - any decoding failure will do
         store.events("enc")
     store.close()
+
+
+async def test_plans_that_differ_only_in_a_secret_argument_count_as_the_same_plan() -> None:
+    # The aggregate sees only the stored (redacted) calls, so the controller must judge
+    # repetition on the same calls: two cards redact alike, and the run ends in
+    # no_progress, as the aggregate would insist, instead of failing inside it.
+    @tool(sensitive_arguments=["card_number"])
+    async def check_card(card_number: str) -> str:
+        """Check a card."""
+        return "declined"
+
+    def propose(request: ModelRequest) -> dict[str, Any]:
+        card = f"41111111111111{request.step:02d}"
+        return {
+            "kind": "tool_calls",
+            "calls": [{"id": "c", "name": "check_card", "arguments": {"card_number": card}}],
+        }
+
+    agent = Agent("cards", ScriptedModel(propose), [check_card])
+    outcome = await Runtime("memory://").run(agent, "check the cards")
+    assert outcome.reason is TerminalReason.NO_PROGRESS
+    assert outcome.tool_calls == 1
