@@ -308,8 +308,8 @@ class Controller:
             )
         # Repetition is judged on the calls as stored (secrets redacted): those are
         # what the aggregate checks, and all that a resumed run can see.
-        as_stored = stored.calls if isinstance(stored, ToolCalls) else calls
-        if inv.repeat_streak_after(as_stored) > budget.max_repeated_plan:
+        assert isinstance(stored, ToolCalls)  # the decision itself, or its redacted copy
+        if inv.repeat_streak_after(stored.calls) > budget.max_repeated_plan:
             return await self._end(
                 TerminalReason.NO_PROGRESS,
                 detail=f"the same plan was proposed {budget.max_repeated_plan + 1} times in a row",

@@ -16,7 +16,6 @@ import trio
 
 from aggregates.decisions import Budget, Frozen, Price, TerminalReason
 from aggregates.effect import Effect, Resolution
-from aggregates.events import DomainEvent
 from aggregates.invocation import Invocation, InvocationEvent, Phase, ToolSpec
 from aggregates.requests import CancelRequest
 from loop_actors._adapters import model_from_name
@@ -37,7 +36,6 @@ from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._journal import Journal
 from loop_actors._messages import (
     CommitFailed,
-    CommitOutcome,
     Committed,
     EffectAnswered,
     ReconcileEffect,
@@ -374,7 +372,7 @@ class Runtime:
             tenant=tenant,
             at=self._now(),
         )
-        created = await self._append(journal, invocation.take_events())
+        created = await journal.commit(invocation.take_events())
         if isinstance(created, CommitFailed):
             return await self._existing_outcome(store, invocation, created)
 
@@ -501,7 +499,7 @@ class Runtime:
         assert journal is not None
         invocation = await trio.to_thread.run_sync(store.get, invocation_id)
         apply(invocation)
-        outcome = await self._append(journal, invocation.take_events())
+        outcome = await journal.commit(invocation.take_events())
         if isinstance(outcome, CommitFailed):
             if outcome.conflict:
                 raise ApprovalRefusedError(
@@ -578,7 +576,7 @@ class Runtime:
                 reason=answer.reason,
                 at=self._now(),
             )
-            outcome = await self._append(journal, effect.take_events())
+            outcome = await journal.commit(effect.take_events())
             if isinstance(outcome, Committed):
                 settled += 1
         return settled
@@ -689,7 +687,7 @@ class Runtime:
         existing = await trio.to_thread.run_sync(store.cancel_request, invocation_id)
         if existing is None:
             request = CancelRequest.record(invocation_id, by=by, reason=reason, at=self._now())
-            await self._append(journal, request.take_events())
+            await journal.commit(request.take_events())
         if self.cancel(invocation_id, detail=_requested_by(by, reason)):
             return CancelResult.SIGNALLED
         if invocation.phase is Phase.PAUSED:
@@ -699,7 +697,7 @@ class Runtime:
                 detail=f"cancelled{who} while paused" + (f": {reason}" if reason else ""),
                 at=self._now(),
             )
-            ended = await self._append(journal, invocation.take_events())
+            ended = await journal.commit(invocation.take_events())
             if isinstance(ended, Committed):
                 return CancelResult.ENDED
         return CancelResult.REQUESTED
@@ -761,10 +759,6 @@ class Runtime:
         return await trio.to_thread.run_sync(self._store.get, invocation_id)
 
     # ----------------------------------------------------------------- helpers
-
-    @staticmethod
-    async def _append(journal: Journal, events: Sequence[DomainEvent]) -> CommitOutcome:
-        return await journal.commit(events)
 
     async def _existing_outcome(
         self, store: EventStore, requested: Invocation, failure: CommitFailed
