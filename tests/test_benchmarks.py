@@ -16,6 +16,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
     [
         ("turn_overhead.py", ["--n", "3", "--reps", "1"], "ratio loop-actors/raw"),
         ("turn_breakdown.py", ["--n", "3", "--reps", "1"], "scheduler passes per turn"),
+        ("turn_floor.py", ["--n", "3", "--reps", "1"], "floor, Journal thread"),
         ("concurrency.py", ["--n", "5", "--delay", "0.01"], "5/5 completed"),
         ("resume_long_history.py", ["--turns", "5", "--reps", "1"], "ratio replay/snapshot"),
         ("read_models.py", ["--n", "10", "--wave", "5", "--reps", "1"], "hash / encode"),
