@@ -509,10 +509,7 @@ class Controller:
         for round_ in range(MAX_DISPATCH_ROUNDS):
             if runnable:
                 executed = await self._execute(runnable, effects)
-                executed = executed.model_copy(
-                    update={"results": [self._conceal(r) for r in executed.results]}
-                )
-                for result in executed.results:
+                for result in map(self._conceal, executed.results):
                     results[result.call_id] = result
                     if result.effect_key is not None:
                         _record_outcome(effects[result.call_id], result, at=self.now())

@@ -104,20 +104,25 @@ async def ask_model(model: Model, message: Decide) -> ModelOutcome:
 
     Cancellation: a checkpoint; re-raises ``trio.Cancelled``.
     """
-    deadline = message.deadline if message.deadline is not None else math.inf
-    with trio.CancelScope(deadline=deadline) as scope:
-        try:
-            reply = await model.decide(message.request)
-        except Exception as error:  # a provider's failure is data for the controller
-            return ModelFailed(error_type=type(error).__name__, message=str(error))
-        if not isinstance(reply, ModelReply):
-            return ModelFailed(
-                error_type="TypeError",
-                message=f"decide() must return a ModelReply, got {type(reply).__name__}",
-            )
-        return Decided(reply=reply)
+    if message.deadline is None:
+        return await _decide(model, message.request)
+    with trio.CancelScope(deadline=message.deadline) as scope:
+        return await _decide(model, message.request)
     assert scope.cancelled_caught
     return ModelTimedOut()
+
+
+async def _decide(model: Model, request: ModelRequest) -> ModelOutcome:
+    try:
+        reply = await model.decide(request)
+    except Exception as error:  # a provider's failure is data for the controller
+        return ModelFailed(error_type=type(error).__name__, message=str(error))
+    if not isinstance(reply, ModelReply):
+        return ModelFailed(
+            error_type="TypeError",
+            message=f"decide() must return a ModelReply, got {type(reply).__name__}",
+        )
+    return Decided(reply=reply)
 
 
 async def run_model_actor(

@@ -629,7 +629,11 @@ async def _run_call(
         effect_status, ending = _classify_write(ending)
         if ending is None:
             fault_point(CrashPoint.AFTER_WRITE_RETURNED)
-    return ToolResult(
+    # Built without validation: every value is ours, the output is what
+    # to_jsonable_python made of the tool's return value, and output and error
+    # exclude each other by construction. Validating the output again walks it with
+    # a Python callback per JSON value.
+    return ToolResult.model_construct(
         call_id=call.call_id,
         name=call.name,
         output=output if ending is None else None,

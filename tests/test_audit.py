@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 
-from aggregates.audit import verify_records
+from aggregates.audit import canonical_bytes, verify_records
 from loop_actors import Agent, ModelRequest, Reconciled, Runtime, ScriptedModel, ToolContext, tool
 
 
@@ -194,3 +196,31 @@ def test_an_effect_whose_rows_were_all_deleted_is_reported_broken(store: Path) -
     assert code == 4
     (effect,) = [r for r in reports if r["kind"] == "effect"]
     assert (effect["broken_at"], effect["events"]) == (1, 0)
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(JSON_VALUES)
+def test_the_canonical_bytes_are_the_documented_json_form(value: Any) -> None:
+    """The hashed form stays ``json.dumps(sort_keys, compact, ensure_ascii=False)``, byte for byte.
+
+    Old chains verify only if this never changes (the encoder is built once for speed).
+    """
+    documented = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert canonical_bytes({"data": value}) == ('{"data":' + documented + "}").encode()
+
+
+def test_a_value_json_cannot_encode_is_refused_by_the_canonical_form() -> None:
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        canonical_bytes({"data": object()})
