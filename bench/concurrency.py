@@ -56,12 +56,13 @@ WARMUP = 1
 
 
 class CommitCounter:
-    """Counts the Journal's transactions and the commit requests they carry."""
+    """Counts the Journal's transactions and the commit requests they carry, and times them."""
 
     def __init__(self) -> None:
         self.transactions = 0
         self.requests = 0
         self.largest = 0
+        self.seconds: list[float] = []
         self._original = journal_module.commit_group
 
     def install(self) -> None:
@@ -69,12 +70,17 @@ class CommitCounter:
             self.transactions += 1
             self.requests += len(group)
             self.largest = max(self.largest, len(group))
-            return self._original(store, group)
+            started = time.perf_counter()
+            try:
+                return self._original(store, group)
+            finally:
+                self.seconds.append(time.perf_counter() - started)
 
         journal_module.commit_group = counting
 
     def reset(self) -> None:
         self.transactions = self.requests = self.largest = 0
+        self.seconds = []
 
 
 @dataclass
@@ -251,6 +257,13 @@ def main() -> None:
         f"group size: average {counter.requests / max(counter.transactions, 1):.1f} commits "
         f"per transaction, largest {counter.largest} (cap {journal_module.MAX_GROUP})"
     )
+    if counter.seconds:
+        ordered = sorted(counter.seconds)
+        print(
+            f"transaction time: median {statistics.median(ordered) * 1e3:.1f} ms, "
+            f"90th percentile {ordered[int(0.9 * (len(ordered) - 1))] * 1e3:.1f} ms, "
+            f"max {ordered[-1] * 1e3:.1f} ms"
+        )
     print(f"bytes stored per invocation: {size / (n + WARMUP):,.0f}")
     print(
         f"peak RSS: {peak_rss_mb():.0f} MB ({run.rss_after_setup_mb:.0f} MB after the "

@@ -10,7 +10,7 @@ import contextlib
 import json
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -202,14 +202,32 @@ class SQLiteAppender:
     other and the insert is parsed again on every commit. Measured with
     ``bench/turn_overhead.py``: see docs/performance.md.
 
+    The rows of a transaction go in with multi-row ``INSERT`` statements (chunks of
+    ``MAX_ROWS_PER_INSERT`` rows, then powers of two), not one statement a row: the sqlite3
+    module lets go of the GIL around every statement, and while the trio thread is
+    busy, taking it back can wait a whole switch interval (5 ms). One statement a
+    row made a transaction of a few hundred rows take hundreds of milliseconds
+    under load for a few milliseconds of work (docs/performance.md, section 4).
+
     Errors are eventsourcing's: ``IntegrityError`` for a position already taken
     (another writer appended first), ``OperationalError`` for a locked or broken
     database. A failed transaction is rolled back: nothing of it is written.
     """
 
+    MAX_ROWS_PER_INSERT = 128
+    """Rows per ``INSERT`` (4 parameters each: within SQLite's oldest limit of 999)."""
+
     def __init__(self, path: Path, *, insert_statement: str, lock_timeout_s: float) -> None:
-        """Open the connection (the tables exist: eventsourcing created them)."""
-        self._insert = insert_statement
+        """Open the connection (the tables exist: eventsourcing created them).
+
+        ``insert_statement`` is eventsourcing's one-row insert, ``INSERT INTO
+        <table> VALUES (?,?,?,?)``; the multi-row statements repeat its row.
+        """
+        row = "(?,?,?,?)"
+        if not insert_statement.replace(" ", "").endswith("VALUES" + row):
+            raise StoreUnavailableError(f"unexpected insert statement: {insert_statement!r}")
+        self._insert_prefix = insert_statement[: insert_statement.rindex("(")]
+        self._inserts: dict[int, str] = {}
         self._connection = sqlite3.connect(
             path,
             isolation_level=None,
@@ -226,16 +244,16 @@ class SQLiteAppender:
         try:
             cursor.execute("BEGIN IMMEDIATE")
             try:
-                for record in stored:
-                    cursor.execute(
-                        self._insert,
-                        (
+                for chunk in self._chunks(stored):
+                    parameters: list[object] = []
+                    for record in chunk:
+                        parameters += (
                             record.originator_id,
                             record.originator_version,
                             record.topic,
                             record.state,
-                        ),
-                    )
+                        )
+                    cursor.execute(self._insert_for(len(chunk)), parameters)
                 position = cursor.lastrowid or 0
                 cursor.execute("COMMIT")
             except BaseException:
@@ -249,6 +267,22 @@ class SQLiteAppender:
         except sqlite3.Error as error:
             raise DatabaseError(error) from error
         return position
+
+    def _chunks(self, stored: Sequence[StoredEvent]) -> Iterator[Sequence[StoredEvent]]:
+        """Full chunks, then the rest in powers of two: at most 8 statement texts ever."""
+        start = 0
+        size = self.MAX_ROWS_PER_INSERT
+        while start < len(stored):
+            while size > len(stored) - start:
+                size //= 2
+            yield stored[start : start + size]
+            start += size
+
+    def _insert_for(self, rows: int) -> str:
+        statement = self._inserts.get(rows)
+        if statement is None:
+            statement = self._inserts[rows] = self._insert_prefix + ",".join(["(?,?,?,?)"] * rows)
+        return statement
 
     def close(self) -> None:
         """Close the connection."""

@@ -138,7 +138,8 @@ async def test_a_long_history_is_snapshotted_and_reads_back_the_same(db_url: str
 
 
 # --------------------------------------------------------------------------- appends
-# Bad inputs tried: a position already taken (alone and inside a group), a database
+# Bad inputs tried: a position already taken (alone, inside a group, in the last rows of
+# an append longer than one INSERT statement), a database
 # locked by another connection, a commit handed to a Journal that has closed.
 
 
@@ -191,6 +192,49 @@ def test_an_append_to_a_taken_position_raises_integrity_error_and_writes_nothing
     # The connection is usable after the failures.
     assert store.append(_started("c")) == store.head()
     store.close()
+
+
+def test_a_large_append_is_written_whole_and_in_order(db_url: str) -> None:
+    # More rows than one INSERT statement takes, and not a multiple of it.
+    ids = [f"inv-{n:03d}" for n in range(301)]
+    store = EventStore(db_url)
+    assert store.append([event for i in ids for event in _started(i)]) == 301
+    notifications = store.app.recorder.select_notifications(start=1, limit=1000)
+    assert [n.id for n in notifications] == list(range(1, 302))
+    assert [n.originator_id for n in notifications] == ids
+    assert store.get("inv-300").goal == "g"
+    store.close()
+
+
+def test_a_large_append_with_a_taken_position_in_its_last_rows_writes_nothing(
+    db_url: str,
+) -> None:
+    from eventsourcing.persistence import IntegrityError
+
+    store = EventStore(db_url)
+    store.append(_started("taken"))
+    fresh = [event for n in range(299) for event in _started(f"inv-{n:03d}")]
+    with pytest.raises(IntegrityError):
+        store.append([*fresh, *_started("taken")])
+    assert store.invocation_ids() == ["taken"]
+    assert store.head() == 1
+    store.close()
+
+
+def test_an_insert_statement_of_another_shape_is_refused_when_the_store_opens(
+    tmp_path: Any,
+) -> None:
+    # Guards an eventsourcing upgrade that changes its insert: rows are never
+    # written with a statement the appender does not understand.
+    from loop_actors._errors import StoreUnavailableError
+    from loop_actors._store import SQLiteAppender
+
+    with pytest.raises(StoreUnavailableError, match="unexpected insert statement"):
+        SQLiteAppender(
+            tmp_path / "x.db",
+            insert_statement="INSERT INTO stored_events VALUES (?,?,?,?,?)",
+            lock_timeout_s=1.0,
+        )
 
 
 def test_an_append_to_a_locked_database_raises_operational_error_and_writes_nothing(
