@@ -26,6 +26,7 @@ TESTED_EXAMPLES = {
     "quickstart.py",
     "first_agent.py",
     "async_runtime.py",
+    "batch_of_jobs.py",
     "custom_tool.py",
     "scripted_model.py",
     "cancellation.py",
@@ -108,6 +109,47 @@ def test_async_runtime_run_again_returns_the_recorded_outcomes(tmp_path: Path) -
     first = _lines(_run_example("async_runtime.py", tmp_path))
     second = _lines(_run_example("async_runtime.py", tmp_path))
     assert second == first
+
+
+def test_a_batch_of_jobs_runs_ten_at_a_time_and_a_second_run_starts_nothing(
+    tmp_path: Path,
+) -> None:
+    first = _lines(_run_example("batch_of_jobs.py", tmp_path))
+    assert first == [
+        "jobs: 50, at most 10 in flight",
+        "started by this run: 50, found in the store: 0",
+        "reasons: completed",
+        "job-003: ticket 3 is closed",
+    ]
+    again = _lines(_run_example("batch_of_jobs.py", tmp_path))
+    assert again[1] == "started by this run: 0, found in the store: 50"
+    assert again[2:] == first[2:]
+
+
+def test_a_batch_killed_midway_and_run_again_finishes_every_job_started_once(
+    tmp_path: Path,
+) -> None:
+    killed = subprocess.run(
+        [sys.executable, str(EXAMPLES / "batch_of_jobs.py")],
+        cwd=tmp_path,
+        env=_env(tmp_path, {"LOOP_ACTORS_CRASH_AT": "after_results_commit:15"}),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    lines = _lines(_run_example("batch_of_jobs.py", tmp_path))
+    started, found = (int(n) for n in re.findall(r"\d+", lines[1]))
+    assert started + found == 50
+    assert found >= 10  # the jobs in flight when it died were resumed, not started again
+    assert lines[2:] == ["reasons: completed", "job-003: ticket 3 is closed"]
+    with closing(sqlite3.connect(tmp_path / "docs.db")) as db:
+        starts = db.execute(
+            "SELECT COUNT(*), COUNT(DISTINCT originator_id) FROM stored_events"
+            " WHERE topic LIKE '%InvocationStarted'"
+        ).fetchone()
+    assert starts == (50, 50)
 
 
 def test_custom_tool_returns_structured_errors_and_rejects_bad_arguments(tmp_path: Path) -> None:
