@@ -10,9 +10,9 @@ import contextlib
 import json
 import os
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, ClassVar, cast
 from urllib.parse import parse_qs, urlsplit
@@ -202,20 +202,22 @@ class SQLiteAppender:
     other and the insert is parsed again on every commit. Measured with
     ``bench/turn_overhead.py``: see docs/performance.md.
 
-    The rows of a transaction go in with multi-row ``INSERT`` statements (chunks of
-    ``MAX_ROWS_PER_INSERT`` rows, then powers of two), not one statement a row: the sqlite3
-    module lets go of the GIL around every statement, and while the trio thread is
-    busy, taking it back can wait a whole switch interval (5 ms). One statement a
-    row made a transaction of a few hundred rows take hundreds of milliseconds
-    under load for a few milliseconds of work (docs/performance.md, section 4).
+    A transaction is one multi-row ``INSERT`` when its rows fit in one statement
+    (SQLite makes a single statement atomic and durable on its own), else
+    ``BEGIN IMMEDIATE``, a few statements of ``rows_per_insert`` rows, ``COMMIT``.
+    The sqlite3 module lets go of the GIL around every statement, and while the
+    trio thread is busy, taking it back can take milliseconds: a statement per row
+    (and even a ``BEGIN``, a few chunks and a ``COMMIT``) made a transaction of a
+    few hundred rows take hundreds of milliseconds under load for a few
+    milliseconds of work (docs/performance.md, section 4).
 
     Errors are eventsourcing's: ``IntegrityError`` for a position already taken
     (another writer appended first), ``OperationalError`` for a locked or broken
     database. A failed transaction is rolled back: nothing of it is written.
     """
 
-    MAX_ROWS_PER_INSERT = 128
-    """Rows per ``INSERT`` (4 parameters each: within SQLite's oldest limit of 999)."""
+    MAX_ROWS_PER_INSERT = 1024
+    """The most rows in one ``INSERT`` (also bounded by SQLite's limit on parameters)."""
 
     def __init__(self, path: Path, *, insert_statement: str, lock_timeout_s: float) -> None:
         """Open the connection (the tables exist: eventsourcing created them).
@@ -226,63 +228,58 @@ class SQLiteAppender:
         row = "(?,?,?,?)"
         if not insert_statement.replace(" ", "").endswith("VALUES" + row):
             raise StoreUnavailableError(f"unexpected insert statement: {insert_statement!r}")
-        self._insert_prefix = insert_statement[: insert_statement.rindex("(")]
-        self._inserts: dict[int, str] = {}
+        prefix = insert_statement[: insert_statement.rindex("(")]
+        self._insert_for = lru_cache(maxsize=64)(lambda rows: prefix + ",".join([row] * rows))
         self._connection = sqlite3.connect(
             path,
-            isolation_level=None,
+            isolation_level=None,  # autocommit: one statement is one transaction
             check_same_thread=False,  # opened on one thread, used by the writer thread
-            cached_statements=32,
+            cached_statements=64,
             timeout=lock_timeout_s,
         )
         self._connection.execute("PRAGMA synchronous=FULL")
+        parameters = self._connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+        self.rows_per_insert = max(1, min(self.MAX_ROWS_PER_INSERT, parameters // 4))
         self._cursor = self._connection.cursor()
 
     def append(self, stored: Sequence[StoredEvent]) -> int:
         """Insert the rows in one transaction; return the last one's notification id."""
+        if not stored:
+            return 0
         cursor = self._cursor
         try:
-            cursor.execute("BEGIN IMMEDIATE")
-            try:
-                for chunk in self._chunks(stored):
-                    parameters: list[object] = []
-                    for record in chunk:
-                        parameters += (
-                            record.originator_id,
-                            record.originator_version,
-                            record.topic,
-                            record.state,
-                        )
-                    cursor.execute(self._insert_for(len(chunk)), parameters)
-                position = cursor.lastrowid or 0
-                cursor.execute("COMMIT")
-            except BaseException:
-                if self._connection.in_transaction:
-                    self._connection.rollback()
-                raise
+            if len(stored) <= self.rows_per_insert:
+                self._insert(stored)
+                position = cursor.lastrowid
+            else:
+                cursor.execute("BEGIN IMMEDIATE")
+                try:
+                    for start in range(0, len(stored), self.rows_per_insert):
+                        self._insert(stored[start : start + self.rows_per_insert])
+                    position = cursor.lastrowid
+                    cursor.execute("COMMIT")
+                except BaseException:
+                    if self._connection.in_transaction:
+                        self._connection.rollback()
+                    raise
         except sqlite3.IntegrityError as error:
             raise IntegrityError(error) from error
         except sqlite3.OperationalError as error:
             raise OperationalError(error) from error
         except sqlite3.Error as error:
             raise DatabaseError(error) from error
-        return position
+        return position or 0
 
-    def _chunks(self, stored: Sequence[StoredEvent]) -> Iterator[Sequence[StoredEvent]]:
-        """Full chunks, then the rest in powers of two: at most 8 statement texts ever."""
-        start = 0
-        size = self.MAX_ROWS_PER_INSERT
-        while start < len(stored):
-            while size > len(stored) - start:
-                size //= 2
-            yield stored[start : start + size]
-            start += size
-
-    def _insert_for(self, rows: int) -> str:
-        statement = self._inserts.get(rows)
-        if statement is None:
-            statement = self._inserts[rows] = self._insert_prefix + ",".join(["(?,?,?,?)"] * rows)
-        return statement
+    def _insert(self, rows: Sequence[StoredEvent]) -> None:
+        parameters: list[object] = []
+        for record in rows:
+            parameters += (
+                record.originator_id,
+                record.originator_version,
+                record.topic,
+                record.state,
+            )
+        self._cursor.execute(self._insert_for(len(rows)), parameters)
 
     def close(self) -> None:
         """Close the connection."""

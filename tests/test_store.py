@@ -194,30 +194,41 @@ def test_an_append_to_a_taken_position_raises_integrity_error_and_writes_nothing
     store.close()
 
 
-def test_a_large_append_is_written_whole_and_in_order(db_url: str) -> None:
-    # More rows than one INSERT statement takes, and not a multiple of it.
-    ids = [f"inv-{n:03d}" for n in range(301)]
+def _rows_per_insert(store: EventStore) -> int:
+    appender = store._appender  # the Journal's connection: how many rows one INSERT takes
+    assert appender is not None
+    return appender.rows_per_insert
+
+
+@pytest.mark.parametrize("statements", [1, 3], ids=["one-statement", "three-statements"])
+def test_a_large_append_is_written_whole_and_in_order(db_url: str, statements: int) -> None:
     store = EventStore(db_url)
-    assert store.append([event for i in ids for event in _started(i)]) == 301
-    notifications = store.app.recorder.select_notifications(start=1, limit=1000)
-    assert [n.id for n in notifications] == list(range(1, 302))
+    # A full single INSERT, or two full ones and a shorter third in one transaction.
+    count = _rows_per_insert(store) * statements - (0 if statements == 1 else 17)
+    ids = [f"inv-{n:05d}" for n in range(count)]
+    assert store.append([event for i in ids for event in _started(i)]) == count
+    notifications = store.app.recorder.select_notifications(start=1, limit=count + 10)
+    assert [n.id for n in notifications] == list(range(1, count + 1))
     assert [n.originator_id for n in notifications] == ids
-    assert store.get("inv-300").goal == "g"
+    assert store.get(ids[-1]).goal == "g"
     store.close()
 
 
+@pytest.mark.parametrize("statements", [1, 3], ids=["one-statement", "three-statements"])
 def test_a_large_append_with_a_taken_position_in_its_last_rows_writes_nothing(
-    db_url: str,
+    db_url: str, statements: int
 ) -> None:
     from eventsourcing.persistence import IntegrityError
 
     store = EventStore(db_url)
     store.append(_started("taken"))
-    fresh = [event for n in range(299) for event in _started(f"inv-{n:03d}")]
+    count = _rows_per_insert(store) * statements - 1
+    fresh = [event for n in range(count) for event in _started(f"inv-{n:05d}")]
     with pytest.raises(IntegrityError):
         store.append([*fresh, *_started("taken")])
     assert store.invocation_ids() == ["taken"]
     assert store.head() == 1
+    assert store.append(_started("after")) == store.head()  # the connection still works
     store.close()
 
 
