@@ -204,19 +204,26 @@ class SQLiteAppender:
 
     A transaction is one multi-row ``INSERT`` when its rows fit in one statement
     (SQLite makes a single statement atomic and durable on its own), else
-    ``BEGIN IMMEDIATE``, a few statements of ``rows_per_insert`` rows, ``COMMIT``.
-    The sqlite3 module lets go of the GIL around every statement, and while the
-    trio thread is busy, taking it back can take milliseconds: a statement per row
-    (and even a ``BEGIN``, a few chunks and a ``COMMIT``) made a transaction of a
-    few hundred rows take hundreds of milliseconds under load for a few
-    milliseconds of work (docs/performance.md, section 4).
+    ``BEGIN IMMEDIATE``, statements of ``rows_per_insert`` rows, ``COMMIT``. Two
+    costs pull in opposite directions under load, both because of the GIL
+    (docs/performance.md, section 4):
+
+    - the sqlite3 module lets go of the GIL around every statement, and while the
+      trio thread is busy, taking it back can take milliseconds: one statement a
+      row made a transaction of a few hundred rows take hundreds of milliseconds;
+    - binding a statement's parameters holds the GIL in C, where the trio thread
+      cannot take it back: statements of up to 1,024 rows cut the time of a
+      transaction further but cost about a tenth of the turns per second.
+
+    ``MAX_ROWS_PER_INSERT`` rows a statement keeps both the number of waits and
+    the length of each hold small.
 
     Errors are eventsourcing's: ``IntegrityError`` for a position already taken
     (another writer appended first), ``OperationalError`` for a locked or broken
     database. A failed transaction is rolled back: nothing of it is written.
     """
 
-    MAX_ROWS_PER_INSERT = 1024
+    MAX_ROWS_PER_INSERT = 128
     """The most rows in one ``INSERT`` (also bounded by SQLite's limit on parameters)."""
 
     def __init__(self, path: Path, *, insert_statement: str, lock_timeout_s: float) -> None:
@@ -229,12 +236,14 @@ class SQLiteAppender:
         if not insert_statement.replace(" ", "").endswith("VALUES" + row):
             raise StoreUnavailableError(f"unexpected insert statement: {insert_statement!r}")
         prefix = insert_statement[: insert_statement.rindex("(")]
-        self._insert_for = lru_cache(maxsize=64)(lambda rows: prefix + ",".join([row] * rows))
+        self._insert_for = lru_cache(maxsize=self.MAX_ROWS_PER_INSERT)(
+            lambda rows: prefix + ",".join([row] * rows)
+        )
         self._connection = sqlite3.connect(
             path,
             isolation_level=None,  # autocommit: one statement is one transaction
             check_same_thread=False,  # opened on one thread, used by the writer thread
-            cached_statements=64,
+            cached_statements=self.MAX_ROWS_PER_INSERT + 8,  # every size, BEGIN, COMMIT
             timeout=lock_timeout_s,
         )
         self._connection.execute("PRAGMA synchronous=FULL")
