@@ -174,16 +174,12 @@ class Controller:
         self._model_send, self._tool_send = model_send, tool_send
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            await nursery.start(
-                lambda task_status: run_model_actor(
-                    model_inbox, model_outbox, model=self.model, task_status=task_status
-                )
-            )
-            await nursery.start(
-                lambda task_status: run_tool_actor(
-                    tool_inbox, tool_outbox, toolbox=self.toolbox, task_status=task_status
-                )
-            )
+            # Not awaited until started: the first request handed to an actor waits
+            # for it to be ready (the channels have no buffer), which saves a
+            # scheduler trip per actor and invocation.
+            model, toolbox = self.model, self.toolbox
+            nursery.start_soon(partial(run_model_actor, model_inbox, model_outbox, model=model))
+            nursery.start_soon(partial(run_tool_actor, tool_inbox, tool_outbox, toolbox=toolbox))
             try:
                 stopped = None
                 if self.invocation.pending_batch is not None:
