@@ -230,6 +230,46 @@ async def test_two_concurrent_starts_of_one_id_make_one_invocation(db_url: str) 
     assert len(await Runtime(db_url).history("race")) == 3
 
 
+async def test_the_slower_of_two_workers_on_one_invocation_ends_lease_lost_and_records_nothing(
+    db_url: str,
+) -> None:
+    # Two runtimes (two Journals, two connections) on one file, as two processes would be:
+    # A starts the invocation and waits for its model; B resumes it and finishes it first.
+    a_is_asking = trio.Event()
+    release_a = trio.Event()
+
+    async def slow(request: ModelRequest) -> dict[str, Any]:
+        a_is_asking.set()
+        await release_a.wait()
+        return {"kind": "final", "answer": "from A"}
+
+    def fast(request: ModelRequest) -> dict[str, Any]:
+        return {"kind": "final", "answer": "from B"}
+
+    outcomes: dict[str, Any] = {}
+    async with Runtime(db_url) as a, Runtime(db_url) as b, trio.open_nursery() as nursery:
+
+        async def run_a() -> None:
+            outcomes["a"] = await a.run(Agent("w", ScriptedModel(slow)), "g", invocation_id="one")
+
+        nursery.start_soon(run_a)
+        await a_is_asking.wait()
+        outcomes["b"] = await b.resume("one", Agent("w", ScriptedModel(fast)))
+        release_a.set()
+    assert outcomes["b"].reason is TerminalReason.COMPLETED
+    assert outcomes["b"].answer == "from B"
+    assert outcomes["a"].reason is TerminalReason.LEASE_LOST
+    assert "another worker appended to this invocation first" in (outcomes["a"].detail or "")
+    # The history is B's alone: A's decision was refused whole and A wrote nothing after it.
+    history = await Runtime(db_url).history("one")
+    assert [type(event).__name__ for event in history] == [
+        "InvocationStarted",
+        "DecisionProposed",
+        "Terminated",
+    ]
+    assert "from A" not in repr(history)
+
+
 @pytest.mark.parametrize("goal", ["", "   "])
 async def test_an_empty_goal_is_refused(goal: str) -> None:
     agent = Agent("a", ScriptedModel([{"kind": "final", "answer": "x"}]))
