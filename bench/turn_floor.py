@@ -1,7 +1,7 @@
 """The floor under the turn: what the durable, audited part costs with no controller at all.
 
 The workload of bench/turn_overhead.py (N invocations one after another, 5 turns,
-3 parallel instant reads in turns 1-4), run five ways on fresh SQLite files,
+3 parallel instant reads in turns 1-4), run four ways on fresh SQLite files,
 interleaved, REPS times:
 
 - ``raw``: the raw sqlite3 loop of bench/turn_overhead.py (two one-row commits a turn);
