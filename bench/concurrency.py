@@ -246,8 +246,8 @@ def main() -> None:
         )
     print(f"turns per second: {turns / wall:,.0f}")
     print(
-        f"commit requests: {counter.requests:,} ({expected_requests:,} expected), "
-        f"{counter.requests / wall:,.0f} per second"
+        f"durable commits: {counter.requests:,} ({expected_requests:,} expected), "
+        f"{counter.requests / wall:,.0f} per second (commit requests, each answered once durable)"
     )
     print(
         f"durable transactions: {counter.transactions:,}, {counter.transactions / wall:,.1f} "
