@@ -293,10 +293,15 @@ async def _run_agent(runtime: Runtime, agent: Agent, args: argparse.Namespace) -
             tenant=args.tenant,
         )
         events = await runtime.history(outcome.invocation_id)
-    if args.json:
+    return _report(outcome, len(events), as_json=args.json)
+
+
+def _report(outcome: Outcome, event_count: int, *, as_json: bool) -> int:
+    """Print an outcome (one JSON object, or the readable lines); return its exit code."""
+    if as_json:
         print(_outcome_json(outcome))
     else:
-        print("\n".join(_outcome_lines(outcome, len(events))))
+        print("\n".join(_outcome_lines(outcome, event_count)))
     return outcome.exit_code
 
 
@@ -318,11 +323,7 @@ async def _resume(runtime: Runtime, agent: Agent, args: argparse.Namespace) -> i
             args.invocation_id, agent, allow_catalogue_change=args.allow_catalogue_change
         )
         events = await runtime.history(outcome.invocation_id)
-    if args.json:
-        print(_outcome_json(outcome))
-    else:
-        print("\n".join(_outcome_lines(outcome, len(events))))
-    return outcome.exit_code
+    return _report(outcome, len(events), as_json=args.json)
 
 
 async def _reconcile(runtime: Runtime, agent: Agent, args: argparse.Namespace) -> int:
@@ -356,11 +357,7 @@ async def _decide(runtime: Runtime, agent: Agent | None, args: argparse.Namespac
             return 0
         outcome = await runtime.resume(args.invocation_id, agent)
         events = await runtime.history(outcome.invocation_id)
-    if args.json:
-        print(_outcome_json(outcome))
-    else:
-        print("\n".join(_outcome_lines(outcome, len(events))))
-    return outcome.exit_code
+    return _report(outcome, len(events), as_json=args.json)
 
 
 async def _cancel(runtime: Runtime, args: argparse.Namespace) -> int:

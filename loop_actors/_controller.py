@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from functools import partial
-from typing import Any, TypeVar, assert_never
+from typing import TYPE_CHECKING, Any, TypeVar, assert_never
 
 import trio
 from pydantic import BaseModel, ValidationError
@@ -31,7 +31,6 @@ from aggregates.decisions import (
     ErrorClass,
     ErrorInfo,
     Final,
-    Price,
     Rejection,
     RejectionClass,
     RequestApproval,
@@ -67,14 +66,16 @@ from loop_actors._messages import (
     ReconcileEffect,
     ReconcileOutcome,
     ServiceUnreachable,
-    ToolSchema,
 )
 from loop_actors._model import Model, run_model_actor
 from loop_actors._outcome import Outcome
-from loop_actors._policy import AccessRequest, Deny, Policy, check_access
+from loop_actors._policy import AccessRequest, Deny, check_access
 from loop_actors._reconciler import run_effect_reconciler
 from loop_actors._store import EventStore
-from loop_actors._tools import REDACTED, Toolbox, interrupted_result, run_tool_actor
+from loop_actors._tools import REDACTED, interrupted_result, run_tool_actor
+
+if TYPE_CHECKING:
+    from loop_actors._runtime import Agent
 
 DEFAULT_WIND_DOWN_NOTICE = "{steps_left} step(s) left: summarise what you have and stop."
 
@@ -91,38 +92,27 @@ class Controller:
     def __init__(
         self,
         invocation: Invocation,
+        agent: Agent,
         *,
-        model: Model,
-        toolbox: Toolbox,
         journal: Journal,
         store: EventStore,
         now: Callable[[], datetime],
         deadline: float = math.inf,
-        verifier: Verifier | None = None,
-        max_verification_attempts: int = 2,
-        max_repeated_failures: int = 3,
-        price: Price | None = None,
-        wind_down_notice: str = DEFAULT_WIND_DOWN_NOTICE,
-        policy: Policy | None = None,
-        context_limit: int | None = None,
-        keep_recent_turns: int = 4,
     ) -> None:
-        """Prepare a controller for an invocation loaded from (or just saved to) the store."""
+        """Prepare a controller for an invocation loaded from (or just saved to) the store.
+
+        The agent's settings (model, tools, verifier, limits, policy, context) are read
+        from ``agent``; ``deadline`` is on the trio clock.
+        """
         self.invocation = invocation
-        self.model = model
-        self.toolbox = toolbox
+        self.model: Model = agent.model
+        self.toolbox = agent.toolbox
         self.journal = journal
         self.store = store
         self.now = now
         self.deadline = deadline
-        self.verifier = verifier
-        self.max_verification_attempts = max_verification_attempts
-        self.max_repeated_failures = max_repeated_failures
-        self.price = price
-        self.wind_down_notice = wind_down_notice
-        self.policy = policy
-        self.context_limit = context_limit
-        self.keep_recent_turns = keep_recent_turns
+        self.agent = agent
+        """Its settings (verifier, limits, price, policy, context) are read from here."""
         self.cancel_requested = False
         self.cancel_detail: str | None = None
         self._wait_scope: trio.CancelScope | None = None
@@ -134,10 +124,6 @@ class Controller:
         self._revealed_outputs: dict[tuple[int, str], Any] = {}
         self._reconciler_send: trio.MemorySendChannel[ReconcileEffect] | None = None
         self._reconciler_replies: trio.MemoryReceiveChannel[ReconcileOutcome]
-        self._tool_schemas = [
-            ToolSchema(name=t.name, description=t.description, parameters=t.schema)
-            for t in toolbox.tools.values()
-        ]
 
     def request_cancel(self, detail: str | None = None) -> None:
         """Ask the loop to stop: it starts no new call and ends ``cancelled``.
@@ -238,8 +224,8 @@ class Controller:
                     )
                 case Decided(reply=reply):
                     usage = reply.usage
-                    if self.price is not None and not usage.cost:
-                        usage = usage.model_copy(update={"cost": self.price.cost(usage)})
+                    if self.agent.price is not None and not usage.cost:
+                        usage = usage.model_copy(update={"cost": self.agent.price.cost(usage)})
                         reply = reply.model_copy(update={"usage": usage})
                 case _:
                     assert_never(answer)
@@ -351,7 +337,7 @@ class Controller:
         self, calls: list[ToolCall], arguments: dict[str, dict[str, Any]]
     ) -> dict[str, str] | Deny:
         """The calls the agent's policy refuses (id → why), or the refusal that ends the run."""
-        if self.policy is None:
+        if self.agent.policy is None:
             return {}
         inv = self.invocation
         refused: dict[str, str] = {}
@@ -359,7 +345,7 @@ class Controller:
             tool_ = self.toolbox.tools[call.name]
             args = arguments[call.id]
             deny = await check_access(
-                self.policy,
+                self.agent.policy,
                 AccessRequest(
                     actor=inv.actor,
                     tenant=inv.tenant,
@@ -426,7 +412,7 @@ class Controller:
                 "must not be retried as is"
             )
             denied = dict.fromkeys(inv.approval_needed, message)
-        if self.policy is not None:
+        if self.agent.policy is not None:
             # The same policy decides again: a call it refused stays refused.
             proposed = inv.last_decision
             if isinstance(proposed, ToolCalls):
@@ -442,14 +428,14 @@ class Controller:
 
     async def _verify_and_end(self, answer: str) -> Outcome | None:
         """Only a verified answer completes; a refused one goes back to the model."""
-        if self.verifier is None:
+        if self.agent.verifier is None:
             return await self._end(TerminalReason.COMPLETED, answer=answer)
-        evidence = await run_verifier(self.verifier, answer, list(self.invocation.turns))
+        evidence = await run_verifier(self.agent.verifier, answer, list(self.invocation.turns))
         if evidence is None:
             return await self._end(TerminalReason.COMPLETED, answer=answer)
         inv = self.invocation
         inv.fail_verification(evidence, at=self.now())
-        if inv.verification_failures >= self.max_verification_attempts:
+        if inv.verification_failures >= self.agent.max_verification_attempts:
             return await self._end(
                 TerminalReason.VERIFICATION_FAILED,
                 detail=f"{inv.verification_failures} answer(s) failed verification; "
@@ -631,7 +617,7 @@ class Controller:
         budget = self.invocation.budget
         steps_left = budget.max_steps - self.invocation.step
         if budget.wind_down_steps is not None and steps_left <= budget.wind_down_steps:
-            return [self.wind_down_notice.format(steps_left=steps_left)]
+            return [self.agent.wind_down_notice.format(steps_left=steps_left)]
         return []
 
     def _failure_limit(
@@ -643,7 +629,7 @@ class Controller:
             return None
         tool_ = self.toolbox.tools.get(failing[-1].name)
         configured = tool_.max_repeated_failures if tool_ is not None else None
-        return configured if configured is not None else self.max_repeated_failures
+        return configured if configured is not None else self.agent.max_repeated_failures
 
     async def _pause_for_reconciliation(self, why: str, effects: dict[str, Effect]) -> Outcome:
         """Wait for the service: pause (once), keeping what the ledger learnt meanwhile."""
@@ -739,9 +725,9 @@ class Controller:
         inv = self.invocation
         turns = self._reveal_turns()
         notices = self._notices()
-        if self.context_limit is not None:
+        if self.agent.context_limit is not None:
             turns, compaction = compact(
-                turns, limit=self.context_limit, keep_recent=self.keep_recent_turns
+                turns, limit=self.agent.context_limit, keep_recent=self.agent.keep_recent_turns
             )
             if compaction is not None:
                 # Committed with the decision it was made for.
@@ -759,7 +745,7 @@ class Controller:
             goal=inv.goal,
             step=inv.step + 1,
             turns=turns,
-            tools=self._tool_schemas,
+            tools=self.toolbox.schemas,
             notices=notices,
         )
         deadline = None if math.isinf(self.deadline) else self.deadline

@@ -597,21 +597,7 @@ class Runtime:
             elapsed = max(0.0, (self._now() - started).total_seconds())
             deadline = trio.current_time() + agent.budget.deadline_s - elapsed
         controller = Controller(
-            invocation,
-            model=agent.model,
-            toolbox=agent.toolbox,
-            journal=journal,
-            store=store,
-            now=self._now,
-            deadline=deadline,
-            verifier=agent.verifier,
-            max_verification_attempts=agent.max_verification_attempts,
-            max_repeated_failures=agent.max_repeated_failures,
-            price=agent.price,
-            wind_down_notice=agent.wind_down_notice,
-            policy=agent.policy,
-            context_limit=agent.context_limit,
-            keep_recent_turns=agent.keep_recent_turns,
+            invocation, agent, journal=journal, store=store, now=self._now, deadline=deadline
         )
         if invocation.id in self._running:
             raise InvocationExistsError(invocation.id, "is already running in this runtime")

@@ -31,7 +31,13 @@ from aggregates.decisions import (
 from aggregates.invocation import DispatchedCall, ToolSpec
 from loop_actors._errors import ToolDefinitionError, ToolError
 from loop_actors._faults import CrashPoint, fault_point
-from loop_actors._messages import BatchExecuted, CancelBatch, ExecuteBatch, Interruption
+from loop_actors._messages import (
+    BatchExecuted,
+    CancelBatch,
+    ExecuteBatch,
+    Interruption,
+    ToolSchema,
+)
 
 DEFAULT_TOOL_TIMEOUT_S = 30.0
 
@@ -395,11 +401,13 @@ class Toolbox:
             self.tools[wrapped.name] = wrapped
         digests = sorted(t.schema_digest for t in self.tools.values())
         self.catalogue_digest = hashlib.sha256("".join(digests).encode()).hexdigest()
-
-    @property
-    def specs(self) -> list[ToolSpec]:
-        """Each tool's spec, sorted by name."""
-        return [self.tools[name].spec for name in sorted(self.tools)]
+        self.specs: list[ToolSpec] = [self.tools[name].spec for name in sorted(self.tools)]
+        """Each tool's spec, sorted by name (recorded with every invocation)."""
+        self.schemas = [
+            ToolSchema(name=t.name, description=t.description, parameters=t.schema)
+            for t in self.tools.values()
+        ]
+        """Each tool as the model is told of it, in the agent's order."""
 
     def timeout_for(self, name: str) -> float:
         """The per-call timeout of a tool."""

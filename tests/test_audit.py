@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ from hypothesis import strategies as st
 
 from aggregates.audit import canonical_bytes, verify_records
 from loop_actors import Agent, ModelRequest, Reconciled, Runtime, ScriptedModel, ToolContext, tool
+from tests.cli_support import run_cli
 
 
 @tool
@@ -63,16 +62,7 @@ def store(tmp_path: Path) -> Path:
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "LOOP_ACTORS_DB"}
-    return subprocess.run(
-        [sys.executable, "-m", "loop_actors._cli", *args, "--db", "sqlite:///audit.db"],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_cli(*args, cwd=cwd, db="sqlite:///audit.db", timeout=60)
 
 
 def verify(store: Path, *ids: str) -> tuple[int, list[dict[str, Any]]]:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.cli_support import run_cli
 
 AGENTS = '''
 from loop_actors import Agent, Budget, ScriptedModel, tool
@@ -40,17 +40,7 @@ not_an_agent = 42
 def cli(
     *args: str, cwd: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    full_env = {k: v for k, v in os.environ.items() if k != "LOOP_ACTORS_DB"}
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "loop_actors._cli", *args],
-        cwd=cwd,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_cli(*args, cwd=cwd, env=env)
 
 
 @pytest.fixture

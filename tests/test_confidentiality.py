@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -109,27 +106,21 @@ def test_a_rejected_proposal_is_stored_redacted_too(tmp_path: Path) -> None:
 def test_after_a_restart_a_call_whose_arguments_were_redacted_is_not_run_blind(
     tmp_path: Path,
 ) -> None:
+    # Imported here: this file is also the agent module the CLI loads, from a folder
+    # where the tests package is not importable.
+    from tests.cli_support import run_cli
+
     folder = tmp_path
     (folder / "payer_app.py").write_text(Path(__file__).read_text())
-    env = {k: v for k, v in os.environ.items() if k != "LOOP_ACTORS_DB"}
-    env["LOOP_ACTORS_CRASH_AT"] = "after_dispatch_commit:2"
-    base = [sys.executable, "-m", "loop_actors._cli"]
-    crashed = subprocess.run(
-        [*base, "run", "payer_app:AGENT", "--goal", "pay", "--id", "p", "--json"],
-        cwd=folder, env=env, capture_output=True, text=True, timeout=60, check=False,
+    crashed = run_cli(
+        "run", "payer_app:AGENT", "--goal", "pay", "--id", "p", "--json",
+        cwd=folder, env={"LOOP_ACTORS_CRASH_AT": "after_dispatch_commit:2"}, timeout=60,
     )  # fmt: skip
     assert crashed.returncode == -9, crashed.stderr
-    del env["LOOP_ACTORS_CRASH_AT"]
-    resumed = subprocess.run(
-        [*base, "resume", "p", "--agent", "payer_app:AGENT", "--json"],
-        cwd=folder, env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    resumed = run_cli("resume", "p", "--agent", "payer_app:AGENT", "--json", cwd=folder, timeout=60)
     # The scripted model goes on to its answer; the charge itself did not run again.
     assert resumed.returncode == 0, resumed.stderr
-    history = subprocess.run(
-        [*base, "history", "p", "--json"],
-        cwd=folder, env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    history = run_cli("history", "p", "--json", cwd=folder, timeout=60)
     results = [
         json.loads(line)["data"]["results"]
         for line in history.stdout.splitlines()

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ from loop_actors import (
     ToolError,
     tool,
 )
+from tests.cli_support import CLI, cli_env, run_cli
 
 
 class Ledger:
@@ -163,14 +162,9 @@ async def test_a_pause_survives_a_restart_and_approval_works_from_the_cli(tmp_pa
         "    {'kind': 'tool_calls', 'calls': [{'id': 'r', 'name': 'refund', 'arguments': {'amount': 500}}]},\n"
         "    {'kind': 'final', 'answer': 'refunded'}]), [refund])\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "LOOP_ACTORS_DB"}
-    base = [sys.executable, "-m", "loop_actors._cli"]
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*base, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
-            check=False,
-        )  # fmt: skip
+        return run_cli(*args, cwd=tmp_path, timeout=60)
 
     paused = cli("run", "refunds_app:agent", "--goal", "refund", "--id", "r1", "--json")
     assert paused.returncode == 3, paused.stderr
@@ -323,11 +317,9 @@ def test_cancel_from_another_process_stops_a_slow_write_and_starts_no_new_call(
     import time
 
     (tmp_path / "slow_app.py").write_text(SLOW_APP)
-    env = {k: v for k, v in os.environ.items() if k != "LOOP_ACTORS_DB"}
-    base = [sys.executable, "-m", "loop_actors._cli"]
     running = subprocess.Popen(
-        [*base, "run", "slow_app:agent", "--goal", "write", "--id", "s1", "--json"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [*CLI, "run", "slow_app:agent", "--goal", "write", "--id", "s1", "--json"],
+        cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 30
@@ -336,10 +328,9 @@ def test_cancel_from_another_process_stops_a_slow_write_and_starts_no_new_call(
             assert running.poll() is None, running.communicate()
             time.sleep(0.05)
         asked = time.monotonic()
-        cancel = subprocess.run(
-            [*base, "cancel", "s1", "--by", "ops", "--reason", "wrong customer"],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+        cancel = run_cli(
+            "cancel", "s1", "--by", "ops", "--reason", "wrong customer", cwd=tmp_path, timeout=60
+        )
         assert cancel.returncode == 0, cancel.stderr
         assert "requested" in cancel.stdout
         out, err = running.communicate(timeout=30)
@@ -351,10 +342,7 @@ def test_cancel_from_another_process_stops_a_slow_write_and_starts_no_new_call(
     assert json.loads(out)["reason"] == "cancelled"
     assert stopped_after < 15  # noticed within the poll period, not after the 30 s write
     assert not (tmp_path / "started-second").exists()
-    history = subprocess.run(
-        [*base, "history", "s1", "--json"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    history = run_cli("history", "s1", "--json", cwd=tmp_path, timeout=60)
     results = next(
         json.loads(line)["data"]["results"]
         for line in history.stdout.splitlines()
@@ -399,16 +387,9 @@ def test_a_cancel_requested_while_nothing_runs_ends_the_invocation_on_resume(
     tmp_path: Path,
 ) -> None:
     (tmp_path / "reads_app.py").write_text(READS_APP)
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("LOOP_ACTORS_DB", "LOOP_ACTORS_CRASH_AT")
-    }
-    base = [sys.executable, "-m", "loop_actors._cli"]
 
     def cli(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*base, *args], cwd=tmp_path, env={**env, **extra}, capture_output=True, text=True,
-            timeout=60, check=False,
-        )  # fmt: skip
+        return run_cli(*args, cwd=tmp_path, env=extra, timeout=60)
 
     crashed = cli(
         "run", "reads_app:agent", "--goal", "g", "--id", "r",

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sqlite3
 import subprocess
-import sys
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ from loop_actors import (
 from loop_actors._store import EventStore
 from loop_actors._views import open_runner
 from projections import list_open_effects, load_trajectory, metrics
+from tests.cli_support import run_cli
 
 TABLES = [
     "trajectory_invocations",
@@ -173,20 +172,8 @@ def test_rebuild_equals_incremental_on_thousands_of_mixed_invocations(tmp_path: 
 
 
 def cli(*args: str, cwd: Path, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("LOOP_ACTORS_DB", "LOOP_ACTORS_CRASH_AT")
-    }
-    if crash_at:
-        env["LOOP_ACTORS_CRASH_AT"] = crash_at
-    return subprocess.run(
-        [sys.executable, "-m", "loop_actors._cli", *args, "--db", "sqlite:///events.db"],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    env = {"LOOP_ACTORS_CRASH_AT": crash_at} if crash_at else None
+    return run_cli(*args, cwd=cwd, db="sqlite:///events.db", env=env)
 
 
 def test_a_runner_killed_mid_batch_and_restarted_counts_nothing_twice(tmp_path: Path) -> None:

@@ -10,16 +10,15 @@ service, and a history without gap, duplicate or reordering.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.cli_support import run_cli
 from tests.scenarios.payments_app import PaymentService
 
 APP = Path(__file__).with_name("payments_app.py")
@@ -42,21 +41,10 @@ CRASH_CASES = [
 def loop_actors(
     *args: str, cwd: Path, crash_at: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("LOOP_ACTORS_CRASH_AT", "LOOP_ACTORS_DB")
-    }
-    env["PAYMENTS_DB"] = str(cwd / "service.db")
+    env = {"PAYMENTS_DB": str(cwd / "service.db")}
     if crash_at is not None:
         env["LOOP_ACTORS_CRASH_AT"] = crash_at
-    return subprocess.run(
-        [sys.executable, "-m", "loop_actors._cli", *args, "--db", "sqlite:///run.db"],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_cli(*args, cwd=cwd, db="sqlite:///run.db", env=env)
 
 
 def workspace(tmp_path: Path, name: str) -> Path:
