@@ -195,9 +195,7 @@ class Controller:
             if inv.phase in (Phase.TERMINATED, Phase.PAUSED):
                 return Outcome.of(inv)
             if self.cancel_requested:
-                return await self._end(
-                    TerminalReason.CANCELLED, detail=self._cancel_detail("cancel requested")
-                )
+                return await self._cancelled()
             if trio.current_time() >= self.deadline:
                 return await self._end(TerminalReason.DEADLINE_EXCEEDED)
             if inv.step >= budget.max_steps:
@@ -211,9 +209,7 @@ class Controller:
             answer = await self._ask_model()
             match answer:
                 case None:
-                    return await self._end(
-                        TerminalReason.CANCELLED, detail=self._cancel_detail("cancel requested")
-                    )
+                    return await self._cancelled()
                 case ModelTimedOut():
                     return await self._end(
                         TerminalReason.DEADLINE_EXCEEDED, detail="the model did not answer in time"
@@ -297,9 +293,7 @@ class Controller:
                 detail=f"the same plan was proposed {budget.max_repeated_plan + 1} times in a row",
             )
         if self.cancel_requested:
-            return await self._end(
-                TerminalReason.CANCELLED, detail=self._cancel_detail("cancel requested")
-            )
+            return await self._cancelled()
         if trio.current_time() >= self.deadline:
             return await self._end(TerminalReason.DEADLINE_EXCEEDED)
 
