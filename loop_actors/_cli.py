@@ -32,12 +32,12 @@ from loop_actors._store import EventStore, resolve_db_url
 from loop_actors._views import open_runner
 from projections import (
     ProjectionRunner,
+    build_trajectory,
     list_invocations,
     list_open_effects,
     load_trajectory,
     metrics,
 )
-from projections.trajectory import build_trajectory, render_text
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 1
@@ -311,7 +311,8 @@ async def _demo(runtime: Runtime) -> int:
         events = await runtime.history(outcome.invocation_id)
     print("\n".join(_outcome_lines(outcome, len(events))))
     print()
-    print(render_text(build_trajectory(events)))
+    # The same fold and the same tree as `loop-actors show` of this invocation.
+    _console().print(render_tree(build_trajectory(events)))
     print()
     print(f"history: loop-actors history {outcome.invocation_id} --db {runtime.db_url}")
     return outcome.exit_code
@@ -401,9 +402,13 @@ def _read_models(args: argparse.Namespace) -> int:
         store.close()
 
 
-def _read_model_command(runner: ProjectionRunner, args: argparse.Namespace) -> int:
+def _console() -> Console:
     # A pipe or a file gets wide lines rather than columns cut to 80 characters.
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+
+
+def _read_model_command(runner: ProjectionRunner, args: argparse.Namespace) -> int:
+    console = _console()
     if args.command == "projections":
         action = args.projections_command
         if action == "rebuild":

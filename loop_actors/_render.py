@@ -37,8 +37,11 @@ def _short(value: Any, limit: int = 60) -> str:
 
 
 def render_tree(trajectory: Trajectory) -> Tree:
-    """An invocation as a tree: steps, then each call with its status."""
-    reason = trajectory.reason.value if trajectory.reason else (trajectory.status or "running")
+    """An invocation as a tree: steps, then each call with its status.
+
+    ``loop-actors demo`` and ``loop-actors show`` both print it.
+    """
+    reason = trajectory.reason.value if trajectory.reason else trajectory.status.value
     title = Text.assemble(
         (f"{trajectory.invocation_id}", "bold"),
         f"  agent {trajectory.agent_name}  ",

@@ -10,13 +10,14 @@ from projections.runner import Projection as Projection
 from projections.runner import ProjectionRunner as ProjectionRunner
 from projections.runner import ProjectionStatus as ProjectionStatus
 from projections.trajectory import CallView as CallView
+from projections.trajectory import InvocationStatus as InvocationStatus
 from projections.trajectory import StepView as StepView
 from projections.trajectory import Trajectory as Trajectory
 from projections.trajectory import TrajectoryProjection as TrajectoryProjection
 from projections.trajectory import build_trajectory as build_trajectory
+from projections.trajectory import evolve_trajectory as evolve_trajectory
 from projections.trajectory import list_invocations as list_invocations
 from projections.trajectory import load_trajectory as load_trajectory
-from projections.trajectory import render_text as render_text
 
 
 def default_projections() -> list[Projection]:

@@ -1,32 +1,55 @@
 """The trajectory of one invocation: its steps, calls, results and how it ended.
 
-Built from the committed events alone, so it can be rebuilt at any time.
+One fold, :func:`evolve_trajectory`, turns an invocation's events (and the
+events of its writes' effects) into a :class:`Trajectory`. Everything that shows
+a trajectory goes through it: :func:`build_trajectory` folds a whole history (what
+``loop-actors demo`` prints), and :class:`TrajectoryProjection` applies it one
+event at a time and stores the result as rows (what ``loop-actors show`` reads).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from enum import StrEnum
 from typing import Any
 
 from eventsourcing.sqlite import SQLiteCursor
+from pydantic import JsonValue
 
-from aggregates.decisions import Frozen, TerminalReason
-from aggregates.effect import effect_status_after
+from aggregates.decisions import (
+    DECISION_ADAPTER,
+    Decision,
+    Effect,
+    Frozen,
+    Rejection,
+    TerminalReason,
+)
+from aggregates.effect import EffectEvent, effect_status_after
 from aggregates.events import DomainEvent
 from aggregates.invocation import (
     ApprovalDenied,
     ApprovalGranted,
     BatchDispatched,
     ClarificationProvided,
+    ContextCompacted,
     DecisionProposed,
     InvocationEvent,
     InvocationStarted,
     Paused,
     ResultsCommitted,
     Terminated,
+    VerificationFailed,
 )
 from projections.runner import Projection, ProjectionRunner
+
+
+class InvocationStatus(StrEnum):
+    """Where an invocation stands: running, paused (for a person or a service) or over."""
+
+    RUNNING = "running"
+    PAUSED = "paused"
+    TERMINATED = "terminated"
 
 
 class CallView(Frozen):
@@ -37,9 +60,12 @@ class CallView(Frozen):
     arguments: dict[str, Any]
     status: str
     """``ok``, an error class, or ``dispatched`` while no result is committed."""
-    output: Any = None
+    output: JsonValue = None
     error_message: str | None = None
     duration_ms: float | None = None
+    effect: Effect = Effect.READ
+    effect_key: str | None = None
+    """For a write: its effect key (the ``effects`` listing and the ledger use it)."""
     effect_status: str | None = None
     """For a write: what the effect ledger says (``committed``, ``reconciled``...)."""
 
@@ -55,6 +81,9 @@ class StepView(Frozen):
     input_tokens: int = 0
     output_tokens: int = 0
     cost: float = 0.0
+    latency_ms: float = 0.0
+    decision: Decision | None = None
+    rejection: Rejection | None = None
 
 
 class Trajectory(Frozen):
@@ -63,17 +92,19 @@ class Trajectory(Frozen):
     invocation_id: str
     goal: str
     agent_name: str
+    agent_version: str = ""
     steps: list[StepView]
     reason: TerminalReason | None = None
     answer: str | None = None
     detail: str | None = None
     tool_calls: int = 0
     events: int = 0
-    status: str | None = None
-    """``running``, ``paused`` or ``terminated`` (read model only)."""
+    """The invocation's events folded so far (its version)."""
+    status: InvocationStatus = InvocationStatus.RUNNING
     task_class: str | None = None
     started_at: str | None = None
     ended_at: str | None = None
+    """When it last paused or ended; None while running."""
     input_tokens: int = 0
     output_tokens: int = 0
     cost: float = 0.0
@@ -98,106 +129,220 @@ def _summary(event: DecisionProposed) -> tuple[str, str]:
     return decision.kind, ""
 
 
-def build_trajectory(events: Iterable[InvocationEvent]) -> Trajectory:
-    """Fold an invocation's events into its trajectory.
+# --------------------------------------------------------------------------- the fold
+
+
+def evolve_trajectory(trajectory: Trajectory | None, event: DomainEvent) -> Trajectory:
+    """The trajectory after one more event: the one fold behind every trajectory shown.
+
+    Pure. ``trajectory`` is None before the invocation's ``InvocationStarted``.
+    Each event changes the trajectory's head and at most one step: the step it
+    names, or for an effect event the step holding the call with its effect key.
+    An effect event of a write this trajectory does not hold (yet) changes nothing,
+    and so does any event that is not the invocation's or its effects'.
+
+    Raises:
+        ValueError: the events do not start with ``InvocationStarted``, or name a
+            step the trajectory does not hold.
+    """
+    if trajectory is None:
+        if not isinstance(event, InvocationStarted):
+            raise ValueError("a trajectory starts with InvocationStarted")
+        return Trajectory(
+            invocation_id=event.originator_id,
+            goal=event.goal,
+            agent_name=event.agent_name,
+            agent_version=event.agent_version,
+            steps=[],
+            task_class=event.task_class,
+            started_at=_iso(event),
+            events=event.originator_version,
+        )
+    if isinstance(event, EffectEvent):
+        return _on_effect(trajectory, event)
+    if not isinstance(event, InvocationEvent) or event.originator_id != trajectory.invocation_id:
+        return trajectory
+    head: dict[str, Any] = {"events": event.originator_version}
+    match event:
+        case InvocationStarted():
+            raise ValueError(f"invocation {trajectory.invocation_id} started twice")
+        case DecisionProposed():
+            kind, summary = _summary(event)
+            usage = event.usage
+            step = StepView(
+                step=event.step,
+                kind=kind,
+                summary=summary,
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                cost=usage.cost,
+                latency_ms=usage.latency_ms,
+                decision=event.decision,
+                rejection=event.rejection,
+            )
+            head |= {
+                "steps": [*trajectory.steps, step],
+                "input_tokens": trajectory.input_tokens + usage.input_tokens,
+                "output_tokens": trajectory.output_tokens + usage.output_tokens,
+                "cost": trajectory.cost + usage.cost,
+            }
+        case BatchDispatched():
+            calls = [
+                CallView(
+                    call_id=call.call_id,
+                    name=call.name,
+                    arguments=call.arguments,
+                    status="dispatched",
+                    effect=call.effect,
+                    effect_key=call.effect_key,
+                    effect_status="dispatched" if call.effect_key else None,
+                )
+                for call in event.calls
+            ]
+            head |= {
+                "steps": _with_step(trajectory, event.step, lambda s: _calls(s, calls)),
+                "tool_calls": trajectory.tool_calls + len(calls),
+            }
+        case ResultsCommitted():
+            by_id = {result.call_id: result for result in event.results}
+
+            def settle(call: CallView) -> CallView:
+                result = by_id.get(call.call_id)
+                if result is None:
+                    return call
+                error = result.error
+                return call.model_copy(
+                    update={
+                        "status": "ok" if error is None else error.error_class.value,
+                        "output": result.output if error is None else None,
+                        "error_message": error.message if error else None,
+                        "duration_ms": result.duration_ms,
+                        "effect_status": result.effect_status.value
+                        if result.effect_status
+                        else call.effect_status,
+                    }
+                )
+
+            head["steps"] = _with_step(
+                trajectory, event.step, lambda s: _calls(s, [settle(c) for c in s.calls])
+            )
+            if trajectory.status is InvocationStatus.PAUSED:  # after a reconciliation pause
+                head |= _RUNNING
+        case Paused():
+            head |= {
+                "status": InvocationStatus.PAUSED,
+                "reason": event.reason,
+                "detail": event.question or event.proposal_digest,
+                "ended_at": _iso(event),
+            }
+        case ApprovalGranted() | ApprovalDenied() | ClarificationProvided():
+            head |= _RUNNING
+        case Terminated():
+            head |= {
+                "status": InvocationStatus.TERMINATED,
+                "reason": event.reason,
+                "answer": event.answer,
+                "detail": event.detail,
+                "ended_at": _iso(event),
+            }
+        case VerificationFailed() | ContextCompacted():
+            pass  # not shown in the trajectory; counted among its events
+        case _:
+            pass  # an invocation event this version does not know: counted only
+    return trajectory.model_copy(update=head)
+
+
+_RUNNING: dict[str, Any] = {
+    "status": InvocationStatus.RUNNING,
+    "reason": None,
+    "detail": None,
+    "ended_at": None,
+}
+
+
+def _calls(step: StepView, calls: list[CallView]) -> StepView:
+    return step.model_copy(update={"calls": calls})
+
+
+def _with_step(
+    trajectory: Trajectory, number: int, change: Callable[[StepView], StepView]
+) -> list[StepView]:
+    steps = list(trajectory.steps)
+    for index, step in enumerate(steps):
+        if step.step == number:
+            steps[index] = change(step)
+            return steps
+    raise ValueError(f"invocation {trajectory.invocation_id} has no step {number}")
+
+
+def _on_effect(trajectory: Trajectory, event: EffectEvent) -> Trajectory:
+    status = effect_status_after(event)
+    key = event.originator_id
+
+    def follow(step: StepView) -> StepView:
+        calls = [
+            call.model_copy(update={"effect_status": status}) if call.effect_key == key else call
+            for call in step.calls
+        ]
+        return _calls(step, calls)
+
+    for step in trajectory.steps:
+        if any(call.effect_key == key for call in step.calls):
+            steps = _with_step(trajectory, step.step, follow)
+            return trajectory.model_copy(update={"steps": steps})
+    return trajectory
+
+
+def step_changed_by(event: InvocationEvent) -> int | None:
+    """The step already in the trajectory that ``event`` changes; None if it changes none.
+
+    Part of the fold's contract (tests hold :func:`evolve_trajectory` to it): an
+    invocation event changes the head, this step, and may append a new step,
+    nothing else. An effect event changes the step holding its effect key.
+    """
+    match event:
+        case BatchDispatched() | ResultsCommitted():
+            return event.step
+        case _:
+            return None
+
+
+def build_trajectory(events: Iterable[DomainEvent]) -> Trajectory:
+    """Fold an invocation's events into its trajectory (what ``loop-actors demo`` prints).
+
+    ``events`` are the invocation's, in order; the events of its writes' effects
+    may be interleaved (in the store's order) to follow the ledger as the read
+    model does. Other invocations' events are ignored.
 
     Raises:
         ValueError: the events do not start with ``InvocationStarted``.
     """
-    steps: list[StepView] = []
-    started: InvocationStarted | None = None
-    ended: Terminated | Paused | None = None
-    tool_calls = 0
-    count = 0
+    trajectory: Trajectory | None = None
     for event in events:
-        count += 1
-        match event:
-            case InvocationStarted():
-                started = event
-            case DecisionProposed():
-                kind, summary = _summary(event)
-                steps.append(StepView(step=event.step, kind=kind, summary=summary))
-            case BatchDispatched():
-                calls = [
-                    CallView(
-                        call_id=c.call_id, name=c.name, arguments=c.arguments, status="dispatched"
-                    )
-                    for c in event.calls
-                ]
-                tool_calls += len(calls)
-                steps[-1] = steps[-1].model_copy(update={"calls": calls})
-            case ResultsCommitted():
-                by_id = {r.call_id: r for r in event.results}
-                calls = []
-                for call in steps[-1].calls:
-                    result = by_id[call.call_id]
-                    calls.append(
-                        call.model_copy(
-                            update={
-                                "status": "ok"
-                                if result.error is None
-                                else result.error.error_class,
-                                "output": result.output,
-                                "error_message": result.error.message if result.error else None,
-                                "duration_ms": result.duration_ms,
-                            }
-                        )
-                    )
-                steps[-1] = steps[-1].model_copy(update={"calls": calls})
-            case Paused() | Terminated():
-                ended = event
-            case _:
-                pass
-    if started is None:
+        trajectory = evolve_trajectory(trajectory, event)
+    if trajectory is None:
         raise ValueError("a trajectory starts with InvocationStarted")
-    return Trajectory(
-        invocation_id=started.originator_id,
-        goal=started.goal,
-        agent_name=started.agent_name,
-        steps=steps,
-        reason=ended.reason if ended is not None else None,
-        answer=ended.answer if isinstance(ended, Terminated) else None,
-        detail=ended.detail
-        if isinstance(ended, Terminated)
-        else (ended.question or ended.proposal_digest if ended is not None else None),
-        tool_calls=tool_calls,
-        events=count,
-    )
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = json.dumps(value, separators=(",", ":"), sort_keys=True)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def render_text(trajectory: Trajectory) -> str:
-    """A plain-text tree of the trajectory, one line per step and per call."""
-    lines = [
-        f"invocation {trajectory.invocation_id} · agent {trajectory.agent_name}",
-        f"goal: {trajectory.goal}",
-    ]
-    for step in trajectory.steps:
-        lines.append(f"├─ step {step.step}: {step.kind} — {step.summary}")
-        for call in step.calls:
-            timing = f" {call.duration_ms:.1f} ms" if call.duration_ms is not None else ""
-            shown = _short(call.output) if call.status == "ok" else (call.error_message or "")
-            lines.append(
-                f"│   └─ {call.call_id} {call.name}({_short(call.arguments, 40)}) "
-                f"→ {call.status}{timing}: {shown}"
-            )
-    reason = trajectory.reason.value if trajectory.reason else "running"
-    lines.append(f"└─ {reason}" + (f": {trajectory.detail}" if trajectory.detail else ""))
-    return "\n".join(lines)
+    return trajectory
 
 
 # --------------------------------------------------------------------------- the read model
 
+Query = Callable[[str, Sequence[Any]], list[dict[str, Any]]]
+"""Runs a SELECT and returns its rows as dicts (a cursor in a batch, or a runner)."""
+
 
 class TrajectoryProjection(Projection):
-    """Per invocation: its steps, each call with its status, and how it ended."""
+    """Per invocation: its steps, each call with its status, and how it ended.
+
+    Each event goes through :func:`evolve_trajectory`: the projection reads the
+    part of the trajectory the event can change (the head and one step), folds
+    the event into it, and writes back the rows that changed. The rows hold
+    nothing the fold did not produce, except ``started_position`` (where the
+    invocation starts in the store, for ``list``'s order).
+    """
 
     name = "trajectory"
-    version = 3
+    version = 4
 
     def create(self) -> list[str]:
         """The tables."""
@@ -226,145 +371,216 @@ class TrajectoryProjection(Projection):
         return ["trajectory_invocations", "trajectory_steps", "trajectory_calls"]
 
     def apply(self, cursor: SQLiteCursor, event: DomainEvent, position: int) -> None:
-        """Fold one event into the tables."""
-        match event:
-            case InvocationStarted():
-                cursor.execute(
-                    "INSERT INTO trajectory_invocations VALUES "
-                    "(?, ?, ?, ?, ?, 'running', NULL, NULL, NULL, 0, 0, 0, 0, 0.0, ?, NULL, ?, 0)",
-                    (
-                        event.originator_id,
-                        event.agent_name,
-                        event.agent_version,
-                        event.task_class,
-                        event.goal,
-                        _iso(event),
-                        position,
-                    ),
-                )
-            case DecisionProposed():
-                kind, summary = _summary(event)
-                usage = event.usage
-                cursor.execute(
-                    "INSERT INTO trajectory_steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        event.originator_id,
-                        event.step,
-                        kind,
-                        summary,
-                        _json(event.decision.model_dump(mode="json") if event.decision else None),
-                        _json(event.rejection.model_dump(mode="json") if event.rejection else None),
-                        usage.input_tokens,
-                        usage.output_tokens,
-                        usage.cost,
-                        usage.latency_ms,
-                    ),
-                )
-                cursor.execute(
-                    "UPDATE trajectory_invocations SET steps = ?, input_tokens = input_tokens + ?, "
-                    "output_tokens = output_tokens + ?, cost = cost + ? WHERE invocation_id = ?",
-                    (
-                        event.step,
-                        usage.input_tokens,
-                        usage.output_tokens,
-                        usage.cost,
-                        event.originator_id,
-                    ),
-                )
-            case BatchDispatched():
-                for order, call in enumerate(event.calls):
-                    cursor.execute(
-                        "INSERT INTO trajectory_calls VALUES "
-                        "(?, ?, ?, ?, ?, ?, ?, ?, 'dispatched', NULL, NULL, NULL, NULL, ?)",
-                        (
-                            event.originator_id,
-                            event.step,
-                            order,
-                            call.call_id,
-                            call.name,
-                            _json(call.arguments),
-                            call.effect.value,
-                            call.effect_key,
-                            "dispatched" if call.effect_key else None,
-                        ),
-                    )
-                cursor.execute(
-                    "UPDATE trajectory_invocations SET tool_calls = tool_calls + ? "
-                    "WHERE invocation_id = ?",
-                    (len(event.calls), event.originator_id),
-                )
-            case ResultsCommitted():
-                # Results after a reconciliation pause: the invocation runs again.
-                cursor.execute(
-                    "UPDATE trajectory_invocations SET status = 'running', reason = NULL, "
-                    "detail = NULL, ended_at = NULL "
-                    "WHERE invocation_id = ? AND status = 'paused'",
-                    (event.originator_id,),
-                )
-                for result in event.results:
-                    error = result.error
-                    cursor.execute(
-                        "UPDATE trajectory_calls SET status = ?, error_class = ?, "
-                        "error_message = ?, output = ?, duration_ms = ?, "
-                        "effect_status = COALESCE(?, effect_status) "
-                        "WHERE invocation_id = ? AND step = ? AND call_id = ?",
-                        (
-                            "ok" if error is None else "error",
-                            error.error_class.value if error else None,
-                            error.message if error else None,
-                            _json(result.output) if error is None else None,
-                            result.duration_ms,
-                            result.effect_status.value if result.effect_status else None,
-                            event.originator_id,
-                            event.step,
-                            result.call_id,
-                        ),
-                    )
-            case Paused():
-                cursor.execute(
-                    "UPDATE trajectory_invocations SET status = 'paused', reason = ?, "
-                    "detail = ?, ended_at = ? WHERE invocation_id = ?",
-                    (
-                        event.reason.value,
-                        event.question or event.proposal_digest,
-                        _iso(event),
-                        event.originator_id,
-                    ),
-                )
-            case ApprovalGranted() | ApprovalDenied() | ClarificationProvided():
-                cursor.execute(
-                    "UPDATE trajectory_invocations SET status = 'running', reason = NULL, "
-                    "detail = NULL, ended_at = NULL WHERE invocation_id = ?",
-                    (event.originator_id,),
-                )
-            case Terminated():
-                cursor.execute(
-                    "UPDATE trajectory_invocations SET status = 'terminated', reason = ?, "
-                    "answer = ?, detail = ?, ended_at = ? WHERE invocation_id = ?",
-                    (
-                        event.reason.value,
-                        event.answer,
-                        event.detail,
-                        _iso(event),
-                        event.originator_id,
-                    ),
-                )
-            case _:
-                status = effect_status_after(event)
-                if status is not None:
-                    cursor.execute(
-                        "UPDATE trajectory_calls SET effect_status = ? WHERE effect_key = ?",
-                        (status, event.originator_id),
-                    )
-        _count_events(cursor, event)
+        """Fold one event into the rows of its invocation."""
+        query = _cursor_query(cursor)
+        if isinstance(event, InvocationStarted):
+            after = evolve_trajectory(None, event)
+            cursor.execute(
+                f"INSERT INTO trajectory_invocations VALUES ({', '.join('?' * 18)})",
+                _head_row(after, started_position=position),
+            )
+            return
+        if isinstance(event, EffectEvent):
+            found = query(
+                "SELECT invocation_id, step FROM trajectory_calls WHERE effect_key = ?",
+                [event.originator_id],
+            )
+            if not found:
+                return
+            invocation_id, step = found[0]["invocation_id"], found[0]["step"]
+        elif isinstance(event, InvocationEvent):
+            invocation_id, step = event.originator_id, step_changed_by(event)
+        else:
+            return
+        before = _read(query, invocation_id, steps=step)
+        if before is None:
+            return
+        after = evolve_trajectory(before, event)
+        _write(cursor, before, after)
 
 
-def _count_events(cursor: SQLiteCursor, event: DomainEvent) -> None:
-    if isinstance(event, InvocationEvent):
-        cursor.execute(
-            "UPDATE trajectory_invocations SET events = ? WHERE invocation_id = ?",
-            (event.originator_version, event.originator_id),
+def _cursor_query(cursor: SQLiteCursor) -> Query:
+    def query(sql: str, params: Sequence[Any]) -> list[dict[str, Any]]:
+        cursor.execute(sql, params)
+        return [dict(row) for row in cursor.fetchall()]
+
+    return query
+
+
+def _head_row(trajectory: Trajectory, *, started_position: int | None = None) -> tuple[Any, ...]:
+    last_step = trajectory.steps[-1].step if trajectory.steps else 0
+    return (
+        trajectory.invocation_id,
+        trajectory.agent_name,
+        trajectory.agent_version,
+        trajectory.task_class,
+        trajectory.goal,
+        trajectory.status.value,
+        trajectory.reason.value if trajectory.reason else None,
+        trajectory.answer,
+        trajectory.detail,
+        last_step,
+        trajectory.tool_calls,
+        trajectory.input_tokens,
+        trajectory.output_tokens,
+        trajectory.cost,
+        trajectory.started_at,
+        trajectory.ended_at,
+        started_position,
+        trajectory.events,
+    )
+
+
+def _step_row(invocation_id: str, step: StepView) -> tuple[Any, ...]:
+    return (
+        invocation_id,
+        step.step,
+        step.kind,
+        step.summary,
+        _json(DECISION_ADAPTER.dump_python(step.decision, mode="json") if step.decision else None),
+        _json(step.rejection.model_dump(mode="json") if step.rejection else None),
+        step.input_tokens,
+        step.output_tokens,
+        step.cost,
+        step.latency_ms,
+    )
+
+
+def _call_row(invocation_id: str, step: int, order: int, call: CallView) -> tuple[Any, ...]:
+    settled = call.status not in ("ok", "dispatched")
+    return (
+        invocation_id,
+        step,
+        order,
+        call.call_id,
+        call.name,
+        _json(call.arguments),
+        call.effect.value,
+        call.effect_key,
+        "error" if settled else call.status,
+        call.status if settled else None,
+        call.error_message,
+        _json(call.output) if call.status == "ok" else None,
+        call.duration_ms,
+        call.effect_status,
+    )
+
+
+_STEP_COLUMNS = tuple(name for name in StepView.model_fields if name != "calls")
+
+
+def _write(cursor: SQLiteCursor, before: Trajectory, after: Trajectory) -> None:
+    """Write the rows that the fold changed (``before`` holds the steps that were read)."""
+    invocation_id = after.invocation_id
+    # ``steps`` only grows: ``before`` may hold one step, not the last.
+    head = _head_row(after)
+    cursor.execute(
+        "UPDATE trajectory_invocations SET agent = ?, agent_version = ?, task_class = ?, "
+        "goal = ?, status = ?, reason = ?, answer = ?, detail = ?, steps = MAX(steps, ?), "
+        "tool_calls = ?, input_tokens = ?, output_tokens = ?, cost = ?, started_at = ?, "
+        "ended_at = ?, events = ? WHERE invocation_id = ?",
+        (*head[1:16], head[17], invocation_id),
+    )
+    old_steps = {step.step: step for step in before.steps}
+    for step in after.steps:
+        old = old_steps.get(step.step)
+        if old == step:
+            continue
+        if old is None or any(getattr(old, f) != getattr(step, f) for f in _STEP_COLUMNS):
+            cursor.execute(
+                "INSERT OR REPLACE INTO trajectory_steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                _step_row(invocation_id, step),
+            )
+        old_calls = {call.call_id: call for call in old.calls} if old else {}
+        for order, call in enumerate(step.calls):
+            if old_calls.get(call.call_id) != call:
+                cursor.execute(
+                    "INSERT OR REPLACE INTO trajectory_calls VALUES "
+                    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    _call_row(invocation_id, step.step, order, call),
+                )
+
+
+ALL_STEPS = "all"
+
+
+def _read(query: Query, invocation_id: str, *, steps: int | str | None) -> Trajectory | None:
+    """An invocation's trajectory from its rows, with ``ALL_STEPS``, one step, or none."""
+    rows = query("SELECT * FROM trajectory_invocations WHERE invocation_id = ?", [invocation_id])
+    if not rows:
+        return None
+    head = rows[0]
+    step_rows: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    if steps == ALL_STEPS:
+        step_rows = query(
+            "SELECT * FROM trajectory_steps WHERE invocation_id = ? ORDER BY step", [invocation_id]
         )
+        calls = query(
+            "SELECT * FROM trajectory_calls WHERE invocation_id = ? ORDER BY step, call_order",
+            [invocation_id],
+        )
+    elif steps is not None:
+        step_rows = query(
+            "SELECT * FROM trajectory_steps WHERE invocation_id = ? AND step = ?",
+            [invocation_id, steps],
+        )
+        calls = query(
+            "SELECT * FROM trajectory_calls WHERE invocation_id = ? AND step = ? "
+            "ORDER BY call_order",
+            [invocation_id, steps],
+        )
+    by_step: dict[int, list[CallView]] = {}
+    for call in calls:
+        by_step.setdefault(call["step"], []).append(
+            CallView(
+                call_id=call["call_id"],
+                name=call["tool"],
+                arguments=json.loads(call["arguments"]),
+                status=call["error_class"] or call["status"],
+                output=_loads(call["output"]),
+                error_message=call["error_message"],
+                duration_ms=call["duration_ms"],
+                effect=Effect(call["effect"]),
+                effect_key=call["effect_key"],
+                effect_status=call["effect_status"],
+            )
+        )
+    return Trajectory(
+        invocation_id=invocation_id,
+        goal=head["goal"],
+        agent_name=head["agent"],
+        agent_version=head["agent_version"],
+        steps=[
+            StepView(
+                step=s["step"],
+                kind=s["kind"],
+                summary=s["summary"],
+                calls=by_step.get(s["step"], []),
+                input_tokens=s["input_tokens"],
+                output_tokens=s["output_tokens"],
+                cost=s["cost"],
+                latency_ms=s["latency_ms"],
+                decision=DECISION_ADAPTER.validate_python(json.loads(s["decision"]))
+                if s["decision"]
+                else None,
+                rejection=Rejection.model_validate_json(s["rejection"]) if s["rejection"] else None,
+            )
+            for s in step_rows
+        ],
+        reason=TerminalReason(head["reason"]) if head["reason"] else None,
+        answer=head["answer"],
+        detail=head["detail"],
+        tool_calls=head["tool_calls"],
+        events=head["events"],
+        status=InvocationStatus(head["status"]),
+        task_class=head["task_class"],
+        started_at=head["started_at"],
+        ended_at=head["ended_at"],
+        input_tokens=head["input_tokens"],
+        output_tokens=head["output_tokens"],
+        cost=head["cost"],
+    )
 
 
 def _iso(event: DomainEvent) -> str:
@@ -373,6 +589,10 @@ def _iso(event: DomainEvent) -> str:
 
 def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _loads(text: str | None) -> JsonValue:
+    return None if text is None else json.loads(text)
 
 
 def list_invocations(
@@ -401,59 +621,4 @@ def list_invocations(
 
 def load_trajectory(runner: ProjectionRunner, invocation_id: str) -> Trajectory | None:
     """An invocation's trajectory as the read model holds it (None if unknown)."""
-    rows = runner.query(
-        "SELECT * FROM trajectory_invocations WHERE invocation_id = ?", [invocation_id]
-    )
-    if not rows:
-        return None
-    head = rows[0]
-    steps = runner.query(
-        "SELECT * FROM trajectory_steps WHERE invocation_id = ? ORDER BY step", [invocation_id]
-    )
-    calls = runner.query(
-        "SELECT * FROM trajectory_calls WHERE invocation_id = ? ORDER BY step, call_order",
-        [invocation_id],
-    )
-    by_step: dict[int, list[CallView]] = {}
-    for call in calls:
-        by_step.setdefault(call["step"], []).append(
-            CallView(
-                call_id=call["call_id"],
-                name=call["tool"],
-                arguments=json.loads(call["arguments"]),
-                status="ok" if call["status"] == "ok" else call["error_class"] or call["status"],
-                output=json.loads(call["output"]) if call["output"] else None,
-                error_message=call["error_message"],
-                duration_ms=call["duration_ms"],
-                effect_status=call["effect_status"],
-            )
-        )
-    return Trajectory(
-        invocation_id=invocation_id,
-        goal=head["goal"],
-        agent_name=head["agent"],
-        steps=[
-            StepView(
-                step=s["step"],
-                kind=s["kind"],
-                summary=s["summary"],
-                calls=by_step.get(s["step"], []),
-                input_tokens=s["input_tokens"],
-                output_tokens=s["output_tokens"],
-                cost=s["cost"],
-            )
-            for s in steps
-        ],
-        reason=TerminalReason(head["reason"]) if head["reason"] else None,
-        answer=head["answer"],
-        detail=head["detail"],
-        tool_calls=head["tool_calls"],
-        events=head["events"] or 0,
-        status=head["status"],
-        task_class=head["task_class"],
-        started_at=head["started_at"],
-        ended_at=head["ended_at"],
-        input_tokens=head["input_tokens"],
-        output_tokens=head["output_tokens"],
-        cost=head["cost"],
-    )
+    return _read(runner.query, invocation_id, steps=ALL_STEPS)

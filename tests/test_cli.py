@@ -60,6 +60,18 @@ def test_demo_prints_the_seed_lines_and_a_trajectory(tmp_path: Path) -> None:
     assert (tmp_path / "loop-actors.db").exists()  # the default SQLite file
 
 
+def test_demo_prints_the_tree_that_show_prints_for_its_invocation(tmp_path: Path) -> None:
+    """One fold and one renderer: the demo's events and the read model agree."""
+    demo = cli("demo", "--db", "sqlite:///demo.db", cwd=tmp_path)
+    assert demo.returncode == 0, demo.stderr
+    invocation_id = demo.stdout.splitlines()[2].rpartition("id=")[2]
+    shown = cli("show", invocation_id, "--db", "sqlite:///demo.db", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    tree = shown.stdout.splitlines()
+    assert tree[0].startswith(f"{invocation_id}  agent demo  completed")
+    assert demo.stdout.splitlines()[4 : 4 + len(tree)] == tree
+
+
 def test_run_json_prints_the_outcome_and_exits_0(project: Path) -> None:
     result = cli(
         "run", "agents:answering", "--goal", "g", "--json", "--db", "sqlite:///x.db", cwd=project
