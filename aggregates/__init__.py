@@ -57,9 +57,6 @@ from aggregates.decisions import (
 from aggregates.decisions import (
     parse_decision as parse_decision,
 )
-from aggregates.decisions import (
-    plan_fingerprint as plan_fingerprint,
-)
 from aggregates.errors import AggregateError as AggregateError
 from aggregates.errors import IllegalTransitionError as IllegalTransitionError
 from aggregates.invocation import (
@@ -97,4 +94,7 @@ from aggregates.invocation import (
 )
 from aggregates.invocation import (
     Turn as Turn,
+)
+from aggregates.invocation import (
+    plan_fingerprint as plan_fingerprint,
 )

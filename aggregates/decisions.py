@@ -7,7 +7,6 @@ change them only with a new ``schema_version`` and an upcaster.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -327,15 +326,3 @@ class Budget(Frozen):
             reserve_cost=reserve_cost,
             wind_down_steps=wind_down_steps,
         )
-
-
-_SORTED_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
-_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
-# json.dumps with options builds a new encoder on every call; these are built once.
-
-
-def plan_fingerprint(calls: list[ToolCall]) -> str:
-    """A digest of a batch that ignores call ids and call order (seed 000's fingerprint)."""
-    normalised = sorted((call.name, _SORTED_JSON.encode(call.arguments)) for call in calls)
-    payload = _COMPACT_JSON.encode(normalised).encode()
-    return hashlib.sha256(payload).hexdigest()

@@ -10,16 +10,14 @@ a command or from a stored history being replayed.
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, assert_never, cast
 
 from eventsourcing.domain import CanInitAggregate, CanSnapshotAggregate
 from eventsourcing.utils import get_topic
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from aggregates.decisions import (
     Budget,
@@ -36,10 +34,11 @@ from aggregates.decisions import (
     ToolCalls,
     ToolResult,
     Usage,
-    plan_fingerprint,
 )
+from aggregates.digest import canonical_json, digest_of
 from aggregates.errors import IllegalTransitionError
 from aggregates.events import ChainedAggregate, DomainEvent, fold
+from aggregates.settings import RunSettings
 
 # --------------------------------------------------------------------------- events
 
@@ -71,6 +70,16 @@ class InvocationStarted(InvocationEvent, CanInitAggregate[str]):
     """Who the invocation acts for (checked by the agent's policy)."""
     tenant: str | None = None
     """Whose data it acts on (checked by the agent's policy)."""
+    settings: RunSettings | None = None
+    """The rest of what decides the run's course (None in invocations recorded before it was)."""
+
+
+class SettingsChanged(InvocationEvent):
+    """A resume was told to use the agent's current budget and settings instead of the record."""
+
+    budget: Budget
+    settings: RunSettings
+    by: str | None = None
 
 
 class DecisionProposed(InvocationEvent):
@@ -188,6 +197,7 @@ EVENT_TYPES: tuple[type[InvocationEvent], ...] = (
     ClarificationProvided,
     VerificationFailed,
     ContextCompacted,
+    SettingsChanged,
     Terminated,
 )
 
@@ -197,16 +207,60 @@ EVENT_TYPES: tuple[type[InvocationEvent], ...] = (
 class Phase(StrEnum):
     """Where an invocation is in the turn protocol."""
 
+    NEW = "new"
+    """Nothing recorded yet: only ``InvocationStarted`` may come."""
     READY = "ready"
     """May ask the model (or stop before asking)."""
     CALLS_PROPOSED = "calls_proposed"
-    """A tool batch was proposed: next is its dispatch, a pause or a stop."""
+    """A tool batch was proposed (or approved): next is its dispatch, a pause or a stop."""
     DECIDED = "decided"
     """A non-tool decision (or a rejection) was recorded: next is a pause or a stop."""
     DISPATCHED = "dispatched"
-    """A batch is running: only its results may follow."""
-    PAUSED = "paused"
+    """A batch is running: only its results (or a pause for reconciliation) may follow."""
+    AWAITING_APPROVAL = "awaiting_approval"
+    """Paused: a person approves or denies a proposal."""
+    AWAITING_CLARIFICATION = "awaiting_clarification"
+    """Paused: a person answers the model's question."""
+    AWAITING_RECONCILIATION = "awaiting_reconciliation"
+    """Paused with the batch still dispatched: a write's service must say what became of it."""
     TERMINATED = "terminated"
+
+    @property
+    def paused(self) -> bool:
+        """True for the three phases in which the invocation waits."""
+        return self in _PAUSED_PHASES
+
+
+_PAUSED_PHASES = frozenset(
+    {Phase.AWAITING_APPROVAL, Phase.AWAITING_CLARIFICATION, Phase.AWAITING_RECONCILIATION}
+)
+
+PAUSED_PHASE: dict[TerminalReason, Phase] = {
+    TerminalReason.APPROVAL_REQUIRED: Phase.AWAITING_APPROVAL,
+    TerminalReason.CLARIFICATION_REQUIRED: Phase.AWAITING_CLARIFICATION,
+    TerminalReason.RECONCILIATION_REQUIRED: Phase.AWAITING_RECONCILIATION,
+}
+"""The phase each pausing reason puts an invocation in."""
+
+TRANSITIONS: dict[Phase, frozenset[type[InvocationEvent]]] = {
+    Phase.NEW: frozenset({InvocationStarted}),
+    Phase.READY: frozenset({DecisionProposed, ContextCompacted, Terminated, SettingsChanged}),
+    Phase.CALLS_PROPOSED: frozenset({BatchDispatched, Paused, Terminated, SettingsChanged}),
+    Phase.DECIDED: frozenset({Paused, VerificationFailed, Terminated, SettingsChanged}),
+    Phase.DISPATCHED: frozenset({ResultsCommitted, Paused, SettingsChanged}),
+    Phase.AWAITING_APPROVAL: frozenset(
+        {ApprovalGranted, ApprovalDenied, Terminated, SettingsChanged}
+    ),
+    Phase.AWAITING_CLARIFICATION: frozenset({ClarificationProvided, Terminated, SettingsChanged}),
+    # The batch is still dispatched: it ends with its results, never with a bare stop.
+    Phase.AWAITING_RECONCILIATION: frozenset({ResultsCommitted, SettingsChanged}),
+    Phase.TERMINATED: frozenset(),
+}
+"""Which events each phase accepts (the table of the turn protocol).
+
+An event outside its phase's row is refused before anything changes; an event
+inside it is then checked against the history (steps, call ids, digests, totals).
+"""
 
 
 class Turn(Frozen):
@@ -235,10 +289,11 @@ class Invocation(ChainedAggregate):
         self.catalogue_digest = ""
         self.tools: list[ToolSpec] = []
         self.budget = Budget()
+        self.settings: RunSettings | None = None
         self.task_class: str | None = None
         self.actor: str | None = None
         self.tenant: str | None = None
-        self.phase = Phase.READY
+        self.phase = Phase.NEW
         self.step = 0
         self.tool_calls = 0
         self.turns: list[Turn] = []
@@ -272,6 +327,7 @@ class Invocation(ChainedAggregate):
         tools: list[ToolSpec],
         budget: Budget,
         at: datetime,
+        settings: RunSettings | None = None,
         task_class: str | None = None,
         actor: str | None = None,
         tenant: str | None = None,
@@ -289,6 +345,7 @@ class Invocation(ChainedAggregate):
             catalogue_digest=catalogue_digest,
             tools=tools,
             budget=budget,
+            settings=settings,
             task_class=task_class,
             actor=actor,
             tenant=tenant,
@@ -396,6 +453,12 @@ class Invocation(ChainedAggregate):
             evidence=evidence,
         )
 
+    def change_settings(
+        self, budget: Budget, settings: RunSettings, *, at: datetime, by: str | None = None
+    ) -> None:
+        """Follow new settings from now on (a resume that was allowed to change them)."""
+        self.trigger_event(SettingsChanged, timestamp=at, budget=budget, settings=settings, by=by)
+
     def terminate(
         self,
         reason: TerminalReason,
@@ -426,7 +489,12 @@ class Invocation(ChainedAggregate):
         """The decision of the latest turn, if it was a valid one."""
         return self.turns[-1].decision if self.turns else None
 
-    def repeat_streak_after(self, calls: list[ToolCall]) -> int:
+    @property
+    def paused_for_reconciliation(self) -> bool:
+        """True when a dispatched batch waits for the owning service of a write to answer."""
+        return self.phase is Phase.AWAITING_RECONCILIATION
+
+    def repeat_streak_after(self, calls: Sequence[DispatchedCall]) -> int:
         """How many times in a row this plan would have run, counting this time."""
         if plan_fingerprint(calls) == self.last_plan:
             return self.repeat_streak + 1
@@ -435,7 +503,13 @@ class Invocation(ChainedAggregate):
     # ----------------------------------------------------------------- transitions
 
     def _evolve(self, event: InvocationEvent) -> None:
-        """Check that ``event`` is legal now, then apply it (the only place state changes)."""
+        """Check that ``event`` is legal now, then apply it (the only place state changes).
+
+        First the table (:data:`TRANSITIONS`): is this kind of event accepted in
+        this phase at all; then the event's own checks against the history.
+        """
+        if type(event) not in TRANSITIONS[self.phase]:
+            raise self._refuse(event, "not accepted in this phase")
         match event:
             case InvocationStarted():
                 self._start(event)
@@ -454,8 +528,11 @@ class Invocation(ChainedAggregate):
             case VerificationFailed():
                 self._on_verification_failed(event)
             case ContextCompacted():
-                if self.phase is not Phase.READY or event.step != self.step + 1:
+                if event.step != self.step + 1:
                     raise self._refuse(event, "the view is compacted just before a decision")
+            case SettingsChanged():
+                self.budget = event.budget
+                self.settings = event.settings
             case Terminated():
                 self._on_terminate(event)
             case _:
@@ -473,14 +550,14 @@ class Invocation(ChainedAggregate):
         self.catalogue_digest = event.catalogue_digest
         self.tools = list(event.tools)
         self.budget = event.budget
+        self.settings = event.settings
         self.task_class = event.task_class
         self.actor = event.actor
         self.tenant = event.tenant
         self.started_at = event.timestamp
+        self.phase = Phase.READY
 
     def _on_decision(self, event: DecisionProposed) -> None:
-        if self.phase is not Phase.READY:
-            raise self._refuse(event, "a decision needs a ready invocation")
         if event.step != self.step + 1:
             raise self._refuse(event, f"step must be {self.step + 1}, got {event.step}")
         if event.step > self.budget.max_steps:
@@ -514,8 +591,6 @@ class Invocation(ChainedAggregate):
         self.phase = phase
 
     def _on_dispatch(self, event: BatchDispatched) -> None:
-        if self.phase is not Phase.CALLS_PROPOSED:
-            raise self._refuse(event, "only a proposed tool batch can be dispatched")
         if event.step != self.step:
             raise self._refuse(event, f"step must be {self.step}, got {event.step}")
         decision = self.last_decision
@@ -529,7 +604,9 @@ class Invocation(ChainedAggregate):
             raise self._refuse(event, "the plan must schedule every call exactly once")
         if self.tool_calls + len(event.calls) > self.budget.max_tool_calls:
             raise self._refuse(event, f"max_tool_calls {self.budget.max_tool_calls} exceeded")
-        fingerprint = plan_fingerprint(decision.calls)
+        # The plan is judged on the calls as dispatched: normalised (defaults filled
+        # in) and redacted, the only form a resumed run can see.
+        fingerprint = plan_fingerprint(event.calls)
         streak = self.repeat_streak + 1 if fingerprint == self.last_plan else 1
         if streak > self.budget.max_repeated_plan:
             raise self._refuse(event, "the same plan repeated past max_repeated_plan")
@@ -540,18 +617,8 @@ class Invocation(ChainedAggregate):
         self.pending_batch = event
         self.phase = Phase.DISPATCHED
 
-    @property
-    def paused_for_reconciliation(self) -> bool:
-        """True when a dispatched batch waits for the owning service of a write to answer."""
-        return (
-            self.phase is Phase.PAUSED
-            and self.paused is not None
-            and self.paused.reason is TerminalReason.RECONCILIATION_REQUIRED
-        )
-
     def _on_results(self, event: ResultsCommitted) -> None:
-        waiting = self.phase is Phase.DISPATCHED or self.paused_for_reconciliation
-        if not waiting or self.pending_batch is None:
+        if self.pending_batch is None:  # pragma: no cover - the table's two phases have one
             raise self._refuse(event, "results need a dispatched batch")
         if event.step != self.step:
             raise self._refuse(event, f"step must be {self.step}, got {event.step}")
@@ -580,13 +647,20 @@ class Invocation(ChainedAggregate):
         self.phase = Phase.READY
 
     def _on_pause(self, event: Paused) -> None:
-        if event.reason is TerminalReason.RECONCILIATION_REQUIRED:
-            if self.phase is not Phase.DISPATCHED:
-                raise self._refuse(event, "only a dispatched batch waits for reconciliation")
-        elif self.phase not in (Phase.CALLS_PROPOSED, Phase.DECIDED):
-            raise self._refuse(event, "only a proposal can pause an invocation")
         if not event.reason.pauses:
             raise self._refuse(event, f"{event.reason.value} is not a pausing reason")
+        # Which pause each phase allows: a running batch waits only for a service; a
+        # proposed batch only for an approval; another decision for a person.
+        allowed = {
+            Phase.DISPATCHED: {TerminalReason.RECONCILIATION_REQUIRED},
+            Phase.CALLS_PROPOSED: {TerminalReason.APPROVAL_REQUIRED},
+            Phase.DECIDED: {
+                TerminalReason.APPROVAL_REQUIRED,
+                TerminalReason.CLARIFICATION_REQUIRED,
+            },
+        }[self.phase]
+        if event.reason not in allowed:
+            raise self._refuse(event, f"{event.reason.value} is not a pause of this phase")
         if event.calls is not None:
             decision = self.last_decision
             proposed = (
@@ -597,16 +671,11 @@ class Invocation(ChainedAggregate):
         if event.step != self.step:
             raise self._refuse(event, f"step must be {self.step}, got {event.step}")
         self.paused = event
-        self.phase = Phase.PAUSED
+        self.phase = PAUSED_PHASE[event.reason]
 
     def _on_approval(self, event: ApprovalGranted | ApprovalDenied) -> None:
         paused = self.paused
-        if (
-            self.phase is not Phase.PAUSED
-            or paused is None
-            or paused.reason is not TerminalReason.APPROVAL_REQUIRED
-        ):
-            raise self._refuse(event, "only a batch paused for approval is approved or denied")
+        assert paused is not None  # guaranteed by Phase.AWAITING_APPROVAL
         if event.step != self.step:
             raise self._refuse(event, f"step must be {self.step}, got {event.step}")
         if event.proposal_digest != paused.proposal_digest:
@@ -631,13 +700,6 @@ class Invocation(ChainedAggregate):
         self.phase = Phase.CALLS_PROPOSED
 
     def _on_clarification(self, event: ClarificationProvided) -> None:
-        paused = self.paused
-        if (
-            self.phase is not Phase.PAUSED
-            or paused is None
-            or paused.reason is not TerminalReason.CLARIFICATION_REQUIRED
-        ):
-            raise self._refuse(event, "only an invocation paused for a question takes an answer")
         if event.step != self.step:
             raise self._refuse(event, f"step must be {self.step}, got {event.step}")
         self.turns[-1] = self.turns[-1].model_copy(update={"reply": event.answer})
@@ -645,7 +707,7 @@ class Invocation(ChainedAggregate):
         self.phase = Phase.READY
 
     def _on_verification_failed(self, event: VerificationFailed) -> None:
-        if self.phase is not Phase.DECIDED or not isinstance(self.last_decision, Final):
+        if not isinstance(self.last_decision, Final):
             raise self._refuse(event, "only a proposed final answer is verified")
         if event.step != self.step or event.attempt != self.verification_failures + 1:
             raise self._refuse(event, "step and attempt must follow the history")
@@ -654,8 +716,6 @@ class Invocation(ChainedAggregate):
         self.phase = Phase.READY
 
     def _on_terminate(self, event: Terminated) -> None:
-        if self.phase in (Phase.TERMINATED, Phase.DISPATCHED):
-            raise self._refuse(event, "nothing ends while a batch runs or after the end")
         if event.reason.pauses:
             raise self._refuse(event, f"{event.reason.value} pauses, it does not terminate")
         if event.steps != self.step or event.tool_calls != self.tool_calls:
@@ -672,10 +732,17 @@ class Invocation(ChainedAggregate):
         self.phase = Phase.TERMINATED
 
 
+def plan_fingerprint(calls: Iterable[DispatchedCall | ToolCall]) -> str:
+    """A digest of a batch that ignores call ids and call order (seed 000's fingerprint).
+
+    Judged on the calls as dispatched (normalised, redacted arguments).
+    """
+    return digest_of(sorted([call.name, canonical_json(call.arguments)] for call in calls))
+
+
 def failure_signature(tool: str, arguments: dict[str, Any], error_class: str) -> str:
     """What makes two failures "the same": the tool, its normalised arguments, the error class."""
-    canonical = json.dumps([tool, arguments, error_class], sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return digest_of([tool, arguments, error_class])
 
 
 class InvocationState(Frozen):
@@ -687,6 +754,7 @@ class InvocationState(Frozen):
     catalogue_digest: str
     tools: list[ToolSpec]
     budget: Budget
+    settings: RunSettings | None = None
     task_class: str | None = None
     actor: str | None = None
     tenant: str | None = None
@@ -712,6 +780,16 @@ class InvocationState(Frozen):
     last_hash: str
     created_on: datetime
     modified_on: datetime
+
+    @model_validator(mode="before")
+    @classmethod
+    def _name_the_pause(cls, data: Any) -> Any:
+        """Snapshots taken before the pauses were named say ``paused``: name it."""
+        if isinstance(data, dict) and data.get("phase") == "paused":
+            paused = data.get("paused") or {}
+            reason = paused.get("reason") if isinstance(paused, dict) else paused.reason
+            data = {**data, "phase": PAUSED_PHASE[TerminalReason(str(reason))].value}
+        return data
 
 
 class InvocationSnapshot(BaseModel, CanSnapshotAggregate[str]):

@@ -20,12 +20,16 @@ from aggregates.decisions import ToolCall as ToolCall
 from aggregates.decisions import ToolCalls as ToolCalls
 from aggregates.decisions import ToolResult as ToolResult
 from aggregates.decisions import Usage as Usage
+from aggregates.settings import RunSettings as RunSettings
 from loop_actors._adapters import AnthropicModel as AnthropicModel
 from loop_actors._adapters import ModelCallError as ModelCallError
 from loop_actors._adapters import OpenAIModel as OpenAIModel
 from loop_actors._adapters import ProviderErrorClass as ProviderErrorClass
 from loop_actors._adapters import RetryPolicy as RetryPolicy
 from loop_actors._adapters import model_from_name as model_from_name
+from loop_actors._agent import Agent as Agent
+from loop_actors._agent import CatalogueChangedError as CatalogueChangedError
+from loop_actors._agent import SettingsChangedError as SettingsChangedError
 from loop_actors._errors import AgentLoadError as AgentLoadError
 from loop_actors._errors import ApprovalRefusedError as ApprovalRefusedError
 from loop_actors._errors import InvocationExistsError as InvocationExistsError
@@ -51,8 +55,6 @@ from loop_actors._model import ScriptedModel as ScriptedModel
 from loop_actors._outcome import Outcome as Outcome
 from loop_actors._policy import AccessRequest as AccessRequest
 from loop_actors._policy import Deny as Deny
-from loop_actors._runtime import Agent as Agent
-from loop_actors._runtime import CatalogueChangedError as CatalogueChangedError
 from loop_actors._runtime import ReconcileReport as ReconcileReport
 from loop_actors._runtime import Runtime as Runtime
 from loop_actors._tools import Reconciled as Reconciled
@@ -97,9 +99,11 @@ __all__ = [
     "RejectionClass",
     "RequestApproval",
     "RetryPolicy",
+    "RunSettings",
     "Runtime",
     "ScriptExhaustedError",
     "ScriptedModel",
+    "SettingsChangedError",
     "StdioServer",
     "StoreUnavailableError",
     "StoreUrlError",

@@ -7,7 +7,6 @@ input (nothing written), 1 internal error.
 from __future__ import annotations
 
 import argparse
-import copy
 import importlib
 import json
 import os
@@ -21,13 +20,14 @@ from rich.console import Console
 from aggregates.audit import GENESIS, canonical_record
 from aggregates.invocation import InvocationEvent
 from loop_actors._adapters import model_from_name
+from loop_actors._agent import Agent
 from loop_actors._audit import verify_all, verify_invocation
 from loop_actors._controller import single_exception
 from loop_actors._demo import DEMO_GOAL, demo_agent
 from loop_actors._errors import AgentLoadError, InvocationNotFoundError, UsageError
 from loop_actors._outcome import Outcome
 from loop_actors._render import effects_table, invocations_table, metrics_table, render_tree
-from loop_actors._runtime import Agent, Runtime
+from loop_actors._runtime import Runtime
 from loop_actors._store import EventStore, resolve_db_url
 from loop_actors._views import open_runner
 from projections import (
@@ -513,8 +513,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                 raise UsageError("--goal must not be empty")
             agent = load_agent(args.agent)  # before the database: a bad agent writes nothing
             if args.model:
-                agent = copy.copy(agent)
-                agent.model = model_from_name(args.model, base_url=args.base_url)
+                agent = agent.with_model(model_from_name(args.model, base_url=args.base_url))
             elif args.base_url:
                 raise UsageError("--base-url goes with --model openai:MODEL")
             return trio.run(_run_agent, Runtime(args.db), agent, args)

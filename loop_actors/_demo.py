@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import trio
 
+from loop_actors._agent import Agent
 from loop_actors._messages import ModelRequest
 from loop_actors._model import ScriptedModel
-from loop_actors._runtime import Agent
 from loop_actors._tools import tool
 
 VALUES = {"profile": "active", "policy": "refund-under-100"}

@@ -18,7 +18,18 @@ from loop_actors._store import EventStore
 MAX_GROUP = 512
 """The most commits put into one transaction."""
 
-_Pending = tuple[Sequence[DomainEvent], trio.lowlevel.Task]
+
+class _Waiter:
+    """A task parked on a commit; ``abandoned`` once it stopped waiting (cancelled)."""
+
+    __slots__ = ("abandoned", "task")
+
+    def __init__(self, task: trio.lowlevel.Task) -> None:
+        self.task = task
+        self.abandoned = False
+
+
+_Pending = tuple[Sequence[DomainEvent], _Waiter]
 
 
 def _commit_one(store: EventStore, events: Sequence[DomainEvent]) -> CommitOutcome:
@@ -79,22 +90,33 @@ class Journal:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    async def commit(self, events: Sequence[DomainEvent]) -> CommitOutcome:
+    async def commit(
+        self, events: Sequence[DomainEvent], *, abandon_on_cancel: bool = False
+    ) -> CommitOutcome:
         """Append ``events`` atomically and wait until they are durable (or refused).
 
-        Cancellation: not a cancellation point once handed over: a commit that
-        was handed to the thread is always waited for, so the caller never loses
-        track of what is durable.
+        Cancellation: by default not a cancellation point once handed over: a
+        commit that was handed to the thread is waited for (at most the store's
+        lock timeout), so the caller never loses track of what is durable. With
+        ``abandon_on_cancel`` (cleanup under a bound), a cancelled caller stops
+        waiting at once; the commit may still become durable, so the caller must
+        read the store again to know.
         """
         if self._closed or self._thread is None:
             await trio.lowlevel.checkpoint()
             return CommitFailed(
                 error_type="ClosedResourceError", message="the journal is closed", conflict=False
             )
-        self._queue.put((events, trio.lowlevel.current_task()))
-        return await trio.lowlevel.wait_task_rescheduled(  # type: ignore[no-any-return]
-            lambda _: trio.lowlevel.Abort.FAILED
-        )
+        waiter = _Waiter(trio.lowlevel.current_task())
+        self._queue.put((events, waiter))
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            if not abandon_on_cancel:
+                return trio.lowlevel.Abort.FAILED
+            waiter.abandoned = True
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        return await trio.lowlevel.wait_task_rescheduled(abort)  # type: ignore[no-any-return]
 
     async def aclose(self) -> None:
         """Answer every commit already handed over, then stop the thread."""
@@ -138,8 +160,9 @@ class Journal:
 
     def _deliver(self, group: list[_Pending], results: list[CommitOutcome]) -> None:
         """Wake the waiting tasks (on the trio thread)."""
-        for (_, task), result in zip(group, results, strict=True):
-            trio.lowlevel.reschedule(task, outcome.Value(result))
+        for (_, waiter), result in zip(group, results, strict=True):
+            if not waiter.abandoned:
+                trio.lowlevel.reschedule(waiter.task, outcome.Value(result))
         if self._committed is not None:
             # A wake-up flag (buffer of one): if one is already pending, that is enough.
             with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError):

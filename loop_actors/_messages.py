@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from aggregates.decisions import ToolResult, Usage
 from aggregates.invocation import DispatchedCall, Turn
+from aggregates.results import Interruption
+from aggregates.turn import ModelFailed, ModelTimedOut
 
 
 class Message(BaseModel):
@@ -73,32 +74,10 @@ class Decided(Message):
     reply: ModelReply
 
 
-class ModelFailed(Message):
-    """The model call raised."""
-
-    kind: Literal["model_failed"] = "model_failed"
-    error_type: str
-    message: str
-
-
-class ModelTimedOut(Message):
-    """The model did not answer before the deadline."""
-
-    kind: Literal["model_timed_out"] = "model_timed_out"
-
-
 ModelOutcome = Decided | ModelFailed | ModelTimedOut
 
 
 # --------------------------------------------------------------------------- tools
-
-
-class Interruption(StrEnum):
-    """Whether a batch ran to the end or was cut short."""
-
-    NONE = "none"
-    DEADLINE = "deadline"
-    CANCELLED = "cancelled"
 
 
 class ExecuteBatch(Message):
@@ -161,24 +140,3 @@ class ReconcileEffect(Message):
     kind: Literal["reconcile_effect"] = "reconcile_effect"
     effect_key: str
     tool: str
-
-
-class EffectAnswered(Message):
-    """The service answered."""
-
-    kind: Literal["effect_answered"] = "effect_answered"
-    effect_key: str
-    status: Literal["committed", "rejected", "not_found"]
-    receipt: Any = None
-    reason: str | None = None
-
-
-class ServiceUnreachable(Message):
-    """The service could not be asked (``reconcile`` raised or timed out)."""
-
-    kind: Literal["service_unreachable"] = "service_unreachable"
-    effect_key: str
-    error: str
-
-
-ReconcileOutcome = EffectAnswered | ServiceUnreachable

@@ -11,15 +11,14 @@ import trio
 from pydantic import BaseModel
 
 from aggregates.decisions import Usage
+from aggregates.turn import ModelFailed, ModelTimedOut
 from loop_actors._errors import ScriptExhaustedError
 from loop_actors._messages import (
     Decide,
     Decided,
-    ModelFailed,
     ModelOutcome,
     ModelReply,
     ModelRequest,
-    ModelTimedOut,
 )
 
 ScriptEntry = BaseModel | Mapping[str, Any]

@@ -52,7 +52,7 @@ class Outcome(Frozen):
                 tool_calls=ended.tool_calls,
                 detail=ended.detail,
             )
-        if invocation.phase is Phase.PAUSED and invocation.paused is not None:
+        if invocation.phase.paused and invocation.paused is not None:
             paused = invocation.paused
             pending = None
             if paused.calls is not None:

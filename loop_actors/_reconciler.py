@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import trio
 
-from loop_actors._messages import (
-    EffectAnswered,
-    ReconcileEffect,
-    ReconcileOutcome,
-    ServiceUnreachable,
-)
+from aggregates.turn import EffectAnswered, ReconcileOutcome, ServiceUnreachable
+from loop_actors._messages import ReconcileEffect
 from loop_actors._tools import Toolbox, ask_service
 
 

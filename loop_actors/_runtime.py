@@ -2,29 +2,27 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from enum import StrEnum
 from functools import partial
 from types import TracebackType
-from typing import Any
 from uuid import uuid4
 
 import trio
 
-from aggregates.decisions import Budget, Frozen, Price, TerminalReason
-from aggregates.effect import Effect, Resolution
-from aggregates.invocation import Invocation, InvocationEvent, Phase, ToolSpec
+from aggregates.decisions import Frozen, TerminalReason
+from aggregates.effect import Effect
+from aggregates.invocation import Invocation, InvocationEvent, Phase
 from aggregates.requests import CancelRequest
-from loop_actors._adapters import model_from_name
-from loop_actors._controller import (
-    DEFAULT_WIND_DOWN_NOTICE,
-    Controller,
-    Verifier,
-    single_exception,
+from aggregates.turn import EffectAnswered, cancel_paused
+from loop_actors._agent import (
+    Agent,
+    SettingsChangedError,
+    check_catalogue,
 )
+from loop_actors._controller import Controller, single_exception
 from loop_actors._errors import (
     ApprovalRefusedError,
     InvocationExistsError,
@@ -37,15 +35,12 @@ from loop_actors._journal import Journal
 from loop_actors._messages import (
     CommitFailed,
     Committed,
-    EffectAnswered,
     ReconcileEffect,
 )
-from loop_actors._model import Model
 from loop_actors._outcome import Outcome
-from loop_actors._policy import Policy
 from loop_actors._reconciler import reconcile_effect
+from loop_actors._secrets import SecretStore
 from loop_actors._store import EventStore, StoreUrl, resolve_db_url
-from loop_actors._tools import DEFAULT_TOOL_TIMEOUT_S, Tool, Toolbox
 from loop_actors._views import open_runner, run_projection_follower
 from projections import ProjectionRunner
 
@@ -94,129 +89,6 @@ class ReconcileReport(Frozen):
     """Invocations with open effects that may still be running; resume them to settle."""
 
 
-class CatalogueChangedError(UsageError):
-    """Raised when resuming with tools that changed incompatibly (removed, or new schema)."""
-
-
-def check_catalogue(recorded: Sequence[ToolSpec], toolbox: Toolbox) -> None:
-    """Refuse a tool catalogue that lost a recorded tool or changed its schema or effect.
-
-    Raises:
-        CatalogueChangedError: naming each incompatible change.
-    """
-    problems = []
-    for spec in recorded:
-        current = toolbox.tools.get(spec.name)
-        if current is None:
-            problems.append(f"tool {spec.name!r} was removed")
-        elif current.schema_digest != spec.schema_digest:
-            problems.append(f"tool {spec.name!r} changed its schema or effect")
-    if problems:
-        raise CatalogueChangedError(
-            "the tool catalogue changed since the invocation started: "
-            + "; ".join(problems)
-            + " (allow_catalogue_change / --allow-catalogue-change resumes anyway)"
-        )
-
-
-class Agent:
-    """An agent: a name, a model, its tools and its budget."""
-
-    def __init__(
-        self,
-        name: str,
-        model: Model | str,
-        tools: Iterable[Tool | Callable[..., Any]] = (),
-        budget: Budget | None = None,
-        *,
-        version: str = "1",
-        tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
-        task_class: str | None = None,
-        verifier: Verifier | None = None,
-        max_verification_attempts: int = 2,
-        max_repeated_failures: int = 3,
-        price: Price | None = None,
-        wind_down_notice: str = DEFAULT_WIND_DOWN_NOTICE,
-        policy: Policy | None = None,
-        context_limit: int | None = None,
-        keep_recent_turns: int = 4,
-    ) -> None:
-        """Describe an agent.
-
-        Args:
-            name: recorded with every invocation; used to group metrics.
-            model: what proposes decisions (a :class:`ScriptedModel` or an adapter).
-            tools: tools made with :func:`tool`, or plain functions.
-            budget: limits for each invocation (defaults: :class:`Budget`).
-            version: recorded with every invocation, to tell agent revisions apart.
-            tool_timeout_s: per-call timeout for tools that do not set their own.
-            task_class: default task class recorded with each invocation.
-            verifier: ``verifier(answer, turns)`` checks a final answer: True
-                passes; False or a text (the evidence) refuses, and the evidence
-                goes back to the model. Only a passed answer is ``completed``.
-            max_verification_attempts: refused answers before ``verification_failed``.
-            max_repeated_failures: failures in a row of one tool with the same
-                arguments and error class before ``repeated_failure`` (a tool may
-                set its own).
-            price: turns the model's token usage into cost when the model does not
-                report a cost (for ``Budget.max_cost``).
-            wind_down_notice: what the model is told when ``Budget.wind_down_steps``
-                or fewer steps are left (``{steps_left}`` is filled in).
-            policy: ``policy(AccessRequest)`` authorises each call before dispatch
-                (actor, tenant, operation, object): True allows; False or
-                ``Deny(reason)`` gives the call a ``denied`` result without running
-                it; ``Deny(reason, stop=True)`` ends the run (``invalid_decision``).
-            context_limit: the most JSON characters of history the model is given;
-                above it older turns are left out (never the first, the last
-                ``keep_recent_turns``, or one with an unsettled write), the model is
-                told, and ``ContextCompacted`` records it.
-            keep_recent_turns: turns always kept in view.
-
-        Raises:
-            UsageError: a malformed argument.
-            ToolDefinitionError: a tool cannot be described to a model.
-        """
-        if not isinstance(name, str) or not name.strip():
-            raise UsageError("an agent needs a non-empty name")
-        if isinstance(model, str):
-            model = model_from_name(model)
-        if not callable(getattr(model, "decide", None)):
-            raise UsageError(f"agent {name}: model must have an async decide(request) method")
-        if not (tool_timeout_s > 0 and math.isfinite(tool_timeout_s)):
-            raise UsageError(f"agent {name}: tool_timeout_s must be a positive number")
-        self.name = name
-        self.model = model
-        self.budget = budget if budget is not None else Budget()
-        if not isinstance(self.budget, Budget):
-            raise UsageError(f"agent {name}: budget must be a Budget")
-        self.version = version
-        self.task_class = task_class
-        if verifier is not None and not callable(verifier):
-            raise UsageError(f"agent {name}: verifier must be callable")
-        if max_verification_attempts < 1 or max_repeated_failures < 1:
-            raise UsageError(
-                f"agent {name}: max_verification_attempts and max_repeated_failures must be >= 1"
-            )
-        self.verifier = verifier
-        self.price = price
-        self.wind_down_notice = wind_down_notice
-        if policy is not None and not callable(policy):
-            raise UsageError(f"agent {name}: policy must be callable")
-        self.policy = policy
-        if context_limit is not None and context_limit < 1:
-            raise UsageError(f"agent {name}: context_limit must be positive")
-        if keep_recent_turns < 0:
-            raise UsageError(f"agent {name}: keep_recent_turns must be >= 0")
-        self.context_limit = context_limit
-        self.keep_recent_turns = keep_recent_turns
-        self.max_verification_attempts = max_verification_attempts
-        self.max_repeated_failures = max_repeated_failures
-        self.toolbox = Toolbox(tools, default_timeout_s=tool_timeout_s)
-
-    def __repr__(self) -> str:
-        return f"Agent({self.name!r}, tools={sorted(self.toolbox.tools)})"
-
-
 def _utc_now() -> datetime:
     return datetime.now(UTC)
 
@@ -250,6 +122,8 @@ class Runtime:
         self._journal: Journal | None = None
         self._exit_stack: AsyncExitStack | None = None
         self._running: dict[str, Controller] = {}
+        self._secrets = SecretStore()
+        """Real values of redacted data that paused runs still need (see ``_secrets``)."""
         self.follow_projections = follow_projections
         self.views = views
         self.projections: ProjectionRunner | None = None
@@ -269,6 +143,8 @@ class Runtime:
         stack = AsyncExitStack()
         try:
             stack.callback(store.close)
+            self._secrets.open(store.url.path, store.app.mapper.cipher)
+            stack.callback(self._secrets.close)
             runner = None
             if self.follow_projections:
                 runner = await trio.to_thread.run_sync(open_runner, store, self.views)
@@ -367,6 +243,7 @@ class Runtime:
             catalogue_digest=agent.toolbox.catalogue_digest,
             tools=agent.toolbox.specs,
             budget=agent.budget,
+            settings=agent.settings,
             task_class=task_class if task_class is not None else agent.task_class,
             actor=actor,
             tenant=tenant,
@@ -387,6 +264,7 @@ class Runtime:
         agent: Agent,
         *,
         allow_catalogue_change: bool = False,
+        allow_settings_change: bool = False,
     ) -> Outcome:
         """Continue an invocation from its committed events, after a crash or a pause.
 
@@ -404,6 +282,14 @@ class Runtime:
             UsageError: ``agent`` is not the agent that started it.
             CatalogueChangedError: a tool it used was removed or its schema changed,
                 unless ``allow_catalogue_change``.
+            SettingsChangedError: the agent's approval rules changed, unless
+                ``allow_settings_change``.
+
+        The budget (its deadline included) and the settings recorded when the
+        invocation started are followed, whatever ``agent`` says now: the agent
+        gives the model, the tools, the verifier and the policy. With
+        ``allow_settings_change`` the agent's current budget and settings are
+        used from now on, and ``SettingsChanged`` records it.
 
         Cancellation: as :meth:`run`.
         """
@@ -412,7 +298,10 @@ class Runtime:
         if self._exit_stack is None:
             async with self:
                 return await self.resume(
-                    invocation_id, agent, allow_catalogue_change=allow_catalogue_change
+                    invocation_id,
+                    agent,
+                    allow_catalogue_change=allow_catalogue_change,
+                    allow_settings_change=allow_settings_change,
                 )
         store, journal = self._store, self._journal
         assert store is not None
@@ -425,11 +314,31 @@ class Runtime:
             )
         if invocation.phase is Phase.TERMINATED:
             return Outcome.of(invocation)
-        if invocation.phase is Phase.PAUSED and not invocation.paused_for_reconciliation:
+        if invocation.phase.paused and not invocation.paused_for_reconciliation:
             return Outcome.of(invocation)
         if not allow_catalogue_change:
             check_catalogue(invocation.tools, agent.toolbox)
+        self._follow_settings(invocation, agent, allow_change=allow_settings_change)
         return await self._drive(invocation, agent, store, journal)
+
+    def _follow_settings(self, invocation: Invocation, agent: Agent, *, allow_change: bool) -> None:
+        """Check the agent against the recorded settings; record a change if it is allowed.
+
+        Raises:
+            SettingsChangedError: the approval rules changed and no change is allowed.
+        """
+        recorded = invocation.settings
+        if allow_change:
+            if recorded != agent.settings or invocation.budget != agent.budget:
+                invocation.change_settings(agent.budget, agent.settings, at=self._now())
+            return
+        changed = recorded.changed_approval_rules(agent.settings) if recorded else []
+        if changed:
+            raise SettingsChangedError(
+                f"the approval rules of tool(s) {', '.join(changed)} changed since invocation "
+                f"{invocation.id} started (allow_settings_change / --allow-settings-change "
+                "resumes with the new ones, and records it)"
+            )
 
     async def approve(
         self, invocation_id: str, *, digest: str, by: str, note: str | None = None
@@ -508,12 +417,21 @@ class Runtime:
             raise StoreUnavailableError(f"{outcome.error_type}: {outcome.message}")
 
     def resume_sync(
-        self, invocation_id: str, agent: Agent, *, allow_catalogue_change: bool = False
+        self,
+        invocation_id: str,
+        agent: Agent,
+        *,
+        allow_catalogue_change: bool = False,
+        allow_settings_change: bool = False,
     ) -> Outcome:
         """Blocking :meth:`resume` for scripts (starts its own trio event loop)."""
         return trio.run(
             partial(
-                self.resume, invocation_id, agent, allow_catalogue_change=allow_catalogue_change
+                self.resume,
+                invocation_id,
+                agent,
+                allow_catalogue_change=allow_catalogue_change,
+                allow_settings_change=allow_settings_change,
             )
         )
 
@@ -571,7 +489,7 @@ class Runtime:
             if not isinstance(answer, EffectAnswered):
                 continue
             effect.reconcile(
-                Resolution(answer.status),
+                answer.status,
                 receipt=answer.receipt,
                 reason=answer.reason,
                 at=self._now(),
@@ -590,14 +508,17 @@ class Runtime:
         *,
         fresh: bool = False,
     ) -> Outcome:
-        deadline = math.inf
-        if agent.budget.deadline_s is not None:
-            # The deadline counts from the invocation's start, across resumes.
-            started = invocation.started_at or self._now()
-            elapsed = max(0.0, (self._now() - started).total_seconds())
-            deadline = trio.current_time() + agent.budget.deadline_s - elapsed
+        # Invocations recorded before settings were recorded follow the agent's.
+        settings = invocation.settings or agent.settings
+        await trio.to_thread.run_sync(self._secrets.load, invocation.id)
         controller = Controller(
-            invocation, agent, journal=journal, store=store, now=self._now, deadline=deadline
+            invocation,
+            agent,
+            settings=settings,
+            journal=journal,
+            store=store,
+            secrets=self._secrets,
+            now=self._now,
         )
         if invocation.id in self._running:
             raise InvocationExistsError(invocation.id, "is already running in this runtime")
@@ -607,9 +528,16 @@ class Runtime:
                 controller.request_cancel(_requested_by(request.by, request.reason))
         self._running[invocation.id] = controller
         try:
-            return await controller.run()
+            outcome = await controller.run()
         finally:
             del self._running[invocation.id]
+        if not outcome.paused:
+            await self._forget_secrets(invocation.id)
+        return outcome
+
+    async def _forget_secrets(self, invocation_id: str) -> None:
+        """An invocation ended: its kept secrets are deleted."""
+        await trio.to_thread.run_sync(self._secrets.forget, invocation_id)
 
     def run_sync(
         self,
@@ -676,15 +604,16 @@ class Runtime:
             await journal.commit(request.take_events())
         if self.cancel(invocation_id, detail=_requested_by(by, reason)):
             return CancelResult.SIGNALLED
-        if invocation.phase is Phase.PAUSED:
+        if invocation.phase.paused:
             who = f" by {by}" if by else ""
-            invocation.terminate(
-                TerminalReason.CANCELLED,
-                detail=f"cancelled{who} while paused" + (f": {reason}" if reason else ""),
+            cancel_paused(
+                invocation,
+                f"cancelled{who} while paused" + (f": {reason}" if reason else ""),
                 at=self._now(),
             )
             ended = await journal.commit(invocation.take_events())
             if isinstance(ended, Committed):
+                await self._forget_secrets(invocation_id)
                 return CancelResult.ENDED
         return CancelResult.REQUESTED
 

@@ -28,14 +28,15 @@ from aggregates.decisions import (
     ToolCall,
     ToolResult,
 )
+from aggregates.effect import Resolution
 from aggregates.invocation import DispatchedCall, ToolSpec
+from aggregates.results import Interruption, interrupted_result
 from loop_actors._errors import ToolDefinitionError, ToolError
 from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._messages import (
     BatchExecuted,
     CancelBatch,
     ExecuteBatch,
-    Interruption,
     ToolSchema,
 )
 
@@ -96,7 +97,8 @@ class ToolContext(Frozen):
 class Reconciled(Frozen):
     """What a write tool's ``reconcile(effect_key)`` found out from the owning service."""
 
-    status: Literal["committed", "rejected", "not_found"]
+    status: Resolution
+    """``committed``, ``rejected`` or ``not_found`` (a string is accepted)."""
     receipt: Any = None
     """For ``committed``: the service's receipt (becomes the call's output)."""
     reason: str | None = None
@@ -409,6 +411,11 @@ class Toolbox:
         ]
         """Each tool as the model is told of it, in the agent's order."""
 
+    def effect_of(self, name: str) -> Effect | None:
+        """The tool's effect, or None when the agent has no such tool."""
+        tool_ = self.tools.get(name)
+        return tool_.effect if tool_ is not None else None
+
     def timeout_for(self, name: str) -> float:
         """The per-call timeout of a tool."""
         tool_ = self.tools.get(name)
@@ -481,54 +488,6 @@ class Toolbox:
 
 
 # --------------------------------------------------------------------------- the actor
-
-
-def interrupted_result(
-    call: DispatchedCall, interruption: Interruption, *, started: bool
-) -> ToolResult:
-    """The result of a call that a deadline or a cancellation cut short (or never started)."""
-    if call.effect_key is not None and started:
-        # A write that was running may or may not have reached its service.
-        return ToolResult(
-            call_id=call.call_id,
-            name=call.name,
-            error=ErrorInfo(
-                error_class=ErrorClass.OUTCOME_UNKNOWN,
-                retryable=False,
-                message=f"interrupted ({interruption.value}) while the write ran",
-            ),
-            effect_key=call.effect_key,
-            effect_status=EffectStatus.OUTCOME_UNKNOWN,
-        )
-    if interruption is Interruption.DEADLINE:
-        error_class, message = ErrorClass.DEADLINE_EXCEEDED, "the invocation's deadline passed"
-    else:
-        error_class, message = ErrorClass.CANCELLED, "the invocation was cancelled"
-    if not started:
-        message += "; the call never started"
-    result = _error(call, error_class, message, retryable=False)
-    if call.effect_key is not None:
-        # A write that never started certainly did not happen.
-        result = result.model_copy(
-            update={"effect_key": call.effect_key, "effect_status": EffectStatus.REJECTED}
-        )
-    return result
-
-
-def _error(
-    call: DispatchedCall,
-    cls: ErrorClass,
-    message: str,
-    *,
-    retryable: bool,
-    duration_ms: float = 0.0,
-) -> ToolResult:
-    return ToolResult(
-        call_id=call.call_id,
-        name=call.name,
-        error=ErrorInfo(error_class=cls, retryable=retryable, message=message),
-        duration_ms=duration_ms,
-    )
 
 
 class _Ending(Frozen):

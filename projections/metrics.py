@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from eventsourcing.sqlite import SQLiteCursor
 
-from aggregates.decisions import Frozen, ToolCall, plan_fingerprint
+from aggregates.decisions import Frozen
 from aggregates.effect import EffectPrepared, effect_status_after
 from aggregates.events import DomainEvent
 from aggregates.invocation import (
@@ -28,6 +28,7 @@ from aggregates.invocation import (
     Paused,
     ResultsCommitted,
     Terminated,
+    plan_fingerprint,
 )
 from projections.runner import Projection, ProjectionRunner
 
@@ -87,12 +88,7 @@ class MetricsProjection(Projection):
                     ),
                 )
             case BatchDispatched():
-                plan = plan_fingerprint(
-                    [
-                        ToolCall(id=c.call_id, name=c.name, arguments=c.arguments)
-                        for c in event.calls
-                    ]
-                )
+                plan = plan_fingerprint(event.calls)
                 cursor.execute(
                     "UPDATE metrics_invocations SET tool_calls = tool_calls + ?, "
                     "repeated_plans = repeated_plans "

@@ -1,0 +1,41 @@
+"""The one digest helper: SHA-256 over a canonical JSON text.
+
+Every digest the runtime records (a plan's fingerprint, a failure's signature,
+an approved batch, a write's arguments, a tool's schema) is ``digest_of`` of a
+JSON value: keys sorted, no spaces, ASCII escapes (``json.dumps`` with
+``sort_keys=True, separators=(",", ":")``). The audit chain has its own,
+documented canonical form (``aggregates.audit``); it is not a digest of this kind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+# json.dumps with options builds a new encoder on every call; this one is built once.
+
+
+def canonical_json(value: Any) -> str:
+    """``value`` as canonical JSON text (sorted keys, no spaces).
+
+    Raises:
+        TypeError: ``value`` is not JSON.
+    """
+    return _CANONICAL.encode(value)
+
+
+def sha256_hex(text: str | bytes) -> str:
+    """The SHA-256 of a text (UTF-8) or bytes, in hex."""
+    data = text.encode() if isinstance(text, str) else text
+    return hashlib.sha256(data).hexdigest()
+
+
+def digest_of(value: Any) -> str:
+    """The SHA-256 (hex) of ``value``'s canonical JSON.
+
+    Raises:
+        TypeError: ``value`` is not JSON.
+    """
+    return sha256_hex(canonical_json(value))

@@ -1,0 +1,57 @@
+"""The settings that change a run's course, recorded when it starts and followed on resume.
+
+An agent's budget is recorded in ``InvocationStarted.budget``; everything else
+that decides how a run goes (how many refused answers, how many identical
+failures, what tokens cost, how the model's view is compacted, what it is told
+when steps run out, which approval rules applied) is a :class:`RunSettings`,
+recorded beside it. A resume follows the record, not the agent it is given,
+unless the caller says otherwise (``allow_settings_change``), which is recorded
+too (``SettingsChanged``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from aggregates.decisions import Frozen, Price
+
+DEFAULT_WIND_DOWN_NOTICE = "{steps_left} step(s) left: summarise what you have and stop."
+
+
+class RunSettings(Frozen):
+    """Every recorded setting of a run besides its budget.
+
+    Fields added later must be optional with a default: old records stay valid.
+    """
+
+    max_verification_attempts: Annotated[int, Field(ge=1)] = 2
+    """Refused final answers before ``verification_failed``."""
+    max_repeated_failures: Annotated[int, Field(ge=1)] = 3
+    """Identical failures in a row (tool, arguments, error class) before ``repeated_failure``."""
+    tool_failure_limits: dict[str, Annotated[int, Field(ge=1)]] = {}
+    """Per-tool overrides of ``max_repeated_failures``."""
+    price: Price | None = None
+    """Turns token usage into cost when the model reports none."""
+    context_limit: Annotated[int, Field(ge=1)] | None = None
+    """The most JSON characters of history in the model's view."""
+    keep_recent_turns: Annotated[int, Field(ge=0)] = 4
+    wind_down_notice: str = DEFAULT_WIND_DOWN_NOTICE
+    approval_rules: dict[str, str] | None = None
+    """Tool → its approval rule: ``always``, ``never`` or the rule function's name (code is
+    not recorded: a resume with another rule for a recorded tool is refused)."""
+
+    def changed_approval_rules(self, current: RunSettings) -> list[str]:
+        """The tools whose approval rule differs in ``current`` (tools in both only)."""
+        if self.approval_rules is None or current.approval_rules is None:
+            return []
+        return sorted(
+            name
+            for name, rule in self.approval_rules.items()
+            if name in current.approval_rules and current.approval_rules[name] != rule
+        )
+
+    def failure_limit(self, tool: str) -> int:
+        """How many identical failures of ``tool`` in a row end the run."""
+        return self.tool_failure_limits.get(tool, self.max_repeated_failures)

@@ -1,0 +1,271 @@
+"""The Agent: a name, a model, tools, a budget and the settings recorded with each run."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from aggregates.decisions import Budget, Price
+from aggregates.invocation import ToolSpec, Turn
+from aggregates.settings import DEFAULT_WIND_DOWN_NOTICE, RunSettings
+from loop_actors._adapters import model_from_name
+from loop_actors._errors import UsageError
+from loop_actors._model import Model
+from loop_actors._policy import Policy
+from loop_actors._tools import DEFAULT_TOOL_TIMEOUT_S, Tool, Toolbox
+
+Verifier = Callable[[str, list[Turn]], Any]
+"""``verifier(answer, turns)``: True (or None) passes; False or a text (the evidence) refuses.
+
+Plain or async. An exception is a refusal with the exception as evidence.
+"""
+
+
+async def run_verifier(verifier: Verifier, answer: str, turns: list[Turn]) -> str | None:
+    """Run the agent's verifier; None when it passed, else its evidence.
+
+    Cancellation: a checkpoint when the verifier is async; re-raises ``trio.Cancelled``.
+    """
+    try:
+        verdict = verifier(answer, turns)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+    except Exception as error:  # a verifier that breaks does not pass an answer
+        return f"the verifier raised {type(error).__name__}: {error}"
+    if verdict is True or verdict is None:
+        return None
+    if verdict is False:
+        return "the answer did not pass verification"
+    return str(verdict)
+
+
+class CatalogueChangedError(UsageError):
+    """Raised when resuming with tools that changed incompatibly (removed, or new schema)."""
+
+
+class SettingsChangedError(UsageError):
+    """Raised when resuming with an agent whose recorded-only rules changed (approval rules)."""
+
+
+def check_catalogue(recorded: Sequence[ToolSpec], toolbox: Toolbox) -> None:
+    """Refuse a tool catalogue that lost a recorded tool or changed its schema or effect.
+
+    Raises:
+        CatalogueChangedError: naming each incompatible change.
+    """
+    problems = []
+    for spec in recorded:
+        current = toolbox.tools.get(spec.name)
+        if current is None:
+            problems.append(f"tool {spec.name!r} was removed")
+        elif current.schema_digest != spec.schema_digest:
+            problems.append(f"tool {spec.name!r} changed its schema or effect")
+    if problems:
+        raise CatalogueChangedError(
+            "the tool catalogue changed since the invocation started: "
+            + "; ".join(problems)
+            + " (allow_catalogue_change / --allow-catalogue-change resumes anyway)"
+        )
+
+
+def approval_rules(toolbox: Toolbox) -> dict[str, str]:
+    """Which tools need approval, and by which rule (a function by its name)."""
+    rules = {}
+    for name in sorted(toolbox.tools):
+        rule = toolbox.tools[name].requires_approval
+        if isinstance(rule, bool):
+            rules[name] = "always" if rule else "never"
+        else:
+            qualname = getattr(rule, "__qualname__", type(rule).__qualname__)
+            rules[name] = f"rule {getattr(rule, '__module__', '?')}.{qualname}"
+    return rules
+
+
+class Agent:
+    """An agent: a name, a model, its tools, its budget and its settings (all frozen)."""
+
+    __slots__ = (
+        "budget",
+        "model",
+        "name",
+        "policy",
+        "settings",
+        "task_class",
+        "toolbox",
+        "verifier",
+        "version",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        model: Model | str,
+        tools: Iterable[Tool | Callable[..., Any]] = (),
+        budget: Budget | None = None,
+        *,
+        version: str = "1",
+        tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
+        task_class: str | None = None,
+        verifier: Verifier | None = None,
+        max_verification_attempts: int = 2,
+        max_repeated_failures: int = 3,
+        price: Price | None = None,
+        wind_down_notice: str = DEFAULT_WIND_DOWN_NOTICE,
+        policy: Policy | None = None,
+        context_limit: int | None = None,
+        keep_recent_turns: int = 4,
+    ) -> None:
+        """Describe an agent.
+
+        Args:
+            name: recorded with every invocation; used to group metrics.
+            model: what proposes decisions (a :class:`ScriptedModel` or an adapter).
+            tools: tools made with :func:`tool`, or plain functions.
+            budget: limits for each invocation (defaults: :class:`Budget`).
+            version: recorded with every invocation, to tell agent revisions apart.
+            tool_timeout_s: per-call timeout for tools that do not set their own.
+            task_class: default task class recorded with each invocation.
+            verifier: ``verifier(answer, turns)`` checks a final answer: True
+                passes; False or a text (the evidence) refuses, and the evidence
+                goes back to the model. Only a passed answer is ``completed``.
+            max_verification_attempts: refused answers before ``verification_failed``.
+            max_repeated_failures: failures in a row of one tool with the same
+                arguments and error class before ``repeated_failure`` (a tool may
+                set its own).
+            price: turns the model's token usage into cost when the model does not
+                report a cost (for ``Budget.max_cost``).
+            wind_down_notice: what the model is told when ``Budget.wind_down_steps``
+                or fewer steps are left (``{steps_left}`` is filled in).
+            policy: ``policy(AccessRequest)`` authorises each call before dispatch
+                (actor, tenant, operation, object): True allows; False or
+                ``Deny(reason)`` gives the call a ``denied`` result without running
+                it; ``Deny(reason, stop=True)`` ends the run (``invalid_decision``).
+            context_limit: the most JSON characters of history the model is given;
+                above it older turns are left out (never the first, the last
+                ``keep_recent_turns``, or one with an unsettled write), the model is
+                told, and ``ContextCompacted`` records it.
+            keep_recent_turns: turns always kept in view.
+
+        The budget and the settings (``max_verification_attempts``,
+        ``max_repeated_failures`` and each tool's own, ``price``, ``context_limit``,
+        ``keep_recent_turns``, ``wind_down_notice``, the approval rules) are
+        recorded when an invocation starts, and a resume follows the record.
+
+        Raises:
+            UsageError: a malformed argument.
+            ToolDefinitionError: a tool cannot be described to a model.
+        """
+        if not isinstance(name, str) or not name.strip():
+            raise UsageError("an agent needs a non-empty name")
+        if isinstance(model, str):
+            model = model_from_name(model)
+        if not callable(getattr(model, "decide", None)):
+            raise UsageError(f"agent {name}: model must have an async decide(request) method")
+        if not (tool_timeout_s > 0 and math.isfinite(tool_timeout_s)):
+            raise UsageError(f"agent {name}: tool_timeout_s must be a positive number")
+        budget = budget if budget is not None else Budget()
+        if not isinstance(budget, Budget):
+            raise UsageError(f"agent {name}: budget must be a Budget")
+        if verifier is not None and not callable(verifier):
+            raise UsageError(f"agent {name}: verifier must be callable")
+        if max_verification_attempts < 1 or max_repeated_failures < 1:
+            raise UsageError(
+                f"agent {name}: max_verification_attempts and max_repeated_failures must be >= 1"
+            )
+        if policy is not None and not callable(policy):
+            raise UsageError(f"agent {name}: policy must be callable")
+        if context_limit is not None and context_limit < 1:
+            raise UsageError(f"agent {name}: context_limit must be positive")
+        if keep_recent_turns < 0:
+            raise UsageError(f"agent {name}: keep_recent_turns must be >= 0")
+        if price is not None and not isinstance(price, Price):
+            raise UsageError(f"agent {name}: price must be a Price")
+        toolbox = Toolbox(tools, default_timeout_s=tool_timeout_s)
+        settings = RunSettings(
+            max_verification_attempts=max_verification_attempts,
+            max_repeated_failures=max_repeated_failures,
+            tool_failure_limits={
+                t.name: t.max_repeated_failures
+                for t in toolbox.tools.values()
+                if t.max_repeated_failures is not None
+            },
+            price=price,
+            context_limit=context_limit,
+            keep_recent_turns=keep_recent_turns,
+            wind_down_notice=wind_down_notice,
+            approval_rules=approval_rules(toolbox),
+        )
+        for attribute, value in (
+            ("name", name),
+            ("model", model),
+            ("budget", budget),
+            ("version", version),
+            ("task_class", task_class),
+            ("verifier", verifier),
+            ("policy", policy),
+            ("toolbox", toolbox),
+            ("settings", settings),
+        ):
+            object.__setattr__(self, attribute, value)
+
+    name: str
+    model: Model
+    budget: Budget
+    version: str
+    task_class: str | None
+    verifier: Verifier | None
+    policy: Policy | None
+    toolbox: Toolbox
+    settings: RunSettings
+    """What is recorded with each run besides the budget (see :class:`RunSettings`)."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"an Agent is frozen: build a new one to change {name!r}")
+
+    # Read-only views of the recorded settings, by the names of the constructor.
+    @property
+    def price(self) -> Price | None:
+        """The recorded price."""
+        return self.settings.price
+
+    @property
+    def max_verification_attempts(self) -> int:
+        """Refused answers before ``verification_failed``."""
+        return self.settings.max_verification_attempts
+
+    @property
+    def max_repeated_failures(self) -> int:
+        """Identical failures in a row before ``repeated_failure``."""
+        return self.settings.max_repeated_failures
+
+    @property
+    def context_limit(self) -> int | None:
+        """The most JSON characters of history in the model's view."""
+        return self.settings.context_limit
+
+    @property
+    def keep_recent_turns(self) -> int:
+        """Turns always kept in view."""
+        return self.settings.keep_recent_turns
+
+    @property
+    def wind_down_notice(self) -> str:
+        """What the model is told when few steps are left."""
+        return self.settings.wind_down_notice
+
+    def with_model(self, model: Model | str) -> Agent:
+        """The same agent with another model (``"openai:gpt-4.1"`` or an adapter)."""
+        if isinstance(model, str):
+            model = model_from_name(model)
+        if not callable(getattr(model, "decide", None)):
+            raise UsageError(f"agent {self.name}: model must have an async decide(request) method")
+        copy = object.__new__(Agent)
+        for attribute in Agent.__slots__:
+            object.__setattr__(copy, attribute, getattr(self, attribute))
+        object.__setattr__(copy, "model", model)
+        return copy
+
+    def __repr__(self) -> str:
+        return f"Agent({self.name!r}, tools={sorted(self.toolbox.tools)})"

@@ -1,0 +1,191 @@
+"""The secret store: the real values of redacted arguments and outputs that a run still needs.
+
+The event store holds ``[redacted]`` where a tool declares a value sensitive.
+A run that pauses (for an approval, say) and is resumed later, perhaps in
+another process, still needs the real arguments to run the approved call, and
+the model still needs to see what it was told. Those values are kept here,
+keyed by invocation, step and call, and deleted when the invocation ends.
+
+* With a cipher configured for the store (eventsourcing's ``CIPHER_TOPIC`` and
+  ``CIPHER_KEY``), a SQLite store keeps them in a table of its own in the same
+  file, each value sealed with that cipher: approve → resume works across
+  processes, and nothing is in clear on disk.
+* Without a cipher (or on ``memory://``), they are kept in the memory of the
+  ``Runtime`` object only: a resume by the same runtime has them; one in another
+  process does not, and such a call gets a result saying so instead of running.
+
+Every method blocks (the sealed table is SQLite): trio code calls them through
+``trio.to_thread.run_sync``, except :meth:`SecretStore.keep` and
+:meth:`SecretStore.lookup`, which only touch memory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from aggregates.turn import KeptSecret
+
+log = logging.getLogger(__name__)
+
+Kind = Literal["arguments", "output"]
+SecretKey = tuple[int, str, Kind]
+"""(step, call id, kind)."""
+
+MISSING: Any = object()
+"""What :meth:`SecretStore.lookup` returns for a value it does not hold."""
+
+TABLE = "loop_actors_secrets"
+"""The sealed table, in the store's SQLite file."""
+
+
+class Cipher(Protocol):
+    """eventsourcing's cipher interface."""
+
+    def encrypt(self, plaintext: bytes) -> bytes:
+        """Seal."""
+
+    def decrypt(self, ciphertext: bytes) -> bytes:
+        """Unseal."""
+
+
+class SecretStore:
+    """Real values of redacted data, by invocation; sealed on disk when a cipher is set."""
+
+    def __init__(self, path: Path | None = None, cipher: Cipher | None = None) -> None:
+        """Keep secrets in memory, or sealed in ``path`` (a SQLite file) with ``cipher``."""
+        self._values: dict[str, dict[SecretKey, Any]] = {}
+        self._unsaved: dict[str, list[KeptSecret]] = {}
+        self._loaded: set[str] = set()
+        self._lock = threading.Lock()
+        self._path = path if cipher is not None else None
+        self._cipher = cipher
+        self._connection: sqlite3.Connection | None = None
+
+    @property
+    def sealed(self) -> bool:
+        """True when secrets outlive this process (sealed in the store's file)."""
+        return self._path is not None
+
+    def open(self, path: Path | None, cipher: Cipher | None) -> None:
+        """Point at a store (a Runtime opening its store); sealed when both are given."""
+        with self._lock:
+            self.close()
+            self._path = path if cipher is not None else None
+            self._cipher = cipher
+            self._loaded.clear()
+
+    def _db(self) -> sqlite3.Connection:
+        assert self._path is not None
+        if self._connection is None:
+            connection = sqlite3.connect(self._path, check_same_thread=False, timeout=5.0)
+            connection.execute(
+                "CREATE TABLE IF NOT EXISTS loop_actors_secrets (invocation_id TEXT NOT NULL, "
+                "step INTEGER NOT NULL, call_id TEXT NOT NULL, kind TEXT NOT NULL, "
+                "sealed BLOB NOT NULL, PRIMARY KEY (invocation_id, step, call_id, kind))"
+            )
+            connection.commit()
+            self._connection = connection
+        return self._connection
+
+    # ----------------------------------------------------------------- memory
+
+    def keep(self, invocation_id: str, secrets: list[KeptSecret]) -> None:
+        """Hold secrets in memory (``save`` writes them when the store is sealed)."""
+        if not secrets:
+            return
+        with self._lock:
+            values = self._values.setdefault(invocation_id, {})
+            for secret in secrets:
+                values[(secret.step, secret.call_id, secret.kind)] = secret.value
+            if self._path is not None:
+                self._unsaved.setdefault(invocation_id, []).extend(secrets)
+
+    def lookup(self, invocation_id: str, step: int, call_id: str, kind: Kind) -> Any:
+        """The real value, or :data:`MISSING`."""
+        return self._values.get(invocation_id, {}).get((step, call_id, kind), MISSING)
+
+    def has_unsaved(self, invocation_id: str) -> bool:
+        """True when :meth:`save` has something to write."""
+        return bool(self._unsaved.get(invocation_id))
+
+    # ----------------------------------------------------------------- blocking
+
+    def load(self, invocation_id: str) -> None:
+        """Read an invocation's sealed secrets into memory (once per opening)."""
+        if self._path is None or invocation_id in self._loaded:
+            return
+        assert self._cipher is not None
+        with self._lock:
+            rows = (
+                self._db()
+                .execute(
+                    "SELECT step, call_id, kind, sealed FROM loop_actors_secrets "
+                    "WHERE invocation_id = ?",
+                    (invocation_id,),
+                )
+                .fetchall()
+            )
+            values = self._values.setdefault(invocation_id, {})
+            for step, call_id, kind, sealed in rows:
+                values[(step, call_id, kind)] = json.loads(self._cipher.decrypt(sealed))
+            self._loaded.add(invocation_id)
+
+    def save(self, invocation_id: str) -> None:
+        """Write the secrets held for an invocation, sealed (before the events that need them).
+
+        Raises:
+            sqlite3.Error: the file cannot be written (the caller's commit then fails too).
+        """
+        with self._lock:
+            pending = self._unsaved.pop(invocation_id, [])
+            if not pending or self._path is None:
+                return
+            assert self._cipher is not None
+            connection = self._db()
+            try:
+                with connection:
+                    connection.executemany(
+                        "INSERT OR REPLACE INTO loop_actors_secrets VALUES (?, ?, ?, ?, ?)",
+                        [
+                            (
+                                invocation_id,
+                                s.step,
+                                s.call_id,
+                                s.kind,
+                                self._cipher.encrypt(json.dumps(s.value).encode()),
+                            )
+                            for s in pending
+                        ],
+                    )
+            except BaseException:
+                self._unsaved.setdefault(invocation_id, [])[:0] = pending
+                raise
+
+    def forget(self, invocation_id: str) -> None:
+        """Delete an invocation's secrets (it has ended); a failure is logged, not raised."""
+        with self._lock:
+            self._values.pop(invocation_id, None)
+            self._unsaved.pop(invocation_id, None)
+            if self._path is None:
+                return
+            try:
+                with self._db() as connection:
+                    connection.execute(
+                        "DELETE FROM loop_actors_secrets WHERE invocation_id = ?", (invocation_id,)
+                    )
+            except sqlite3.Error:
+                # The values are sealed; a later end of the same invocation retries.
+                log.warning(
+                    "could not delete the sealed secrets of %s", invocation_id, exc_info=True
+                )
+
+    def close(self) -> None:
+        """Close the file (memory values stay: a runtime reopened in-process keeps them)."""
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
