@@ -1,4 +1,4 @@
-"""The event store: eventsourcing's Application on SQLite (default) or in memory.
+"""The event store: eventsourcing's Application on a SQLite file (default) or in-memory database.
 
 All methods here block; trio code reaches them through the Journal (writes) or
 ``trio.to_thread.run_sync`` (reads), never directly from the trio thread.
@@ -16,18 +16,25 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, ClassVar, cast
 from urllib.parse import parse_qs, urlsplit
+from uuid import UUID, uuid4
 
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.persistence import (
     DatabaseError,
     IntegrityError,
+    InterfaceError,
     Mapper,
+    NotSupportedError,
     OperationalError,
     PersistenceError,
     StoredEvent,
     Transcoder,
 )
-from eventsourcing.sqlite import SQLITE3_DEFAULT_LOCK_TIMEOUT
+from eventsourcing.sqlite import (
+    SQLITE3_DEFAULT_LOCK_TIMEOUT,
+    SQLiteApplicationRecorder,
+    SQLiteDatastore,
+)
 from eventsourcing.utils import get_topic, resolve_topic
 
 from aggregates.effect import Effect, EffectPrepared
@@ -180,27 +187,45 @@ class StoreUrl:
         )
 
     def environment(self) -> dict[str, str]:
-        """The eventsourcing environment for this URL."""
+        """The eventsourcing environment for this URL: SQLite with the lean recorder.
+
+        For ``memory://``, each call names a new in-memory database, shared by
+        the connections of one store and by no other store; it lasts until the
+        store's last connection closes.
+        """
+        env = {
+            "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+            "APPLICATION_RECORDER_TOPIC": get_topic(LeanSQLiteRecorder),
+        }
         if self.kind == "memory":
-            return {"PERSISTENCE_MODULE": "eventsourcing.popo"}
+            env["SQLITE_DBNAME"] = f"file:loop-actors-{uuid4().hex}?mode=memory&cache=shared"
+            return env
         assert self.path is not None
-        env = {"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(self.path)}
+        env["SQLITE_DBNAME"] = str(self.path)
         if self.lock_timeout_s is not None:
             env["SQLITE_LOCK_TIMEOUT"] = str(self.lock_timeout_s)
         return env
 
 
-class SQLiteAppender:
-    """The Journal's own SQLite connection: it only appends events, in one transaction each.
+class LeanSQLiteRecorder(SQLiteApplicationRecorder):
+    """eventsourcing's SQLite application recorder with a lean insert: every store's write path.
 
-    It writes the rows eventsourcing's SQLite recorder writes (its table, its
+    Both kinds of store are SQLite databases (``memory://`` is an in-memory one),
+    and this is their recorder, so there is one write path, the one production
+    uses. It is the only place this runtime goes around eventsourcing: the reads
+    (``select_events``, ``select_notifications``, ``max_notification_id``) are
+    eventsourcing's own, inherited unchanged; ``insert_events`` is replaced. The
+    class is checked with eventsourcing's own recorder test cases
+    (``tests/test_store_recorder_contract.py``), on a file and in memory.
+
+    The insert writes the rows eventsourcing's recorder writes (its table, its
     insert statement; the row id is the notification id), with the same
-    durability (WAL, ``synchronous=FULL``), but without the recorder's
-    per-transaction overhead: its connection pool and reader/writer locks, a new
-    cursor per transaction, and a statement cache of one statement (the recorder
-    passes ``cached_statements=True``), so that ``BEGIN`` and ``INSERT`` evict each
-    other and the insert is parsed again on every commit. Measured with
-    ``bench/turn_overhead.py``: see docs/performance.md.
+    durability (WAL, ``synchronous=FULL``), on a connection of its own, without
+    the recorder's per-transaction overhead: a new cursor per transaction, and a
+    statement cache of one statement (the pool passes ``cached_statements=True``),
+    so that ``BEGIN`` and ``INSERT`` evict each other and the insert is parsed
+    again on every commit. Measured with ``bench/turn_overhead.py``: see
+    docs/performance.md.
 
     A transaction is one multi-row ``INSERT`` when its rows fit in one statement
     (SQLite makes a single statement atomic and durable on its own), else
@@ -218,6 +243,15 @@ class SQLiteAppender:
     ``MAX_ROWS_PER_INSERT`` rows a statement keeps both the number of waits and
     the length of each hold small.
 
+    Each insert holds the datastore pool's writer slot, the lock eventsourcing's
+    own writes (snapshots) take, which also keeps the insert's one connection to
+    one thread at a time. For an in-memory database the pool also makes readers
+    and the writer exclude each other, and that is what the insert needs there:
+    connections to one in-memory database share its cache, and a write while a
+    read is open fails at once with "database table is locked" (SQLite's busy
+    timeout does not retry those; the contract's concurrent test fails so without
+    the slot). For a file, WAL lets reads go on during a write.
+
     Errors are eventsourcing's: ``IntegrityError`` for a position already taken
     (another writer appended first), ``OperationalError`` for a locked or broken
     database. A failed transaction is rolled back: nothing of it is written.
@@ -226,35 +260,66 @@ class SQLiteAppender:
     MAX_ROWS_PER_INSERT = 128
     """The most rows in one ``INSERT`` (also bounded by SQLite's limit on parameters)."""
 
-    def __init__(self, path: Path, *, insert_statement: str, lock_timeout_s: float) -> None:
-        """Open the connection (the tables exist: eventsourcing created them).
+    def __init__(
+        self, datastore: SQLiteDatastore, events_table_name: str = "stored_events"
+    ) -> None:
+        """Check eventsourcing's insert statement and open the insert's own connection.
 
-        ``insert_statement`` is eventsourcing's one-row insert, ``INSERT INTO
-        <table> VALUES (?,?,?,?)``; the multi-row statements repeat its row.
+        The multi-row statements repeat the row of eventsourcing's one-row insert,
+        ``INSERT INTO <table> VALUES (?,?,?,?)``.
+
+        Raises:
+            eventsourcing.persistence.NotSupportedError: eventsourcing's insert
+                statement has another shape (an upgrade changed it).
+            eventsourcing.persistence.InterfaceError: the database cannot be opened.
         """
+        super().__init__(datastore, events_table_name)
         row = "(?,?,?,?)"
-        if not insert_statement.replace(" ", "").endswith("VALUES" + row):
-            raise StoreUnavailableError(f"unexpected insert statement: {insert_statement!r}")
-        prefix = insert_statement[: insert_statement.rindex("(")]
+        statement = self.insert_events_statement
+        if not statement.replace(" ", "").endswith("VALUES" + row):
+            raise NotSupportedError(f"unexpected insert statement: {statement!r}")
+        prefix = statement[: statement.rindex("(")]
         self._insert_for = lru_cache(maxsize=self.MAX_ROWS_PER_INSERT)(
             lambda rows: prefix + ",".join([row] * rows)
         )
-        self._connection = sqlite3.connect(
-            path,
-            isolation_level=None,  # autocommit: one statement is one transaction
-            check_same_thread=False,  # opened on one thread, used by the writer thread
-            cached_statements=self.MAX_ROWS_PER_INSERT + 8,  # every size, BEGIN, COMMIT
-            timeout=lock_timeout_s,
-        )
-        self._connection.execute("PRAGMA synchronous=FULL")
-        parameters = self._connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+        pool = datastore.pool
+        try:
+            # The pool's database name, opened as the pool opens it (a URI for
+            # memory), so that both connections reach the same database.
+            self._connection = sqlite3.connect(
+                pool.db_name,
+                uri=True,
+                isolation_level=None,  # autocommit: one statement is one transaction
+                check_same_thread=False,  # opened on one thread, used by the writer thread
+                cached_statements=self.MAX_ROWS_PER_INSERT + 8,  # every size, BEGIN, COMMIT
+                timeout=pool.lock_timeout or SQLITE3_DEFAULT_LOCK_TIMEOUT,
+            )
+            self._connection.execute("PRAGMA synchronous=FULL")
+            parameters = self._connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+        except sqlite3.Error as error:
+            raise InterfaceError(error) from error
         self.rows_per_insert = max(1, min(self.MAX_ROWS_PER_INSERT, parameters // 4))
         self._cursor = self._connection.cursor()
 
-    def append(self, stored: Sequence[StoredEvent]) -> int:
-        """Insert the rows in one transaction; return the last one's notification id."""
-        if not stored:
-            return 0
+    def insert_events(
+        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        """Insert the rows in one transaction; return their notification ids, in order.
+
+        Raises:
+            eventsourcing.persistence.IntegrityError: a position is already taken.
+            eventsourcing.persistence.OperationalError: the database is locked or broken.
+            eventsourcing.persistence.DatabaseError: any other failure of the database.
+        """
+        if not stored_events:
+            return []
+        with self.datastore.get_connection(commit=True):  # the writer slot (class docstring)
+            last = self._append(stored_events)
+        # SQLite writes one transaction at a time and gives each new row the
+        # largest row id so far plus one: the rows' ids are consecutive.
+        return list(range(last - len(stored_events) + 1, last + 1))
+
+    def _append(self, stored: Sequence[StoredEvent]) -> int:
         cursor = self._cursor
         try:
             if len(stored) <= self.rows_per_insert:
@@ -277,13 +342,15 @@ class SQLiteAppender:
             raise OperationalError(error) from error
         except sqlite3.Error as error:
             raise DatabaseError(error) from error
-        return position or 0
+        assert position is not None  # an INSERT that succeeded sets it
+        return position
 
     def _insert(self, rows: Sequence[StoredEvent]) -> None:
         parameters: list[object] = []
         for record in rows:
+            originator_id = record.originator_id
             parameters += (
-                record.originator_id,
+                originator_id.hex if isinstance(originator_id, UUID) else originator_id,
                 record.originator_version,
                 record.topic,
                 record.state,
@@ -291,7 +358,7 @@ class SQLiteAppender:
         self._cursor.execute(self._insert_for(len(rows)), parameters)
 
     def close(self) -> None:
-        """Close the connection."""
+        """Close the insert's connection (the pool's close with eventsourcing's factory)."""
         self._connection.close()
 
 
@@ -319,18 +386,13 @@ class EventStore:
             if not create and not self.url.path.exists():
                 raise StoreUnavailableError(f"no database at {self.url.path}")
             self._check_sqlite_writable(self.url.path, create=create)
-        self._appender: SQLiteAppender | None = None
         try:
             self.app = InvocationApplication(env=self.url.environment())
-            if self.url.kind == "sqlite":
-                assert self.url.path is not None
-                self._appender = SQLiteAppender(
-                    self.url.path,
-                    insert_statement=self.app.recorder.insert_events_statement,  # type: ignore[attr-defined]
-                    lock_timeout_s=self.url.lock_timeout_s or SQLITE3_DEFAULT_LOCK_TIMEOUT,
-                )
         except (PersistenceError, sqlite3.Error, OSError) as error:
             raise StoreUnavailableError(f"cannot open {url}: {error}") from error
+        recorder = self.app.recorder
+        assert isinstance(recorder, LeanSQLiteRecorder)  # the environment above names it
+        self._recorder = recorder
 
     @staticmethod
     def _check_sqlite_writable(path: Path, *, create: bool) -> None:
@@ -344,8 +406,7 @@ class EventStore:
 
     def close(self) -> None:
         """Close the connections."""
-        if self._appender is not None:
-            self._appender.close()
+        self._recorder.close()
         self.app.close()
 
     # ----------------------------------------------------------------- writes
@@ -354,20 +415,16 @@ class EventStore:
         """Append events atomically (one transaction); return the last notification id.
 
         Raises:
-            InvocationExistsError: an ``InvocationStarted`` collided with an existing id.
-            eventsourcing.persistence.IntegrityError: another writer appended first.
+            eventsourcing.persistence.IntegrityError: a position is already taken
+                (another writer appended first); nothing was written.
             eventsourcing.persistence.PersistenceError: the database failed.
         """
-        if self._appender is not None:
-            to_stored = self.app.mapper.to_stored_event
-            position = self._appender.append([to_stored(event) for event in events])
-        else:
-            # EventStore.put is what Application.save does after its per-object runtime
-            # Protocol checks, which cost more than the mapping itself.
-            recordings = self.app.events.put(events)
-            position = recordings[-1].notification.id if recordings else 0
+        # Application.save would do the same after per-object runtime Protocol
+        # checks, which cost more than the mapping itself.
+        to_stored = self.app.mapper.to_stored_event
+        ids = self._recorder.insert_events([to_stored(event) for event in events])
         self._snapshot_long_histories(events)
-        return position
+        return ids[-1] if ids else 0
 
     def _snapshot_long_histories(self, events: Sequence[DomainEvent]) -> None:
         """Snapshot each invocation whose history just crossed a multiple of the interval.
@@ -415,7 +472,7 @@ class EventStore:
         ids: list[str] = []
         position = 0
         while True:
-            notifications = self.app.recorder.select_notifications(
+            notifications = self._recorder.select_notifications(
                 start=position,
                 limit=500,
                 topics=[_topic_of(created_type)],
@@ -439,7 +496,7 @@ class EventStore:
 
         Returns the ids and the position to continue from.
         """
-        notifications = self.app.recorder.select_notifications(
+        notifications = self._recorder.select_notifications(
             start=position,
             limit=500,
             topics=[_topic_of(CancelRequested)],
@@ -450,7 +507,7 @@ class EventStore:
 
     def head(self) -> int:
         """The last notification id (0 for an empty store)."""
-        return self.app.recorder.max_notification_id() or 0
+        return self._recorder.max_notification_id() or 0
 
     def invocation_ids(self) -> list[str]:
         """Every invocation id, oldest first."""
@@ -471,7 +528,7 @@ class EventStore:
         For the audit: nothing is validated beyond decoding, and no row is skipped.
         """
         entries: list[tuple[int, DomainEvent | Exception]] = []
-        for record in self.app.recorder.select_events(aggregate_id):
+        for record in self._recorder.select_events(aggregate_id):
             try:
                 event: DomainEvent | Exception = cast(
                     "DomainEvent", self.app.mapper.to_domain_event(record)
@@ -487,7 +544,7 @@ class EventStore:
         Raises:
             InvocationNotFoundError: no such invocation.
         """
-        stored = self.app.recorder.select_events(invocation_id)
+        stored = self._recorder.select_events(invocation_id)
         if not stored:
             raise InvocationNotFoundError(invocation_id)
         return [

@@ -138,9 +138,17 @@ async def test_a_long_history_is_snapshotted_and_reads_back_the_same(db_url: str
 
 
 # --------------------------------------------------------------------------- appends
-# Bad inputs tried: a position already taken (alone, inside a group, in the last rows of
-# an append longer than one INSERT statement), a database
-# locked by another connection, a commit handed to a Journal that has closed.
+# Every store, a SQLite file or memory://, appends through one recorder, LeanSQLiteRecorder
+# (its eventsourcing contract: tests/test_store_recorder_contract.py).
+# Bad inputs tried, on a file and in memory: a position already taken (alone, inside a
+# group, in the last rows of an append longer than one INSERT statement), a commit handed
+# to a Journal that has closed; on a file: a database locked by another connection.
+
+
+@pytest.fixture(params=["file", "memory"])
+def store_url(request: pytest.FixtureRequest, db_url: str) -> str:
+    """A new, empty store: a SQLite file, or an in-memory database."""
+    return db_url if request.param == "file" else "memory://"
 
 
 def _started(invocation_id: str) -> list[Any]:
@@ -162,8 +170,8 @@ def _started(invocation_id: str) -> list[Any]:
     return invocation.take_events()
 
 
-def test_an_append_is_a_notification_eventsourcing_reads_back(db_url: str) -> None:
-    store = EventStore(db_url)
+def test_an_append_is_a_notification_eventsourcing_reads_back(store_url: str) -> None:
+    store = EventStore(store_url)
     first = store.append(_started("a"))
     second = store.append(_started("b"))
     assert (first, second) == (1, 2)
@@ -176,11 +184,12 @@ def test_an_append_is_a_notification_eventsourcing_reads_back(db_url: str) -> No
 
 
 def test_an_append_to_a_taken_position_raises_integrity_error_and_writes_nothing(
-    db_url: str,
+    store_url: str,
 ) -> None:
+    """Bad input: an append at a position already taken, alone and after a new invocation."""
     from eventsourcing.persistence import IntegrityError
 
-    store = EventStore(db_url)
+    store = EventStore(store_url)
     store.append(_started("a"))
     with pytest.raises(IntegrityError):
         store.append(_started("a"))
@@ -195,14 +204,16 @@ def test_an_append_to_a_taken_position_raises_integrity_error_and_writes_nothing
 
 
 def _rows_per_insert(store: EventStore) -> int:
-    appender = store._appender  # the Journal's connection: how many rows one INSERT takes
-    assert appender is not None
-    return appender.rows_per_insert
+    from loop_actors._store import LeanSQLiteRecorder
+
+    recorder = store.app.recorder  # how many rows one of its INSERT statements takes
+    assert isinstance(recorder, LeanSQLiteRecorder)
+    return recorder.rows_per_insert
 
 
 @pytest.mark.parametrize("statements", [1, 3], ids=["one-statement", "three-statements"])
-def test_a_large_append_is_written_whole_and_in_order(db_url: str, statements: int) -> None:
-    store = EventStore(db_url)
+def test_a_large_append_is_written_whole_and_in_order(store_url: str, statements: int) -> None:
+    store = EventStore(store_url)
     # A full single INSERT, or two full ones and a shorter third in one transaction.
     count = _rows_per_insert(store) * statements - (0 if statements == 1 else 17)
     ids = [f"inv-{n:05d}" for n in range(count)]
@@ -216,11 +227,12 @@ def test_a_large_append_is_written_whole_and_in_order(db_url: str, statements: i
 
 @pytest.mark.parametrize("statements", [1, 3], ids=["one-statement", "three-statements"])
 def test_a_large_append_with_a_taken_position_in_its_last_rows_writes_nothing(
-    db_url: str, statements: int
+    store_url: str, statements: int
 ) -> None:
+    """Bad input: a position already taken in the last row of one or of three statements."""
     from eventsourcing.persistence import IntegrityError
 
-    store = EventStore(db_url)
+    store = EventStore(store_url)
     store.append(_started("taken"))
     count = _rows_per_insert(store) * statements - 1
     fresh = [event for n in range(count) for event in _started(f"inv-{n:05d}")]
@@ -233,19 +245,73 @@ def test_a_large_append_with_a_taken_position_in_its_last_rows_writes_nothing(
 
 
 def test_an_insert_statement_of_another_shape_is_refused_when_the_store_opens(
-    tmp_path: Any,
+    store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Guards an eventsourcing upgrade that changes its insert: rows are never
-    # written with a statement the appender does not understand.
-    from loop_actors._errors import StoreUnavailableError
-    from loop_actors._store import SQLiteAppender
+    # written with a statement the recorder does not understand.
+    from eventsourcing.sqlite import SQLiteAggregateRecorder
 
+    from loop_actors._errors import StoreUnavailableError
+
+    original = SQLiteAggregateRecorder.__init__
+
+    def upgraded(recorder: SQLiteAggregateRecorder, *args: Any, **kwargs: Any) -> None:
+        original(recorder, *args, **kwargs)
+        recorder.insert_events_statement = "INSERT INTO stored_events VALUES (?,?,?,?,?)"
+
+    monkeypatch.setattr(SQLiteAggregateRecorder, "__init__", upgraded)
     with pytest.raises(StoreUnavailableError, match="unexpected insert statement"):
-        SQLiteAppender(
-            tmp_path / "x.db",
-            insert_statement="INSERT INTO stored_events VALUES (?,?,?,?,?)",
-            lock_timeout_s=1.0,
-        )
+        EventStore(store_url)
+
+
+def test_a_memory_store_appends_through_the_same_recorder_as_a_file(db_url: str) -> None:
+    from loop_actors._store import LeanSQLiteRecorder
+
+    memory, file = EventStore("memory://"), EventStore(db_url)
+    assert type(memory.app.recorder) is type(file.app.recorder) is LeanSQLiteRecorder
+    memory.close()
+    file.close()
+
+
+def test_two_memory_stores_share_nothing() -> None:
+    first, second = EventStore("memory://"), EventStore("memory://")
+    first.append(_started("a"))
+    assert second.invocation_ids() == []
+    assert second.append(_started("a")) == 1
+    first.close()
+    second.close()
+
+
+def test_reads_on_other_threads_during_appends_in_memory_never_find_the_table_locked() -> None:
+    """An in-memory database is one shared cache: a read open during a write would fail."""
+    import threading
+
+    store = EventStore("memory://")
+    store.append(_started("first"))
+    appended = threading.Event()
+    failures: list[BaseException] = []
+
+    def read_until_appended() -> None:
+        try:
+            while not appended.is_set():
+                assert store.get("first").goal == "g"
+                store.invocation_ids()
+        except BaseException as error:
+            failures.append(error)
+
+    readers = [threading.Thread(target=read_until_appended) for _ in range(2)]
+    for reader in readers:
+        reader.start()
+    try:
+        for n in range(300):
+            store.append(_started(f"inv-{n}"))
+    finally:
+        appended.set()
+        for reader in readers:
+            reader.join()
+    assert failures == []
+    assert len(store.invocation_ids()) == 301
+    store.close()
 
 
 def test_an_append_to_a_locked_database_raises_operational_error_and_writes_nothing(
@@ -294,11 +360,13 @@ async def test_the_journal_puts_commits_that_arrive_together_into_one_transactio
     assert len(EventStore(db_url).invocation_ids()) == 40
 
 
-async def test_a_commit_handed_to_a_closed_journal_fails_and_writes_nothing(db_url: str) -> None:
+async def test_a_commit_handed_to_a_closed_journal_fails_and_writes_nothing(
+    store_url: str,
+) -> None:
     from loop_actors._journal import Journal
     from loop_actors._messages import CommitFailed, Committed
 
-    store = EventStore(db_url)
+    store = EventStore(store_url)
     async with Journal(store) as journal:
         assert isinstance(await journal.commit(_started("a")), Committed)
     failed = await journal.commit(_started("b"))
