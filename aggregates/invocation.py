@@ -729,6 +729,7 @@ class Invocation(ChainedAggregate):
             ):
                 raise self._refuse(event, "completed needs the committed final answer")
         self.terminated = event
+        self.paused = None
         self.phase = Phase.TERMINATED
 
 

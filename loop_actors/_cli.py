@@ -91,6 +91,12 @@ def _build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="resume even if a tool was removed or changed its schema since the start",
     )
+    resume.add_argument(
+        "--allow-settings-change",
+        action="store_true",
+        help="use the agent's current budget and settings instead of the recorded ones "
+        "(recorded as SettingsChanged)",
+    )
     resume.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
     db_option(resume)
 
@@ -321,7 +327,10 @@ async def _demo(runtime: Runtime) -> int:
 async def _resume(runtime: Runtime, agent: Agent, args: argparse.Namespace) -> int:
     async with runtime:
         outcome = await runtime.resume(
-            args.invocation_id, agent, allow_catalogue_change=args.allow_catalogue_change
+            args.invocation_id,
+            agent,
+            allow_catalogue_change=args.allow_catalogue_change,
+            allow_settings_change=args.allow_settings_change,
         )
         events = await runtime.history(outcome.invocation_id)
     return _report(outcome, len(events), as_json=args.json)

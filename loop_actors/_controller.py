@@ -10,6 +10,7 @@ verify, commit.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
@@ -63,13 +64,15 @@ from loop_actors._messages import (
 from loop_actors._model import run_model_actor
 from loop_actors._outcome import Outcome
 from loop_actors._policy import AccessRequest, check_access
+from loop_actors._reader import StoreReader
 from loop_actors._reconciler import run_effect_reconciler
 from loop_actors._secrets import MISSING, SecretStore
-from loop_actors._store import EventStore
 from loop_actors._tools import REDACTED, run_tool_actor
 
 if TYPE_CHECKING:
     from loop_actors._agent import Agent
+
+log = logging.getLogger(__name__)
 
 CANCEL_GRACE_S = 10.0
 """How long a cancelled batch may take to report its finished calls."""
@@ -88,7 +91,7 @@ class Controller:
         *,
         settings: RunSettings,
         journal: Journal,
-        store: EventStore,
+        reads: StoreReader,
         secrets: SecretStore,
         now: Callable[[], datetime],
     ) -> None:
@@ -106,7 +109,7 @@ class Controller:
         )
         self.agent = agent
         self.journal = journal
-        self.store = store
+        self.reads = reads
         self.secrets = secrets
         self.now = now
         self.cancel_requested = False
@@ -358,10 +361,7 @@ class Controller:
     # ----------------------------------------------------------------- the ledger
 
     async def _load_effects(self, action: LoadEffects) -> dict[str, Effect | None]:
-        store = self.store
-        return await trio.to_thread.run_sync(
-            lambda: {key: store.get_effect(key) for key in action.keys}
-        )
+        return await self.reads.effects(action.keys)
 
     async def _reconcile(self, action: Reconcile) -> Mapping[str, ReconcileOutcome]:
         """Ask the EffectReconciler about each open write (started on first use)."""
@@ -443,10 +443,9 @@ class Controller:
 
     async def _reload(self) -> Invocation | None:
         try:
-            reloaded = await trio.to_thread.run_sync(
-                self.store.get, self.invocation.id, abandon_on_cancel=True
-            )
+            reloaded = await self.reads.invocation(self.invocation.id)
         except Exception:  # the store is down: report without recording
+            log.warning("cannot reload %s after a failed commit", self.invocation.id, exc_info=True)
             return None
         self.core.invocation = reloaded
         return reloaded

@@ -252,6 +252,9 @@ class McpTool(Tool):
 async def call_mcp_tool(server: McpServer, name: str, arguments: dict[str, Any]) -> Any:
     """Call one MCP tool in a session of its own.
 
+    Cancellation: a checkpoint; the session is closed and ``trio.Cancelled`` passes
+    through. For a write the outcome is then unknown to the caller.
+
     Returns:
         The result's ``structuredContent`` if it has one, else its text content
         (the text blocks joined with newlines).

@@ -38,7 +38,11 @@ A policy that raises refuses (the safe side).
 
 
 async def check_access(policy: Policy, request: AccessRequest) -> Deny | None:
-    """Ask the policy; None when the call is allowed."""
+    """Ask the policy; None when the call is allowed.
+
+    Cancellation: a checkpoint when the policy is async; ``trio.Cancelled`` passes
+    through (nothing is recorded: the batch was not dispatched, a retry is safe).
+    """
     try:
         verdict = policy(request)
         if inspect.isawaitable(verdict):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime
@@ -38,6 +39,7 @@ from loop_actors._messages import (
     ReconcileEffect,
 )
 from loop_actors._outcome import Outcome
+from loop_actors._reader import StoreReader
 from loop_actors._reconciler import reconcile_effect
 from loop_actors._secrets import SecretStore
 from loop_actors._store import EventStore, StoreUrl, resolve_db_url
@@ -59,6 +61,8 @@ def _check_waiting_for_approval(invocation: Invocation, digest: str | None) -> N
 def _requested_by(by: str | None, reason: str | None) -> str:
     return "requested" + (f" by {by}" if by else "") + (f" ({reason})" if reason else "")
 
+
+log = logging.getLogger(__name__)
 
 CANCEL_POLL_S = 0.5
 """How often a runtime looks for cancel requests made by other processes."""
@@ -122,6 +126,7 @@ class Runtime:
         self._journal: Journal | None = None
         self._exit_stack: AsyncExitStack | None = None
         self._running: dict[str, Controller] = {}
+        self._reader: StoreReader | None = None
         self._secrets = SecretStore()
         """Real values of redacted data that paused runs still need (see ``_secrets``)."""
         self.follow_projections = follow_projections
@@ -136,6 +141,9 @@ class Runtime:
 
         Raises:
             StoreUnavailableError: the database cannot be opened.
+
+        Cancellation: a checkpoint; cancelled while opening, whatever was opened
+        is closed again and nothing is recorded.
         """
         if self._exit_stack is not None:
             raise UsageError("this runtime is already open")
@@ -157,7 +165,9 @@ class Runtime:
                 committed, wake = trio.open_memory_channel[None](1)
                 await nursery.start(partial(run_projection_follower, runner, wake))
                 self.projections = runner
-            watcher: trio.CancelScope = await nursery.start(self._watch_cancel_requests, store)
+            reads = StoreReader(store)
+            stack.push_async_callback(reads.aclose)  # before the store closes: no read left running
+            watcher: trio.CancelScope = await nursery.start(self._watch_cancel_requests, reads)
             stack.callback(watcher.cancel)  # the watcher ends with the runtime
             # Closed first on exit: it answers every commit it took, then stops (and
             # closes ``committed``, which ends the follower).
@@ -166,6 +176,7 @@ class Runtime:
             await stack.aclose()
             raise
         self._store, self._journal, self._exit_stack = store, journal, stack
+        self._reader = reads
         return self
 
     async def __aexit__(
@@ -174,7 +185,11 @@ class Runtime:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        """Stop the Journal (after it answered every commit) and close the store."""
+        """Stop the Journal (after it answered every commit) and close the store.
+
+        Cancellation: the Journal's shutdown is shielded (every commit handed to it
+        is answered); the background tasks are cancelled.
+        """
         stack, self._exit_stack = self._exit_stack, None
         self._store = self._journal = None
         self.projections = None
@@ -306,7 +321,7 @@ class Runtime:
         store, journal = self._store, self._journal
         assert store is not None
         assert journal is not None
-        invocation = await trio.to_thread.run_sync(store.get, invocation_id)
+        invocation = await self._reads().invocation(invocation_id)
         if invocation.agent_name != agent.name:
             raise UsageError(
                 f"invocation {invocation_id} was started by agent {invocation.agent_name!r}, "
@@ -349,6 +364,11 @@ class Runtime:
             ApprovalRefusedError: nothing waits for approval, or the digest is not
                 the one of the waiting batch (a stale or mismatched approval).
             InvocationNotFoundError: no such invocation.
+
+        Cancellation: a checkpoint until the approval is handed to the Journal, then
+        waited for: cancelled, either nothing was recorded or the approval is
+        durable; approving again is refused only if it is (retry safely after
+        ``load``).
         """
         if not by.strip():
             raise UsageError("an approval needs the approver's name (by)")
@@ -367,6 +387,8 @@ class Runtime:
         Raises:
             ApprovalRefusedError: nothing waits for approval.
             InvocationNotFoundError: no such invocation.
+
+        Cancellation: as :meth:`approve`.
         """
         if not by.strip() or not reason.strip():
             raise UsageError("a denial needs the approver's name (by) and a reason")
@@ -386,6 +408,8 @@ class Runtime:
         Raises:
             NotWaitingError: the invocation does not wait for an answer.
             InvocationNotFoundError: no such invocation.
+
+        Cancellation: as :meth:`approve`.
         """
         if not answer.strip():
             raise UsageError("the answer must not be empty")
@@ -406,7 +430,7 @@ class Runtime:
         store, journal = self._store, self._journal
         assert store is not None
         assert journal is not None
-        invocation = await trio.to_thread.run_sync(store.get, invocation_id)
+        invocation = await self._reads().invocation(invocation_id)
         apply(invocation)
         outcome = await journal.commit(invocation.take_events())
         if isinstance(outcome, CommitFailed):
@@ -452,7 +476,7 @@ class Runtime:
         store, journal = self._store, self._journal
         assert store is not None
         assert journal is not None
-        open_effects = await trio.to_thread.run_sync(store.open_effects)
+        open_effects = await self._reads().open_effects()
         by_invocation: dict[str, list[Effect]] = {}
         for effect in open_effects:
             by_invocation.setdefault(effect.invocation_id, []).append(effect)
@@ -460,7 +484,7 @@ class Runtime:
         settled = 0
         left_alone: list[str] = []
         for invocation_id, effects in by_invocation.items():
-            invocation = await trio.to_thread.run_sync(store.get, invocation_id)
+            invocation = await self._reads().invocation(invocation_id)
             if invocation.agent_name != agent.name:
                 continue
             if invocation.paused_for_reconciliation:
@@ -472,7 +496,7 @@ class Runtime:
                 settled += await self._settle_ended(effects, agent, journal)
             else:
                 left_alone.append(invocation_id)
-        still_open = await trio.to_thread.run_sync(store.open_effects)
+        still_open = await self._reads().open_effects()
         return ReconcileReport(
             resumed=outcomes,
             effects_settled=settled,
@@ -516,14 +540,14 @@ class Runtime:
             agent,
             settings=settings,
             journal=journal,
-            store=store,
+            reads=self._reads(),
             secrets=self._secrets,
             now=self._now,
         )
         if invocation.id in self._running:
             raise InvocationExistsError(invocation.id, "is already running in this runtime")
         if not fresh:
-            request = await trio.to_thread.run_sync(store.cancel_request, invocation.id)
+            request = await self._reads().cancel_request(invocation.id)
             if request is not None:
                 controller.request_cancel(_requested_by(request.by, request.reason))
         self._running[invocation.id] = controller
@@ -588,6 +612,10 @@ class Runtime:
 
         Raises:
             InvocationNotFoundError: no such invocation.
+
+        Cancellation: a checkpoint before the request is handed to the Journal;
+        after that it is waited for. Cancelled, the request is recorded or not;
+        asking again is safe (a request already recorded is not recorded twice).
         """
         if self._exit_stack is None:
             async with self:
@@ -595,10 +623,10 @@ class Runtime:
         store, journal = self._store, self._journal
         assert store is not None
         assert journal is not None
-        invocation = await trio.to_thread.run_sync(store.get, invocation_id)
+        invocation = await self._reads().invocation(invocation_id)
         if invocation.phase is Phase.TERMINATED:
             return CancelResult.ALREADY_ENDED
-        existing = await trio.to_thread.run_sync(store.cancel_request, invocation_id)
+        existing = await self._reads().cancel_request(invocation_id)
         if existing is None:
             request = CancelRequest.record(invocation_id, by=by, reason=reason, at=self._now())
             await journal.commit(request.take_events())
@@ -619,28 +647,35 @@ class Runtime:
 
     async def _watch_cancel_requests(
         self,
-        store: EventStore,
+        reads: StoreReader,
         *,
         task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Signal runs of this runtime whose cancel was requested from another process."""
+        failures = 0
         with trio.CancelScope() as scope:
-            position = await trio.to_thread.run_sync(store.head)
+            position = await reads.head()
             task_status.started(scope)
             while True:
                 await trio.sleep(CANCEL_POLL_S)
                 if not self._running:
                     continue
                 try:
-                    ids, position = await trio.to_thread.run_sync(
-                        store.cancel_requests_after, position
-                    )
-                except Exception:  # noqa: S112 - a failed poll is retried at the next tick
+                    ids, position = await reads.cancel_requests_after(position)
+                except Exception:
+                    failures += 1
+                    if failures == 1 or failures % 120 == 0:  # at most once a minute
+                        log.warning(
+                            "cannot look for cancel requests (%d failed polls); retrying",
+                            failures,
+                            exc_info=True,
+                        )
                     continue
+                failures = 0
                 for invocation_id in ids:
                     if invocation_id not in self._running:
                         continue
-                    request = await trio.to_thread.run_sync(store.cancel_request, invocation_id)
+                    request = await reads.cancel_request(invocation_id)
                     detail = _requested_by(request.by, request.reason) if request else None
                     self.cancel(invocation_id, detail=detail)
 
@@ -656,24 +691,33 @@ class Runtime:
 
         Raises:
             InvocationNotFoundError: no such invocation.
+
+        Cancellation: a checkpoint; the read's thread is abandoned (nothing changes).
         """
         if self._store is None:
             async with self:
                 return await self.history(invocation_id)
-        return await trio.to_thread.run_sync(self._store.events, invocation_id)
+        return await self._reads().events(invocation_id)
 
     async def load(self, invocation_id: str) -> Invocation:
         """The invocation as its committed events make it.
 
         Raises:
             InvocationNotFoundError: no such invocation.
+
+        Cancellation: a checkpoint; the read's thread is abandoned (nothing changes).
         """
         if self._store is None:
             async with self:
                 return await self.load(invocation_id)
-        return await trio.to_thread.run_sync(self._store.get, invocation_id)
+        return await self._reads().invocation(invocation_id)
 
     # ----------------------------------------------------------------- helpers
+
+    def _reads(self) -> StoreReader:
+        """The reader of the open store."""
+        assert self._reader is not None, "the runtime is not open"
+        return self._reader
 
     async def _existing_outcome(
         self, store: EventStore, requested: Invocation, failure: CommitFailed
@@ -682,7 +726,7 @@ class Runtime:
             raise StoreUnavailableError(
                 f"cannot record the invocation: {failure.error_type}: {failure.message}"
             )
-        existing = await trio.to_thread.run_sync(store.get, requested.id)
+        existing = await self._reads().invocation(requested.id)
         if existing.goal != requested.goal or existing.agent_name != requested.agent_name:
             raise InvocationExistsError(requested.id, "already exists for another goal or agent")
         try:

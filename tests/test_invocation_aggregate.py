@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from aggregates import (
     Budget,
+    Clarification,
     DispatchedCall,
     Effect,
     ErrorClass,
@@ -26,7 +27,27 @@ from aggregates import (
     ToolResult,
     Usage,
 )
-from aggregates.invocation import replay
+from aggregates.invocation import (
+    EVENT_TYPES,
+    TRANSITIONS,
+    ApprovalDenied,
+    ApprovalGranted,
+    BatchDispatched,
+    ClarificationProvided,
+    ContextCompacted,
+    DecisionProposed,
+    InvocationEvent,
+    InvocationSnapshot,
+    InvocationStarted,
+    InvocationState,
+    Paused,
+    ResultsCommitted,
+    SettingsChanged,
+    Terminated,
+    VerificationFailed,
+    replay,
+)
+from aggregates.settings import RunSettings
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -240,3 +261,262 @@ def test_a_shuffled_or_trimmed_history_is_refused_on_replay(data: st.DataObject)
     # Our transition check, eventsourcing's version check, or its "created first" assert.
     with pytest.raises((IllegalTransitionError, OriginatorVersionError, AssertionError)):
         replay(None, reordered)
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def _in_phase(phase: Phase, variant: str = "") -> Invocation:
+    """An invocation brought to ``phase`` by legal commands (``variant`` picks a decision)."""
+    inv = new()
+    decision = batch("c1")
+    match phase:
+        case Phase.READY:
+            pass
+        case Phase.CALLS_PROPOSED:
+            inv.propose(decision, usage=Usage(), at=AT)
+        case Phase.DECIDED:
+            if variant == "final":
+                inv.propose(Final(answer="x"), usage=Usage(), at=AT)
+            else:
+                inv.propose(Clarification(question="which?"), usage=Usage(), at=AT)
+        case Phase.DISPATCHED | Phase.AWAITING_RECONCILIATION:
+            inv.propose(decision, usage=Usage(), at=AT)
+            inv.dispatch(dispatched(decision), [["c1"]], at=AT)
+            if phase is Phase.AWAITING_RECONCILIATION:
+                inv.pause(TerminalReason.RECONCILIATION_REQUIRED, question="?", at=AT)
+        case Phase.AWAITING_APPROVAL:
+            inv.propose(decision, usage=Usage(), at=AT)
+            inv.pause(
+                TerminalReason.APPROVAL_REQUIRED,
+                proposal_digest="digest",
+                calls=dispatched(decision),
+                needs_approval=["c1"],
+                at=AT,
+            )
+        case Phase.AWAITING_CLARIFICATION:
+            inv.propose(Clarification(question="which?"), usage=Usage(), at=AT)
+            inv.pause(TerminalReason.CLARIFICATION_REQUIRED, question="which?", at=AT)
+        case Phase.TERMINATED:
+            inv.propose(Final(answer="x"), usage=Usage(), at=AT)
+            inv.terminate(TerminalReason.COMPLETED, answer="x", at=AT)
+        case Phase.NEW:
+            raise AssertionError("an invocation is created started")
+    inv.take_events()
+    assert inv.phase is phase
+    return inv
+
+
+def _fire(inv: Invocation, event_type: type[InvocationEvent]) -> None:
+    """The most plausible event of ``event_type`` for the invocation's state."""
+    decision = inv.last_decision
+    paused = inv.paused
+    if event_type is InvocationStarted:
+        inv.trigger_event(
+            InvocationStarted,
+            timestamp=AT,
+            originator_topic="aggregates.invocation:Invocation",
+            goal="again",
+            agent_name="a",
+            agent_version="1",
+            catalogue_digest="d",
+            tools=[],
+            budget=Budget(),
+        )
+    elif event_type is DecisionProposed:
+        inv.propose(Final(answer="y"), usage=Usage(), at=AT)
+    elif event_type is ContextCompacted:
+        inv.record_compaction(dropped_steps=[], kept_steps=[], size_before=10, size_after=5, at=AT)
+    elif event_type is BatchDispatched:
+        calls = decision if isinstance(decision, ToolCalls) else batch("c9")
+        inv.dispatch(dispatched(calls), [[c.id for c in calls.calls]], at=AT)
+    elif event_type is ResultsCommitted:
+        pending = inv.pending_batch
+        ids = [c.call_id for c in pending.calls] if pending else ["c9"]
+        inv.commit_results([ok(i) for i in ids], at=AT)
+    elif event_type is Paused:
+        if inv.phase is Phase.DISPATCHED:
+            inv.pause(TerminalReason.RECONCILIATION_REQUIRED, question="?", at=AT)
+        elif isinstance(decision, ToolCalls):
+            inv.pause(
+                TerminalReason.APPROVAL_REQUIRED,
+                proposal_digest="digest",
+                calls=dispatched(decision),
+                at=AT,
+            )
+        else:
+            inv.pause(TerminalReason.CLARIFICATION_REQUIRED, question="?", at=AT)
+    elif event_type is ApprovalGranted:
+        digest = paused.proposal_digest if paused and paused.proposal_digest else "digest"
+        inv.grant_approval(digest, by="op", at=AT)
+    elif event_type is ApprovalDenied:
+        digest = paused.proposal_digest if paused and paused.proposal_digest else "digest"
+        inv.deny_approval(digest, by="op", reason="no", at=AT)
+    elif event_type is ClarificationProvided:
+        inv.provide_clarification("this one", at=AT)
+    elif event_type is VerificationFailed:
+        inv.fail_verification("wrong", at=AT)
+    elif event_type is SettingsChanged:
+        inv.change_settings(Budget(max_steps=9), RunSettings(), at=AT)
+    elif event_type is Terminated:
+        inv.terminate(TerminalReason.CANCELLED, at=AT)
+    else:
+        raise AssertionError(f"no builder for {event_type.__name__}")
+
+
+_VARIANTS = {Phase.DECIDED: ["final", "question"]}
+_CELLS = [
+    (phase, event_type) for phase in Phase if phase is not Phase.NEW for event_type in EVENT_TYPES
+]
+
+
+@pytest.mark.parametrize(
+    ("phase", "event_type"), _CELLS, ids=[f"{p.value}-{e.__name__}" for p, e in _CELLS]
+)
+def test_each_cell_of_the_transition_table_applies_or_is_refused_with_nothing_changed(
+    phase: Phase, event_type: type[InvocationEvent]
+) -> None:
+    applied = []
+    for variant in _VARIANTS.get(phase, [""]):
+        inv = _in_phase(phase, variant)
+        before = snapshot(inv)
+        try:
+            _fire(inv, event_type)
+        # A second InvocationStarted meets eventsourcing's own "created once" assert first.
+        except (IllegalTransitionError, AssertionError):
+            assert snapshot(inv) == before
+            applied.append(False)
+        else:
+            assert inv.version == before[0] + 1
+            applied.append(True)
+    if event_type in TRANSITIONS[phase]:
+        assert any(applied), f"{event_type.__name__} is in the {phase.value} row but never applied"
+    else:
+        assert not any(applied), f"{event_type.__name__} applied outside the table"
+
+
+def test_the_table_names_every_phase_and_only_known_events() -> None:
+    assert set(TRANSITIONS) == set(Phase)
+    assert all(row <= set(EVENT_TYPES) for row in TRANSITIONS.values())
+    assert TRANSITIONS[Phase.TERMINATED] == frozenset()
+
+
+def test_terminated_is_refused_while_a_batch_waits_for_reconciliation() -> None:
+    inv = _in_phase(Phase.AWAITING_RECONCILIATION)
+    with pytest.raises(IllegalTransitionError):
+        inv.terminate(TerminalReason.CANCELLED, at=AT)
+    # The batch ends with its results first; then the invocation may stop.
+    inv.commit_results([ok("c1")], at=AT)
+    inv.terminate(TerminalReason.CANCELLED, at=AT)
+    assert inv.phase is Phase.TERMINATED
+
+
+def test_a_repeated_plan_is_judged_on_the_dispatched_normalised_arguments() -> None:
+    inv = new(Budget(max_repeated_plan=1))
+    first = ToolCalls(calls=[ToolCall(id="c1", name="lookup", arguments={"q": "x"})])
+    inv.propose(first, usage=Usage(), at=AT)
+    normalised = [
+        DispatchedCall(
+            call_id="c1", name="lookup", arguments={"q": "x", "limit": 10}, effect=Effect.READ
+        )
+    ]
+    inv.dispatch(normalised, [["c1"]], at=AT)
+    inv.commit_results([ok("c1")], at=AT)
+    second = ToolCalls(calls=[ToolCall(id="c2", name="lookup", arguments={"q": "x", "limit": 10})])
+    inv.propose(second, usage=Usage(), at=AT)
+    again = [normalised[0].model_copy(update={"call_id": "c2"})]
+    assert inv.repeat_streak_after(again) == 2
+    with pytest.raises(IllegalTransitionError, match="max_repeated_plan"):
+        inv.dispatch(again, [["c2"]], at=AT)
+
+
+def test_a_snapshot_taken_before_the_pauses_were_named_still_loads() -> None:
+    inv = _in_phase(Phase.AWAITING_CLARIFICATION)
+    state = InvocationSnapshot.take(inv).state.model_dump(mode="json")
+    state["phase"] = "paused"  # as snapshots of earlier versions say
+    restored = InvocationState.model_validate(state)
+    assert restored.phase is Phase.AWAITING_CLARIFICATION
+
+
+# --------------------------------------------------------------------------- every kind of pause
+
+RICH_COMMANDS = [
+    *COMMANDS,
+    "ask_question",
+    "pause_approval",
+    "approve",
+    "deny",
+    "clarify",
+    "verify_fail",
+    "compact",
+    "pause_reconciliation",
+    "change_settings",
+]
+
+
+def apply_rich(inv: Invocation, command: str, n: int) -> None:
+    """Apply one command of the wider set (approvals, questions, verification, ...)."""
+    decision = inv.last_decision
+    paused = inv.paused
+    digest = paused.proposal_digest if paused and paused.proposal_digest else f"d{n}"
+    match command:
+        case "ask_question":
+            inv.propose(Clarification(question=f"q{n}"), usage=Usage(), at=AT)
+        case "pause_approval":
+            if isinstance(decision, ToolCalls):
+                inv.pause(
+                    TerminalReason.APPROVAL_REQUIRED,
+                    proposal_digest=f"d{n}",
+                    calls=dispatched(decision),
+                    needs_approval=[decision.calls[0].id],
+                    at=AT,
+                )
+            else:
+                inv.pause(TerminalReason.APPROVAL_REQUIRED, proposal_digest=f"d{n}", at=AT)
+        case "approve":
+            inv.grant_approval(digest, by="op", at=AT)
+        case "deny":
+            inv.deny_approval(digest, by="op", reason="no", at=AT)
+        case "clarify":
+            inv.provide_clarification(f"a{n}", at=AT)
+        case "verify_fail":
+            inv.fail_verification(f"e{n}", at=AT)
+        case "compact":
+            inv.record_compaction(
+                dropped_steps=[], kept_steps=[], size_before=n + 1, size_after=n, at=AT
+            )
+        case "pause_reconciliation":
+            inv.pause(TerminalReason.RECONCILIATION_REQUIRED, question="?", at=AT)
+        case "change_settings":
+            inv.change_settings(inv.budget, RunSettings(max_repeated_failures=n + 1), at=AT)
+        case "pause":
+            inv.pause(TerminalReason.CLARIFICATION_REQUIRED, question="?", at=AT)
+        case _:
+            apply(inv, command, n)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(RICH_COMMANDS), st.integers(0, 5)), max_size=30))
+def test_random_orders_of_every_kind_of_event_apply_or_change_nothing(
+    commands: list[tuple[str, int]],
+) -> None:
+    inv = new()
+    for command, n in commands:
+        before = snapshot(inv)
+        try:
+            apply_rich(inv, command, n)
+        except IllegalTransitionError:
+            assert snapshot(inv) == before
+        else:
+            assert inv.version == before[0] + 1
+        running = inv.phase in (Phase.DISPATCHED, Phase.AWAITING_RECONCILIATION)
+        assert running == (inv.pending_batch is not None)
+        assert inv.phase.paused == (inv.paused is not None)
+        assert inv.tool_calls <= inv.budget.max_tool_calls
+        assert [t.step for t in inv.turns] == list(range(1, inv.step + 1))
+        if inv.phase is Phase.TERMINATED:
+            assert inv.pending_batch is None
+    rebuilt = replay(None, inv.take_events())
+    assert rebuilt is not None
+    assert snapshot(rebuilt)[:-1] == snapshot(inv)[:-1]
+    assert rebuilt.phase is inv.phase

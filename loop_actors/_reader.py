@@ -1,0 +1,130 @@
+"""The one owner of blocking store reads on the trio side.
+
+The event store blocks (SQLite); trio code never calls it directly. Writes go
+through the Journal's thread; every read goes through a :class:`StoreReader`,
+which runs it in a worker thread (at most ``MAX_CONCURRENT_READS`` at once, so
+a burst of resumes does not start a thread per invocation) and abandons the
+thread when the caller is cancelled: a read changes nothing, so giving up on it
+is always safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+import trio
+
+from aggregates.effect import Effect
+from aggregates.invocation import Invocation, InvocationEvent
+from aggregates.requests import CancelRequest
+from loop_actors._store import EventStore
+
+log = logging.getLogger(__name__)
+
+MAX_CONCURRENT_READS = 8
+"""Worker threads reading the store at once."""
+
+IDLE_WAIT_S = 10.0
+"""How long closing waits for abandoned reads to finish before the store is closed."""
+
+T = TypeVar("T")
+
+
+class StoreReader:
+    """Async, cancellable reads of one :class:`EventStore`."""
+
+    def __init__(self, store: EventStore) -> None:
+        """Read ``store`` from trio."""
+        self.store = store
+        self._limiter = trio.CapacityLimiter(MAX_CONCURRENT_READS)
+        self._running = 0
+        self._idle = threading.Condition()
+
+    async def call(self, read: Callable[[], T]) -> T:
+        """Run a blocking read of the store in a worker thread.
+
+        Cancellation: a checkpoint; the thread is abandoned (its result dropped).
+        """
+        return await trio.to_thread.run_sync(
+            self._counted, read, abandon_on_cancel=True, limiter=self._limiter
+        )
+
+    def _counted(self, read: Callable[[], T]) -> T:
+        with self._idle:
+            self._running += 1
+        try:
+            return read()
+        finally:
+            with self._idle:
+                self._running -= 1
+                self._idle.notify_all()
+
+    async def aclose(self) -> None:
+        """Wait (shielded, bounded) until no read runs; the store may then be closed.
+
+        Cancellation: shielded; at most ``IDLE_WAIT_S``.
+        """
+        with trio.CancelScope(shield=True):
+            idle = await trio.to_thread.run_sync(self.wait_idle)
+        if not idle:
+            log.warning("store reads still running after %.0f s; closing anyway", IDLE_WAIT_S)
+
+    def wait_idle(self, timeout_s: float = IDLE_WAIT_S) -> bool:
+        """Block until no read runs (abandoned ones included): the store may then close.
+
+        Returns False when reads were still running after ``timeout_s``.
+        """
+        with self._idle:
+            return self._idle.wait_for(lambda: self._running == 0, timeout=timeout_s)
+
+    async def invocation(self, invocation_id: str) -> Invocation:
+        """The invocation as its events make it (``InvocationNotFoundError`` if none).
+
+        Cancellation: as :meth:`call`.
+        """
+        return await self.call(lambda: self.store.get(invocation_id))
+
+    async def events(self, invocation_id: str) -> list[InvocationEvent]:
+        """Every committed event of an invocation (``InvocationNotFoundError`` if none).
+
+        Cancellation: as :meth:`call`.
+        """
+        return await self.call(lambda: self.store.events(invocation_id))
+
+    async def effects(self, keys: list[str]) -> dict[str, Effect | None]:
+        """The ledger entries of these effect keys (None for a key never prepared).
+
+        Cancellation: as :meth:`call`.
+        """
+        return await self.call(lambda: {key: self.store.get_effect(key) for key in keys})
+
+    async def open_effects(self) -> list[Effect]:
+        """Every effect still dispatched or of unknown outcome.
+
+        Cancellation: as :meth:`call`.
+        """
+        return await self.call(self.store.open_effects)
+
+    async def cancel_request(self, invocation_id: str) -> CancelRequest | None:
+        """The invocation's cancel request, if someone made one.
+
+        Cancellation: as :meth:`call`.
+        """
+        return await self.call(lambda: self.store.cancel_request(invocation_id))
+
+    async def cancel_requests_after(self, position: int) -> tuple[list[str], int]:
+        """Invocation ids with a cancel request after a position, and the next position.
+
+        Cancellation: as :meth:`call`.
+        """
+        return await self.call(lambda: self.store.cancel_requests_after(position))
+
+    async def head(self) -> int:
+        """The last notification id.
+
+        Cancellation: as :meth:`call`.
+        """
+        return await self.call(self.store.head)
