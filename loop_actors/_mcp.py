@@ -13,9 +13,7 @@ it is imported only when an MCP server is contacted.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
-import json
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -28,7 +26,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from aggregates.decisions import Effect, ErrorClass
 from loop_actors._errors import ToolDefinitionError, ToolError, UsageError
-from loop_actors._tools import Reconciled, Tool, ToolContext
+from loop_actors._tools import Reconciled, Tool, ToolContext, schema_digest
 
 if TYPE_CHECKING:
     import mcp.types
@@ -139,16 +137,6 @@ def _check_schema(name: str, schema: dict[str, Any]) -> Any:
     return cls(schema)
 
 
-def _schema_digest(name: str, effect: Effect, schema: dict[str, Any]) -> str:
-    """The same digest ``Tool`` computes: name, effect and schema, canonical JSON."""
-    canonical = json.dumps(
-        {"name": name, "effect": effect.value, "schema": schema},
-        sort_keys=True,
-        separators=(",", ":"),
-    )
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
 def _tool_name(mcp_name: str) -> str:
     """The name the model uses: the MCP name, with characters an identifier cannot hold as ``_``."""
     name = re.sub(r"\W", "_", mcp_name)
@@ -211,7 +199,7 @@ class McpTool(Tool):
         self._fields = ()
         self.context_parameter = None
         self.schema = schema
-        self.schema_digest = _schema_digest(name, self.effect, schema)
+        self.schema_digest = schema_digest(name, self.effect, schema)
 
     def __repr__(self) -> str:
         server = _describe(self.server)

@@ -7,9 +7,7 @@ same model produces the JSON Schema a model provider sees.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
-import json
 import math
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
@@ -28,6 +26,7 @@ from aggregates.decisions import (
     ToolCall,
     ToolResult,
 )
+from aggregates.digest import digest_of, sha256_hex
 from aggregates.effect import Resolution
 from aggregates.invocation import DispatchedCall, ToolSpec
 from aggregates.results import Interruption, interrupted_result
@@ -108,6 +107,11 @@ class Reconciled(Frozen):
 ReconcileFunction = Callable[[str], "Reconciled | Any"]
 
 
+def schema_digest(name: str, effect: Effect, schema: dict[str, Any]) -> str:
+    """What a tool's schema digest covers: its name, effect and argument schema."""
+    return digest_of({"name": name, "effect": effect.value, "schema": schema})
+
+
 class Tool:
     """A function the model may call, with its validated argument schema.
 
@@ -175,12 +179,7 @@ class Tool:
         self.arguments_model, self.context_parameter = _arguments_model(self.name, fn)
         self._fields = tuple(self.arguments_model.model_fields)
         self.schema: dict[str, Any] = self.arguments_model.model_json_schema()
-        canonical = json.dumps(
-            {"name": self.name, "effect": self.effect.value, "schema": self.schema},
-            sort_keys=True,
-            separators=(",", ":"),
-        )
-        self.schema_digest = hashlib.sha256(canonical.encode()).hexdigest()
+        self.schema_digest = schema_digest(self.name, self.effect, self.schema)
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r}, effect={self.effect.value!r})"
@@ -402,7 +401,7 @@ class Toolbox:
                 raise ToolDefinitionError(f"two tools are named {wrapped.name!r}")
             self.tools[wrapped.name] = wrapped
         digests = sorted(t.schema_digest for t in self.tools.values())
-        self.catalogue_digest = hashlib.sha256("".join(digests).encode()).hexdigest()
+        self.catalogue_digest = sha256_hex("".join(digests))
         self.specs: list[ToolSpec] = [self.tools[name].spec for name in sorted(self.tools)]
         """Each tool's spec, sorted by name (recorded with every invocation)."""
         self.schemas = [
