@@ -100,6 +100,8 @@ class DispatchedCall(Frozen):
     effect: Effect
     effect_key: str | None = None
     """For a write: its effect key (stable across retries, restarts and workers)."""
+    denied: str | None = None
+    """Why the call was denied (by a person or the policy): it is dispatched, never run."""
 
 
 class BatchDispatched(InvocationEvent):

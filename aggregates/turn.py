@@ -562,7 +562,7 @@ class TurnCore:
             )
             for call in proposed
         ]
-        refused = self._refuse_dispatch(planned, moment, judge_plan=True)
+        refused = self._refuse_dispatch(planned, moment)
         if refused is not None:
             return refused
         self._planned, self._arguments, self._approved = planned, arguments, False
@@ -570,9 +570,7 @@ class TurnCore:
             return Authorise(step=inv.step, calls=planned)
         return self.on_authorised(PolicyVerdict(), moment)
 
-    def _refuse_dispatch(
-        self, planned: list[DispatchedCall], moment: Moment, *, judge_plan: bool
-    ) -> Action | None:
+    def _refuse_dispatch(self, planned: list[DispatchedCall], moment: Moment) -> Action | None:
         """The stop that comes before a batch would run, if any."""
         inv = self.invocation
         budget = self.budget
@@ -585,7 +583,7 @@ class TurnCore:
             )
         # Repetition is judged on the calls as they would be dispatched: normalised
         # (defaults filled in) and redacted, as the aggregate checks them.
-        if judge_plan and inv.repeat_streak_after(planned) > budget.max_repeated_plan:
+        if inv.repeat_streak_after(planned) > budget.max_repeated_plan:
             return self._end(
                 TerminalReason.NO_PROGRESS,
                 moment,
@@ -602,7 +600,7 @@ class TurnCore:
         inv = self.invocation
         planned = list(inv.approved_calls or [])
         # The settings may have changed since the pause: the budget still holds.
-        refused = self._refuse_dispatch(planned, moment, judge_plan=False)
+        refused = self._refuse_dispatch(planned, moment)
         if refused is not None:
             return refused
         self._planned, self._arguments, self._approved = planned, {}, True
@@ -659,7 +657,11 @@ class TurnCore:
         dispatched: list[DispatchedCall] = []
         effects: dict[str, Effect] = {}
         for call in planned:
-            if call.effect is ToolEffect.WRITE and call.call_id not in denied:
+            if call.call_id in denied:
+                # Recorded with the batch, so that a resumed batch does not run it either.
+                dispatched.append(call.model_copy(update={"denied": denied[call.call_id]}))
+                continue
+            if call.effect is ToolEffect.WRITE:
                 effect = Effect.prepare(
                     invocation_id=inv.id,
                     step=inv.step,
@@ -674,14 +676,30 @@ class TurnCore:
             dispatched.append(call)
         inv.dispatch(dispatched, self.catalogue.plan(dispatched), at=moment.at)
         self._planned, self._arguments = [], {}
-        self._effects, self._round = effects, 0
-        self._results = {
-            call.call_id: denied_result(call, denied[call.call_id])
-            for call in dispatched
-            if call.call_id in denied
-        }
-        runnable = [call for call in dispatched if call.call_id not in denied]
-        return self._run(runnable, moment, first_dispatch=True)
+        return self._settle(dispatched, effects, moment, first_dispatch=True)
+
+    def _settle(
+        self,
+        calls: list[DispatchedCall],
+        effects: dict[str, Effect],
+        moment: Moment,
+        *,
+        first_dispatch: bool,
+    ) -> Action:
+        """Start settling a dispatched batch: denied calls and known writes have results."""
+        self._effects, self._results, self._round = effects, {}, 0
+        runnable: list[DispatchedCall] = []
+        for call in calls:
+            if call.denied is not None:
+                self._results[call.call_id] = denied_result(call, call.denied)
+                continue
+            effect = effects.get(call.call_id)
+            known = known_result(call, effect) if effect is not None else None
+            if known is not None:
+                self._results[call.call_id] = known
+            elif effect is None or first_dispatch:
+                runnable.append(call)  # a read runs again; a new write runs
+        return self._run(runnable, moment, first_dispatch=first_dispatch)
 
     def on_effects_loaded(self, effects: Mapping[str, Effect | None], moment: Moment) -> Action:
         """The ledger entries of a resumed batch's writes, by effect key.
@@ -691,20 +709,16 @@ class TurnCore:
         """
         batch = self.invocation.pending_batch
         assert batch is not None
-        self._effects, self._results, self._round = {}, {}, 0
-        runnable: list[DispatchedCall] = []
+        by_call: dict[str, Effect] = {}
         for call in batch.calls:
             if call.effect_key is None:
-                runnable.append(call)
                 continue
             effect = effects.get(call.effect_key)
             if effect is None:  # cannot happen: the ledger entry is saved with the batch
                 raise AggregateError(f"effect {call.effect_key} of call {call.call_id} is missing")
-            self._effects[call.call_id] = effect
-            known = known_result(call, effect)
-            if known is not None:
-                self._results[call.call_id] = known
-        return self._run(runnable, moment, first_dispatch=False)
+            by_call[call.call_id] = effect
+        # An open write is not run again here: it is reconciled with its service first.
+        return self._settle(batch.calls, by_call, moment, first_dispatch=False)
 
     def _run(
         self, runnable: list[DispatchedCall], moment: Moment, *, first_dispatch: bool
@@ -784,13 +798,17 @@ class TurnCore:
                 case ServiceUnreachable(error=error):
                     unreachable.append(f"{effect.key} ({effect.tool}): {error}")
                 case EffectAnswered():
+                    # A receipt is an output of the write: stored as the tool redacts it.
+                    receipt = self.catalogue.redact_output(effect.tool, answer.receipt)
+                    if receipt is not answer.receipt:
+                        self._keep(batch.step, call_id, "output", answer.receipt)
                     effect.reconcile(
-                        answer.status, receipt=answer.receipt, reason=answer.reason, at=moment.at
+                        answer.status, receipt=receipt, reason=answer.reason, at=moment.at
                     )
                     match answer.status:
                         case Resolution.COMMITTED:
                             self._results[call_id] = write_result(
-                                by_id[call_id], EffectStatus.RECONCILED, receipt=answer.receipt
+                                by_id[call_id], EffectStatus.RECONCILED, receipt=receipt
                             )
                         case Resolution.REJECTED:
                             self._results[call_id] = write_result(

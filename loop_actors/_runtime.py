@@ -514,7 +514,8 @@ class Runtime:
                 continue
             effect.reconcile(
                 answer.status,
-                receipt=answer.receipt,
+                # Stored as the tool redacts its output, like every receipt.
+                receipt=agent.toolbox.redact_output(effect.tool, answer.receipt),
                 reason=answer.reason,
                 at=self._now(),
             )
