@@ -281,3 +281,55 @@ def test_run_sync_runs_an_agent_from_plain_code(db_url: str) -> None:
     agent = Agent("a", ScriptedModel([{"kind": "final", "answer": "sync"}]))
     outcome = Runtime(db_url).run_sync(agent, "g")
     assert (outcome.reason, outcome.answer) == (TerminalReason.COMPLETED, "sync")
+
+
+async def test_recording_a_cancelled_scope_is_bounded_even_when_the_store_is_locked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bad input: the database write-locked by another connection for longer than the bound.
+
+    The caller's scope is cancelled while a tool holds the lock; recording the
+    cancellation cannot commit, and the run gives up waiting after the cleanup bound
+    instead of the store's 30 s lock timeout. The commit lands once the lock is gone.
+    """
+    monkeypatch.setattr("loop_actors._controller.CLEANUP_S", 0.5)
+    path = tmp_path / "locked.db"
+    url = f"sqlite:///{path}?lock_timeout=30"
+    locked = trio.Event()
+    blocker: list[sqlite3.Connection] = []
+    cancelled_at: list[float] = []
+
+    @tool
+    async def lock_and_wait(key: str) -> str:
+        """Take the SQLite write lock from another connection, then wait for ever."""
+        connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        connection.execute("BEGIN IMMEDIATE")
+        blocker.append(connection)
+        locked.set()
+        await trio.sleep_forever()
+        return key
+
+    agent = Agent(
+        "a", ScriptedModel([calls(("c1", "lock_and_wait", {"key": "x"}))]), [lock_and_wait]
+    )
+    async with Runtime(url) as runtime:
+        with trio.fail_after(60):
+            with trio.move_on_after(30) as scope:
+                async with trio.open_nursery() as nursery:
+
+                    async def cancel_when_locked() -> None:
+                        await locked.wait()
+                        cancelled_at.append(trio.current_time())
+                        scope.cancel()
+
+                    nursery.start_soon(cancel_when_locked)
+                    await runtime.run(agent, "g", invocation_id="bounded")
+            returned_at = trio.current_time()
+            assert scope.cancelled_caught
+        blocker[0].rollback()  # the lock goes; the abandoned commit lands
+    # The run came back within the bound (plus scheduling), not after the lock timeout.
+    assert returned_at - cancelled_at[0] < 10
+    async with Runtime(url) as runtime:
+        invocation = await runtime.load("bounded")
+    assert invocation.terminated is not None
+    assert invocation.terminated.reason is TerminalReason.CANCELLED
