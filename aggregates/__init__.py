@@ -19,9 +19,6 @@ from aggregates.decisions import (
     Decision as Decision,
 )
 from aggregates.decisions import (
-    Effect as Effect,
-)
-from aggregates.decisions import (
     ErrorClass as ErrorClass,
 )
 from aggregates.decisions import (
@@ -47,6 +44,9 @@ from aggregates.decisions import (
 )
 from aggregates.decisions import (
     ToolCalls as ToolCalls,
+)
+from aggregates.decisions import (
+    ToolEffect as ToolEffect,
 )
 from aggregates.decisions import (
     ToolResult as ToolResult,

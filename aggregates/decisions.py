@@ -107,7 +107,7 @@ class EffectStatus(StrEnum):
     RECONCILED = "reconciled"
 
 
-class Effect(StrEnum):
+class ToolEffect(StrEnum):
     """What a tool does to the world: reads may run concurrently, writes run one at a time."""
 
     READ = "read"
@@ -326,3 +326,7 @@ class Budget(Frozen):
             reserve_cost=reserve_cost,
             wind_down_steps=wind_down_steps,
         )
+
+
+Effect = ToolEffect
+"""The former name of :class:`ToolEffect` (kept for code written against 0.1)."""

@@ -24,7 +24,6 @@ from aggregates.decisions import (
     CannotContinue,
     Clarification,
     Decision,
-    Effect,
     Final,
     Frozen,
     Rejection,
@@ -32,6 +31,7 @@ from aggregates.decisions import (
     TerminalReason,
     ToolCall,
     ToolCalls,
+    ToolEffect,
     ToolResult,
     Usage,
 )
@@ -51,7 +51,7 @@ class ToolSpec(Frozen):
     """A tool as the invocation saw it when it started: name, effect and schema digest."""
 
     name: str
-    effect: Effect
+    effect: ToolEffect
     schema_digest: str
 
 
@@ -97,7 +97,7 @@ class DispatchedCall(Frozen):
     call_id: str
     name: str
     arguments: dict[str, Any]
-    effect: Effect
+    effect: ToolEffect
     effect_key: str | None = None
     """For a write: its effect key (stable across retries, restarts and workers)."""
     denied: str | None = None

@@ -50,11 +50,11 @@ from aggregates.decisions import (
     TerminalReason,
     ToolCall,
     ToolCalls,
+    ToolEffect,
     ToolResult,
     Usage,
     parse_decision,
 )
-from aggregates.decisions import Effect as ToolEffect
 from aggregates.digest import digest_of
 from aggregates.effect import Effect, Resolution
 from aggregates.errors import AggregateError

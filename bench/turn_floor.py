@@ -41,9 +41,9 @@ import trio
 from turn_overhead import AGENT, K, T, lookup_value, ours, raw_loop, script_step
 
 from aggregates.decisions import (
-    Effect,
     TerminalReason,
     ToolCalls,
+    ToolEffect,
     ToolResult,
     Usage,
     parse_decision,
@@ -105,7 +105,7 @@ async def one_invocation(committer: Committer, goal: str) -> None:
         assert isinstance(decision, ToolCalls)
         invocation.propose(decision, usage=Usage(), at=_now())
         calls = [
-            DispatchedCall(call_id=c.id, name=c.name, arguments=c.arguments, effect=Effect.READ)
+            DispatchedCall(call_id=c.id, name=c.name, arguments=c.arguments, effect=ToolEffect.READ)
             for c in decision.calls
         ]
         invocation.dispatch(calls, [[c.call_id for c in calls]], at=_now())

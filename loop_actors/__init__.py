@@ -7,7 +7,7 @@ from aggregates.decisions import Budget as Budget
 from aggregates.decisions import CannotContinue as CannotContinue
 from aggregates.decisions import Clarification as Clarification
 from aggregates.decisions import Decision as Decision
-from aggregates.decisions import Effect as Effect
+from aggregates.decisions import Effect as Effect  # the former name of ToolEffect
 from aggregates.decisions import EffectStatus as EffectStatus
 from aggregates.decisions import ErrorClass as ErrorClass
 from aggregates.decisions import ErrorInfo as ErrorInfo
@@ -18,6 +18,7 @@ from aggregates.decisions import RequestApproval as RequestApproval
 from aggregates.decisions import TerminalReason as TerminalReason
 from aggregates.decisions import ToolCall as ToolCall
 from aggregates.decisions import ToolCalls as ToolCalls
+from aggregates.decisions import ToolEffect as ToolEffect
 from aggregates.decisions import ToolResult as ToolResult
 from aggregates.decisions import Usage as Usage
 from aggregates.settings import RunSettings as RunSettings
@@ -113,6 +114,7 @@ __all__ = [
     "ToolCalls",
     "ToolContext",
     "ToolDefinitionError",
+    "ToolEffect",
     "ToolError",
     "ToolResult",
     "Usage",

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.dataclasses import dataclass
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from aggregates.decisions import Effect, ErrorClass
+from aggregates.decisions import ErrorClass, ToolEffect
 from loop_actors._errors import ToolDefinitionError, ToolError, UsageError
 from loop_actors._tools import Reconciled, Tool, ToolContext, schema_digest
 
@@ -175,9 +175,9 @@ class McpTool(Tool):
         read_only = annotations is not None and annotations.read_only_hint is True
         idempotent = annotations is not None and annotations.idempotent_hint is True
         destructive = annotations is not None and annotations.destructive_hint is True
-        effect = Effect.READ if read_only else Effect.WRITE
+        effect = ToolEffect.READ if read_only else ToolEffect.WRITE
         reconcile = (
-            _not_found if effect is Effect.WRITE and idempotent and not destructive else None
+            _not_found if effect is ToolEffect.WRITE and idempotent and not destructive else None
         )
 
         async def call(arguments: dict[str, Any]) -> Any:

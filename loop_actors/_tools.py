@@ -18,12 +18,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from aggregates.decisions import (
-    Effect,
     EffectStatus,
     ErrorClass,
     ErrorInfo,
     Frozen,
     ToolCall,
+    ToolEffect,
     ToolResult,
 )
 from aggregates.digest import digest_of, sha256_hex
@@ -107,7 +107,7 @@ class Reconciled(Frozen):
 ReconcileFunction = Callable[[str], "Reconciled | Any"]
 
 
-def schema_digest(name: str, effect: Effect, schema: dict[str, Any]) -> str:
+def schema_digest(name: str, effect: ToolEffect, schema: dict[str, Any]) -> str:
     """What a tool's schema digest covers: its name, effect and argument schema."""
     return digest_of({"name": name, "effect": effect.value, "schema": schema})
 
@@ -125,7 +125,7 @@ class Tool:
         *,
         name: str | None = None,
         description: str | None = None,
-        effect: Effect | Literal["read", "write"] = Effect.READ,
+        effect: ToolEffect | Literal["read", "write"] = ToolEffect.READ,
         timeout_s: float | None = None,
         inline: bool = False,
         reconcile: ReconcileFunction | None = None,
@@ -146,7 +146,7 @@ class Tool:
             raise ToolDefinitionError(f"tool name {self.name!r} must be an identifier")
         self.description = description or inspect.getdoc(fn) or ""
         try:
-            self.effect = Effect(effect)
+            self.effect = ToolEffect(effect)
         except ValueError:
             raise ToolDefinitionError(
                 f"tool {self.name}: effect must be 'read' or 'write', got {effect!r}"
@@ -156,7 +156,7 @@ class Tool:
         self.timeout_s = timeout_s
         if reconcile is not None and not callable(reconcile):
             raise ToolDefinitionError(f"tool {self.name}: reconcile must be callable")
-        if reconcile is not None and self.effect is Effect.READ:
+        if reconcile is not None and self.effect is ToolEffect.READ:
             raise ToolDefinitionError(f"tool {self.name}: only a write tool is reconciled")
         self.reconcile = reconcile
         self.commutes = commutes
@@ -294,7 +294,7 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    effect: Effect | Literal["read", "write"] = Effect.READ,
+    effect: ToolEffect | Literal["read", "write"] = ToolEffect.READ,
     timeout_s: float | None = None,
     inline: bool = False,
     reconcile: ReconcileFunction | None = None,
@@ -314,7 +314,7 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    effect: Effect | Literal["read", "write"] = Effect.READ,
+    effect: ToolEffect | Literal["read", "write"] = ToolEffect.READ,
     timeout_s: float | None = None,
     inline: bool = False,
     reconcile: ReconcileFunction | None = None,
@@ -410,7 +410,7 @@ class Toolbox:
         ]
         """Each tool as the model is told of it, in the agent's order."""
 
-    def effect_of(self, name: str) -> Effect | None:
+    def effect_of(self, name: str) -> ToolEffect | None:
         """The tool's effect, or None when the agent has no such tool."""
         tool_ = self.tools.get(name)
         return tool_.effect if tool_ is not None else None
@@ -474,7 +474,7 @@ class Toolbox:
         reads: list[str] = []
         for call in calls:
             tool_ = self.tools.get(call.name)
-            if call.effect is Effect.READ or (tool_ is not None and tool_.commutes):
+            if call.effect is ToolEffect.READ or (tool_ is not None and tool_.commutes):
                 reads.append(call.call_id)
                 continue
             if reads:

@@ -14,7 +14,6 @@ from aggregates import (
     Budget,
     Clarification,
     DispatchedCall,
-    Effect,
     ErrorClass,
     ErrorInfo,
     Final,
@@ -24,6 +23,7 @@ from aggregates import (
     TerminalReason,
     ToolCall,
     ToolCalls,
+    ToolEffect,
     ToolResult,
     Usage,
 )
@@ -71,7 +71,7 @@ def batch(*ids: str, key: str = "k") -> ToolCalls:
 
 def dispatched(decision: ToolCalls) -> list[DispatchedCall]:
     return [
-        DispatchedCall(call_id=c.id, name=c.name, arguments=c.arguments, effect=Effect.READ)
+        DispatchedCall(call_id=c.id, name=c.name, arguments=c.arguments, effect=ToolEffect.READ)
         for c in decision.calls
     ]
 
@@ -417,7 +417,7 @@ def test_a_repeated_plan_is_judged_on_the_dispatched_normalised_arguments() -> N
     inv.propose(first, usage=Usage(), at=AT)
     normalised = [
         DispatchedCall(
-            call_id="c1", name="lookup", arguments={"q": "x", "limit": 10}, effect=Effect.READ
+            call_id="c1", name="lookup", arguments={"q": "x", "limit": 10}, effect=ToolEffect.READ
         )
     ]
     inv.dispatch(normalised, [["c1"]], at=AT)

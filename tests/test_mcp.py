@@ -16,13 +16,13 @@ import trio
 from aggregates.invocation import ResultsCommitted
 from loop_actors import (
     Agent,
-    Effect,
     EffectStatus,
     ErrorClass,
     Runtime,
     ScriptedModel,
     TerminalReason,
     ToolDefinitionError,
+    ToolEffect,
     ToolError,
     UsageError,
 )
@@ -74,11 +74,11 @@ def results_of(events: list[Any]) -> list[Any]:
 
 def test_listing_maps_annotations_to_effects(tools: dict[str, McpTool]) -> None:
     assert list(tools) == ["stock", "echo", "set_label", "delete_item"]
-    assert tools["stock"].effect is Effect.READ  # readOnlyHint
+    assert tools["stock"].effect is ToolEffect.READ  # readOnlyHint
     assert tools["stock"].reconcile is None
-    assert tools["echo"].effect is Effect.WRITE  # unannotated: a write, the safe default
+    assert tools["echo"].effect is ToolEffect.WRITE  # unannotated: a write, the safe default
     assert tools["echo"].reconcile is None
-    assert tools["delete_item"].effect is Effect.WRITE  # idempotent but destructive
+    assert tools["delete_item"].effect is ToolEffect.WRITE  # idempotent but destructive
     assert tools["delete_item"].reconcile is None
 
 
@@ -86,7 +86,7 @@ def test_an_idempotent_non_destructive_write_is_reconciled_as_not_found(
     tools: dict[str, McpTool],
 ) -> None:
     set_label = tools["set_label"]
-    assert set_label.effect is Effect.WRITE
+    assert set_label.effect is ToolEffect.WRITE
     assert set_label.reconcile is not None
     assert set_label.reconcile("any-key") == Reconciled(status="not_found")
 
@@ -230,10 +230,10 @@ UNEXHAUSTED_STREAMS = pytest.mark.filterwarnings(
 async def test_tools_of_a_streamable_http_server_run_end_to_end(http_server: HttpServer) -> None:
     listed = await mcp_tools_async(http_server)
     assert {t.name: t.effect for t in listed} == {
-        "stock": Effect.READ,
-        "echo": Effect.WRITE,
-        "set_label": Effect.WRITE,
-        "delete_item": Effect.WRITE,
+        "stock": ToolEffect.READ,
+        "echo": ToolEffect.WRITE,
+        "set_label": ToolEffect.WRITE,
+        "delete_item": ToolEffect.WRITE,
     }
     script = [calls(("s1", "stock", {"item": "pear"}), ("s2", "stock", {"item": "kiwi"})), FINAL]
     outcome, events = await run(Agent("shop", ScriptedModel(script), listed))

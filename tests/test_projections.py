@@ -421,6 +421,37 @@ def test_the_read_model_holds_the_fold_of_each_invocations_events(
         store.close()
 
 
+def test_the_trajectory_rows_do_not_depend_on_where_the_batches_cut(
+    mixed_store: Path, tmp_path: Path
+) -> None:
+    """Every stored column, started_position and the head's steps included, at any batch size."""
+    store = EventStore(f"sqlite:///{mixed_store}", create=False)
+    tables = TrajectoryProjection().tables()
+    rows: list[dict[str, list[tuple[Any, ...]]]] = []
+    try:
+        for batch_size in (1, 7, 500):
+            views = tmp_path / f"views-{batch_size}.db"
+            runner = open_runner(store, str(views), [TrajectoryProjection()], batch_size=batch_size)
+            try:
+                runner.catch_up()
+            finally:
+                runner.close()
+            connection = sqlite3.connect(views)
+            try:
+                select = "SELECT * FROM {}"
+                rows.append(
+                    {
+                        t: sorted(connection.execute(select.format(t)).fetchall(), key=repr)
+                        for t in tables
+                    }
+                )
+            finally:
+                connection.close()
+    finally:
+        store.close()
+    assert rows[0] == rows[1] == rows[2]
+
+
 def test_each_event_changes_the_head_and_only_the_step_it_names(mixed_store: Path) -> None:
     """The fold's contract, on which the read model reads one step per event."""
     store = EventStore(f"sqlite:///{mixed_store}", create=False)

@@ -37,10 +37,10 @@ from aggregates.decisions import (
     TerminalReason,
     ToolCall,
     ToolCalls,
+    ToolEffect,
     ToolResult,
     Usage,
 )
-from aggregates.decisions import Effect as ToolEffect
 from aggregates.effect import (
     Effect,
     EffectDispatched,
