@@ -314,6 +314,7 @@ class Invocation(ChainedAggregate):
         self.cost = 0.0
         self.failure_signature: str | None = None
         self.failure_streak = 0
+        self.invalid_streak = 0
 
     # ----------------------------------------------------------------- commands
 
@@ -567,9 +568,12 @@ class Invocation(ChainedAggregate):
         if (event.decision is None) == (event.rejection is None):
             raise self._refuse(event, "carries exactly one of a decision or a rejection")
         decision = event.decision
+        self.invalid_streak = self.invalid_streak + 1 if decision is None else 0
         match decision:
             case None:
-                phase = Phase.DECIDED
+                # A rejected proposal: the model may be asked again (with the problems),
+                # or the run stops.
+                phase = Phase.READY
             case ToolCalls(calls=calls):
                 if not calls:
                     raise self._refuse(event, "an empty tool batch is not a decision")
@@ -780,6 +784,7 @@ class InvocationState(Frozen):
     cost: float = 0.0
     failure_signature: str | None = None
     failure_streak: int = 0
+    invalid_streak: int = 0
     last_hash: str
     created_on: datetime
     modified_on: datetime

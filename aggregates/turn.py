@@ -427,10 +427,15 @@ class TurnCore:
             usage = usage.model_copy(update={"cost": price.cost(usage)})
         verdict = self._validate(proposal)
         if isinstance(verdict, Rejection):
-            self.invocation.reject(verdict, usage=usage, at=moment.at)
-            return self._end(
-                TerminalReason.INVALID_DECISION, moment, detail="; ".join(verdict.problems)
-            )
+            inv = self.invocation
+            inv.reject(verdict, usage=usage, at=moment.at)
+            if inv.invalid_streak > self.settings.max_invalid_proposals:
+                return self._end(
+                    TerminalReason.INVALID_DECISION, moment, detail="; ".join(verdict.problems)
+                )
+            # Recorded with its problems, which the model is shown: it proposes again.
+            # Every budget still counts (the next action checks them).
+            return Continue(after_results=False)
         decision, arguments = verdict
         return self._act(decision, arguments, usage, moment)
 

@@ -201,6 +201,17 @@ def text_exchange(turn: Turn) -> list[dict[str, Any]]:
             if turn.approval:
                 messages.append({"role": "assistant", "content": summary or "approval?"})
                 messages.append({"role": "user", "content": turn.approval})
+        case None if turn.rejection is not None:
+            rejection = turn.rejection
+            messages.append({"role": "assistant", "content": json.dumps(rejection.raw)[:2000]})
+            messages.append(
+                {
+                    "role": "user",
+                    "content": f"That reply was refused ({rejection.rejection_class.value}): "
+                    + "; ".join(rejection.problems)
+                    + ". Propose again.",
+                }
+            )
         case _:
             pass
     return messages

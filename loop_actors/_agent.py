@@ -111,6 +111,7 @@ class Agent:
         verifier: Verifier | None = None,
         max_verification_attempts: int = 2,
         max_repeated_failures: int = 3,
+        max_invalid_proposals: int = 2,
         price: Price | None = None,
         wind_down_notice: str = DEFAULT_WIND_DOWN_NOTICE,
         policy: Policy | None = None,
@@ -147,10 +148,15 @@ class Agent:
                 ``keep_recent_turns``, or one with an unsettled write), the model is
                 told, and ``ContextCompacted`` records it.
             keep_recent_turns: turns always kept in view.
+            max_invalid_proposals: invalid proposals in a row (schema errors,
+                unknown tools, invalid arguments, empty answers) that are recorded and
+                given back to the model with their problems; one more ends the run
+                ``invalid_decision`` (0: the first one does).
 
         The budget and the settings (``max_verification_attempts``,
-        ``max_repeated_failures`` and each tool's own, ``price``, ``context_limit``,
-        ``keep_recent_turns``, ``wind_down_notice``, the approval rules) are
+        ``max_repeated_failures`` and each tool's own, ``max_invalid_proposals``,
+        ``price``, ``context_limit``, ``keep_recent_turns``, ``wind_down_notice``,
+        the approval rules) are
         recorded when an invocation starts, and a resume follows the record.
 
         Raises:
@@ -178,12 +184,15 @@ class Agent:
             raise UsageError(f"agent {name}: policy must be callable")
         if context_limit is not None and context_limit < 1:
             raise UsageError(f"agent {name}: context_limit must be positive")
+        if not isinstance(max_invalid_proposals, int) or max_invalid_proposals < 0:
+            raise UsageError(f"agent {name}: max_invalid_proposals must be >= 0")
         if keep_recent_turns < 0:
             raise UsageError(f"agent {name}: keep_recent_turns must be >= 0")
         if price is not None and not isinstance(price, Price):
             raise UsageError(f"agent {name}: price must be a Price")
         toolbox = Toolbox(tools, default_timeout_s=tool_timeout_s)
         settings = RunSettings(
+            max_invalid_proposals=max_invalid_proposals,
             max_verification_attempts=max_verification_attempts,
             max_repeated_failures=max_repeated_failures,
             tool_failure_limits={

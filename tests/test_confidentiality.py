@@ -96,7 +96,7 @@ def test_a_rejected_proposal_is_stored_redacted_too(tmp_path: Path) -> None:
             {"id": "t", "name": "tokenize", "arguments": {"card_number": CARD, "holder": 5}},
         ],
     }
-    agent = Agent("payer", ScriptedModel([bad]), [tokenize, charge])
+    agent = Agent("payer", ScriptedModel([bad]), [tokenize, charge], max_invalid_proposals=0)
     outcome = Runtime(f"sqlite:///{tmp_path / 'events.db'}").run_sync(agent, "pay")
     assert outcome.reason is TerminalReason.INVALID_DECISION
     EventStore(f"sqlite:///{tmp_path / 'events.db'}").close()
