@@ -528,13 +528,16 @@ class TurnCore:
         step = inv.step + 1
         stored = decision
         if isinstance(decision, ToolCalls):
-            calls = []
+            calls, redacted_any = [], False
             for call in decision.calls:
                 redacted = self.catalogue.redact_arguments(call.name, call.arguments)
                 if redacted is not call.arguments:
                     self._keep(step, call.id, "arguments", arguments[call.id])
-                calls.append(call.model_copy(update={"arguments": redacted}))
-            stored = ToolCalls(calls=calls)
+                    call = call.model_copy(update={"arguments": redacted})  # noqa: PLW2901
+                    redacted_any = True
+                calls.append(call)
+            if redacted_any:  # store the redacted copy; else the decision as it is
+                stored = ToolCalls(calls=calls)
         inv.propose(stored, usage=usage, at=moment.at)
         overrun = self._usage_exhausted(reserving=False)
         if overrun is not None and not isinstance(decision, Final):

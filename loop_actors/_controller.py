@@ -241,6 +241,8 @@ class Controller:
 
     def _deadline(self) -> float | None:
         """The recorded deadline on the trio clock, for the actors."""
+        if self.core.budget.deadline_s is None:
+            return None
         left = self.core.seconds_left(self._moment())
         return None if left is None else trio.current_time() + left
 

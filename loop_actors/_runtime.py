@@ -535,7 +535,8 @@ class Runtime:
     ) -> Outcome:
         # Invocations recorded before settings were recorded follow the agent's.
         settings = invocation.settings or agent.settings
-        await trio.to_thread.run_sync(self._secrets.load, invocation.id)
+        if self._secrets.sealed and not fresh:  # a new invocation has none yet
+            await trio.to_thread.run_sync(self._secrets.load, invocation.id)
         controller = Controller(
             invocation,
             agent,
@@ -561,8 +562,11 @@ class Runtime:
         return outcome
 
     async def _forget_secrets(self, invocation_id: str) -> None:
-        """An invocation ended: its kept secrets are deleted."""
-        await trio.to_thread.run_sync(self._secrets.forget, invocation_id)
+        """An invocation ended: its kept secrets are deleted (sealed ones in a thread)."""
+        if self._secrets.sealed:
+            await trio.to_thread.run_sync(self._secrets.forget, invocation_id)
+        else:
+            self._secrets.forget(invocation_id)
 
     def run_sync(
         self,
