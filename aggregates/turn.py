@@ -176,6 +176,21 @@ class ServiceUnreachable(Frozen):
 ReconcileOutcome = EffectAnswered | ServiceUnreachable
 
 
+class AttemptStillRunning(Frozen):
+    """An earlier attempt of the write may still be running: the service was not asked.
+
+    A "not found" from the service while an attempt may still reach it proves
+    nothing, so the write is not dispatched again.
+    """
+
+    kind: Literal["attempt_still_running"] = "attempt_still_running"
+    effect_key: str
+    waited_s: float
+
+
+EffectObservation = EffectAnswered | ServiceUnreachable | AttemptStillRunning
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyVerdict:
     """What the agent's policy said of a batch: the calls it refuses, or a refusal of the run."""
@@ -791,13 +806,14 @@ class TurnCore:
             return Reconcile(effects=asking)
         return self.on_reconciled({}, moment)
 
-    def on_reconciled(self, answers: Mapping[str, ReconcileOutcome], moment: Moment) -> Action:
-        """The services' answers, by effect key."""
+    def on_reconciled(self, answers: Mapping[str, EffectObservation], moment: Moment) -> Action:
+        """The services' answers, by effect key (or that an earlier attempt still runs)."""
         inv = self.invocation
         batch = inv.pending_batch
         assert batch is not None
         by_id = {call.call_id: call for call in batch.calls}
         unreachable: list[str] = []
+        still_running: list[str] = []
         for call_id, effect in self._effects.items():
             answer = answers.get(effect.key)
             match answer:
@@ -805,6 +821,12 @@ class TurnCore:
                     continue
                 case ServiceUnreachable(error=error):
                     unreachable.append(f"{effect.key} ({effect.tool}): {error}")
+                case AttemptStillRunning(waited_s=waited_s):
+                    still_running.append(
+                        f"{effect.key} ({effect.tool}): attempt {effect.attempt} was still "
+                        f"running after {waited_s:g} s more; it is not sent again while it may "
+                        "still reach its service"
+                    )
                 case EffectAnswered():
                     # A receipt is an output of the write: stored as the tool redacts it.
                     receipt = self.catalogue.redact_output(effect.tool, answer.receipt)
@@ -833,7 +855,13 @@ class TurnCore:
         if unreachable:
             return self._pause_for_reconciliation(
                 "the outcome of a write is unknown and its service cannot be asked: "
-                + "; ".join(unreachable),
+                + "; ".join(unreachable + still_running),
+                moment,
+            )
+        if still_running:
+            return self._pause_for_reconciliation(
+                "the outcome of a write is unknown and an earlier attempt may still be "
+                "running: " + "; ".join(still_running),
                 moment,
             )
         again = [cid for cid, e in self._effects.items() if e.status is EffectStatus.PREPARED]

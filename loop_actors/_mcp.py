@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -228,13 +229,25 @@ class McpTool(Tool):
             )
         return self.arguments_model.model_validate(arguments)
 
-    async def invoke(self, arguments: dict[str, Any], context: ToolContext | None = None) -> Any:
+    async def invoke(
+        self,
+        arguments: dict[str, Any],
+        context: ToolContext | None = None,
+        *,
+        running: threading.Event | None = None,
+    ) -> Any:
         """Validate the arguments and call the tool on the server (see :func:`call_mcp_tool`).
+
+        ``running`` is set when the call has stopped (it never outlives this await).
 
         Cancellation: a checkpoint; the session (and a stdio server process) is closed.
         """
-        validated = self.validate(arguments)
-        return await self.fn(validated.model_dump(mode="json"))
+        try:
+            validated = self.validate(arguments)
+            return await self.fn(validated.model_dump(mode="json"))
+        finally:
+            if running is not None:
+                running.set()
 
 
 async def call_mcp_tool(server: McpServer, name: str, arguments: dict[str, Any]) -> Any:

@@ -70,9 +70,11 @@ from aggregates.turn import (
     MAX_DISPATCH_ROUNDS,
     Action,
     AskModel,
+    AttemptStillRunning,
     Authorise,
     Continue,
     EffectAnswered,
+    EffectObservation,
     Finished,
     KeptSecret,
     LoadEffects,
@@ -84,7 +86,6 @@ from aggregates.turn import (
     Moment,
     PolicyVerdict,
     Reconcile,
-    ReconcileOutcome,
     RunCalls,
     ServiceUnreachable,
     TurnCore,
@@ -225,7 +226,7 @@ class Loaded:
 class Answers:
     """The services' answers to a ``Reconcile``."""
 
-    answers: dict[str, ReconcileOutcome]
+    answers: dict[str, EffectObservation]
 
 
 @dataclass(frozen=True)
@@ -1242,6 +1243,24 @@ def test_an_unknown_write_whose_service_cannot_be_asked_pauses_for_reconciliatio
     assert shell.invocation.pending_batch is not None
     assert shell.of_type(ResultsCommitted) == []
     assert types(shell.effect_events(key))[-1] == "EffectOutcomeUnknown"
+
+
+def test_a_write_whose_earlier_attempt_still_runs_is_not_sent_again_but_paused() -> None:
+    """A "not found" proves nothing while an abandoned attempt may still reach the service."""
+    shell = Shell.over()
+    run, _ = run_unknown_write(shell)
+    key = key_of(run, "c1")
+
+    action = shell.feed(Answers({key: AttemptStillRunning(effect_key=key, waited_s=2.0)}))
+
+    assert action == Finished()
+    assert shell.invocation.phase is Phase.AWAITING_RECONCILIATION
+    assert shell.paused.question == (
+        "the outcome of a write is unknown and an earlier attempt may still be running: "
+        f"{key} (send): attempt 1 was still running after 2 s more; it is not sent again "
+        "while it may still reach its service"
+    )
+    assert "EffectDispatched" not in types(shell.effect_events(key))[2:]
 
 
 def test_a_resumed_reconciliation_that_still_cannot_ask_stays_paused_without_a_second_pause() -> (
