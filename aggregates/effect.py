@@ -28,7 +28,6 @@ from aggregates.decisions import EffectStatus
 from aggregates.errors import IllegalTransitionError
 from aggregates.events import ChainedAggregate, DomainEvent
 
-
 EFFECT_KEY_PREFIX = "eff-"
 """The namespace of effect keys (no invocation id starts with it: ``aggregates.ids``)."""
 
@@ -39,9 +38,10 @@ def effect_key(invocation_id: str, step: int, call_id: str) -> str:
     """The effect key of a call: stable across retries, restarts and workers, never random.
 
     Call ids are only unique within one batch, so the step is part of the key.
-    The parts are joined by ``\\x1f``; the id cannot contain it (``aggregates.ids``)
-    and the step is digits, so the first two separators are the joins and two
-    different calls never share a key, whatever characters the call id has.
+    The parts are joined by the unit separator (U+001F); the id cannot contain it
+    (``aggregates.ids``) and the step is digits, so the first two separators are
+    the joins and two different calls never share a key, whatever characters the
+    call id has.
 
     Raises:
         ValueError: the invocation id contains the separator.

@@ -6,7 +6,7 @@ event stream, its cancel request's stream is ``cancel:{id}``
 effect key ``eff-…`` (:func:`aggregates.effect.effect_key`). An invocation
 named ``cancel:X`` would take the stream of X's cancel request, so ids in those
 namespaces are refused. Control characters are refused too: the effect key is a
-digest of the id, the step and the call id joined by ``\\x1f``, and an id that
+digest of the id, the step and the call id joined by U+001F, and an id that
 contained the separator could give two different calls one key.
 """
 

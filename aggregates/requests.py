@@ -15,7 +15,6 @@ from eventsourcing.domain import CanInitAggregate
 
 from aggregates.events import ChainedAggregate, DomainEvent
 
-
 CANCEL_REQUEST_PREFIX = "cancel:"
 """The namespace of cancel requests' ids (no invocation id starts with it: ``aggregates.ids``)."""
 

@@ -97,4 +97,3 @@ def test_cli_send_key_to_loopback_without_a_model_is_a_usage_error(tmp_path: Pat
     assert result.returncode == 2
     assert "go with --model" in result.stderr
     assert not (tmp_path / "loop-actors.db").exists()
-

@@ -11,6 +11,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,6 +35,7 @@ from loop_actors import (
     StoreUnavailableError,
     StoreUrlError,
     TerminalReason,
+    Tool,
     UsageError,
     tool,
 )
@@ -361,7 +363,8 @@ def test_agent_tools_must_be_a_list_of_tools(tools: Any, message: str) -> None:
 
 def test_agent_tools_may_be_any_iterable_of_tools() -> None:
     """A tuple or a generator of tools and functions is still accepted."""
-    agent = Agent("a", ScriptedModel([]), tools=(t for t in [lookup, _single_function]))
+    listed: list[Tool | Callable[..., Any]] = [lookup, _single_function]
+    agent = Agent("a", ScriptedModel([]), tools=(t for t in listed))
     assert sorted(agent.toolbox.tools) == ["_single_function", "lookup"]
 
 
