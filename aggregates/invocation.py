@@ -38,6 +38,7 @@ from aggregates.decisions import (
 from aggregates.digest import canonical_json, digest_of
 from aggregates.errors import IllegalTransitionError
 from aggregates.events import ChainedAggregate, DomainEvent, fold
+from aggregates.ids import invocation_id_problem
 from aggregates.settings import RunSettings
 
 # --------------------------------------------------------------------------- events
@@ -336,8 +337,9 @@ class Invocation(ChainedAggregate):
         tenant: str | None = None,
     ) -> Invocation:
         """Create an invocation (records ``InvocationStarted``)."""
-        if not invocation_id:
-            raise IllegalTransitionError("an invocation id must not be empty")
+        problem = invocation_id_problem(invocation_id)
+        if problem is not None:
+            raise IllegalTransitionError(problem)
         return cls._create_chained(  # type: ignore[no-any-return]
             InvocationStarted,
             id=invocation_id,
