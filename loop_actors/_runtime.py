@@ -556,7 +556,9 @@ class Runtime:
             outcome = await controller.run()
         finally:
             del self._running[invocation.id]
-        if not outcome.paused:
+        # A failed checkpoint recorded nothing: the invocation goes on at its next
+        # resume, which still needs what is kept.
+        if not outcome.paused and outcome.reason is not TerminalReason.CHECKPOINT_FAILED:
             await self._forget_secrets(invocation.id)
         return outcome
 
