@@ -149,9 +149,8 @@ def commit_group(
             assert last_lock_error is not None
             left = deadline - clock()
             if left <= 0:
-                note = (
-                    f" (still locked after waiting {retry.lock_wait_s:g} s and retrying "
-                    f"for {retry.retry_s:g} s)"
+                note = f" (still locked after waiting {retry.lock_wait_s:g} s" + (
+                    f" and retrying for {retry.retry_s:g} s)" if retry.retry_s > 0 else ")"
                 )
                 log.warning(
                     "the store stayed locked: %d commit(s) not written; %s",
@@ -182,6 +181,7 @@ def commit_group(
             if is_lock_failure(error):
                 if deadline is None:
                     deadline = clock() + retry.retry_s
+                if retry.retry_s > 0 and last_lock_error is None:
                     log.warning(
                         "the store is locked (%s); retrying %d commit(s) for up to %g s",
                         error,

@@ -283,6 +283,9 @@ class Runtime:
     ) -> Outcome:
         """Continue an invocation from its committed events, after a crash or a pause.
 
+        A run that stopped ``checkpoint_failed`` recorded nothing after its last
+        commit, so it is resumed like one that crashed there.
+
         What happens depends on what was last committed (DESIGN.md, Resume):
         after ``InvocationStarted`` or ``ResultsCommitted`` the model is asked
         again; after ``BatchDispatched`` without results the reads run again and

@@ -402,3 +402,42 @@ async def test_a_lock_released_within_the_retry_window_does_not_fail_the_run(
             events = await runtime.history("inv")
     assert (outcome.reason, outcome.answer) == (TerminalReason.COMPLETED, "done inv")
     assert [e.reason for e in events if isinstance(e, Terminated)] == [TerminalReason.COMPLETED]
+
+
+async def test_a_run_whose_checkpoint_failed_keeps_its_redacted_arguments_for_the_resume(
+    tmp_path: Path,
+) -> None:
+    """Bad input: a locked store refuses the results of a call with a sensitive argument."""
+    path = tmp_path / "locked.db"
+    url = f"sqlite:///{path}?lock_timeout={LOCK_TIMEOUT_S}&lock_retry=0"
+    seen: list[str] = []
+    blocker: list[sqlite3.Connection] = []
+
+    @tool(sensitive_arguments=["password"])
+    def login(user: str, password: str) -> str:
+        """Log in; the first time, another connection takes the lock meanwhile."""
+        seen.append(password)
+        if not blocker:
+            blocker.append(exclusive_lock(path))
+        return user
+
+    def decide(request: ModelRequest) -> dict[str, Any]:
+        if request.step == 1:
+            return {
+                "kind": "tool_calls",
+                "calls": [
+                    {"id": "c1", "name": "login", "arguments": {"user": "u", "password": "pw"}}
+                ],
+            }
+        return {"kind": "final", "answer": str(request.results[-1].output)}
+
+    agent = Agent("a", ScriptedModel(decide), [login])
+    with trio.fail_after(60):
+        async with Runtime(url) as runtime:
+            failed = await runtime.run(agent, "g", invocation_id="inv")
+            blocker[0].rollback()
+            resumed = await runtime.resume("inv", agent)
+    assert failed.reason is TerminalReason.CHECKPOINT_FAILED
+    # The resume ran the call again with its real arguments, not "[redacted]".
+    assert seen == ["pw", "pw"]
+    assert (resumed.reason, resumed.answer) == (TerminalReason.COMPLETED, "u")
