@@ -250,6 +250,15 @@ def test_only_operational_errors_about_locks_count_as_a_locked_store(
     assert is_lock_failure(error) is is_lock
 
 
+def test_the_lock_settings_come_from_the_url() -> None:
+    from loop_actors._store import StoreUrl
+
+    url = StoreUrl.parse("sqlite:///x.db?lock_timeout=3&lock_retry=0.25")
+    assert LockRetry.of(url) == LockRetry(lock_wait_s=3.0, retry_s=0.25)
+    assert LockRetry.of(StoreUrl.parse("memory://?lock_retry=0")).retry_s == 0.0
+    assert LockRetry.of(StoreUrl.parse("sqlite:///x.db")) == LockRetry(lock_wait_s=5.0, retry_s=2.0)
+
+
 @pytest.mark.parametrize("value", ["-1", "abc", "nan", "inf", ""])
 def test_a_malformed_lock_retry_is_refused(tmp_path: Path, value: str) -> None:
     with pytest.raises(StoreUrlError, match="lock_retry"):
