@@ -997,27 +997,21 @@ class TurnCore:
 def stop_after_failed_commit(*, conflict: bool, error: str) -> tuple[TerminalReason, str]:
     """Why a run stops when the store refused a commit, and the detail to report.
 
-    A conflict means another worker appended to this invocation first: ``lease_lost``
-    (and nothing more is recorded). Any other failure is ``checkpoint_failed``.
+    Nothing is recorded either way. A conflict means another worker appended to
+    this invocation first: ``lease_lost`` (the invocation is the other worker's).
+    Any other failure is ``checkpoint_failed``: the store stays at the last commit,
+    a consistent point of the turn protocol, and ``resume`` continues from there
+    once the store works again (DESIGN.md, Resume).
     """
     if conflict:
         return (
             TerminalReason.LEASE_LOST,
             f"another worker appended to this invocation first ({error})",
         )
-    return TerminalReason.CHECKPOINT_FAILED, error
-
-
-def record_checkpoint_failed(invocation: Invocation, detail: str, *, at: datetime) -> bool:
-    """Record ``checkpoint_failed`` in an invocation reloaded after a failed commit.
-
-    Only where it stood between turns (not paused, not with a batch running).
-    Returns whether anything was recorded.
-    """
-    if invocation.phase not in (Phase.READY, Phase.CALLS_PROPOSED, Phase.DECIDED):
-        return False
-    invocation.terminate(TerminalReason.CHECKPOINT_FAILED, detail=detail, at=at)
-    return True
+    return (
+        TerminalReason.CHECKPOINT_FAILED,
+        f"{error}; nothing of this step was recorded: resume continues from the last commit",
+    )
 
 
 def record_outside_cancellation(invocation: Invocation, *, at: datetime) -> bool:

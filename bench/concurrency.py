@@ -49,7 +49,6 @@ import loop_actors._journal as journal_module  # noqa: E402
 from aggregates.events import DomainEvent  # noqa: E402
 from loop_actors import Agent, Budget, Runtime, ScriptedModel  # noqa: E402
 from loop_actors._messages import CommitOutcome  # noqa: E402
-from loop_actors._store import EventStore  # noqa: E402
 
 COMMITS_PER_INVOCATION = 1 + 2 * (T - 1) + 1
 WARMUP = 1
@@ -66,13 +65,15 @@ class CommitCounter:
         self._original = journal_module.commit_group
 
     def install(self) -> None:
-        def counting(store: EventStore, group: list[Sequence[DomainEvent]]) -> list[CommitOutcome]:
+        def counting(
+            store: journal_module.Appender, group: list[Sequence[DomainEvent]], **options: Any
+        ) -> list[CommitOutcome]:
             self.transactions += 1
             self.requests += len(group)
             self.largest = max(self.largest, len(group))
             started = time.perf_counter()
             try:
-                return self._original(store, group)
+                return self._original(store, group, **options)
             finally:
                 self.seconds.append(time.perf_counter() - started)
 

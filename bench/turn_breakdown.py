@@ -25,6 +25,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import trio
 from turn_overhead import AGENT, T
@@ -33,7 +34,6 @@ import loop_actors._journal as journal_module
 from aggregates.events import DomainEvent
 from loop_actors import Runtime
 from loop_actors._messages import CommitOutcome
-from loop_actors._store import EventStore
 
 
 class SchedulerCounter(trio.abc.Instrument):
@@ -58,10 +58,12 @@ class TransactionTimer:
         self._original = journal_module.commit_group
 
     def __enter__(self) -> TransactionTimer:
-        def timed(store: EventStore, group: list[Sequence[DomainEvent]]) -> list[CommitOutcome]:
+        def timed(
+            store: journal_module.Appender, group: list[Sequence[DomainEvent]], **options: Any
+        ) -> list[CommitOutcome]:
             started = time.perf_counter()
             try:
-                return self._original(store, group)
+                return self._original(store, group, **options)
             finally:
                 self.seconds.append(time.perf_counter() - started)
 

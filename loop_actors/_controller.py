@@ -42,7 +42,6 @@ from aggregates.turn import (
     RunCalls,
     TurnCore,
     Verify,
-    record_checkpoint_failed,
     record_outside_cancellation,
     stop_after_failed_commit,
 )
@@ -426,25 +425,25 @@ class Controller:
                 assert_never(outcome)
 
     async def _checkpoint_failed(self, failure: CommitFailed) -> Outcome:
-        """The store refused a commit: stop, and record why if the store still answers.
+        """The store refused a commit: stop, record nothing, report where the store stands.
 
         The in-memory invocation is ahead of the store, so it is reloaded; the
-        model is not asked again.
+        model is not asked again. Nothing more is written: after a conflict the
+        invocation is the other worker's; otherwise the store stays at its last
+        commit, a consistent point of the turn protocol from which ``resume``
+        continues once the store works again.
         """
         reason, detail = stop_after_failed_commit(
             conflict=failure.conflict, error=f"{failure.error_type}: {failure.message}"
         )
         reloaded = await self._reload()
-        invocation = reloaded if reloaded is not None else self.invocation
-        steps, tool_calls = invocation.step, invocation.tool_calls
         if reloaded is None:
             # The store does not answer: report the totals it last confirmed.
             steps, tool_calls = self._committed_totals()
-        elif not failure.conflict and record_checkpoint_failed(reloaded, detail, at=self.now()):
-            # Nothing is recorded after a conflict: the invocation is the other worker's.
-            await self.journal.commit(reloaded.take_events())  # best effort
+        else:
+            steps, tool_calls = reloaded.step, reloaded.tool_calls
         return Outcome(
-            invocation_id=invocation.id,
+            invocation_id=self.invocation.id,
             reason=reason,
             answer=None,
             steps=steps,

@@ -3,20 +3,35 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import queue
+import sqlite3
 import threading
-from collections.abc import Sequence
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Protocol
 
 import outcome
 import trio
-from eventsourcing.persistence import IntegrityError
+from eventsourcing.persistence import IntegrityError, OperationalError, PersistenceError
 
 from aggregates.events import DomainEvent
 from loop_actors._messages import CommitFailed, CommitOutcome, Committed
-from loop_actors._store import EventStore
+from loop_actors._store import DEFAULT_LOCK_RETRY_S, EventStore, StoreUrl
+
+log = logging.getLogger(__name__)
 
 MAX_GROUP = 512
 """The most commits put into one transaction."""
+
+FIRST_BACKOFF_S = 0.05
+"""The pause before the first retry of a commit that failed on a lock; doubled each time."""
+
+MAX_BACKOFF_S = 0.5
+"""The longest pause between two retries."""
 
 
 class _Waiter:
@@ -32,29 +47,158 @@ class _Waiter:
 _Pending = tuple[Sequence[DomainEvent], _Waiter]
 
 
-def _commit_one(store: EventStore, events: Sequence[DomainEvent]) -> CommitOutcome:
-    try:
-        position = store.append(events)
-    except IntegrityError as error:
-        return CommitFailed(error_type=type(error).__name__, message=str(error), conflict=True)
-    except Exception as error:  # any store failure is reported to the controller that asked
-        return CommitFailed(error_type=type(error).__name__, message=str(error), conflict=False)
-    return Committed(position=position)
+class Appender(Protocol):
+    """What group commit needs of a store: :meth:`EventStore.append`."""
+
+    def append(self, events: Sequence[DomainEvent], *, lock_wait_s: float | None = None) -> int:
+        """Append atomically; ``lock_wait_s`` bounds the wait for a lock."""
 
 
-def commit_group(store: EventStore, group: list[Sequence[DomainEvent]]) -> list[CommitOutcome]:
-    """Commit a group of commits in one transaction; on failure, each alone to isolate the culprit.
+@dataclass(frozen=True)
+class LockRetry:
+    """How the Journal waits for a locked store: one bounded wait for a whole group.
+
+    A transaction waits up to ``lock_wait_s`` for the lock (SQLite's busy timeout,
+    the URL's ``lock_timeout``). If it still fails on a lock, the group is tried
+    again, with backoff, until ``retry_s`` (the URL's ``lock_retry``) have passed
+    since that failure, each attempt waiting no longer than what is left. So every
+    commit of the group is answered within ``lock_wait_s + retry_s`` of the
+    group's first attempt.
+    """
+
+    lock_wait_s: float = 5.0
+    retry_s: float = DEFAULT_LOCK_RETRY_S
+    first_backoff_s: float = FIRST_BACKOFF_S
+    max_backoff_s: float = MAX_BACKOFF_S
+
+    @classmethod
+    def of(cls, url: StoreUrl) -> LockRetry:
+        """The settings of a store's URL."""
+        return cls(lock_wait_s=url.lock_wait_s, retry_s=url.lock_retry_s)
+
+
+def is_lock_failure(error: BaseException) -> bool:
+    """Whether a store failure means "the database is locked or busy": worth waiting for.
+
+    eventsourcing's ``OperationalError`` (or sqlite3's) with SQLite's result code
+    ``SQLITE_BUSY`` or ``SQLITE_LOCKED``, or, where there is no code, a message
+    saying the database is locked or busy.
+    """
+    if not isinstance(error, OperationalError | sqlite3.OperationalError):
+        return False
+    cause = error if isinstance(error, sqlite3.Error) else error.__cause__
+    code = getattr(cause, "sqlite_errorcode", None)  # set on errors SQLite raised
+    if isinstance(code, int):
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    message = str(error).lower()
+    return "locked" in message or "busy" in message
+
+
+def _failed(error: BaseException, *, conflict: bool = False, note: str = "") -> CommitFailed:
+    return CommitFailed(
+        error_type=type(error).__name__, message=str(error) + note, conflict=conflict
+    )
+
+
+def commit_group(
+    store: Appender,
+    group: list[Sequence[DomainEvent]],
+    *,
+    retry: LockRetry | None = None,
+    take_more: Callable[[], list[Sequence[DomainEvent]]] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[CommitOutcome]:
+    """Commit a group of commits in one transaction; answer each, within one bounded wait.
+
+    How a failed transaction is handled depends on why it failed (nothing of it
+    was written):
+
+    - a conflict (``IntegrityError``: another writer took a position first): each
+      commit is tried alone, to answer the culprit ``conflict`` and commit the rest;
+    - the database is locked or busy (:func:`is_lock_failure`): the same
+      commits are tried again together, with backoff, within ``retry`` (see
+      :class:`LockRetry`); commits that ``take_more`` hands over meanwhile (those
+      queued behind the group) join them. When the window closes, every one of
+      them is answered with the lock failure;
+    - any other failure of the database (disk full, read-only, I/O error): every
+      commit of the transaction is answered with it at once; trying each alone
+      would meet the same failure once per commit;
+    - an error raised before the database was reached (an event that cannot be
+      encoded): each commit is tried alone, as for a conflict, so that only the
+      culprit fails; nothing waits for a lock there.
+
+    Returns one outcome per commit: those of ``group`` in order, then those taken
+    with ``take_more``, in order.
 
     Blocking: runs in the Journal's thread.
     """
-    if len(group) == 1:
-        return [_commit_one(store, group[0])]
-    everything = [event for events in group for event in events]
-    result = _commit_one(store, everything)
-    if isinstance(result, Committed):
-        return [result] * len(group)
-    # Nothing of the group was written (one transaction): retry one by one.
-    return [_commit_one(store, events) for events in group]
+    retry = retry or LockRetry()
+    commits = list(group)
+    results: dict[int, CommitOutcome] = {}
+    attempts: deque[list[int]] = deque([list(range(len(commits)))])
+    locked: list[int] = []
+    deadline: float | None = None
+    backoff = retry.first_backoff_s
+    last_lock_error: BaseException | None = None
+    while attempts or locked:
+        if attempts:
+            batch = attempts.popleft()
+        else:
+            assert deadline is not None
+            assert last_lock_error is not None
+            left = deadline - clock()
+            if left <= 0:
+                note = f" (still locked after waiting {retry.lock_wait_s:g} s" + (
+                    f" and retrying for {retry.retry_s:g} s)" if retry.retry_s > 0 else ")"
+                )
+                log.warning(
+                    "the store stayed locked: %d commit(s) not written; %s",
+                    len(locked),
+                    last_lock_error,
+                )
+                for index in locked:
+                    results[index] = _failed(last_lock_error, note=note)
+                break
+            sleep(min(backoff, left))
+            backoff = min(backoff * 2, retry.max_backoff_s)
+            if take_more is not None:
+                more = take_more()
+                locked += range(len(commits), len(commits) + len(more))
+                commits += more
+            batch, locked = locked, []
+        wait = None if deadline is None else max(0.0, deadline - clock())
+        try:
+            position = store.append(
+                [event for index in batch for event in commits[index]], lock_wait_s=wait
+            )
+        except IntegrityError as error:
+            if len(batch) == 1:
+                results[batch[0]] = _failed(error, conflict=True)
+            else:
+                attempts.extend([index] for index in batch)
+        except Exception as error:  # every failure is answered to the commits it concerns
+            if is_lock_failure(error):
+                if deadline is None:
+                    deadline = clock() + retry.retry_s
+                if retry.retry_s > 0 and last_lock_error is None:
+                    log.warning(
+                        "the store is locked (%s); retrying %d commit(s) for up to %g s",
+                        error,
+                        len(batch),
+                        retry.retry_s,
+                    )
+                last_lock_error = error
+                locked += batch
+            elif isinstance(error, PersistenceError) or len(batch) == 1:
+                for index in batch:
+                    results[index] = _failed(error)
+            else:
+                attempts.extend([index] for index in batch)
+        else:
+            for index in batch:
+                results[index] = Committed(position=position)
+    return [results[index] for index in range(len(commits))]
 
 
 class Journal:
@@ -80,6 +224,8 @@ class Journal:
         self._token: trio.lowlevel.TrioToken | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._stop_seen = False
+        """The thread took the stop mark from the queue (nothing follows it)."""
 
     async def __aenter__(self) -> Journal:
         """Start the writer thread.
@@ -104,8 +250,9 @@ class Journal:
         """Append ``events`` atomically and wait until they are durable (or refused).
 
         Cancellation: by default not a cancellation point once handed over: a
-        commit that was handed to the thread is waited for (at most the store's
-        lock timeout), so the caller never loses track of what is durable. With
+        commit that was handed to the thread is waited for (on a locked store, at
+        most about the URL's ``lock_timeout`` twice plus its ``lock_retry``: see
+        :class:`LockRetry`), so the caller never loses track of what is durable. With
         ``abandon_on_cancel`` (cleanup under a bound), a cancelled caller stops
         waiting at once; the commit may still become durable, so the caller must
         read the store again to know.
@@ -146,29 +293,46 @@ class Journal:
 
     def _work(self) -> None:
         assert self._token is not None
-        stopping = False
-        while not stopping:
+        retry = LockRetry.of(self._store.url)
+        while not self._stop_seen:
             first = self._queue.get()
             if first is None:
                 return
             group = [first]
-            while len(group) < MAX_GROUP:
-                try:
-                    pending = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if pending is None:
-                    stopping = True
-                    break
-                group.append(pending)
+            self._take(group)
             try:
-                results = commit_group(self._store, [events for events, _ in group])
+                results = commit_group(
+                    self._store,
+                    [events for events, _ in group],
+                    retry=retry,
+                    take_more=partial(self._take, group),
+                )
             except BaseException as error:  # never leave a task waiting for an answer
+                log.exception("group commit failed unexpectedly; %d commit(s) fail", len(group))
                 failed = CommitFailed(
                     error_type=type(error).__name__, message=str(error), conflict=False
                 )
                 results = [failed] * len(group)
             self._token.run_sync_soon(self._deliver, group, results)
+
+    def _take(self, group: list[_Pending]) -> list[Sequence[DomainEvent]]:
+        """Move queued commits into ``group`` (up to ``MAX_GROUP``); return their events.
+
+        Called again while the group waits for a lock: commits queued behind it
+        join its wait. Notes the stop mark, after which nothing else is queued.
+        """
+        taken: list[Sequence[DomainEvent]] = []
+        while not self._stop_seen and len(group) < MAX_GROUP:
+            try:
+                pending = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if pending is None:
+                self._stop_seen = True
+                break
+            group.append(pending)
+            taken.append(pending[0])
+        return taken
 
     def _deliver(self, group: list[_Pending], results: list[CommitOutcome]) -> None:
         """Wake the waiting tasks (on the trio thread)."""

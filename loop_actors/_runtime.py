@@ -300,6 +300,9 @@ class Runtime:
     ) -> Outcome:
         """Continue an invocation from its committed events, after a crash or a pause.
 
+        A run that stopped ``checkpoint_failed`` recorded nothing after its last
+        commit, so it is resumed like one that crashed there.
+
         What happens depends on what was last committed (DESIGN.md, Resume):
         after ``InvocationStarted`` or ``ResultsCommitted`` the model is asked
         again; after ``BatchDispatched`` without results the reads run again and
@@ -574,7 +577,9 @@ class Runtime:
             outcome = await controller.run()
         finally:
             del self._running[invocation.id]
-        if not outcome.paused:
+        # A failed checkpoint recorded nothing: the invocation goes on at its next
+        # resume, which still needs what is kept.
+        if not outcome.paused and outcome.reason is not TerminalReason.CHECKPOINT_FAILED:
             await self._forget_secrets(invocation.id)
         return outcome
 

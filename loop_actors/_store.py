@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sqlite3
 from collections.abc import Sequence
@@ -60,6 +61,9 @@ DB_URL_ENV = "LOOP_ACTORS_DB"
 
 DEFAULT_SNAPSHOT_INTERVAL = 100
 """An invocation is snapshotted every this many events."""
+
+DEFAULT_LOCK_RETRY_S = 2.0
+"""How long the Journal retries a commit that failed on a locked database (``lock_retry``)."""
 
 
 _IN_COLUMNS = {"originator_id", "originator_version"}
@@ -166,12 +170,25 @@ class InvocationApplication(Application[str]):
 
 @dataclass(frozen=True)
 class StoreUrl:
-    """A parsed database URL: ``sqlite:///relative.db``, ``sqlite:////abs.db`` or ``memory://``."""
+    """A parsed database URL: ``sqlite:///relative.db``, ``sqlite:////abs.db`` or ``memory://``.
+
+    Options: ``lock_timeout`` (whole seconds, at least 1; SQLite files only) is how
+    long one write waits for SQLite's lock (its busy timeout); ``lock_retry``
+    (seconds, fractions allowed, 0 for none) is how long the Journal goes on
+    retrying a commit that failed on a lock, with backoff, before it answers that
+    the commit failed.
+    """
 
     url: str
     kind: str
     path: Path | None = None
     lock_timeout_s: int | None = None
+    lock_retry_s: float = DEFAULT_LOCK_RETRY_S
+
+    @property
+    def lock_wait_s(self) -> float:
+        """How long one write waits for the lock: ``lock_timeout``, else eventsourcing's default."""
+        return float(self.lock_timeout_s or SQLITE3_DEFAULT_LOCK_TIMEOUT)
 
     @classmethod
     def parse(cls, url: str) -> StoreUrl:
@@ -181,10 +198,18 @@ class StoreUrl:
             StoreUrlError: when the URL is not one this runtime can open.
         """
         parts = urlsplit(url)
-        query = parse_qs(parts.query)
-        unknown = set(query) - {"lock_timeout"}
+        query = parse_qs(parts.query, keep_blank_values=True)  # "lock_timeout=" is refused
+        unknown = set(query) - {"lock_timeout", "lock_retry"}
         if unknown:
             raise StoreUrlError(f"unknown database URL option(s) {sorted(unknown)} in {url!r}")
+        lock_retry = DEFAULT_LOCK_RETRY_S
+        if "lock_retry" in query:
+            try:
+                lock_retry = float(query["lock_retry"][-1])
+            except ValueError:
+                raise StoreUrlError(f"lock_retry must be a number of seconds in {url!r}") from None
+            if not math.isfinite(lock_retry) or lock_retry < 0:
+                raise StoreUrlError(f"lock_retry must be 0 or more seconds in {url!r}")
         lock_timeout: int | None = None
         if "lock_timeout" in query:
             try:
@@ -199,7 +224,7 @@ class StoreUrl:
         if parts.scheme == "memory":
             if not spelled_with_slashes or parts.netloc or parts.path:
                 raise StoreUrlError(f"an in-memory database is memory://, got {url!r}")
-            return cls(url=url, kind="memory")
+            return cls(url=url, kind="memory", lock_retry_s=lock_retry)
         if parts.scheme == "sqlite":
             if parts.netloc or not spelled_with_slashes:
                 raise StoreUrlError(
@@ -209,7 +234,13 @@ class StoreUrl:
             raw_path = parts.path[1:] if parts.path.startswith("/") else parts.path
             if not raw_path or raw_path.endswith("/"):
                 raise StoreUrlError(f"no database file in {url!r}")
-            return cls(url=url, kind="sqlite", path=Path(raw_path), lock_timeout_s=lock_timeout)
+            return cls(
+                url=url,
+                kind="sqlite",
+                path=Path(raw_path),
+                lock_timeout_s=lock_timeout,
+                lock_retry_s=lock_retry,
+            )
         raise StoreUrlError(
             f"unsupported database URL {url!r}: use sqlite:///path/to/file.db or memory://"
         )
@@ -327,12 +358,21 @@ class LeanSQLiteRecorder(SQLiteApplicationRecorder):
         except sqlite3.Error as error:
             raise InterfaceError(error) from error
         self.rows_per_insert = max(1, min(self.MAX_ROWS_PER_INSERT, parameters // 4))
+        self._busy_timeout_ms = int((pool.lock_timeout or SQLITE3_DEFAULT_LOCK_TIMEOUT) * 1000)
         self._cursor = self._connection.cursor()
 
     def insert_events(
-        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+        self,
+        stored_events: Sequence[StoredEvent],
+        *,
+        lock_wait_s: float | None = None,
+        **kwargs: Any,
     ) -> Sequence[int] | None:
         """Insert the rows in one transaction; return their notification ids, in order.
+
+        ``lock_wait_s`` shortens the wait for SQLite's write lock for this insert
+        (default: the connection's busy timeout, the URL's ``lock_timeout``); the
+        Journal uses it so that its retries end when its retry window does.
 
         Raises:
             eventsourcing.persistence.IntegrityError: a position is already taken.
@@ -342,10 +382,23 @@ class LeanSQLiteRecorder(SQLiteApplicationRecorder):
         if not stored_events:
             return []
         with self.datastore.get_connection(commit=True):  # the writer slot (class docstring)
-            last = self._append(stored_events)
+            if lock_wait_s is None:
+                last = self._append(stored_events)
+            else:
+                self._set_busy_timeout(min(self._busy_timeout_ms, int(lock_wait_s * 1000)))
+                try:
+                    last = self._append(stored_events)
+                finally:
+                    self._set_busy_timeout(self._busy_timeout_ms)
         # SQLite writes one transaction at a time and gives each new row the
         # largest row id so far plus one: the rows' ids are consecutive.
         return list(range(last - len(stored_events) + 1, last + 1))
+
+    def _set_busy_timeout(self, milliseconds: int) -> None:
+        try:
+            self._connection.execute(f"PRAGMA busy_timeout = {max(0, milliseconds)}")
+        except sqlite3.Error as error:
+            raise OperationalError(error) from error
 
     def _append(self, stored: Sequence[StoredEvent]) -> int:
         cursor = self._cursor
@@ -475,8 +528,11 @@ class EventStore:
 
     # ----------------------------------------------------------------- writes
 
-    def append(self, events: Sequence[DomainEvent]) -> int:
+    def append(self, events: Sequence[DomainEvent], *, lock_wait_s: float | None = None) -> int:
         """Append events atomically (one transaction); return the last notification id.
+
+        ``lock_wait_s``: wait at most this long (and never longer than the URL's
+        ``lock_timeout``) for a database another connection has locked.
 
         Raises:
             eventsourcing.persistence.IntegrityError: a position is already taken
@@ -486,7 +542,9 @@ class EventStore:
         # Application.save would do the same after per-object runtime Protocol
         # checks, which cost more than the mapping itself.
         to_stored = self.app.mapper.to_stored_event
-        ids = self._recorder.insert_events([to_stored(event) for event in events])
+        ids = self._recorder.insert_events(
+            [to_stored(event) for event in events], lock_wait_s=lock_wait_s
+        )
         self._snapshot_long_histories(events)
         return ids[-1] if ids else 0
 

@@ -92,7 +92,6 @@ from aggregates.turn import (
     Verify,
     batch_digest,
     cancel_paused,
-    record_checkpoint_failed,
     record_outside_cancellation,
     stop_after_failed_commit,
 )
@@ -1470,34 +1469,65 @@ def test_a_conflicting_commit_is_lease_lost() -> None:
     )
 
 
-def test_another_failed_commit_is_checkpoint_failed() -> None:
+def test_another_failed_commit_is_checkpoint_failed_and_resume_continues() -> None:
     assert stop_after_failed_commit(conflict=False, error="OperationalError: disk full") == (
         TerminalReason.CHECKPOINT_FAILED,
-        "OperationalError: disk full",
+        "OperationalError: disk full; nothing of this step was recorded: "
+        "resume continues from the last commit",
     )
 
 
-def test_checkpoint_failed_is_recorded_between_turns() -> None:
-    shell = Shell.over()
-    invocation = replayed_invocation(shell.committed)
-
-    assert record_checkpoint_failed(invocation, "OperationalError: disk full", at=AT)
-
-    [ended] = invocation.take_events()
-    assert isinstance(ended, Terminated)
-    assert ended.reason is TerminalReason.CHECKPOINT_FAILED
-    assert ended.detail == "OperationalError: disk full"
+# A failed commit records nothing: the store stays at the last commit, and a resume
+# (a new core over the invocation the store holds) goes on from there.
 
 
-def test_checkpoint_failed_is_not_recorded_while_a_batch_runs() -> None:
+def test_after_a_failed_dispatch_commit_resume_asks_the_model_again_for_that_step() -> None:
+    """Bad input: the commit of ``DecisionProposed`` + ``BatchDispatched`` never landed."""
     shell = Shell.over()
     shell.begin()
-    shell.answer(calls(("c1", "search", {"q": "x"})))
-    invocation = replayed_invocation(shell.committed)
-    assert invocation.phase is Phase.DISPATCHED
+    stored = list(shell.committed)
+    run = shell.answer(calls(("c1", "send", {"to": "bob"})))
+    assert isinstance(run, RunCalls)  # its commit is the one that failed
 
-    assert not record_checkpoint_failed(invocation, "disk full", at=AT)
-    assert invocation.take_events() == []
+    resumed = Shell.over(replayed_invocation(stored))
+
+    assert resumed.begin() == AskModel(step=1, turns=[], notices=[])
+    assert resumed.invocation.phase is Phase.READY
+
+
+def test_after_a_failed_results_commit_resume_runs_the_reads_of_the_batch_again() -> None:
+    """Bad input: the calls ran, but the commit of ``ResultsCommitted`` never landed."""
+    shell = Shell.over()
+    shell.begin()
+    run = shell.answer(calls(("c1", "search", {"q": "x"})))
+    assert isinstance(run, RunCalls)
+    stored = list(shell.committed)
+    shell.ran(ok(run.calls[0]))  # its commit is the one that failed
+
+    resumed = Shell.over(replayed_invocation(stored))
+    rerun = resumed.begin()
+
+    assert isinstance(rerun, RunCalls)
+    assert [c.call_id for c in rerun.calls] == ["c1"]
+    assert not rerun.first_dispatch
+
+
+def test_after_a_failed_final_commit_resume_asks_the_model_again() -> None:
+    """Bad input: the commit of the final ``DecisionProposed`` + ``Terminated`` never landed."""
+    shell = Shell.over()
+    shell.begin()
+    run = shell.answer(calls(("c1", "search", {"q": "x"})))
+    assert isinstance(run, RunCalls)
+    shell.ran(ok(run.calls[0]))
+    stored = list(shell.committed)
+    assert isinstance(shell.answer(final("x")), Finished)  # its commit is the one that failed
+
+    resumed = Shell.over(replayed_invocation(stored))
+    action = resumed.begin()
+
+    assert isinstance(action, AskModel)
+    assert action.step == 2
+    assert resumed.invocation.terminated is None
 
 
 def test_an_outside_cancellation_gives_a_running_batch_results_then_ends_cancelled() -> None:
