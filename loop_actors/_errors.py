@@ -21,6 +21,10 @@ class StoreUnavailableError(UsageError):
     """Raised when the database cannot be opened, created or written."""
 
 
+class StoreReadOnlyError(StoreUnavailableError):
+    """Raised when a command that writes meets a store this process must only read."""
+
+
 class AgentLoadError(UsageError):
     """Raised when ``MODULE:ATTR`` does not name an importable ``Agent``."""
 
