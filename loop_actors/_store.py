@@ -446,12 +446,12 @@ class LeanSQLiteRecorder(SQLiteApplicationRecorder):
                 return found
             with self.datastore.get_connection(commit=True):  # the writer slot (class docstring)
                 cursor.execute(
-                    f"CREATE TABLE IF NOT EXISTS {STORE_TABLE} ("
+                    "CREATE TABLE IF NOT EXISTS loop_actors_store ("
                     "singleton INTEGER PRIMARY KEY CHECK (singleton = 1), "
                     "store_id TEXT NOT NULL, created_at TEXT NOT NULL)"
                 )
                 cursor.execute(
-                    f"INSERT OR IGNORE INTO {STORE_TABLE} (singleton, store_id, created_at) "
+                    "INSERT OR IGNORE INTO loop_actors_store (singleton, store_id, created_at) "
                     "VALUES (1, ?, ?)",
                     (str(uuid4()), datetime.now(UTC).isoformat()),
                 )
@@ -468,7 +468,7 @@ class LeanSQLiteRecorder(SQLiteApplicationRecorder):
         ).fetchone()
         if exists is None:
             return None
-        row = cursor.execute(f"SELECT store_id FROM {STORE_TABLE} WHERE singleton = 1").fetchone()
+        row = cursor.execute("SELECT store_id FROM loop_actors_store").fetchone()
         return None if row is None else str(row[0])
 
     def has_events_table(self) -> bool:
@@ -515,12 +515,14 @@ class EventStore:
     ) -> None:
         """Open (and, with ``create``, initialise) the database at ``url``.
 
-        With ``read_only`` (or ``mode=ro`` in the URL) the database must exist and
-        is only read: opened with SQLite's ``mode=ro``, no table is created, and
-        nothing is written to it. A store that nobody may write and that has no
-        write-ahead log is opened ``immutable`` (SQLite then writes nothing next
-        to it either); one that has a log is read from a copy in a temporary
-        folder, since SQLite cannot read a log without writing its index beside it.
+        With ``read_only`` the database must exist and is only read: opened with
+        SQLite's ``mode=ro``, no table is created, and nothing is written to it.
+        Without it, a store that may not be written (``sqlite_write_refusal``, or
+        ``mode=ro`` in the URL) is refused. A store that nobody may write and
+        that has no write-ahead log is opened ``immutable`` (SQLite then writes
+        nothing next to it either); one that has a log is read from a copy in a
+        temporary folder, since SQLite cannot read a log without writing its
+        index beside it.
 
         Raises:
             StoreUrlError: the URL is malformed.
@@ -529,7 +531,7 @@ class EventStore:
         """
         self.url = StoreUrl.parse(url)
         self.snapshot_interval = snapshot_interval
-        self.read_only = read_only or self.url.read_only
+        self.read_only = read_only
         self.write_refusal: str | None = None
         self.notes: list[str] = []
         self._copy: Path | None = None

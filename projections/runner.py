@@ -272,6 +272,8 @@ class ProjectionRunner:
 
     def _catch_up_unlocked(self, projection: Projection) -> CatchUpReport:
         started = time.perf_counter()
+        with self.datastore.transaction(commit=False) as cursor:
+            self._check_claim(cursor)
         position = self.position(projection.name)
         applied = 0
         recorder = self.application.recorder
@@ -315,7 +317,7 @@ class ProjectionRunner:
         )
 
     def _check_claim(self, cursor: SQLiteCursor) -> None:
-        """Inside a batch: the read models still belong to this runner's store."""
+        """The read models still belong to this runner's store (checked in each batch too)."""
         if self.store_id is None:
             return
         recorded = self._recorded_store_id(cursor)
