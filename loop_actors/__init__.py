@@ -38,6 +38,7 @@ from loop_actors._errors import InvocationNotFoundError as InvocationNotFoundErr
 from loop_actors._errors import LoopActorsError as LoopActorsError
 from loop_actors._errors import NotWaitingError as NotWaitingError
 from loop_actors._errors import ScriptExhaustedError as ScriptExhaustedError
+from loop_actors._errors import StoreReadOnlyError as StoreReadOnlyError
 from loop_actors._errors import StoreUnavailableError as StoreUnavailableError
 from loop_actors._errors import StoreUrlError as StoreUrlError
 from loop_actors._errors import ToolDefinitionError as ToolDefinitionError
@@ -106,6 +107,7 @@ __all__ = [
     "ScriptedModel",
     "SettingsChangedError",
     "StdioServer",
+    "StoreReadOnlyError",
     "StoreUnavailableError",
     "StoreUrlError",
     "TerminalReason",
