@@ -39,6 +39,7 @@ from loop_actors._errors import LoopActorsError as LoopActorsError
 from loop_actors._errors import NotWaitingError as NotWaitingError
 from loop_actors._errors import ScriptExhaustedError as ScriptExhaustedError
 from loop_actors._errors import StoreCipherError as StoreCipherError
+from loop_actors._errors import StoreReadOnlyError as StoreReadOnlyError
 from loop_actors._errors import StoreUnavailableError as StoreUnavailableError
 from loop_actors._errors import StoreUrlError as StoreUrlError
 from loop_actors._errors import ToolDefinitionError as ToolDefinitionError
@@ -113,6 +114,7 @@ __all__ = [
     "SettingsChangedError",
     "StdioServer",
     "StoreCipherError",
+    "StoreReadOnlyError",
     "StoreUnavailableError",
     "StoreUrlError",
     "TerminalReason",

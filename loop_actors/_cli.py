@@ -31,7 +31,7 @@ from loop_actors._outcome import Outcome
 from loop_actors._render import effects_table, invocations_table, metrics_table, render_tree
 from loop_actors._runtime import Runtime, check_invocation_id
 from loop_actors._store import EventStore, resolve_db_url
-from loop_actors._views import open_runner
+from loop_actors._views import open_read_runner, open_writable_runner
 from projections import (
     ProjectionRunner,
     build_trajectory,
@@ -412,8 +412,20 @@ async def _cancel(runtime: Runtime, args: argparse.Namespace) -> int:
     return 0
 
 
+def _note(text: str) -> None:
+    print(f"loop-actors: note: {text}", file=sys.stderr)
+
+
+def _open_for_reading(db: str | None) -> EventStore:
+    """The store, opened read-only: the commands that only read never write it."""
+    store = EventStore(resolve_db_url(db), create=False, read_only=True)
+    for text in store.notes:
+        _note(text)
+    return store
+
+
 def _history(args: argparse.Namespace) -> int:
-    store = EventStore(resolve_db_url(args.db), create=False)
+    store = _open_for_reading(args.db)
     try:
         events = store.events(args.invocation_id)
     finally:
@@ -430,12 +442,15 @@ def _history(args: argparse.Namespace) -> int:
 
 def _read_models(args: argparse.Namespace) -> int:
     """The commands that read the read models (after catching them up)."""
-    store = EventStore(resolve_db_url(args.db), create=False)
+    batch_size = getattr(args, "batch_size", 500)
+    if batch_size < 1:
+        raise UsageError("--batch-size must be at least 1")
+    store = _open_for_reading(args.db)
     try:
-        batch_size = getattr(args, "batch_size", 500)
-        if batch_size < 1:
-            raise UsageError("--batch-size must be at least 1")
-        runner = open_runner(store, args.views, batch_size=batch_size)
+        if args.command == "projections":
+            runner = open_writable_runner(store, args.views, batch_size=batch_size)
+        else:
+            runner = open_read_runner(store, args.views, batch_size=batch_size, note=_note)
         try:
             return _read_model_command(runner, args)
         finally:
@@ -512,7 +527,7 @@ def _read_model_command(runner: ProjectionRunner, args: argparse.Namespace) -> i
 
 
 def _audit_verify(args: argparse.Namespace) -> int:
-    store = EventStore(resolve_db_url(args.db), create=False)
+    store = _open_for_reading(args.db)
     try:
         if args.invocation_id:
             reports = verify_invocation(store, args.invocation_id)

@@ -30,6 +30,10 @@ class StoreCipherError(StoreUnavailableError):
     """
 
 
+class StoreReadOnlyError(StoreUnavailableError):
+    """Raised when a command that writes meets a store this process must only read."""
+
+
 class AgentLoadError(UsageError):
     """Raised when ``MODULE:ATTR`` does not name an importable ``Agent``."""
 

@@ -10,9 +10,13 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import sqlite3
+import stat
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, ClassVar, cast
@@ -50,6 +54,7 @@ from aggregates.requests import (
 from loop_actors._errors import (
     InvocationNotFoundError,
     StoreCipherError,
+    StoreReadOnlyError,
     StoreUnavailableError,
     StoreUrlError,
 )
@@ -177,6 +182,9 @@ class StoreUrl:
     (seconds, fractions allowed, 0 for none) is how long the Journal goes on
     retrying a commit that failed on a lock, with backoff, before it answers that
     the commit failed.
+    And ``mode=ro`` for a store that this
+    process must only read (an auditor's evidence copy): read commands open it
+    read-only, and every command that writes is refused.
     """
 
     url: str
@@ -190,6 +198,8 @@ class StoreUrl:
         """How long one write waits for the lock: ``lock_timeout``, else eventsourcing's default."""
         return float(self.lock_timeout_s or SQLITE3_DEFAULT_LOCK_TIMEOUT)
 
+    read_only: bool = False
+
     @classmethod
     def parse(cls, url: str) -> StoreUrl:
         """Parse and check a database URL (no I/O).
@@ -199,7 +209,7 @@ class StoreUrl:
         """
         parts = urlsplit(url)
         query = parse_qs(parts.query, keep_blank_values=True)  # "lock_timeout=" is refused
-        unknown = set(query) - {"lock_timeout", "lock_retry"}
+        unknown = set(query) - {"lock_timeout", "lock_retry", "mode"}
         if unknown:
             raise StoreUrlError(f"unknown database URL option(s) {sorted(unknown)} in {url!r}")
         lock_retry = DEFAULT_LOCK_RETRY_S
@@ -218,12 +228,19 @@ class StoreUrl:
                 raise StoreUrlError(f"lock_timeout must be whole seconds in {url!r}") from None
             if lock_timeout < 1:
                 raise StoreUrlError(f"lock_timeout must be at least 1 second in {url!r}")
+        read_only = False
+        if "mode" in query:
+            if query["mode"] != ["ro"]:
+                raise StoreUrlError(f"the only database URL mode is mode=ro, in {url!r}")
+            read_only = True
         # urlsplit reads "sqlite:/x.db" and "sqlite:x.db" as paths too: refuse what
         # is not spelled with the two slashes, rather than guess which file was meant.
         spelled_with_slashes = url[len(parts.scheme) + 1 :].startswith("//")
         if parts.scheme == "memory":
             if not spelled_with_slashes or parts.netloc or parts.path:
                 raise StoreUrlError(f"an in-memory database is memory://, got {url!r}")
+            if read_only:
+                raise StoreUrlError(f"an in-memory store cannot be read-only, in {url!r}")
             return cls(url=url, kind="memory", lock_retry_s=lock_retry)
         if parts.scheme == "sqlite":
             if parts.netloc or not spelled_with_slashes:
@@ -240,6 +257,7 @@ class StoreUrl:
                 path=Path(raw_path),
                 lock_timeout_s=lock_timeout,
                 lock_retry_s=lock_retry,
+                read_only=read_only,
             )
         raise StoreUrlError(
             f"unsupported database URL {url!r}: use sqlite:///path/to/file.db or memory://"
@@ -264,6 +282,53 @@ class StoreUrl:
         if self.lock_timeout_s is not None:
             env["SQLITE_LOCK_TIMEOUT"] = str(self.lock_timeout_s)
         return env
+
+    def read_only_environment(self, db_uri: str) -> dict[str, str]:
+        """The environment that reads the SQLite database ``db_uri`` and creates no table."""
+        env = self.environment()
+        env["SQLITE_DBNAME"] = db_uri
+        env["CREATE_TABLE"] = "n"
+        return env
+
+
+def _protected(path: Path) -> bool:
+    """Whether ``path`` must not be written: no write permission, or no write bit at all.
+
+    The second test is for root, whom the permission check lets write anything:
+    a file or folder that nobody may write (``chmod a-w``) is read-only to
+    root here too, as ``rm`` treats a write-protected file.
+    """
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False  # absent: whoever opens it reports that
+    return not os.access(path, os.W_OK) or not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
+
+
+def sqlite_write_refusal(path: Path) -> str | None:
+    """Why this process must not write the SQLite database at ``path``; None when it may.
+
+    A WAL database also needs its ``-wal`` and ``-shm`` files next to it, so a
+    folder that cannot be written refuses too, unless both already exist and
+    can be written.
+    """
+    folder = path.parent
+    if path.exists():
+        if _protected(path):
+            return f"{path} is read-only (mode {stat.S_IMODE(path.stat().st_mode):04o})"
+        sidecars = [path.with_name(path.name + suffix) for suffix in ("-wal", "-shm")]
+        if all(sidecar.exists() and not _protected(sidecar) for sidecar in sidecars):
+            return None
+    if folder.is_dir() and _protected(folder):
+        return (
+            f"its folder {folder} is read-only "
+            f"(SQLite writes {path.name}-wal and {path.name}-shm next to it)"
+        )
+    return None
+
+
+STORE_TABLE = "loop_actors_store"
+"""The table of a store's identity: one row, created with the store."""
 
 
 class LeanSQLiteRecorder(SQLiteApplicationRecorder):
@@ -438,6 +503,57 @@ class LeanSQLiteRecorder(SQLiteApplicationRecorder):
             )
         self._cursor.execute(self._insert_for(len(rows)), parameters)
 
+    def store_identity(self, *, create: bool) -> str | None:
+        """The store's identity, created first when ``create`` and there is none yet.
+
+        The identity is a UUID in a one-row table of the store's own database,
+        written once: processes that race to create it all read the one that
+        was inserted first (the row's key admits one row). Without ``create``
+        (a read-only store), a store older than identities has none: None.
+
+        Raises:
+            eventsourcing.persistence.OperationalError: the database is locked or broken.
+        """
+        cursor = self._connection.cursor()
+        try:
+            found = self._select_identity(cursor)
+            if found is not None or not create:
+                return found
+            with self.datastore.get_connection(commit=True):  # the writer slot (class docstring)
+                cursor.execute(
+                    "CREATE TABLE IF NOT EXISTS loop_actors_store ("
+                    "singleton INTEGER PRIMARY KEY CHECK (singleton = 1), "
+                    "store_id TEXT NOT NULL, created_at TEXT NOT NULL)"
+                )
+                cursor.execute(
+                    "INSERT OR IGNORE INTO loop_actors_store (singleton, store_id, created_at) "
+                    "VALUES (1, ?, ?)",
+                    (str(uuid4()), datetime.now(UTC).isoformat()),
+                )
+            found = self._select_identity(cursor)
+        except sqlite3.OperationalError as error:
+            raise OperationalError(error) from error
+        assert found is not None  # the insert above, or another process's, made the row
+        return found
+
+    @staticmethod
+    def _select_identity(cursor: sqlite3.Cursor) -> str | None:
+        exists = cursor.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (STORE_TABLE,)
+        ).fetchone()
+        if exists is None:
+            return None
+        row = cursor.execute("SELECT store_id FROM loop_actors_store").fetchone()
+        return None if row is None else str(row[0])
+
+    def has_events_table(self) -> bool:
+        """Whether the database has the events table (a read-only open cannot create it)."""
+        row = self._connection.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+            (self.events_table_name,),
+        ).fetchone()
+        return row is not None
+
     def close(self) -> None:
         """Close the insert's connection (the pool's close with eventsourcing's factory)."""
         self._connection.close()
@@ -449,33 +565,88 @@ def resolve_db_url(explicit: str | None) -> str:
 
 
 class EventStore:
-    """Blocking access to the invocations in one database."""
+    """Blocking access to the invocations in one database.
+
+    Attributes:
+        store_id: the store's identity, created with it (see
+            ``LeanSQLiteRecorder.store_identity``); read models record it and are
+            never answered from another store's. None only for a store opened
+            read-only that was created before identities existed.
+        read_only: opened read-only: nothing is written to the database, and
+            ``append`` is refused.
+        write_refusal: why this process must not write the store (a read-only
+            file or folder, or ``mode=ro`` in the URL); None when it may.
+        notes: what a read-only open had to do to read the store (for the CLI's
+            stderr).
+    """
 
     def __init__(
-        self, url: str, *, create: bool = True, snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL
+        self,
+        url: str,
+        *,
+        create: bool = True,
+        read_only: bool = False,
+        snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL,
     ) -> None:
         """Open (and, with ``create``, initialise) the database at ``url``.
 
+        With ``read_only`` the database must exist and is only read: opened with
+        SQLite's ``mode=ro``, no table is created, and nothing is written to it.
+        Without it, a store that may not be written (``sqlite_write_refusal``, or
+        ``mode=ro`` in the URL) is refused. A store that nobody may write and
+        that has no write-ahead log is opened ``immutable`` (SQLite then writes
+        nothing next to it either); one that has a log is read from a copy in a
+        temporary folder, since SQLite cannot read a log without writing its
+        index beside it.
+
         Raises:
             StoreUrlError: the URL is malformed.
+            StoreReadOnlyError: a writing open of a store this process must not write.
             StoreUnavailableError: the database cannot be opened or created.
         """
         self.url = StoreUrl.parse(url)
         self.snapshot_interval = snapshot_interval
+        self.read_only = read_only
+        self.write_refusal: str | None = None
+        self.notes: list[str] = []
+        self._copy: Path | None = None
+        environment = self.url.environment()
         if self.url.kind == "sqlite":
             assert self.url.path is not None
-            if not create and not self.url.path.exists():
-                raise StoreUnavailableError(f"no database at {self.url.path}")
-            self._check_sqlite_writable(self.url.path, create=create)
+            path = self.url.path
+            if (self.read_only or not create) and not path.exists():
+                raise StoreUnavailableError(f"no database at {path}")
+            self._check_sqlite_path(path, create=create and not self.read_only)
+            self.write_refusal = (
+                f"the URL {url} says mode=ro" if self.url.read_only else sqlite_write_refusal(path)
+            )
+            if self.read_only:
+                environment = self.url.read_only_environment(self._read_only_uri(path))
+            elif self.write_refusal is not None:
+                raise StoreReadOnlyError(
+                    f"cannot write to {path}: {self.write_refusal}; the commands that only "
+                    "read (history, audit verify, show, list, metrics, effects) work on it"
+                )
+        else:
+            self.read_only = False  # an in-memory store is this process's own
         try:
-            self.app = InvocationApplication(env=self.url.environment())
+            self.app = InvocationApplication(env=environment)
         except (PersistenceError, sqlite3.Error, OSError) as error:
+            self._remove_copy()
             raise StoreUnavailableError(f"cannot open {url}: {error}") from error
         recorder = self.app.recorder
         assert isinstance(recorder, LeanSQLiteRecorder)  # the environment above names it
         self._recorder = recorder
         try:
+            if self.read_only and not recorder.has_events_table():
+                raise StoreUnavailableError(
+                    f"{self.url.path} is not a loop-actors store: it has no events table"
+                )
+            self.store_id = recorder.store_identity(create=not self.read_only)
             self._check_cipher()
+        except (PersistenceError, sqlite3.Error) as error:
+            self.close()
+            raise StoreUnavailableError(f"cannot open {url}: {error}") from error
         except BaseException:
             self.close()
             raise
@@ -511,20 +682,49 @@ class EventStore:
                 ) from error
             # A readable-looking first row that does not decode is the audit's business.
 
+    def _read_only_uri(self, path: Path) -> str:
+        """The SQLite URI that reads ``path`` without writing it (see ``__init__``)."""
+        uri = path.absolute().as_uri()
+        wal = path.with_name(path.name + "-wal")
+        has_log = wal.exists() and wal.stat().st_size > 0
+        if self.write_refusal is None or path.with_name(path.name + "-shm").exists():
+            # Others may be writing it (or did, and left the index): read it as SQLite
+            # reads a live database, without taking a write lock.
+            return f"{uri}?mode=ro"
+        if not has_log:
+            # Nobody may change it: SQLite need not look for writers, and writes nothing.
+            return f"{uri}?mode=ro&immutable=1"
+        folder = Path(tempfile.mkdtemp(prefix="loop-actors-read-only-"))
+        self._copy = folder
+        copy = folder / path.name
+        shutil.copyfile(path, copy)
+        shutil.copyfile(wal, folder / wal.name)
+        self.notes.append(
+            f"{path} cannot be written and has a write-ahead log ({wal.name}), which SQLite "
+            f"cannot read in place without writing beside it: reading a copy in {folder}"
+        )
+        return f"{copy.as_uri()}?mode=ro"
+
     @staticmethod
-    def _check_sqlite_writable(path: Path, *, create: bool) -> None:
+    def _check_sqlite_path(path: Path, *, create: bool) -> None:
         parent = path.parent if str(path.parent) else Path()
         if not parent.is_dir():
             raise StoreUnavailableError(f"cannot open {path}: folder {parent} does not exist")
         if path.exists() and path.is_dir():
             raise StoreUnavailableError(f"cannot open {path}: it is a folder")
-        if create and not os.access(parent if not path.exists() else path, os.W_OK):
-            raise StoreUnavailableError(f"cannot open {path}: not writable")
+        if create and not path.exists() and not os.access(parent, os.W_OK):
+            raise StoreUnavailableError(f"cannot create {path}: folder {parent} is not writable")
+
+    def _remove_copy(self) -> None:
+        if self._copy is not None:
+            shutil.rmtree(self._copy, ignore_errors=True)
+            self._copy = None
 
     def close(self) -> None:
-        """Close the connections."""
+        """Close the connections (and remove a read-only open's copy)."""
         self._recorder.close()
         self.app.close()
+        self._remove_copy()
 
     # ----------------------------------------------------------------- writes
 
@@ -538,7 +738,10 @@ class EventStore:
             eventsourcing.persistence.IntegrityError: a position is already taken
                 (another writer appended first); nothing was written.
             eventsourcing.persistence.PersistenceError: the database failed.
+            StoreReadOnlyError: the store is open read-only.
         """
+        if self.read_only:
+            raise StoreReadOnlyError(f"{self.url.url} is open read-only: nothing can be appended")
         # Application.save would do the same after per-object runtime Protocol
         # checks, which cost more than the mapping itself.
         to_stored = self.app.mapper.to_stored_event

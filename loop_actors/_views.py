@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from uuid import uuid4
 
 import trio
 
-from loop_actors._errors import StoreUnavailableError
+from loop_actors._errors import StoreReadOnlyError, StoreUnavailableError
 from loop_actors._faults import CrashPoint, fault_point
-from loop_actors._store import EventStore
-from projections import Projection, ProjectionRunner, default_projections
+from loop_actors._store import EventStore, sqlite_write_refusal
+from projections import ForeignReadModelsError, Projection, ProjectionRunner, default_projections
 
 FOLLOW_POLL_S = 1.0
 """A follower also catches up this often, for commits made by other processes."""
@@ -27,10 +27,14 @@ def views_location(store: EventStore, explicit: str | None = None) -> str:
     if explicit:
         return explicit
     if store.url.kind == "memory":
-        return f"file:loop-actors-views-{uuid4().hex}?mode=memory&cache=shared"
+        return _in_memory()
     assert store.url.path is not None
     path = store.url.path
     return str(path.with_name(f"{path.stem}.views{path.suffix or '.db'}"))
+
+
+def _in_memory() -> str:
+    return f"file:loop-actors-views-{uuid4().hex}?mode=memory&cache=shared"
 
 
 def open_runner(
@@ -42,8 +46,12 @@ def open_runner(
 ) -> ProjectionRunner:
     """A projection runner for the store's read models (blocking: opens a database).
 
+    The read models record the store's identity: read models of another store
+    (the store was deleted and created again) are emptied and rebuilt.
+
     Raises:
-        StoreUnavailableError: the read models' database cannot be opened.
+        StoreUnavailableError: the read models' database cannot be opened, or
+            belongs to another store and cannot be rebuilt.
     """
     location = views_location(store, views)
     if not location.startswith("file:"):
@@ -57,9 +65,78 @@ def open_runner(
             projections if projections is not None else default_projections(),
             batch_size=batch_size,
             after_batch=lambda name, position: fault_point(CrashPoint.PROJECTION_BATCH_APPLIED),
+            store_id=store.store_id,
         )
+    except ForeignReadModelsError as error:
+        raise StoreUnavailableError(str(error)) from error
     except Exception as error:
         raise StoreUnavailableError(f"cannot open read models at {location}: {error}") from error
+
+
+def read_models_refusal(store: EventStore, views: str | None = None) -> str | None:
+    """Why the store's read models cannot be kept where they live; None when they can.
+
+    They cannot when the read models' file (or its folder) cannot be written;
+    when the store itself is read-only and no ``views`` were chosen (an
+    evidence copy gets nothing written next to it); and when a store opened
+    read-only has no identity to check them against (it predates identities).
+    """
+    if store.url.kind == "memory":
+        return None
+    location = views_location(store, views)
+    if store.store_id is None:
+        return (
+            f"{store.url.path} has no store identity (it was created by an older version "
+            f"and is opened read-only), so the read models in {location} cannot be checked "
+            "against it"
+        )
+    if views is None and store.write_refusal is not None:
+        return f"the store cannot be written ({store.write_refusal})"
+    if location.startswith("file:"):
+        return None
+    refusal = sqlite_write_refusal(Path(location))
+    return None if refusal is None else f"the read models cannot be written ({refusal})"
+
+
+def open_read_runner(
+    store: EventStore,
+    views: str | None,
+    *,
+    batch_size: int = 500,
+    note: Callable[[str], None],
+) -> ProjectionRunner:
+    """Read models for a command that only reads: where they live, else in memory.
+
+    When they cannot be kept where they live (``read_models_refusal``), they are
+    built in memory for this one command, and ``note`` is told why.
+
+    Raises:
+        StoreUnavailableError: the read models' database cannot be opened.
+    """
+    refusal = read_models_refusal(store, views)
+    if refusal is None:
+        return open_runner(store, views, batch_size=batch_size)
+    note(f"{refusal}: building the read models in memory for this command")
+    return open_runner(store, _in_memory(), batch_size=batch_size)
+
+
+def open_writable_runner(
+    store: EventStore, views: str | None, *, batch_size: int = 500
+) -> ProjectionRunner:
+    """Read models for a command that is about them (``projections``): where they live.
+
+    Raises:
+        StoreReadOnlyError: they cannot be kept there (``read_models_refusal``).
+        StoreUnavailableError: the read models' database cannot be opened.
+    """
+    refusal = read_models_refusal(store, views)
+    if refusal is not None:
+        raise StoreReadOnlyError(
+            f"{refusal}: `loop-actors projections` works on the read models kept in "
+            f"{views_location(store, views)}; show, list, metrics and effects build them "
+            "in memory instead (or give --views FILE in a folder that can be written)"
+        )
+    return open_runner(store, views, batch_size=batch_size)
 
 
 async def run_projection_follower(
@@ -95,4 +172,11 @@ async def run_projection_follower(
                     return
 
 
-__all__ = ["open_runner", "run_projection_follower", "views_location"]
+__all__ = [
+    "open_read_runner",
+    "open_runner",
+    "open_writable_runner",
+    "read_models_refusal",
+    "run_projection_follower",
+    "views_location",
+]

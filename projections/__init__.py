@@ -6,7 +6,9 @@ from projections.metrics import MetricsProjection as MetricsProjection
 from projections.metrics import MetricsRow as MetricsRow
 from projections.metrics import metrics as metrics
 from projections.runner import CatchUpReport as CatchUpReport
+from projections.runner import ForeignReadModelsError as ForeignReadModelsError
 from projections.runner import Projection as Projection
+from projections.runner import ProjectionError as ProjectionError
 from projections.runner import ProjectionRunner as ProjectionRunner
 from projections.runner import ProjectionStatus as ProjectionStatus
 from projections.trajectory import CallView as CallView

@@ -9,22 +9,41 @@ skipped. The runner reads the event store's notification log (eventsourcing's
 ``select_notifications``), which is the SQLite recorder's way in: its
 ``subscribe()`` is not implemented in eventsourcing 9.5.
 
+The read models also record the identity of the store they were built from
+(``store_id``): opened for another store (the store was deleted and created
+again, the read models' file left behind), they are emptied and replayed from
+position 0, never answered from.
+
 Synchronous, like eventsourcing: the runtime calls it from a worker thread.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, cast
 
 from eventsourcing.application import Application
-from eventsourcing.persistence import IntegrityError, Tracking
+from eventsourcing.persistence import IntegrityError, PersistenceError, Tracking
 from eventsourcing.sqlite import SQLiteCursor, SQLiteDatastore, SQLiteTrackingRecorder
 
 from aggregates.decisions import Frozen
 from aggregates.events import DomainEvent
+
+log = logging.getLogger(__name__)
+
+STORE_TABLE = "read_model_store"
+"""The identity of the store the read models were built from: one row."""
+
+
+class ProjectionError(Exception):
+    """Raised when read models cannot be kept or read; the root of this package's errors."""
+
+
+class ForeignReadModelsError(ProjectionError):
+    """Raised when read models belong to another store and cannot be rebuilt for this one."""
 
 
 class Projection:
@@ -98,8 +117,12 @@ class ViewStore(SQLiteTrackingRecorder):
         super().__init__(datastore)
 
     def construct_create_table_statements(self) -> list[str]:
-        """The tracking table, then each read model's tables."""
+        """The tracking table, the store identity's table, then each read model's tables."""
         statements = super().construct_create_table_statements()
+        statements.append(
+            f"CREATE TABLE IF NOT EXISTS {STORE_TABLE} ("
+            "singleton INTEGER PRIMARY KEY CHECK (singleton = 1), store_id TEXT NOT NULL)"
+        )
         for projection in self.projections:
             statements.extend(projection.create())
         return statements
@@ -120,6 +143,7 @@ class ProjectionRunner:
         *,
         batch_size: int = 500,
         after_batch: BatchHook | None = None,
+        store_id: str | None = None,
     ) -> None:
         """Open the read models' database ``view_db`` (a SQLite path or URI).
 
@@ -131,6 +155,15 @@ class ProjectionRunner:
             batch_size: events per transaction.
             after_batch: a hook run inside each transaction before it commits
                 (tests use it to kill the process there).
+            store_id: the identity of the event store. The read models record
+                it; read models recorded for another store are emptied and
+                replayed from position 0 (logged), and a catch-up refuses to
+                commit into read models another runner claimed for another store
+                meanwhile. None: no check.
+
+        Raises:
+            ForeignReadModelsError: the read models belong to another store and
+                emptying them failed (a read-only file).
         """
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
@@ -145,7 +178,10 @@ class ProjectionRunner:
         self.views = ViewStore(self.datastore, projections)
         self.views.create_table()
         self.projections = {p.name: p for p in projections}
+        self.store_id = store_id
         self._lock = threading.Lock()
+        if store_id is not None:
+            self._check_store(store_id)
         for projection in projections:
             self._check_version(projection)
 
@@ -164,6 +200,53 @@ class ProjectionRunner:
         recorded = self.views.max_tracking_id(self._version_name(projection))
         if recorded != projection.version:
             self._reset(projection)
+
+    def recorded_store_id(self) -> str | None:
+        """The identity of the store these read models were built from (None before any)."""
+        with self.datastore.transaction(commit=False) as cursor:
+            return self._recorded_store_id(cursor)
+
+    @staticmethod
+    def _recorded_store_id(cursor: SQLiteCursor) -> str | None:
+        cursor.execute(f"SELECT store_id FROM {STORE_TABLE} WHERE singleton = 1")
+        row = cursor.fetchone()
+        return None if row is None else str(row["store_id"])
+
+    def _check_store(self, store_id: str) -> None:
+        """Claim new read models for the store; empty another store's, in one transaction.
+
+        Read models with positions but no recorded store (built before stores had
+        identities) may be another store's too: they are emptied as well.
+        """
+        recorded = self.recorded_store_id()
+        if recorded == store_id:
+            return
+        fresh = recorded is None and not any(self.position(name) for name in self.projections)
+        if not fresh:
+            log.warning(
+                "read models in %s were built from store %s, not from this store %s: "
+                "emptying them and replaying this store's events from position 0",
+                self.view_db,
+                recorded or "(not recorded)",
+                store_id,
+            )
+        try:
+            with self.datastore.transaction(commit=True) as cursor:
+                if self._recorded_store_id(cursor) == store_id:
+                    return  # another process just did it
+                for projection in self.projections.values():
+                    self._reset_in(cursor, projection)
+                cursor.execute(f"DELETE FROM {STORE_TABLE}")
+                cursor.execute(
+                    f"INSERT INTO {STORE_TABLE} (singleton, store_id) VALUES (1, ?)", (store_id,)
+                )
+        except PersistenceError as error:
+            raise ForeignReadModelsError(
+                f"the read models in {self.view_db} belong to another store "
+                f"({recorded or 'not recorded'}, this store is {store_id}) and cannot be "
+                f"emptied ({error}); make the file writable and run "
+                "`loop-actors projections rebuild`, or delete it"
+            ) from error
 
     def _select(self, names: str | None) -> list[Projection]:
         if names is None:
@@ -201,6 +284,8 @@ class ProjectionRunner:
 
     def _catch_up_unlocked(self, projection: Projection) -> CatchUpReport:
         started = time.perf_counter()
+        with self.datastore.transaction(commit=False) as cursor:
+            self._check_claim(cursor)
         position = self.position(projection.name)
         applied = 0
         recorder = self.application.recorder
@@ -218,6 +303,7 @@ class ProjectionRunner:
             ]
             try:
                 with self.datastore.transaction(commit=True) as cursor:
+                    self._check_claim(cursor)
                     projection.apply_batch(cursor, events)
                     if self.after_batch is not None:
                         self.after_batch(projection.name, last)
@@ -244,6 +330,18 @@ class ProjectionRunner:
             position=position,
         )
 
+    def _check_claim(self, cursor: SQLiteCursor) -> None:
+        """The read models still belong to this runner's store (checked in each batch too)."""
+        if self.store_id is None:
+            return
+        recorded = self._recorded_store_id(cursor)
+        if recorded != self.store_id:
+            raise ForeignReadModelsError(
+                f"the read models in {self.view_db} were claimed for store {recorded} by "
+                f"another process, and this runner follows store {self.store_id}: two stores "
+                "share one read models' file; give each its own (--views)"
+            )
+
     def rebuild(self, name: str | None = None) -> list[CatchUpReport]:
         """Drop a read model's tables and position, recreate them, and replay from 0."""
         selected = self._select(name)
@@ -255,17 +353,20 @@ class ProjectionRunner:
     def _reset(self, projection: Projection) -> None:
         """Empty a read model and its position, in one transaction."""
         with self.datastore.transaction(commit=True) as cursor:
-            for table in projection.tables():
-                cursor.execute(f"DROP TABLE IF EXISTS {table}")
-            for statement in projection.create():
-                cursor.execute(statement)
-            cursor.execute(
-                "DELETE FROM tracking WHERE application_name IN (?, ?)",
-                (self._tracking_name(projection), self._version_name(projection)),
-            )
-            self.views._insert_tracking(
-                cursor, Tracking(self._version_name(projection), projection.version)
-            )
+            self._reset_in(cursor, projection)
+
+    def _reset_in(self, cursor: SQLiteCursor, projection: Projection) -> None:
+        for table in projection.tables():
+            cursor.execute(f"DROP TABLE IF EXISTS {table}")
+        for statement in projection.create():
+            cursor.execute(statement)
+        cursor.execute(
+            "DELETE FROM tracking WHERE application_name IN (?, ?)",
+            (self._tracking_name(projection), self._version_name(projection)),
+        )
+        self.views._insert_tracking(
+            cursor, Tracking(self._version_name(projection), projection.version)
+        )
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         """Run a read-only query on the read models' database."""
