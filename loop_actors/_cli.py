@@ -229,7 +229,8 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="MODULE:ATTR",
         default=argparse.SUPPRESS,
         help="the invocation's agent: the receipt is redacted as its tool says "
-        "(sensitive_output); without it the receipt is stored as given",
+        "(sensitive_output), and a paused invocation is resumed right away; without it "
+        "the receipt is stored as given",
     )
     resolve.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="print what was recorded"
@@ -463,29 +464,38 @@ def parse_receipt(text: str | None) -> Any:
 
 
 async def _resolve_effect(runtime: Runtime, agent: Agent | None, args: argparse.Namespace) -> int:
+    """Record a person's resolution; with the agent, resume the invocation if it waits for it."""
     receipt = parse_receipt(args.receipt)
-    resolved = await runtime.resolve_effect(
-        args.effect_key,
-        committed=args.committed,
-        rejected=args.rejected,
-        receipt=receipt,
-        reason=args.reason,
-        by=args.by,
-        agent=agent,
-    )
-    if agent is None and args.receipt is not None:
-        print(
-            "loop-actors: note: without --agent the receipt is stored as given "
-            "(the tool's sensitive_output is not applied)",
-            file=sys.stderr,
+    async with runtime:
+        resolved = await runtime.resolve_effect(
+            args.effect_key,
+            committed=args.committed,
+            rejected=args.rejected,
+            receipt=receipt,
+            reason=args.reason,
+            by=args.by,
+            agent=agent,
         )
+        if agent is None and args.receipt is not None:
+            print(
+                "loop-actors: note: without --agent the receipt is stored as given "
+                "(the tool's sensitive_output is not applied)",
+                file=sys.stderr,
+            )
+        line = (
+            f"resolved {resolved.effect_key} {resolved.resolution.value} by {resolved.by} "
+            f"(invocation {resolved.invocation_id}, tool {resolved.tool})"
+        )
+        if agent is not None and resolved.resumable:
+            outcome = await runtime.resume(resolved.invocation_id, agent)
+            events = await runtime.history(outcome.invocation_id)
+            if not args.json:
+                print(line)
+            return _report(outcome, len(events), as_json=args.json)
     if args.json:
         print(resolved.model_dump_json())
         return 0
-    print(
-        f"resolved {resolved.effect_key} {resolved.resolution.value} by {resolved.by} "
-        f"(invocation {resolved.invocation_id}, tool {resolved.tool})"
-    )
+    print(line)
     if resolved.resumable:
         print(
             f"resume it to continue: loop-actors resume {resolved.invocation_id} "
