@@ -416,7 +416,7 @@ def test_resolve_on_a_missing_database_is_refused_and_creates_nothing(tmp_path: 
 
 # --------------------------------------------------------------------------- the Python API
 
-SECRET_RECEIPT = {"id": 7, "token": "s3cret"}
+SECRET_RECEIPT: dict[str, Any] = {"id": 7, "token": "s3cret"}
 
 
 def api_agent(seen: list[Any]) -> Agent:
