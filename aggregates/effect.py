@@ -11,12 +11,16 @@ invocation's ``BatchDispatched``), the outcome after. A write that timed out or
 lost its connection is ``outcome_unknown`` — never ``failed`` — and is resolved
 by asking the owning service (``reconcile(effect_key)``), never by a blind retry.
 A service that answers "not found" sends the effect back to ``prepared``: it is
-dispatched again, with the same key.
+dispatched again, with the same key. An open effect that no service can settle
+(a write tool without ``reconcile``) is settled by a person
+(``EffectResolvedByHand``: committed with a receipt, or rejected with a reason,
+and who said so).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, cast
@@ -25,11 +29,10 @@ from eventsourcing.domain import CanInitAggregate
 from pydantic import JsonValue
 
 from aggregates.decisions import EffectStatus
-from aggregates.errors import IllegalTransitionError
+from aggregates.errors import AggregateError, IllegalTransitionError
 from aggregates.events import ChainedAggregate, DomainEvent
-
-EFFECT_KEY_PREFIX = "eff-"
-"""The namespace of effect keys (no invocation id starts with it: ``aggregates.ids``)."""
+from aggregates.ids import EFFECT_KEY_PREFIX
+from aggregates.invocation import Phase
 
 KEY_SEPARATOR = "\x1f"
 
@@ -108,6 +111,19 @@ class EffectReconciled(EffectEvent):
     reason: str | None = None
 
 
+class EffectResolvedByHand(EffectEvent):
+    """A person settled an open effect: the write happened (its receipt) or it did not (why)."""
+
+    resolution: Resolution
+    """``committed`` or ``rejected`` (never ``not_found``: a person does not re-send a write)."""
+    by: str
+    """Who settled it."""
+    receipt: JsonValue = None
+    """For ``committed``: the receipt (as its tool redacts it, when the agent was known)."""
+    reason: str | None = None
+    """Why: required for ``rejected``, an optional note for ``committed``."""
+
+
 EFFECT_EVENT_TYPES: tuple[type[EffectEvent], ...] = (
     EffectPrepared,
     EffectDispatched,
@@ -115,10 +131,106 @@ EFFECT_EVENT_TYPES: tuple[type[EffectEvent], ...] = (
     EffectRejected,
     EffectOutcomeUnknown,
     EffectReconciled,
+    EffectResolvedByHand,
 )
 
 OPEN_STATUSES = frozenset({EffectStatus.DISPATCHED, EffectStatus.OUTCOME_UNKNOWN})
 """Effects whose outcome nobody knows yet: the reconciler's backlog."""
+
+
+class InvalidResolutionError(AggregateError):
+    """Raised when a resolution by hand is malformed; nothing is recorded."""
+
+
+class Settler(StrEnum):
+    """Who can settle an open effect."""
+
+    SWEEPER = "sweeper"
+    """A resume or a sweep (``loop-actors reconcile``) asks its service again."""
+    PERSON = "person"
+    """Only a person can (``loop-actors effects resolve``)."""
+
+
+def who_settles(*, invocation_ended: bool, service_can_be_asked: bool | None) -> Settler:
+    """Who settles an open effect.
+
+    ``service_can_be_asked`` is known only with the agent (does its tool have a
+    ``reconcile`` function?); without it (None), an effect whose invocation ended
+    needs a person: no run of it will settle it, and nothing says a sweep can.
+    """
+    if service_can_be_asked is None:
+        return Settler.PERSON if invocation_ended else Settler.SWEEPER
+    return Settler.SWEEPER if service_can_be_asked else Settler.PERSON
+
+
+def hand_resolution(*, committed: bool, rejected: bool) -> Resolution:
+    """The resolution a person chose: exactly one of committed and rejected.
+
+    Raises:
+        InvalidResolutionError: both or neither.
+    """
+    if committed and rejected:
+        raise InvalidResolutionError("say either committed or rejected, not both")
+    if not committed and not rejected:
+        raise InvalidResolutionError("say whether the write happened: committed or rejected")
+    return Resolution.COMMITTED if committed else Resolution.REJECTED
+
+
+def storable_receipt(receipt: Any) -> JsonValue:
+    """A receipt given by hand, checked: JSON that reads back equal (no NaN, no Infinity).
+
+    Raises:
+        InvalidResolutionError: it is not JSON, or not stored faithfully (NaN,
+            Infinity, a tuple, a key that is not a string, a lone surrogate...).
+    """
+    try:
+        text = json.dumps(receipt, allow_nan=False, ensure_ascii=False)
+        text.encode()
+    except (TypeError, ValueError, RecursionError) as error:
+        raise InvalidResolutionError(f"the receipt cannot be stored as JSON: {error}") from None
+    if json.loads(text) != receipt:
+        raise InvalidResolutionError(
+            "the receipt would not read back as given (tuples, keys that are not strings "
+            "and the like are not JSON): give plain JSON"
+        )
+    return cast("JsonValue", receipt)
+
+
+def check_hand_resolution(
+    resolution: Resolution, *, by: str, receipt: Any, reason: str | None
+) -> JsonValue:
+    """Check what a person says about an effect, before anything is read or written.
+
+    Returns the receipt as it will be stored (before the tool's redaction).
+
+    Raises:
+        InvalidResolutionError: no name, ``not_found``, a rejection without a
+            reason or with a receipt, a receipt that cannot be stored faithfully.
+    """
+    if not isinstance(by, str) or not by.strip():
+        raise InvalidResolutionError("say who settles the effect (by): it is recorded")
+    if reason is not None and not isinstance(reason, str):
+        raise InvalidResolutionError("the reason must be text")
+    match resolution:
+        case Resolution.COMMITTED:
+            return storable_receipt(receipt)
+        case Resolution.REJECTED:
+            if reason is None or not reason.strip():
+                raise InvalidResolutionError(
+                    "a rejection needs a reason: it is recorded and told to the model"
+                )
+            if receipt is not None:
+                raise InvalidResolutionError(
+                    "a rejected write has no receipt: give a receipt only with committed"
+                )
+            return None
+        case Resolution.NOT_FOUND:
+            raise InvalidResolutionError(
+                "a person settles a write as committed or rejected; a write the service "
+                "never saw is dispatched again only by a resume"
+            )
+        case _:
+            raise InvalidResolutionError(f"unknown resolution {resolution!r}")
 
 
 class Effect(ChainedAggregate):
@@ -136,6 +248,8 @@ class Effect(ChainedAggregate):
         self.receipt: Any = None
         self.reason: str | None = None
         self.resolution: Resolution | None = None
+        self.resolved_by: str | None = None
+        """Who settled it by hand (None when a service answered)."""
 
     @classmethod
     def prepare(
@@ -203,6 +317,53 @@ class Effect(ChainedAggregate):
             EffectReconciled, timestamp=at, resolution=resolution, receipt=receipt, reason=reason
         )
 
+    def resolve_by_hand(
+        self,
+        resolution: Resolution,
+        *,
+        by: str,
+        invocation_phase: Phase,
+        at: datetime,
+        receipt: Any = None,
+        reason: str | None = None,
+    ) -> None:
+        """Record that a person settled this open effect (``EffectResolvedByHand``).
+
+        ``receipt`` is stored as given: redact it first (the tool's
+        ``sensitive_output``). ``invocation_phase`` is its invocation's phase:
+        an invocation that is neither paused nor ended may still be running the
+        write, and its effect is not settled behind its back.
+
+        Raises:
+            InvalidResolutionError: see :func:`check_hand_resolution`.
+            IllegalTransitionError: the effect is not open (already settled, or
+                prepared to be dispatched again), or its invocation may still be running.
+        """
+        check_hand_resolution(resolution, by=by, receipt=receipt, reason=reason)
+        if not self.is_open:
+            settled = self.resolution.value if self.resolution is not None else None
+            who = f" by {self.resolved_by}" if self.resolved_by else ""
+            raise IllegalTransitionError(
+                f"effect {self.id} is not open (status {self.status.value}"
+                + (f": {settled}{who}" if settled else "")
+                + "): there is nothing to settle"
+            )
+        if invocation_phase is not Phase.TERMINATED and not invocation_phase.paused:
+            raise IllegalTransitionError(
+                f"effect {self.id}: its invocation {self.invocation_id} is neither paused nor "
+                f"ended (phase {invocation_phase.value}), so the write may still be running; "
+                "resume it (it pauses reconciliation_required when the service cannot be "
+                "asked) or cancel it, then resolve"
+            )
+        self.trigger_event(
+            EffectResolvedByHand,
+            timestamp=at,
+            resolution=resolution,
+            by=by,
+            receipt=receipt,
+            reason=reason,
+        )
+
     def _refuse(self, event: EffectEvent, why: str) -> IllegalTransitionError:
         return IllegalTransitionError(
             f"{type(event).__name__} refused for effect {self.id} in status "
@@ -246,6 +407,16 @@ class Effect(ChainedAggregate):
                     self.resolution = event.resolution
                     self.receipt = event.receipt
                     self.reason = event.reason
+            case EffectResolvedByHand():
+                if self.status not in OPEN_STATUSES:
+                    raise self._refuse(event, "only an open effect is resolved by hand")
+                if event.resolution is Resolution.NOT_FOUND:
+                    raise self._refuse(event, "a person settles a write as committed or rejected")
+                self.status = EffectStatus.RECONCILED
+                self.resolution = event.resolution
+                self.receipt = event.receipt
+                self.reason = event.reason
+                self.resolved_by = event.by
             case _:
                 raise IllegalTransitionError(f"unknown event {type(event).__name__}")
 
@@ -268,7 +439,7 @@ def effect_status_after(event: object) -> str | None:
             return EffectStatus.OUTCOME_UNKNOWN.value
         case EffectReconciled(resolution=Resolution.NOT_FOUND):
             return EffectStatus.PREPARED.value
-        case EffectReconciled():
+        case EffectReconciled() | EffectResolvedByHand():
             return EffectStatus.RECONCILED.value
         case _:
             return None

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import unicodedata
 
-from aggregates.effect import EFFECT_KEY_PREFIX
-from aggregates.requests import CANCEL_REQUEST_PREFIX
+CANCEL_REQUEST_PREFIX = "cancel:"
+"""The stream of an invocation's cancel request is this prefix and the invocation's id."""
+
+EFFECT_KEY_PREFIX = "eff-"
+"""Every effect key starts with this."""
 
 RESERVED_ID_PREFIXES = (CANCEL_REQUEST_PREFIX, EFFECT_KEY_PREFIX)
 """Prefixes of the runtime's own streams: no invocation id starts with one."""

@@ -14,9 +14,7 @@ from datetime import datetime
 from eventsourcing.domain import CanInitAggregate
 
 from aggregates.events import ChainedAggregate, DomainEvent
-
-CANCEL_REQUEST_PREFIX = "cancel:"
-"""The namespace of cancel requests' ids (no invocation id starts with it: ``aggregates.ids``)."""
+from aggregates.ids import CANCEL_REQUEST_PREFIX
 
 
 def cancel_request_id(invocation_id: str) -> str:

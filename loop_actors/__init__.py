@@ -21,6 +21,7 @@ from aggregates.decisions import ToolCalls as ToolCalls
 from aggregates.decisions import ToolEffect as ToolEffect
 from aggregates.decisions import ToolResult as ToolResult
 from aggregates.decisions import Usage as Usage
+from aggregates.effect import Resolution as Resolution
 from aggregates.settings import RunSettings as RunSettings
 from loop_actors._adapters import AnthropicModel as AnthropicModel
 from loop_actors._adapters import ModelCallError as ModelCallError
@@ -33,6 +34,8 @@ from loop_actors._agent import CatalogueChangedError as CatalogueChangedError
 from loop_actors._agent import SettingsChangedError as SettingsChangedError
 from loop_actors._errors import AgentLoadError as AgentLoadError
 from loop_actors._errors import ApprovalRefusedError as ApprovalRefusedError
+from loop_actors._errors import EffectNotFoundError as EffectNotFoundError
+from loop_actors._errors import EffectResolutionError as EffectResolutionError
 from loop_actors._errors import InvocationExistsError as InvocationExistsError
 from loop_actors._errors import InvocationNotFoundError as InvocationNotFoundError
 from loop_actors._errors import LoopActorsError as LoopActorsError
@@ -59,7 +62,9 @@ from loop_actors._outcome import Outcome as Outcome
 from loop_actors._policy import AccessRequest as AccessRequest
 from loop_actors._policy import Deny as Deny
 from loop_actors._runtime import CancelResult as CancelResult
+from loop_actors._runtime import NeedsPerson as NeedsPerson
 from loop_actors._runtime import ReconcileReport as ReconcileReport
+from loop_actors._runtime import ResolvedEffect as ResolvedEffect
 from loop_actors._runtime import Runtime as Runtime
 from loop_actors._store import EventStore as EventStore
 from loop_actors._tools import Reconciled as Reconciled
@@ -82,6 +87,8 @@ __all__ = [
     "Decision",
     "Deny",
     "Effect",
+    "EffectNotFoundError",
+    "EffectResolutionError",
     "EffectStatus",
     "ErrorClass",
     "ErrorInfo",
@@ -97,6 +104,7 @@ __all__ = [
     "ModelCallError",
     "ModelReply",
     "ModelRequest",
+    "NeedsPerson",
     "NotWaitingError",
     "OpenAIModel",
     "Outcome",
@@ -106,6 +114,8 @@ __all__ = [
     "Reconciled",
     "RejectionClass",
     "RequestApproval",
+    "Resolution",
+    "ResolvedEffect",
     "RetryPolicy",
     "RunSettings",
     "Runtime",

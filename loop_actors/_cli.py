@@ -1,7 +1,8 @@
 """The ``loop-actors`` command.
 
 Exit codes: 0 completed, 3 paused, 4 any other terminal reason, 2 bad usage or
-input (nothing written), 1 internal error.
+input (nothing written), 1 internal error; ``reconcile``: 0 nothing waits, 3 the
+sweeper will retry something, 5 an effect needs a person (``effects resolve``).
 """
 
 from __future__ import annotations
@@ -20,16 +21,22 @@ from rich.console import Console
 
 from aggregates.audit import GENESIS, canonical_record
 from aggregates.decisions import TerminalReason
+from aggregates.effect import who_settles
 from aggregates.invocation import InvocationEvent
 from loop_actors._adapters import model_from_name
 from loop_actors._agent import Agent
 from loop_actors._audit import verify_all, verify_invocation
 from loop_actors._controller import single_exception
 from loop_actors._demo import DEMO_GOAL, demo_agent
-from loop_actors._errors import AgentLoadError, InvocationNotFoundError, UsageError
+from loop_actors._errors import (
+    AgentLoadError,
+    EffectResolutionError,
+    InvocationNotFoundError,
+    UsageError,
+)
 from loop_actors._outcome import Outcome
 from loop_actors._render import effects_table, invocations_table, metrics_table, render_tree
-from loop_actors._runtime import Runtime, check_invocation_id
+from loop_actors._runtime import Runtime, check_invocation_id, unaskable_reason
 from loop_actors._store import EventStore, resolve_db_url
 from loop_actors._views import open_read_runner, open_writable_runner
 from projections import (
@@ -43,6 +50,8 @@ from projections import (
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 1
+EXIT_NEEDS_PERSON = 5
+"""``reconcile``: an open effect that only a person can settle is left (``effects resolve``)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -74,7 +83,8 @@ def _build_parser() -> argparse.ArgumentParser:
         prog="loop-actors",
         description="Run, inspect and audit event-sourced agent loops.",
         epilog="Database: --db URL, else $LOOP_ACTORS_DB, else sqlite:///loop-actors.db. "
-        "Exit codes: 0 completed, 3 paused, 4 other terminal reason, 2 bad usage, 1 internal.",
+        "Exit codes: 0 completed, 3 paused, 4 other terminal reason, 2 bad usage, 1 internal; "
+        "reconcile: 5 an effect needs a person.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -210,10 +220,56 @@ def _build_parser() -> argparse.ArgumentParser:
     views_option(metrics_cmd)
 
     effects_cmd = commands.add_parser(
-        "effects", help="open effects (dispatched or outcome unknown), oldest first"
+        "effects",
+        help="open effects (dispatched or outcome unknown), oldest first; "
+        "'effects resolve KEY' settles one by hand",
     )
-    effects_cmd.add_argument("--json", action="store_true", help="one JSON object a line")
-    views_option(effects_cmd)
+    _effects_list_options(effects_cmd, views_option, default=None)
+    effect_actions = effects_cmd.add_subparsers(
+        dest="effects_command", required=False, parser_class=_Parser
+    )
+    effects_list = effect_actions.add_parser(
+        "list", help="open effects, oldest first, and who can settle each (the default)"
+    )
+    # SUPPRESS: options given before `list` are not reset by the sub-command's defaults.
+    _effects_list_options(effects_list, views_option, default=argparse.SUPPRESS)
+    resolve = effect_actions.add_parser(
+        "resolve",
+        help="settle an open effect by hand: the write happened (--committed) or not "
+        "(--rejected); who and why are recorded",
+    )
+    resolve.add_argument("effect_key", metavar="KEY", help="the effect key (eff-...)")
+    happened = resolve.add_mutually_exclusive_group(required=True)
+    happened.add_argument(
+        "--committed", action="store_true", help="the write happened (give its --receipt)"
+    )
+    happened.add_argument(
+        "--rejected", action="store_true", help="the write did not happen (give a --reason)"
+    )
+    resolve.add_argument(
+        "--receipt", metavar="JSON", help="with --committed: the service's receipt, as JSON"
+    )
+    resolve.add_argument(
+        "--reason",
+        metavar="TEXT",
+        help="why (audited); required with --rejected (the model sees it)",
+    )
+    resolve.add_argument("--by", required=True, metavar="NAME", help="who settles it (audited)")
+    resolve.add_argument(
+        "--agent",
+        dest="effects_agent",
+        metavar="MODULE:ATTR",
+        default=argparse.SUPPRESS,
+        help="the invocation's agent: the receipt is redacted as its tool says "
+        "(sensitive_output), and a paused invocation is resumed right away; without it "
+        "the receipt is stored as given",
+    )
+    resolve.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="print what was recorded"
+    )
+    resolve.add_argument(
+        "--db", metavar="URL", default=argparse.SUPPRESS, help="sqlite:///path.db (or memory://)"
+    )
 
     projections_cmd = commands.add_parser("projections", help="the read models")
     projection_actions = projections_cmd.add_subparsers(
@@ -239,6 +295,31 @@ def _build_parser() -> argparse.ArgumentParser:
     history.add_argument("--json", action="store_true", help="one JSON object a line")
     db_option(history)
     return parser
+
+
+def _effects_list_options(sub: argparse.ArgumentParser, views_option: Any, *, default: Any) -> None:
+    """The options of ``effects`` and ``effects list`` (``default``: SUPPRESS on the latter)."""
+    sub.add_argument(
+        "--agent",
+        dest="effects_agent",
+        metavar="MODULE:ATTR",
+        help="look at this agent's tools: a write whose tool has no reconcile needs a person",
+        **({} if default is None else {"default": default}),
+    )
+    if default is None:
+        sub.add_argument("--json", action="store_true", help="one JSON object a line")
+        views_option(sub)
+        return
+    sub.add_argument("--json", action="store_true", default=default, help="one JSON object a line")
+    sub.add_argument(
+        "--db", metavar="URL", default=default, help="sqlite:///path.db (or memory://)"
+    )
+    sub.add_argument(
+        "--views",
+        metavar="FILE",
+        default=default,
+        help="the read models' SQLite file (default: X.views.db)",
+    )
 
 
 def load_agent(reference: str) -> Agent:
@@ -378,9 +459,83 @@ async def _reconcile(runtime: Runtime, agent: Agent, args: argparse.Namespace) -
             print(f"resumed {outcome.invocation_id}: {outcome.reason.value}")
         for invocation_id in report.left_running:
             print(f"left alone {invocation_id}: not paused (it may be running); resume it")
+        for stuck in report.needs_person:
+            print(
+                f"needs a person {stuck.effect_key} (invocation {stuck.invocation_id}): "
+                f"{stuck.why}; loop-actors effects resolve {stuck.effect_key} "
+                "--committed [--receipt JSON] | --rejected --reason TEXT --by NAME"
+            )
         print(f"effects settled={report.effects_settled} open={report.effects_open}")
-    waiting = report.effects_open > 0 or any(o.paused for o in report.resumed)
-    return 3 if waiting else 0
+    if report.needs_person:
+        return EXIT_NEEDS_PERSON
+    # A resumed invocation paused for reconciliation has its open effects counted above.
+    paused_again = any(
+        o.paused and o.reason is not TerminalReason.RECONCILIATION_REQUIRED for o in report.resumed
+    )
+    return 3 if report.effects_waiting > 0 or paused_again else 0
+
+
+def parse_receipt(text: str | None) -> Any:
+    """The ``--receipt`` JSON (None when not given).
+
+    Raises:
+        EffectResolutionError: not JSON, or NaN / Infinity (not stored faithfully).
+    """
+    if text is None:
+        return None
+
+    def refuse(constant: str) -> NoReturn:
+        raise EffectResolutionError(
+            f"--receipt: {constant} is not JSON and cannot be stored faithfully"
+        )
+
+    try:
+        return json.loads(text, parse_constant=refuse)
+    except json.JSONDecodeError as error:
+        raise EffectResolutionError(f"--receipt is not JSON: {error}") from None
+
+
+async def _resolve_effect(runtime: Runtime, agent: Agent | None, args: argparse.Namespace) -> int:
+    """Record a person's resolution; with the agent, resume the invocation if it waits for it."""
+    receipt = parse_receipt(args.receipt)
+    async with runtime:
+        resolved = await runtime.resolve_effect(
+            args.effect_key,
+            committed=args.committed,
+            rejected=args.rejected,
+            receipt=receipt,
+            reason=args.reason,
+            by=args.by,
+            agent=agent,
+        )
+        if agent is None and args.receipt is not None:
+            print(
+                "loop-actors: note: without --agent the receipt is stored as given "
+                "(the tool's sensitive_output is not applied)",
+                file=sys.stderr,
+            )
+        line = (
+            f"resolved {resolved.effect_key} {resolved.resolution.value} by {resolved.by} "
+            f"(invocation {resolved.invocation_id}, tool {resolved.tool})"
+        )
+        if agent is not None and resolved.resumable:
+            outcome = await runtime.resume(resolved.invocation_id, agent)
+            events = await runtime.history(outcome.invocation_id)
+            if not args.json:
+                print(line)
+            return _report(outcome, len(events), as_json=args.json)
+    if args.json:
+        print(resolved.model_dump_json())
+        return 0
+    print(line)
+    if resolved.resumable:
+        print(
+            f"resume it to continue: loop-actors resume {resolved.invocation_id} "
+            "--agent MODULE:ATTR"
+        )
+    else:
+        print("its invocation has ended: nothing to resume")
+    return 0
 
 
 async def _decide(runtime: Runtime, agent: Agent | None, args: argparse.Namespace) -> int:
@@ -518,12 +673,25 @@ def _read_model_command(runner: ProjectionRunner, args: argparse.Namespace) -> i
                 console.print(metrics_table(groups, args.by))
         case "effects":
             effects = list_open_effects(runner)
+            if args.effects_agent is not None:
+                _who_settles_with(load_agent(args.effects_agent), effects)
             if args.json:
                 for effect in effects:
                     print(json.dumps(effect))
             else:
                 console.print(effects_table(effects))
     return 0
+
+
+def _who_settles_with(agent: Agent, effects: list[dict[str, Any]]) -> None:
+    """Say who settles each open effect of ``agent``'s invocations, looking at its tools."""
+    for row in effects:
+        if row["agent"] != agent.name:
+            continue  # another agent's tools decide for its effects
+        row["needs"] = who_settles(
+            invocation_ended=row["invocation_ended"],
+            service_can_be_asked=unaskable_reason(agent, row["tool"]) is None,
+        ).value
 
 
 def _audit_verify(args: argparse.Namespace) -> int:
@@ -596,6 +764,11 @@ def _dispatch(args: argparse.Namespace) -> int:
             return _history(args)
         case "audit":
             return _audit_verify(args)
+        case "effects" if args.effects_command == "resolve":
+            agent_ref = getattr(args, "effects_agent", None)
+            resolver = load_agent(agent_ref) if agent_ref else None
+            parse_receipt(args.receipt)  # before the database: a bad receipt opens nothing
+            return trio.run(_resolve_effect, _open_existing(args.db), resolver, args)
         case "show" | "list" | "metrics" | "effects" | "projections":
             return _read_models(args)
         case _:  # argparse only accepts the commands above

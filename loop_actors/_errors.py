@@ -84,3 +84,20 @@ class ApprovalRefusedError(UsageError):
 
 class NotWaitingError(UsageError):
     """Raised when an answer or a decision is given to an invocation that is not waiting for it."""
+
+
+class EffectNotFoundError(UsageError):
+    """Raised when no effect has the given effect key."""
+
+    def __init__(self, effect_key: str) -> None:
+        super().__init__(f"no effect with key {effect_key!r} (keys look like eff-...)")
+        self.effect_key = effect_key
+
+
+class EffectResolutionError(UsageError):
+    """Raised when an effect cannot be settled by hand as asked; nothing is recorded.
+
+    The effect is already settled, its invocation may still be running, or the
+    resolution is malformed (both or neither of committed and rejected, no name,
+    a rejection without a reason or with a receipt, a receipt that is not JSON).
+    """

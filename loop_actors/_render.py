@@ -121,7 +121,9 @@ def metrics_table(rows: list[MetricsRow], by: str) -> Table:
 
 def effects_table(rows: list[dict[str, Any]]) -> Table:
     """Open effects, oldest first."""
-    table = Table("effect key", "invocation", "step", "call", "tool", "status", "attempt", "since")
+    table = Table(
+        "effect key", "invocation", "step", "call", "tool", "status", "attempt", "since", "needs"
+    )
     for row in rows:
         table.add_row(
             row["effect_key"],
@@ -132,5 +134,6 @@ def effects_table(rows: list[dict[str, Any]]) -> Table:
             Text(row["status"], style=_style(row["status"])),
             str(row["attempt"]),
             (row["prepared_at"] or "")[:19],
+            row["needs"],
         )
     return table

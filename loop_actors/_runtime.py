@@ -12,13 +12,22 @@ from types import TracebackType
 from uuid import uuid4
 
 import trio
+from pydantic import JsonValue
 
 from aggregates.decisions import Frozen, TerminalReason
-from aggregates.effect import Effect
+from aggregates.effect import (
+    Effect,
+    Resolution,
+    Settler,
+    check_hand_resolution,
+    hand_resolution,
+    who_settles,
+)
+from aggregates.errors import AggregateError
 from aggregates.ids import invocation_id_problem
 from aggregates.invocation import Invocation, InvocationEvent, Phase
 from aggregates.requests import CancelRequest
-from aggregates.turn import EffectAnswered, cancel_paused
+from aggregates.turn import EffectAnswered, KeptSecret, cancel_paused
 from loop_actors._agent import (
     Agent,
     SettingsChangedError,
@@ -27,6 +36,8 @@ from loop_actors._agent import (
 from loop_actors._controller import Controller, single_exception
 from loop_actors._errors import (
     ApprovalRefusedError,
+    EffectNotFoundError,
+    EffectResolutionError,
     InvocationExistsError,
     NotWaitingError,
     StoreUnavailableError,
@@ -96,6 +107,16 @@ class CancelResult(StrEnum):
     """It had terminated before: nothing changed."""
 
 
+class NeedsPerson(Frozen):
+    """An open effect that no sweep can settle: only a person can (``resolve_effect``)."""
+
+    effect_key: str
+    invocation_id: str
+    tool: str
+    why: str
+    """Why no service can be asked (the tool has no ``reconcile``, or the agent no such tool)."""
+
+
 class ReconcileReport(Frozen):
     """What a sweep of the effect ledger did."""
 
@@ -106,6 +127,39 @@ class ReconcileReport(Frozen):
     """Effects still open after the sweep (all agents)."""
     left_running: list[str]
     """Invocations with open effects that may still be running; resume them to settle."""
+    needs_person: list[NeedsPerson] = []
+    """Open effects of this agent's invocations that only a person can settle."""
+    effects_waiting: int = 0
+    """Open effects of this agent's invocations that a later sweep or resume may settle
+    (the service was unreachable, or the invocation may still be running)."""
+
+
+class ResolvedEffect(Frozen):
+    """What :meth:`Runtime.resolve_effect` recorded."""
+
+    effect_key: str
+    invocation_id: str
+    tool: str
+    resolution: Resolution
+    by: str
+    receipt: JsonValue = None
+    """The receipt as stored (redacted as the tool says when the agent was given)."""
+    reason: str | None = None
+    redacted: bool | None = None
+    """True when the tool's ``sensitive_output`` changed the receipt; None without an agent
+    (the receipt is stored as given)."""
+    resumable: bool
+    """True when its invocation waits for reconciliation: resume it to continue."""
+
+
+def unaskable_reason(agent: Agent, tool_name: str) -> str | None:
+    """Why no sweep can ask the service of a write of this tool (None: it can be asked)."""
+    tool_ = agent.toolbox.tools.get(tool_name)
+    if tool_ is None:
+        return f"agent {agent.name!r} has no tool {tool_name!r} now"
+    if tool_.reconcile is None:
+        return f"tool {tool_name} has no reconcile function"
+    return None
 
 
 def _utc_now() -> datetime:
@@ -442,6 +496,121 @@ class Runtime:
 
         await self._record(invocation_id, apply)
 
+    async def resolve_effect(
+        self,
+        effect_key: str,
+        *,
+        committed: bool = False,
+        rejected: bool = False,
+        receipt: JsonValue = None,
+        reason: str | None = None,
+        by: str,
+        agent: Agent | None = None,
+    ) -> ResolvedEffect:
+        """Settle an open effect by hand: the write happened (``committed``) or not (``rejected``).
+
+        For an effect that no service can settle (a write tool without
+        ``reconcile`` whose outcome is unknown). Records ``EffectResolvedByHand``
+        in the effect ledger with ``by`` and ``reason``. An invocation paused
+        ``reconciliation_required`` can then be resumed: the call's result is
+        ``receipt`` (committed) or a ``rejected`` error with ``reason``. An
+        effect of an invocation that ended (cancelled, say) is only recorded.
+
+        With ``agent`` (the agent that started the invocation) the receipt is
+        stored as its tool redacts outputs (``sensitive_output``), and the real
+        value is kept for the resumed run like every redacted output; without
+        it the receipt is stored as given.
+
+        Raises:
+            EffectNotFoundError: no effect has this key.
+            EffectResolutionError: both or neither of ``committed`` and
+                ``rejected``; no ``by``; ``rejected`` without a ``reason`` or with a
+                ``receipt``; a receipt that is not JSON or not stored faithfully
+                (NaN, Infinity); the effect is not open; its invocation may still
+                be running; ``agent`` is not its agent or has no such tool; it
+                changed meanwhile. Nothing is recorded.
+            StoreUnavailableError: the store cannot be written.
+
+        Cancellation: as :meth:`approve`.
+        """
+        try:
+            resolution = hand_resolution(committed=committed, rejected=rejected)
+            # Checked again by the aggregate; here before anything is opened or read.
+            check_hand_resolution(resolution, by=by, receipt=receipt, reason=reason)
+        except AggregateError as error:
+            raise EffectResolutionError(str(error)) from None
+        if agent is not None and not isinstance(agent, Agent):
+            raise UsageError(f"resolve_effect() needs an Agent, got {type(agent).__name__}")
+        if self._exit_stack is None:
+            async with self:
+                return await self.resolve_effect(
+                    effect_key,
+                    committed=committed,
+                    rejected=rejected,
+                    receipt=receipt,
+                    reason=reason,
+                    by=by,
+                    agent=agent,
+                )
+        journal = self._journal
+        assert journal is not None
+        effect = (await self._reads().effects([effect_key])).get(effect_key)
+        if effect is None:
+            raise EffectNotFoundError(effect_key)
+        invocation = await self._reads().invocation(effect.invocation_id)
+        stored, redacted = receipt, None
+        if agent is not None:
+            if agent.name != invocation.agent_name:
+                raise EffectResolutionError(
+                    f"effect {effect_key} belongs to invocation {invocation.id} of agent "
+                    f"{invocation.agent_name!r}, not {agent.name!r}"
+                )
+            if effect.tool not in agent.toolbox.tools:
+                raise EffectResolutionError(
+                    f"agent {agent.name!r} has no tool {effect.tool!r} now, so its receipt "
+                    "cannot be redacted as the tool says; resolve without the agent to store "
+                    "it as given"
+                )
+            # A receipt is an output of the write: stored as the tool redacts it.
+            stored = agent.toolbox.redact_output(effect.tool, receipt)
+            redacted = stored is not receipt
+        try:
+            effect.resolve_by_hand(
+                resolution,
+                by=by,
+                invocation_phase=invocation.phase,
+                receipt=stored,
+                reason=reason,
+                at=self._now(),
+            )
+        except AggregateError as error:
+            raise EffectResolutionError(str(error)) from None
+        if redacted and invocation.phase is not Phase.TERMINATED:
+            # The resumed run shows the model the real receipt (sealed when a cipher is set).
+            secret = KeptSecret(effect.step, effect.call_id, "output", receipt)
+            await trio.to_thread.run_sync(self._secrets.load, invocation.id)
+            self._secrets.keep(invocation.id, [secret])
+            await trio.to_thread.run_sync(self._secrets.save, invocation.id)
+        outcome = await journal.commit(effect.take_events())
+        if isinstance(outcome, CommitFailed):
+            if outcome.conflict:
+                raise EffectResolutionError(
+                    f"effect {effect_key} changed meanwhile; look at it again "
+                    f"(loop-actors history {effect_key})"
+                )
+            raise StoreUnavailableError(f"{outcome.error_type}: {outcome.message}")
+        return ResolvedEffect(
+            effect_key=effect_key,
+            invocation_id=invocation.id,
+            tool=effect.tool,
+            resolution=resolution,
+            by=by,
+            receipt=stored,
+            reason=reason,
+            redacted=redacted,
+            resumable=invocation.paused_for_reconciliation,
+        )
+
     async def _record(self, invocation_id: str, apply: Callable[[Invocation], None]) -> None:
         if self._exit_stack is None:
             async with self:
@@ -503,10 +672,15 @@ class Runtime:
         outcomes: list[Outcome] = []
         settled = 0
         left_alone: list[str] = []
+        swept: set[str] = set()
+        ended: set[str] = set()
         for invocation_id, effects in by_invocation.items():
             invocation = await self._reads().invocation(invocation_id)
             if invocation.agent_name != agent.name:
                 continue
+            swept.add(invocation_id)
+            if invocation.phase is Phase.TERMINATED:
+                ended.add(invocation_id)
             if invocation.paused_for_reconciliation:
                 outcome = await self._drive(invocation, agent, store, journal)
                 outcomes.append(outcome)
@@ -517,11 +691,36 @@ class Runtime:
             else:
                 left_alone.append(invocation_id)
         still_open = await self._reads().open_effects()
+        needs_person: list[NeedsPerson] = []
+        waiting = 0
+        for effect in still_open:
+            if effect.invocation_id not in swept:
+                continue  # another agent's: its own sweep reports it
+            if effect.invocation_id in left_alone:
+                waiting += 1  # it may still be running: resume it to settle
+                continue
+            why = unaskable_reason(agent, effect.tool)
+            settler = who_settles(
+                invocation_ended=effect.invocation_id in ended, service_can_be_asked=why is None
+            )
+            if settler is Settler.SWEEPER or why is None:
+                waiting += 1
+                continue
+            needs_person.append(
+                NeedsPerson(
+                    effect_key=effect.key,
+                    invocation_id=effect.invocation_id,
+                    tool=effect.tool,
+                    why=why,
+                )
+            )
         return ReconcileReport(
             resumed=outcomes,
             effects_settled=settled,
             effects_open=len(still_open),
             left_running=left_alone,
+            needs_person=needs_person,
+            effects_waiting=waiting,
         )
 
     async def _settle_ended(self, effects: list[Effect], agent: Agent, journal: Journal) -> int:

@@ -44,9 +44,9 @@ from eventsourcing.utils import TopicError, get_topic, resolve_topic
 
 from aggregates.effect import Effect, EffectPrepared
 from aggregates.events import DomainEvent, fold
+from aggregates.ids import CANCEL_REQUEST_PREFIX
 from aggregates.invocation import Invocation, InvocationEvent, InvocationStarted
 from aggregates.requests import (
-    CANCEL_REQUEST_PREFIX,
     CancelRequest,
     CancelRequested,
     cancel_request_id,

@@ -398,7 +398,14 @@ def test_cli_resume_pauses_while_the_service_is_down_and_the_sweeper_finishes(
     ]
     assert _service(tmp_path) == [("dave", 40, 1)]
     report = json.loads(_lines(_cli(*sweep, "--json", tmp_path=tmp_path, cwd=EXAMPLES))[0])
-    assert report == {"resumed": [], "effects_settled": 0, "effects_open": 0, "left_running": []}
+    assert report == {
+        "resumed": [],
+        "effects_settled": 0,
+        "effects_open": 0,
+        "left_running": [],
+        "needs_person": [],
+        "effects_waiting": 0,
+    }
 
 
 def test_cli_reconcile_leaves_alone_an_invocation_that_may_be_running(tmp_path: Path) -> None:
