@@ -1,6 +1,10 @@
 """The runtime in an asyncio program: concurrent runs, a timeout, a typed error."""
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from types import SimpleNamespace
+from typing import Any
 from uuid import uuid4
 
 import trio
@@ -39,9 +43,18 @@ async def handle_request(runtime: AsyncioRuntime, order_id: str) -> Outcome:
     return await runtime.run(agent, goal, invocation_id=f"ask-{order_id}")
 
 
-async def main() -> None:
-    # One runtime for the whole program: in FastAPI, open it in the app's lifespan.
+@asynccontextmanager
+async def lifespan(app: Any) -> AsyncIterator[None]:
+    """A FastAPI lifespan (``FastAPI(lifespan=lifespan)``): one runtime for the app's life."""
     async with AsyncioRuntime() as runtime:
+        app.state.runtime = runtime
+        yield
+
+
+async def main() -> None:
+    app = SimpleNamespace(state=SimpleNamespace())  # stands in for a FastAPI app
+    async with lifespan(app):
+        runtime: AsyncioRuntime = app.state.runtime
         # Concurrent requests share the runtime's store and Journal (group commit).
         orders = ["A-1001", "A-1002", "A-9999"]
         outcomes = await asyncio.gather(*(handle_request(runtime, o) for o in orders))
