@@ -28,14 +28,29 @@ from aggregates.decisions import EffectStatus
 from aggregates.errors import IllegalTransitionError
 from aggregates.events import ChainedAggregate, DomainEvent
 
+EFFECT_KEY_PREFIX = "eff-"
+"""The namespace of effect keys (no invocation id starts with it: ``aggregates.ids``)."""
+
+KEY_SEPARATOR = "\x1f"
+
 
 def effect_key(invocation_id: str, step: int, call_id: str) -> str:
     """The effect key of a call: stable across retries, restarts and workers, never random.
 
     Call ids are only unique within one batch, so the step is part of the key.
+    The parts are joined by the unit separator (U+001F); the id cannot contain it
+    (``aggregates.ids``) and the step is digits, so the first two separators are
+    the joins and two different calls never share a key, whatever characters the
+    call id has.
+
+    Raises:
+        ValueError: the invocation id contains the separator.
     """
-    digest = hashlib.sha256(f"{invocation_id}\x1f{step}\x1f{call_id}".encode()).hexdigest()
-    return f"eff-{digest[:40]}"
+    if KEY_SEPARATOR in invocation_id:
+        raise ValueError(f"invocation id {invocation_id!r} contains the key separator \\x1f")
+    parts = f"{invocation_id}{KEY_SEPARATOR}{step}{KEY_SEPARATOR}{call_id}"
+    digest = hashlib.sha256(parts.encode()).hexdigest()
+    return f"{EFFECT_KEY_PREFIX}{digest[:40]}"
 
 
 class Resolution(StrEnum):

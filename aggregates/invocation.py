@@ -38,6 +38,7 @@ from aggregates.decisions import (
 from aggregates.digest import canonical_json, digest_of
 from aggregates.errors import IllegalTransitionError
 from aggregates.events import ChainedAggregate, DomainEvent, fold
+from aggregates.ids import invocation_id_problem
 from aggregates.settings import RunSettings
 
 # --------------------------------------------------------------------------- events
@@ -314,6 +315,7 @@ class Invocation(ChainedAggregate):
         self.cost = 0.0
         self.failure_signature: str | None = None
         self.failure_streak = 0
+        self.invalid_streak = 0
 
     # ----------------------------------------------------------------- commands
 
@@ -335,8 +337,9 @@ class Invocation(ChainedAggregate):
         tenant: str | None = None,
     ) -> Invocation:
         """Create an invocation (records ``InvocationStarted``)."""
-        if not invocation_id:
-            raise IllegalTransitionError("an invocation id must not be empty")
+        problem = invocation_id_problem(invocation_id)
+        if problem is not None:
+            raise IllegalTransitionError(problem)
         return cls._create_chained(  # type: ignore[no-any-return]
             InvocationStarted,
             id=invocation_id,
@@ -567,9 +570,12 @@ class Invocation(ChainedAggregate):
         if (event.decision is None) == (event.rejection is None):
             raise self._refuse(event, "carries exactly one of a decision or a rejection")
         decision = event.decision
+        self.invalid_streak = self.invalid_streak + 1 if decision is None else 0
         match decision:
             case None:
-                phase = Phase.DECIDED
+                # A rejected proposal: the model may be asked again (with the problems),
+                # or the run stops.
+                phase = Phase.READY
             case ToolCalls(calls=calls):
                 if not calls:
                     raise self._refuse(event, "an empty tool batch is not a decision")
@@ -780,6 +786,7 @@ class InvocationState(Frozen):
     cost: float = 0.0
     failure_signature: str | None = None
     failure_streak: int = 0
+    invalid_streak: int = 0
     last_hash: str
     created_on: datetime
     modified_on: datetime

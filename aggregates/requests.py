@@ -15,10 +15,13 @@ from eventsourcing.domain import CanInitAggregate
 
 from aggregates.events import ChainedAggregate, DomainEvent
 
+CANCEL_REQUEST_PREFIX = "cancel:"
+"""The namespace of cancel requests' ids (no invocation id starts with it: ``aggregates.ids``)."""
+
 
 def cancel_request_id(invocation_id: str) -> str:
     """The id of an invocation's cancel request."""
-    return f"cancel:{invocation_id}"
+    return f"{CANCEL_REQUEST_PREFIX}{invocation_id}"
 
 
 class CancelRequested(DomainEvent, CanInitAggregate[str]):

@@ -26,6 +26,9 @@ class RunSettings(Frozen):
     Fields added later must be optional with a default: old records stay valid.
     """
 
+    max_invalid_proposals: Annotated[int, Field(ge=0)] = 2
+    """Invalid proposals in a row that go back to the model with their problems; one more
+    ends the run ``invalid_decision`` (0: the first one does)."""
     max_verification_attempts: Annotated[int, Field(ge=1)] = 2
     """Refused final answers before ``verification_failed``."""
     max_repeated_failures: Annotated[int, Field(ge=1)] = 3

@@ -176,6 +176,21 @@ class ServiceUnreachable(Frozen):
 ReconcileOutcome = EffectAnswered | ServiceUnreachable
 
 
+class AttemptStillRunning(Frozen):
+    """An earlier attempt of the write may still be running: the service was not asked.
+
+    A "not found" from the service while an attempt may still reach it proves
+    nothing, so the write is not dispatched again.
+    """
+
+    kind: Literal["attempt_still_running"] = "attempt_still_running"
+    effect_key: str
+    waited_s: float
+
+
+EffectObservation = EffectAnswered | ServiceUnreachable | AttemptStillRunning
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyVerdict:
     """What the agent's policy said of a batch: the calls it refuses, or a refusal of the run."""
@@ -427,10 +442,15 @@ class TurnCore:
             usage = usage.model_copy(update={"cost": price.cost(usage)})
         verdict = self._validate(proposal)
         if isinstance(verdict, Rejection):
-            self.invocation.reject(verdict, usage=usage, at=moment.at)
-            return self._end(
-                TerminalReason.INVALID_DECISION, moment, detail="; ".join(verdict.problems)
-            )
+            inv = self.invocation
+            inv.reject(verdict, usage=usage, at=moment.at)
+            if inv.invalid_streak > self.settings.max_invalid_proposals:
+                return self._end(
+                    TerminalReason.INVALID_DECISION, moment, detail="; ".join(verdict.problems)
+                )
+            # Recorded with its problems, which the model is shown: it proposes again.
+            # Every budget still counts (the next action checks them).
+            return Continue(after_results=False)
         decision, arguments = verdict
         return self._act(decision, arguments, usage, moment)
 
@@ -523,13 +543,16 @@ class TurnCore:
         step = inv.step + 1
         stored = decision
         if isinstance(decision, ToolCalls):
-            calls = []
+            calls, redacted_any = [], False
             for call in decision.calls:
                 redacted = self.catalogue.redact_arguments(call.name, call.arguments)
                 if redacted is not call.arguments:
                     self._keep(step, call.id, "arguments", arguments[call.id])
-                calls.append(call.model_copy(update={"arguments": redacted}))
-            stored = ToolCalls(calls=calls)
+                    call = call.model_copy(update={"arguments": redacted})  # noqa: PLW2901
+                    redacted_any = True
+                calls.append(call)
+            if redacted_any:  # store the redacted copy; else the decision as it is
+                stored = ToolCalls(calls=calls)
         inv.propose(stored, usage=usage, at=moment.at)
         overrun = self._usage_exhausted(reserving=False)
         if overrun is not None and not isinstance(decision, Final):
@@ -783,13 +806,14 @@ class TurnCore:
             return Reconcile(effects=asking)
         return self.on_reconciled({}, moment)
 
-    def on_reconciled(self, answers: Mapping[str, ReconcileOutcome], moment: Moment) -> Action:
-        """The services' answers, by effect key."""
+    def on_reconciled(self, answers: Mapping[str, EffectObservation], moment: Moment) -> Action:
+        """The services' answers, by effect key (or that an earlier attempt still runs)."""
         inv = self.invocation
         batch = inv.pending_batch
         assert batch is not None
         by_id = {call.call_id: call for call in batch.calls}
         unreachable: list[str] = []
+        still_running: list[str] = []
         for call_id, effect in self._effects.items():
             answer = answers.get(effect.key)
             match answer:
@@ -797,6 +821,12 @@ class TurnCore:
                     continue
                 case ServiceUnreachable(error=error):
                     unreachable.append(f"{effect.key} ({effect.tool}): {error}")
+                case AttemptStillRunning(waited_s=waited_s):
+                    still_running.append(
+                        f"{effect.key} ({effect.tool}): attempt {effect.attempt} was still "
+                        f"running after {waited_s:g} s more; it is not sent again while it may "
+                        "still reach its service"
+                    )
                 case EffectAnswered():
                     # A receipt is an output of the write: stored as the tool redacts it.
                     receipt = self.catalogue.redact_output(effect.tool, answer.receipt)
@@ -825,7 +855,13 @@ class TurnCore:
         if unreachable:
             return self._pause_for_reconciliation(
                 "the outcome of a write is unknown and its service cannot be asked: "
-                + "; ".join(unreachable),
+                + "; ".join(unreachable + still_running),
+                moment,
+            )
+        if still_running:
+            return self._pause_for_reconciliation(
+                "the outcome of a write is unknown and an earlier attempt may still be "
+                "running: " + "; ".join(still_running),
                 moment,
             )
         again = [cid for cid, e in self._effects.items() if e.status is EffectStatus.PREPARED]

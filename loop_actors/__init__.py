@@ -39,6 +39,7 @@ from loop_actors._errors import InvocationNotFoundError as InvocationNotFoundErr
 from loop_actors._errors import LoopActorsError as LoopActorsError
 from loop_actors._errors import NotWaitingError as NotWaitingError
 from loop_actors._errors import ScriptExhaustedError as ScriptExhaustedError
+from loop_actors._errors import StoreCipherError as StoreCipherError
 from loop_actors._errors import StoreUnavailableError as StoreUnavailableError
 from loop_actors._errors import StoreUrlError as StoreUrlError
 from loop_actors._errors import ToolDefinitionError as ToolDefinitionError
@@ -57,12 +58,15 @@ from loop_actors._model import ScriptedModel as ScriptedModel
 from loop_actors._outcome import Outcome as Outcome
 from loop_actors._policy import AccessRequest as AccessRequest
 from loop_actors._policy import Deny as Deny
+from loop_actors._runtime import CancelResult as CancelResult
 from loop_actors._runtime import ReconcileReport as ReconcileReport
 from loop_actors._runtime import Runtime as Runtime
+from loop_actors._store import EventStore as EventStore
 from loop_actors._tools import Reconciled as Reconciled
 from loop_actors._tools import Tool as Tool
 from loop_actors._tools import ToolContext as ToolContext
 from loop_actors._tools import tool as tool
+from loop_actors._views import open_runner as open_runner
 
 __all__ = [
     "AccessRequest",
@@ -72,6 +76,7 @@ __all__ = [
     "ApprovalRefusedError",
     "AsyncioRuntime",
     "Budget",
+    "CancelResult",
     "CannotContinue",
     "CatalogueChangedError",
     "Clarification",
@@ -81,6 +86,7 @@ __all__ = [
     "EffectStatus",
     "ErrorClass",
     "ErrorInfo",
+    "EventStore",
     "Final",
     "HttpServer",
     "InvocationExistsError",
@@ -108,6 +114,7 @@ __all__ = [
     "ScriptedModel",
     "SettingsChangedError",
     "StdioServer",
+    "StoreCipherError",
     "StoreUnavailableError",
     "StoreUrlError",
     "TerminalReason",
@@ -124,5 +131,6 @@ __all__ = [
     "mcp_tools",
     "mcp_tools_async",
     "model_from_name",
+    "open_runner",
     "tool",
 ]

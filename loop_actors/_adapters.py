@@ -14,6 +14,7 @@ JSON object, an unknown tool) is sent back to the model once with the problem
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import random
@@ -201,6 +202,17 @@ def text_exchange(turn: Turn) -> list[dict[str, Any]]:
             if turn.approval:
                 messages.append({"role": "assistant", "content": summary or "approval?"})
                 messages.append({"role": "user", "content": turn.approval})
+        case None if turn.rejection is not None:
+            rejection = turn.rejection
+            messages.append({"role": "assistant", "content": json.dumps(rejection.raw)[:2000]})
+            messages.append(
+                {
+                    "role": "user",
+                    "content": f"That reply was refused ({rejection.rejection_class.value}): "
+                    + "; ".join(rejection.problems)
+                    + ". Propose again.",
+                }
+            )
         case _:
             pass
     return messages
@@ -247,12 +259,15 @@ class _Adapter:
         reprompt_malformed: int = 1,
         price: Price | None = None,
         timeout_s: float = 120.0,
+        send_key_to_loopback: bool = False,
     ) -> None:
         if not model:
             raise UsageError(f"{self.provider}: a model name is needed")
+        self._sdk()  # before any run is recorded: a missing SDK is the caller's to fix
         self.model = model
         self.base_url = base_url
         self.api_key = api_key
+        self.send_key_to_loopback = send_key_to_loopback
         self.retry = retry or RetryPolicy()
         if reprompt_malformed < 0:
             raise UsageError("reprompt_malformed must be >= 0")
@@ -263,15 +278,30 @@ class _Adapter:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.model!r}, base_url={self.base_url!r})"
 
+    def _sdk(self) -> Any:
+        """The provider's SDK module.
+
+        Raises:
+            UsageError: it is not installed (with the extra to install).
+        """
+        try:
+            return importlib.import_module(self.provider)
+        except ImportError as error:
+            raise UsageError(
+                f"the {self.provider} SDK is not installed: pip install "
+                f"'loop-actors[{self.provider}]' to use {self.provider}: models"
+            ) from error
+
     def _key(self, variable: str) -> str | None:
         """The API key: given, else the provider's variable, except for a server on this machine.
 
-        A key from the environment is never sent to a loopback ``base_url`` (a local
-        vLLM or Ollama needs none, and should not see it).
+        A key from the environment is not sent to a loopback ``base_url`` (a local
+        vLLM or Ollama needs none, and should not see it), unless
+        ``send_key_to_loopback`` (a local gateway that forwards it).
         """
         if self.api_key:
             return self.api_key
-        if self.base_url and _is_loopback(self.base_url):
+        if self.base_url and _is_loopback(self.base_url) and not self.send_key_to_loopback:
             return "not-needed"
         return os.environ.get(variable) or ("not-needed" if self.base_url else None)
 
@@ -301,16 +331,18 @@ class OpenAIModel(_Adapter):
     """OpenAI Chat Completions with tools (also vLLM, llama.cpp, Ollama, gateways via ``base_url``).
 
     The key comes from ``api_key`` or ``$OPENAI_API_KEY``; with a ``base_url`` and
-    no key, a placeholder is sent (local servers usually need none).
+    no key, a placeholder is sent (local servers usually need none). A key from the
+    environment is not sent to a ``base_url`` on this machine (loopback) unless
+    ``send_key_to_loopback=True``; an ``api_key`` given here always is.
+
+    Raises:
+        UsageError: the ``openai`` SDK is not installed (``loop-actors[openai]``).
     """
 
     provider = "openai"
 
     def _client(self) -> Any:
-        try:
-            import openai  # noqa: PLC0415 - an optional extra
-        except ImportError as error:
-            raise UsageError("pip install 'loop-actors[openai]' to use openai: models") from error
+        openai = self._sdk()
         key = self._key("OPENAI_API_KEY")
         if key is None:
             raise UsageError("set OPENAI_API_KEY (or give api_key) to use an openai: model")
@@ -440,7 +472,11 @@ class OpenAIModel(_Adapter):
 class AnthropicModel(_Adapter):
     """Anthropic Messages with tools (``tool_use`` / ``tool_result`` correlated by id).
 
-    The key comes from ``api_key`` or ``$ANTHROPIC_API_KEY``.
+    The key comes from ``api_key`` or ``$ANTHROPIC_API_KEY`` (withheld from a loopback
+    ``base_url`` as for :class:`OpenAIModel`).
+
+    Raises:
+        UsageError: the ``anthropic`` SDK is not installed (``loop-actors[anthropic]``).
     """
 
     provider = "anthropic"
@@ -451,12 +487,7 @@ class AnthropicModel(_Adapter):
         self.max_tokens = max_tokens
 
     def _client(self) -> Any:
-        try:
-            import anthropic  # noqa: PLC0415 - an optional extra
-        except ImportError as error:
-            raise UsageError(
-                "pip install 'loop-actors[anthropic]' to use anthropic: models"
-            ) from error
+        anthropic = self._sdk()
         key = self._key("ANTHROPIC_API_KEY")
         if key is None:
             raise UsageError("set ANTHROPIC_API_KEY (or give api_key) to use an anthropic: model")
@@ -581,11 +612,17 @@ class AnthropicModel(_Adapter):
         return ModelReply(proposal=proposal, usage=usage)
 
 
-def model_from_name(name: str, *, base_url: str | None = None) -> OpenAIModel | AnthropicModel:
+def model_from_name(
+    name: str, *, base_url: str | None = None, send_key_to_loopback: bool = False
+) -> OpenAIModel | AnthropicModel:
     """``openai:MODEL`` or ``anthropic:MODEL`` → an adapter (keys from the usual variables).
 
+    ``send_key_to_loopback`` sends the key from the environment to a ``base_url``
+    on this machine too (a local gateway that needs it); by default it is withheld.
+
     Raises:
-        UsageError: an unknown provider or a missing model name.
+        UsageError: an unknown provider, a missing model name, the provider's SDK
+            not installed, or no key.
     """
     provider, sep, model = name.partition(":")
     if not sep or not model:
@@ -593,9 +630,13 @@ def model_from_name(name: str, *, base_url: str | None = None) -> OpenAIModel | 
     adapter: OpenAIModel | AnthropicModel
     match provider:
         case "openai":
-            adapter = OpenAIModel(model, base_url=base_url)
+            adapter = OpenAIModel(
+                model, base_url=base_url, send_key_to_loopback=send_key_to_loopback
+            )
         case "anthropic":
-            adapter = AnthropicModel(model, base_url=base_url)
+            adapter = AnthropicModel(
+                model, base_url=base_url, send_key_to_loopback=send_key_to_loopback
+            )
         case _:
             raise UsageError(f"unknown model provider {provider!r}: use openai: or anthropic:")
     adapter.check_key()

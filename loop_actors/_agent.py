@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from aggregates.decisions import Budget, Price
@@ -39,6 +39,35 @@ async def run_verifier(verifier: Verifier, answer: str, turns: list[Turn]) -> st
     if verdict is False:
         return "the answer did not pass verification"
     return str(verdict)
+
+
+def _tool_list(agent: str, tools: object) -> list[Tool | Callable[..., Any]]:
+    """The agent's tools as a list, or a UsageError saying what was given instead.
+
+    Raises:
+        UsageError: a single tool or function, a string, a mapping, something that
+            is not iterable, or an item that is neither a tool nor callable.
+    """
+    if isinstance(tools, Tool) or (callable(tools) and not isinstance(tools, Iterable)):
+        label = tools.name if isinstance(tools, Tool) else getattr(tools, "__name__", "f")
+        raise UsageError(
+            f"agent {agent}: tools must be a list of tools, got the single "
+            f"{type(tools).__name__} {label!r}; write tools=[{label}]"
+        )
+    if isinstance(tools, str | bytes | Mapping) or not isinstance(tools, Iterable):
+        raise UsageError(
+            f"agent {agent}: tools must be a list of tools (made with @tool, or functions), "
+            f"got a value of type {type(tools).__name__}"
+        )
+    items: list[Tool | Callable[..., Any]] = []
+    for position, item in enumerate(tools):
+        if not isinstance(item, Tool) and not callable(item):
+            raise UsageError(
+                f"agent {agent}: tools[{position}] is of type {type(item).__name__}, "
+                "not a tool or a function"
+            )
+        items.append(item)
+    return items
 
 
 class CatalogueChangedError(UsageError):
@@ -111,6 +140,7 @@ class Agent:
         verifier: Verifier | None = None,
         max_verification_attempts: int = 2,
         max_repeated_failures: int = 3,
+        max_invalid_proposals: int = 2,
         price: Price | None = None,
         wind_down_notice: str = DEFAULT_WIND_DOWN_NOTICE,
         policy: Policy | None = None,
@@ -147,10 +177,15 @@ class Agent:
                 ``keep_recent_turns``, or one with an unsettled write), the model is
                 told, and ``ContextCompacted`` records it.
             keep_recent_turns: turns always kept in view.
+            max_invalid_proposals: invalid proposals in a row (schema errors,
+                unknown tools, invalid arguments, empty answers) that are recorded and
+                given back to the model with their problems; one more ends the run
+                ``invalid_decision`` (0: the first one does).
 
         The budget and the settings (``max_verification_attempts``,
-        ``max_repeated_failures`` and each tool's own, ``price``, ``context_limit``,
-        ``keep_recent_turns``, ``wind_down_notice``, the approval rules) are
+        ``max_repeated_failures`` and each tool's own, ``max_invalid_proposals``,
+        ``price``, ``context_limit``, ``keep_recent_turns``, ``wind_down_notice``,
+        the approval rules) are
         recorded when an invocation starts, and a resume follows the record.
 
         Raises:
@@ -178,12 +213,15 @@ class Agent:
             raise UsageError(f"agent {name}: policy must be callable")
         if context_limit is not None and context_limit < 1:
             raise UsageError(f"agent {name}: context_limit must be positive")
+        if not isinstance(max_invalid_proposals, int) or max_invalid_proposals < 0:
+            raise UsageError(f"agent {name}: max_invalid_proposals must be >= 0")
         if keep_recent_turns < 0:
             raise UsageError(f"agent {name}: keep_recent_turns must be >= 0")
         if price is not None and not isinstance(price, Price):
             raise UsageError(f"agent {name}: price must be a Price")
-        toolbox = Toolbox(tools, default_timeout_s=tool_timeout_s)
+        toolbox = Toolbox(_tool_list(name, tools), default_timeout_s=tool_timeout_s)
         settings = RunSettings(
+            max_invalid_proposals=max_invalid_proposals,
             max_verification_attempts=max_verification_attempts,
             max_repeated_failures=max_repeated_failures,
             tool_failure_limits={

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import json
 import os
 import sys
@@ -18,6 +19,7 @@ import trio
 from rich.console import Console
 
 from aggregates.audit import GENESIS, canonical_record
+from aggregates.decisions import TerminalReason
 from aggregates.invocation import InvocationEvent
 from loop_actors._adapters import model_from_name
 from loop_actors._agent import Agent
@@ -27,7 +29,7 @@ from loop_actors._demo import DEMO_GOAL, demo_agent
 from loop_actors._errors import AgentLoadError, InvocationNotFoundError, UsageError
 from loop_actors._outcome import Outcome
 from loop_actors._render import effects_table, invocations_table, metrics_table, render_tree
-from loop_actors._runtime import Runtime
+from loop_actors._runtime import Runtime, check_invocation_id
 from loop_actors._store import EventStore, resolve_db_url
 from loop_actors._views import open_runner
 from projections import (
@@ -50,6 +52,23 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("loop-actors")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree never installed
+        return "(not installed)"
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="loop-actors",
@@ -57,6 +76,7 @@ def _build_parser() -> argparse.ArgumentParser:
         epilog="Database: --db URL, else $LOOP_ACTORS_DB, else sqlite:///loop-actors.db. "
         "Exit codes: 0 completed, 3 paused, 4 other terminal reason, 2 bad usage, 1 internal.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def db_option(sub: argparse.ArgumentParser) -> None:
@@ -75,6 +95,12 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--base-url", metavar="URL", help="an OpenAI-compatible server (vLLM, Ollama...)"
+    )
+    run.add_argument(
+        "--send-key-to-loopback",
+        action="store_true",
+        help="send the provider key from the environment to a --base-url on this machine too "
+        "(a local gateway that needs it; withheld by default)",
     )
     run.add_argument("--actor", help="who the invocation acts for (for the agent's policy)")
     run.add_argument("--tenant", help="whose data it acts on (for the agent's policy)")
@@ -163,9 +189,16 @@ def _build_parser() -> argparse.ArgumentParser:
     views_option(show)
 
     listing = commands.add_parser("list", help="invocations, newest first")
-    listing.add_argument("--reason", help="only this terminal reason (e.g. completed)")
+    listing.add_argument(
+        "--reason",
+        choices=[reason.value for reason in TerminalReason],
+        metavar="REASON",
+        help="only this terminal reason (e.g. completed)",
+    )
     listing.add_argument("--agent", help="only this agent")
-    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument(
+        "--limit", type=_positive_int, default=50, help="at most this many (default 50)"
+    )
     listing.add_argument("--json", action="store_true", help="one JSON object a line")
     views_option(listing)
 
@@ -520,11 +553,18 @@ def _dispatch(args: argparse.Namespace) -> int:
         case "run":
             if not args.goal.strip():
                 raise UsageError("--goal must not be empty")
+            if args.invocation_id is not None:
+                check_invocation_id(args.invocation_id)  # before the database is opened
             agent = load_agent(args.agent)  # before the database: a bad agent writes nothing
             if args.model:
-                agent = agent.with_model(model_from_name(args.model, base_url=args.base_url))
-            elif args.base_url:
-                raise UsageError("--base-url goes with --model openai:MODEL")
+                model = model_from_name(
+                    args.model,
+                    base_url=args.base_url,
+                    send_key_to_loopback=args.send_key_to_loopback,
+                )
+                agent = agent.with_model(model)
+            elif args.base_url or args.send_key_to_loopback:
+                raise UsageError("--base-url and --send-key-to-loopback go with --model")
             return trio.run(_run_agent, Runtime(args.db), agent, args)
         case "resume":
             agent = load_agent(args.agent)

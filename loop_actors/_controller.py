@@ -26,8 +26,10 @@ from aggregates.settings import RunSettings
 from aggregates.turn import (
     Action,
     AskModel,
+    AttemptStillRunning,
     Authorise,
     Continue,
+    EffectObservation,
     Finished,
     LoadEffects,
     ModelAnswered,
@@ -76,6 +78,9 @@ log = logging.getLogger(__name__)
 
 CANCEL_GRACE_S = 10.0
 """How long a cancelled batch may take to report its finished calls."""
+
+ATTEMPT_GRACE_S = 30.0
+"""The longest wait for an abandoned attempt of a write to stop before its service is asked."""
 
 CLEANUP_S = 10.0
 """How long recording a cancellation may take once the caller's scope was cancelled."""
@@ -241,6 +246,8 @@ class Controller:
 
     def _deadline(self) -> float | None:
         """The recorded deadline on the trio clock, for the actors."""
+        if self.core.budget.deadline_s is None:
+            return None
         left = self.core.seconds_left(self._moment())
         return None if left is None else trio.current_time() + left
 
@@ -363,7 +370,7 @@ class Controller:
     async def _load_effects(self, action: LoadEffects) -> dict[str, Effect | None]:
         return await self.reads.effects(action.keys)
 
-    async def _reconcile(self, action: Reconcile) -> Mapping[str, ReconcileOutcome]:
+    async def _reconcile(self, action: Reconcile) -> Mapping[str, EffectObservation]:
         """Ask the EffectReconciler about each open write (started on first use)."""
         if self._reconciler_send is None:
             send, inbox = trio.open_memory_channel[ReconcileEffect](0)
@@ -373,8 +380,16 @@ class Controller:
                 partial(run_effect_reconciler, inbox, outbox, toolbox=self.agent.toolbox)
             )
             self._reconciler_send = send
-        answers: dict[str, ReconcileOutcome] = {}
+        toolbox = self.agent.toolbox
+        answers: dict[str, EffectObservation] = {}
         for key, tool in action.effects:
+            if toolbox.attempt_running(key):
+                # An abandoned attempt (a plain function's thread) may still reach the
+                # service: wait for it, up to the tool's timeout, before asking.
+                grace = min(toolbox.timeout_for(tool), ATTEMPT_GRACE_S)
+                if not await toolbox.wait_for_attempt(key, grace):
+                    answers[key] = AttemptStillRunning(effect_key=key, waited_s=grace)
+                    continue
             await self._reconciler_send.send(ReconcileEffect(effect_key=key, tool=tool))
             answers[key] = await self._reconciler_replies.receive()
         return answers

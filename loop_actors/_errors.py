@@ -21,6 +21,15 @@ class StoreUnavailableError(UsageError):
     """Raised when the database cannot be opened, created or written."""
 
 
+class StoreCipherError(StoreUnavailableError):
+    """Raised when a store's events cannot be read with this process's cipher settings.
+
+    The store is encrypted and ``CIPHER_KEY`` is missing or wrong, or it is encrypted
+    and no cipher is configured, or ``CIPHER_TOPIC`` names a cipher whose package is
+    not installed (``pip install 'loop-actors[crypto]'``). Nothing was written.
+    """
+
+
 class AgentLoadError(UsageError):
     """Raised when ``MODULE:ATTR`` does not name an importable ``Agent``."""
 

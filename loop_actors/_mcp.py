@@ -25,6 +25,7 @@ import logging
 import os
 import re
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from contextvars import ContextVar
@@ -508,14 +509,26 @@ class McpTool(Tool):
             )
         return self.arguments_model.model_validate(arguments)
 
-    async def invoke(self, arguments: dict[str, Any], context: ToolContext | None = None) -> Any:
+    async def invoke(
+        self,
+        arguments: dict[str, Any],
+        context: ToolContext | None = None,
+        *,
+        running: threading.Event | None = None,
+    ) -> Any:
         """Validate the arguments and call the tool on the server (see :func:`call_mcp_tool`).
+
+        ``running`` is set when the call has stopped (it never outlives this await).
 
         Cancellation: a checkpoint; the runtime's session stays open (a session of
         its own, outside a runtime, is closed).
         """
-        validated = self.validate(arguments)
-        return await self.fn(validated.model_dump(mode="json"))
+        try:
+            validated = self.validate(arguments)
+            return await self.fn(validated.model_dump(mode="json"))
+        finally:
+            if running is not None:
+                running.set()
 
 
 async def call_mcp_tool(server: McpServer, name: str, arguments: dict[str, Any]) -> Any:

@@ -15,6 +15,7 @@ import trio
 
 from aggregates.decisions import Frozen, TerminalReason
 from aggregates.effect import Effect
+from aggregates.ids import invocation_id_problem
 from aggregates.invocation import Invocation, InvocationEvent, Phase
 from aggregates.requests import CancelRequest
 from aggregates.turn import EffectAnswered, cancel_paused
@@ -57,6 +58,20 @@ def _check_waiting_for_approval(invocation: Invocation, digest: str | None) -> N
             f"refused: digest {digest} is not the digest of the batch waiting in "
             f"{invocation.id}; look at the waiting calls again"
         )
+
+
+def check_invocation_id(invocation_id: object) -> None:
+    """Refuse an id that cannot name an invocation (before anything is written).
+
+    Raises:
+        UsageError: not a non-empty string, in the runtime's own namespaces
+            (``cancel:…``, ``eff-…``), or with a control character.
+    """
+    if not isinstance(invocation_id, str):
+        raise UsageError(f"an invocation id must be a string, got {type(invocation_id).__name__}")
+    problem = invocation_id_problem(invocation_id)
+    if problem is not None:
+        raise UsageError(problem)
 
 
 def _requested_by(by: str | None, reason: str | None) -> str:
@@ -230,7 +245,9 @@ class Runtime:
         :class:`InvocationExistsError` is raised.
 
         Raises:
-            UsageError: a malformed argument (nothing is written).
+            UsageError: a malformed argument (nothing is written), an id in the
+                runtime's own namespaces (``cancel:…``, ``eff-…``) or with a
+                control character.
             InvocationExistsError: the id is taken by another goal or a run that has not stopped.
             StoreUnavailableError: the database cannot be opened.
 
@@ -241,8 +258,8 @@ class Runtime:
             raise UsageError(f"run() needs an Agent, got {type(agent).__name__}")
         if not isinstance(goal, str) or not goal.strip():
             raise UsageError("the goal must be a non-empty string")
-        if invocation_id is not None and (not isinstance(invocation_id, str) or not invocation_id):
-            raise UsageError("an invocation id must be a non-empty string")
+        if invocation_id is not None:
+            check_invocation_id(invocation_id)
         if self._exit_stack is None:
             async with self:
                 return await self.run(
@@ -542,7 +559,8 @@ class Runtime:
     ) -> Outcome:
         # Invocations recorded before settings were recorded follow the agent's.
         settings = invocation.settings or agent.settings
-        await trio.to_thread.run_sync(self._secrets.load, invocation.id)
+        if self._secrets.sealed and not fresh:  # a new invocation has none yet
+            await trio.to_thread.run_sync(self._secrets.load, invocation.id)
         controller = Controller(
             invocation,
             agent,
@@ -570,8 +588,11 @@ class Runtime:
         return outcome
 
     async def _forget_secrets(self, invocation_id: str) -> None:
-        """An invocation ended: its kept secrets are deleted."""
-        await trio.to_thread.run_sync(self._secrets.forget, invocation_id)
+        """An invocation ended: its kept secrets are deleted (sealed ones in a thread)."""
+        if self._secrets.sealed:
+            await trio.to_thread.run_sync(self._secrets.forget, invocation_id)
+        else:
+            self._secrets.forget(invocation_id)
 
     def run_sync(
         self,
@@ -622,6 +643,8 @@ class Runtime:
 
         Raises:
             InvocationNotFoundError: no such invocation.
+            StoreUnavailableError: the request (or the end of a paused invocation)
+                could not be committed; asking again is safe.
 
         Cancellation: a checkpoint before the request is handed to the Journal;
         after that it is waited for. Cancelled, the request is recorded or not;
@@ -639,7 +662,13 @@ class Runtime:
         existing = await self._reads().cancel_request(invocation_id)
         if existing is None:
             request = CancelRequest.record(invocation_id, by=by, reason=reason, at=self._now())
-            await journal.commit(request.take_events())
+            recorded = await journal.commit(request.take_events())
+            # A conflict means another process recorded a request first: that one stands.
+            if isinstance(recorded, CommitFailed) and not recorded.conflict:
+                raise StoreUnavailableError(
+                    f"cannot record the cancel request of {invocation_id}: "
+                    f"{recorded.error_type}: {recorded.message}; nothing was recorded, ask again"
+                )
         if self.cancel(invocation_id, detail=_requested_by(by, reason)):
             return CancelResult.SIGNALLED
         if invocation.phase.paused:
@@ -653,6 +682,12 @@ class Runtime:
             if isinstance(ended, Committed):
                 await self._forget_secrets(invocation_id)
                 return CancelResult.ENDED
+            if not ended.conflict:
+                raise StoreUnavailableError(
+                    f"the cancel request of {invocation_id} is recorded, but ending it failed: "
+                    f"{ended.error_type}: {ended.message}; a resume ends it, or ask again"
+                )
+            # A conflict: it was resumed meanwhile; that run honours the recorded request.
         return CancelResult.REQUESTED
 
     async def _watch_cancel_requests(
@@ -743,5 +778,7 @@ class Runtime:
             return Outcome.of(existing)
         except ValueError:
             raise InvocationExistsError(
-                requested.id, "exists and has not stopped; resume it instead of starting it again"
+                requested.id,
+                "exists and has not stopped: it may still be running in another process; "
+                "resume it only if it is not (else wait for it to end, or cancel it)",
             ) from None

@@ -35,14 +35,20 @@ from eventsourcing.sqlite import (
     SQLiteApplicationRecorder,
     SQLiteDatastore,
 )
-from eventsourcing.utils import get_topic, resolve_topic
+from eventsourcing.utils import TopicError, get_topic, resolve_topic
 
 from aggregates.effect import Effect, EffectPrepared
 from aggregates.events import DomainEvent, fold
 from aggregates.invocation import Invocation, InvocationEvent, InvocationStarted
-from aggregates.requests import CancelRequest, CancelRequested, cancel_request_id
+from aggregates.requests import (
+    CANCEL_REQUEST_PREFIX,
+    CancelRequest,
+    CancelRequested,
+    cancel_request_id,
+)
 from loop_actors._errors import (
     InvocationNotFoundError,
+    StoreCipherError,
     StoreUnavailableError,
     StoreUrlError,
 )
@@ -133,10 +139,27 @@ class InvocationApplication(Application[str]):
     env: ClassVar[dict[str, str]] = {"ORIGINATOR_ID_TYPE": "text", "IS_SNAPSHOTTING_ENABLED": "y"}
 
     def construct_mapper(self) -> Mapper[str]:
-        """Use the pydantic mapper, with the configured cipher and compressor."""
+        """Use the pydantic mapper, with the configured cipher and compressor.
+
+        Raises:
+            StoreCipherError: the cipher cannot be made (its key is missing, or its
+                package is not installed).
+        """
+        try:
+            cipher = self.factory.cipher()
+        except (TopicError, ImportError) as error:
+            raise StoreCipherError(
+                f"cannot load the store's cipher: {error} (the cipher's package is not "
+                "installed; for eventsourcing's AESCipher: pip install 'loop-actors[crypto]')"
+            ) from error
+        except (OSError, ValueError) as error:  # eventsourcing: "'CIPHER_KEY' not in env"
+            raise StoreCipherError(
+                f"cannot make the store's cipher: {error} (set CIPHER_KEY to the key the "
+                "store was written with)"
+            ) from error
         return PydanticEventMapper(
             transcoder=_UnusedTranscoder(),
-            cipher=self.factory.cipher(),
+            cipher=cipher,
             compressor=self.factory.compressor(),
         )
 
@@ -170,10 +193,15 @@ class StoreUrl:
                 raise StoreUrlError(f"lock_timeout must be whole seconds in {url!r}") from None
             if lock_timeout < 1:
                 raise StoreUrlError(f"lock_timeout must be at least 1 second in {url!r}")
+        # urlsplit reads "sqlite:/x.db" and "sqlite:x.db" as paths too: refuse what
+        # is not spelled with the two slashes, rather than guess which file was meant.
+        spelled_with_slashes = url[len(parts.scheme) + 1 :].startswith("//")
         if parts.scheme == "memory":
+            if not spelled_with_slashes or parts.netloc or parts.path:
+                raise StoreUrlError(f"an in-memory database is memory://, got {url!r}")
             return cls(url=url, kind="memory")
         if parts.scheme == "sqlite":
-            if parts.netloc:
+            if parts.netloc or not spelled_with_slashes:
                 raise StoreUrlError(
                     f"a SQLite URL has three slashes, sqlite:///relative.db or "
                     f"sqlite:////absolute.db, got {url!r}"
@@ -393,6 +421,42 @@ class EventStore:
         recorder = self.app.recorder
         assert isinstance(recorder, LeanSQLiteRecorder)  # the environment above names it
         self._recorder = recorder
+        try:
+            self._check_cipher()
+        except BaseException:
+            self.close()
+            raise
+
+    def _check_cipher(self) -> None:
+        """Decode the first stored event: a wrong or missing key fails here, typed.
+
+        Raises:
+            StoreCipherError: the first event cannot be decrypted with the configured
+                cipher, or it is encrypted (or compressed) and no cipher is configured.
+        """
+        try:
+            first = self._recorder.select_notifications(start=None, limit=1)
+        except (PersistenceError, sqlite3.Error) as error:
+            raise StoreUnavailableError(f"cannot read {self.url.url}: {error}") from error
+        if not first:
+            return
+        mapper = self.app.mapper
+        try:
+            mapper.to_domain_event(first[0])
+        except Exception as error:
+            plain = first[0].state.lstrip().startswith(b"{")
+            if mapper.cipher is not None:
+                raise StoreCipherError(
+                    f"cannot decrypt the events of {self.url.url} with this CIPHER_KEY "
+                    f"({type(error).__name__}: {error}): set the key the store was written "
+                    + ("with" if not plain else "with, or unset CIPHER_TOPIC: it is not encrypted")
+                ) from error
+            if not plain and mapper.compressor is None:
+                raise StoreCipherError(
+                    f"the events of {self.url.url} are encrypted (or compressed): set "
+                    "CIPHER_TOPIC and CIPHER_KEY (and COMPRESSOR_TOPIC) as when it was written"
+                ) from error
+            # A readable-looking first row that does not decode is the audit's business.
 
     @staticmethod
     def _check_sqlite_writable(path: Path, *, create: bool) -> None:
@@ -502,7 +566,7 @@ class EventStore:
             topics=[_topic_of(CancelRequested)],
             inclusive_of_start=False,
         )
-        ids = [str(n.originator_id).removeprefix("cancel:") for n in notifications]
+        ids = [str(n.originator_id).removeprefix(CANCEL_REQUEST_PREFIX) for n in notifications]
         return ids, notifications[-1].id if notifications else position
 
     def head(self) -> int:

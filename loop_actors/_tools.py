@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any, Literal, cast, overload
@@ -201,12 +202,22 @@ class Tool:
         """
         return self.arguments_model.model_validate(arguments)
 
-    async def invoke(self, arguments: dict[str, Any], context: ToolContext | None = None) -> Any:
+    async def invoke(
+        self,
+        arguments: dict[str, Any],
+        context: ToolContext | None = None,
+        *,
+        running: threading.Event | None = None,
+    ) -> Any:
         """Validate the arguments and run the function (with its context, if it takes one).
 
+        ``running``, when given, is set once the function has really stopped: for a
+        plain function in a worker thread, when the thread finishes, even after the
+        call was abandoned.
+
         Cancellation: a checkpoint. A plain function runs in a worker thread that
-        is abandoned on cancellation (it may finish in the background); an async
-        function is cancelled at its next checkpoint.
+        is abandoned on cancellation (it may finish in the background: ``running``
+        says when); an async function is cancelled at its next checkpoint.
         """
         validated = self.validate(arguments)
         kwargs = {field: getattr(validated, field) for field in self._fields}
@@ -214,14 +225,26 @@ class Tool:
             if context is None:
                 raise ToolDefinitionError(f"tool {self.name} needs a ToolContext to run")
             kwargs[self.context_parameter] = context
-        if self.is_async:
-            return await self.fn(**kwargs)
-        if self.inline:
-            return self.fn(**kwargs)
-        return await trio.to_thread.run_sync(
-            lambda: self.fn(**kwargs),
-            abandon_on_cancel=True,
-        )
+        if self.is_async or self.inline or running is None:
+            try:
+                if self.is_async:
+                    return await self.fn(**kwargs)
+                if self.inline:
+                    return self.fn(**kwargs)
+                return await trio.to_thread.run_sync(
+                    lambda: self.fn(**kwargs), abandon_on_cancel=True
+                )
+            finally:
+                if running is not None:
+                    running.set()
+
+        def in_thread() -> Any:
+            try:
+                return self.fn(**kwargs)
+            finally:
+                running.set()  # the thread is done, whether or not anyone still waits
+
+        return await trio.to_thread.run_sync(in_thread, abandon_on_cancel=True)
 
 
 async def ask_service(tool_: Tool, key: str) -> Reconciled:
@@ -409,6 +432,35 @@ class Toolbox:
             for t in self.tools.values()
         ]
         """Each tool as the model is told of it, in the agent's order."""
+        self._attempts: dict[str, threading.Event] = {}
+        """Writes whose function may still run, by effect key (set when it stopped)."""
+
+    def attempt_started(self, effect_key: str) -> threading.Event:
+        """Note that an attempt of a write starts; the event is set when it has stopped."""
+        running = threading.Event()
+        self._attempts[effect_key] = running
+        return running
+
+    def attempt_running(self, effect_key: str) -> bool:
+        """True while an earlier attempt of this write may still be running in this process."""
+        running = self._attempts.get(effect_key)
+        if running is None:
+            return False
+        if running.is_set():
+            del self._attempts[effect_key]
+            return False
+        return True
+
+    async def wait_for_attempt(self, effect_key: str, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for an earlier attempt to stop; True when it has.
+
+        Cancellation: a checkpoint; the waiting thread is abandoned.
+        """
+        running = self._attempts.get(effect_key)
+        if running is None:
+            return True
+        stopped = await trio.to_thread.run_sync(running.wait, timeout_s, abandon_on_cancel=True)
+        return bool(stopped) or not self.attempt_running(effect_key)
 
     def effect_of(self, name: str) -> ToolEffect | None:
         """The tool's effect, or None when the agent has no such tool."""
@@ -555,7 +607,14 @@ async def _run_call(
     else:
         with trio.move_on_after(timeout_s) as timeout_scope:
             try:
-                output = to_jsonable_python(await tool_.invoke(call.arguments, context))
+                running = (
+                    toolbox.attempt_started(call.effect_key)
+                    if call.effect_key is not None
+                    else None
+                )
+                output = to_jsonable_python(
+                    await tool_.invoke(call.arguments, context, running=running)
+                )
             except ValidationError as error:
                 ending = _Ending(
                     error_class=ErrorClass.INVALID_ARGUMENTS,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from eventsourcing.application import Application
 from eventsourcing.persistence import IntegrityError, Tracking
@@ -32,7 +32,8 @@ class Projection:
 
     Subclasses set ``name`` and ``version``, and implement ``create`` (the
     ``CREATE TABLE`` statements), ``tables`` (their names, for a rebuild) and
-    ``apply`` (one event, inside the batch's transaction). ``apply`` must be
+    ``apply`` (one event, inside the batch's transaction); they may override
+    ``apply_batch`` (all of a batch's events at once). Both must be
     deterministic: a rebuild from position 0 gives the same tables.
     """
 
@@ -51,6 +52,17 @@ class Projection:
     def apply(self, cursor: SQLiteCursor, event: DomainEvent, position: int) -> None:
         """Change the tables for one event (inside the batch's transaction)."""
         raise NotImplementedError
+
+    def apply_batch(self, cursor: SQLiteCursor, events: Sequence[tuple[DomainEvent, int]]) -> None:
+        """Change the tables for a batch of (event, position), in order, in its transaction.
+
+        The runner calls this, once per batch. By default it applies each event in
+        turn. A read model may override it to read and write its rows once per
+        batch instead of once per event; the tables must end as they would after
+        applying the events one by one, whatever the batch size.
+        """
+        for event, position in events:
+            self.apply(cursor, event, position)
 
 
 class ProjectionStatus(Frozen):
@@ -200,11 +212,13 @@ class ProjectionRunner:
             if not notifications:
                 break
             last = notifications[-1].id
+            events = [
+                (cast("DomainEvent", mapper.to_domain_event(notification)), notification.id)
+                for notification in notifications
+            ]
             try:
                 with self.datastore.transaction(commit=True) as cursor:
-                    for notification in notifications:
-                        event = mapper.to_domain_event(notification)
-                        projection.apply(cursor, event, notification.id)  # type: ignore[arg-type]
+                    projection.apply_batch(cursor, events)
                     if self.after_batch is not None:
                         self.after_batch(projection.name, last)
                     # The position goes in with the batch: both commit, or neither.

@@ -16,6 +16,7 @@ from typing import Any
 
 from eventsourcing.sqlite import SQLiteCursor
 from pydantic import JsonValue
+from pydantic_core import from_json
 
 from aggregates.decisions import (
     DECISION_ADAPTER,
@@ -334,9 +335,11 @@ Query = Callable[[str, Sequence[Any]], list[dict[str, Any]]]
 class TrajectoryProjection(Projection):
     """Per invocation: its steps, each call with its status, and how it ended.
 
-    Each event goes through :func:`evolve_trajectory`: the projection reads the
-    part of the trajectory the event can change (the head and one step), folds
-    the event into it, and writes back the rows that changed. The rows hold
+    Every event goes through :func:`evolve_trajectory`, a batch at a time: the
+    projection reads, once, the part of each invocation's trajectory that the
+    batch's events can change (its head, and the steps they name: see
+    :func:`step_changed_by`), folds all of that invocation's events into it in
+    memory, in the batch's order, and writes each changed row once. The rows hold
     nothing the fold did not produce, except ``started_position`` (where the
     invocation starts in the store, for ``list``'s order).
     """
@@ -371,32 +374,150 @@ class TrajectoryProjection(Projection):
         return ["trajectory_invocations", "trajectory_steps", "trajectory_calls"]
 
     def apply(self, cursor: SQLiteCursor, event: DomainEvent, position: int) -> None:
-        """Fold one event into the rows of its invocation."""
+        """Fold one event into the rows of its invocation (a batch of one)."""
+        self.apply_batch(cursor, [(event, position)])
+
+    def apply_batch(self, cursor: SQLiteCursor, events: Sequence[tuple[DomainEvent, int]]) -> None:
+        """Fold a batch of events into the rows of the invocations they touch.
+
+        Reads each touched invocation's head and named steps once, folds its
+        events with :func:`evolve_trajectory`, and writes each changed row once
+        (one ``executemany`` per statement). An event of an invocation the read
+        model does not hold, or of an effect no held call names, changes nothing.
+        """
         query = _cursor_query(cursor)
-        if isinstance(event, InvocationStarted):
-            after = evolve_trajectory(None, event)
-            cursor.execute(
-                f"INSERT INTO trajectory_invocations VALUES ({', '.join('?' * 18)})",
-                _head_row(after, started_position=position),
-            )
-            return
+        plan = _plan(query, events)
+        before = _read_parts(query, plan.wanted)
+        after = dict(before)
+        for invocation_id, event in plan.routed:
+            trajectory = after.get(invocation_id)
+            if trajectory is None and invocation_id not in plan.started:
+                continue
+            after[invocation_id] = evolve_trajectory(trajectory, event)
+        rows = _Rows()
+        for invocation_id, trajectory in after.items():
+            rows.add(before.get(invocation_id), trajectory, plan.started.get(invocation_id))
+        rows.write(cursor)
+
+
+class _Plan:
+    """What a batch folds where, and which rows it must read first."""
+
+    def __init__(self) -> None:
+        self.routed: list[tuple[str, DomainEvent]] = []
+        """Each event of the batch with the invocation it folds into, in order."""
+        self.started: dict[str, int] = {}
+        """The invocations that start in the batch: the position of their start."""
+        self.wanted: dict[str, set[int]] = {}
+        """The other invocations touched: the numbers of the steps to read."""
+
+
+def _plan(query: Query, events: Sequence[tuple[DomainEvent, int]]) -> _Plan:
+    """Route a batch's events to their invocations and list the rows to read."""
+    plan = _Plan()
+    owners: dict[str, str] = {}  # effect key -> invocation, for writes dispatched in the batch
+    effects: list[tuple[int, EffectEvent]] = []  # (index in routed, event)
+    created: set[tuple[str, int]] = set()  # steps the batch appends: nothing to read
+    for event, position in events:
         if isinstance(event, EffectEvent):
-            found = query(
-                "SELECT invocation_id, step FROM trajectory_calls WHERE effect_key = ?",
-                [event.originator_id],
-            )
-            if not found:
-                return
-            invocation_id, step = found[0]["invocation_id"], found[0]["step"]
-        elif isinstance(event, InvocationEvent):
-            invocation_id, step = event.originator_id, step_changed_by(event)
-        else:
-            return
-        before = _read(query, invocation_id, steps=step)
-        if before is None:
-            return
-        after = evolve_trajectory(before, event)
-        _write(cursor, before, after)
+            effects.append((len(plan.routed), event))
+            plan.routed.append(("", event))  # its invocation is found below
+            continue
+        if not isinstance(event, InvocationEvent):
+            continue
+        invocation_id = event.originator_id
+        plan.routed.append((invocation_id, event))
+        if isinstance(event, InvocationStarted):
+            plan.started.setdefault(invocation_id, position)
+        elif invocation_id not in plan.started:
+            step = step_changed_by(event)
+            _want(plan, invocation_id, None if (invocation_id, step) in created else step)
+        if isinstance(event, DecisionProposed):
+            created.add((invocation_id, event.step))
+        elif isinstance(event, BatchDispatched):
+            owners.update((c.effect_key, invocation_id) for c in event.calls if c.effect_key)
+    stored = _stored_owners(
+        query, [e.originator_id for _, e in effects if e.originator_id not in owners]
+    )
+    for index, event in effects:
+        key = event.originator_id
+        if key in owners:
+            plan.routed[index] = (owners[key], event)
+        elif key in stored:
+            invocation_id, step = stored[key]
+            plan.routed[index] = (invocation_id, event)
+            if invocation_id not in plan.started:
+                _want(plan, invocation_id, step)
+    plan.routed = [(i, event) for i, event in plan.routed if i]
+    return plan
+
+
+def _want(plan: _Plan, invocation_id: str, step: int | None) -> None:
+    steps = plan.wanted.setdefault(invocation_id, set())
+    if step is not None:
+        steps.add(step)
+
+
+_CHUNK = 250
+"""Keys, or (invocation, step) pairs, per SELECT: at most 500 bound parameters."""
+
+
+def _chunks(items: Sequence[Any]) -> Iterable[Sequence[Any]]:
+    return (items[i : i + _CHUNK] for i in range(0, len(items), _CHUNK))
+
+
+def _marks(count: int) -> str:
+    return ", ".join("?" * count)
+
+
+def _stored_owners(query: Query, keys: Sequence[str]) -> dict[str, tuple[str, int]]:
+    """For effect keys held by stored calls: (invocation, step) of the call."""
+    found: dict[str, tuple[str, int]] = {}
+    for chunk in _chunks(sorted(set(keys))):
+        for row in query(
+            "SELECT effect_key, invocation_id, step FROM trajectory_calls "
+            f"WHERE effect_key IN ({_marks(len(chunk))})",
+            chunk,
+        ):
+            found.setdefault(row["effect_key"], (row["invocation_id"], row["step"]))
+    return found
+
+
+def _read_parts(query: Query, wanted: dict[str, set[int]]) -> dict[str, Trajectory]:
+    """The stored trajectories of ``wanted``, each with its head and the named steps only."""
+    heads: dict[str, dict[str, Any]] = {}
+    for chunk in _chunks(list(wanted)):
+        for row in query(
+            f"SELECT * FROM trajectory_invocations WHERE invocation_id IN ({_marks(len(chunk))})",
+            chunk,
+        ):
+            heads[row["invocation_id"]] = row
+    pairs = [(i, step) for i, steps in wanted.items() if i in heads for step in sorted(steps)]
+    steps = _select_steps(query, "trajectory_steps", pairs, "t.step")
+    calls = _select_steps(query, "trajectory_calls", pairs, "t.step, t.call_order")
+    return {
+        i: _from_rows(heads[i], steps.get(i, []), calls.get(i, [])) for i in wanted if i in heads
+    }
+
+
+def _select_steps(
+    query: Query, table: str, pairs: Sequence[tuple[str, int]], order: str
+) -> dict[str, list[dict[str, Any]]]:
+    """The rows of ``table`` for these (invocation, step) pairs, by invocation, in ``order``."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for chunk in _chunks(pairs):
+        # CROSS JOIN keeps the pairs as the outer loop: one primary-key search each
+        # (``(invocation_id, step) IN (VALUES ...)`` would scan the table).
+        rows = query(
+            f"WITH wanted (invocation_id, step) AS (VALUES {', '.join(['(?, ?)'] * len(chunk))}) "
+            f"SELECT t.* FROM wanted CROSS JOIN {table} AS t "
+            "ON t.invocation_id = wanted.invocation_id AND t.step = wanted.step "
+            f"ORDER BY t.invocation_id, {order}",
+            [value for pair in chunk for value in pair],
+        )
+        for row in rows:
+            found.setdefault(row["invocation_id"], []).append(row)
+    return found
 
 
 def _cursor_query(cursor: SQLiteCursor) -> Query:
@@ -469,74 +590,95 @@ def _call_row(invocation_id: str, step: int, order: int, call: CallView) -> tupl
 _STEP_COLUMNS = tuple(name for name in StepView.model_fields if name != "calls")
 
 
-def _write(cursor: SQLiteCursor, before: Trajectory, after: Trajectory) -> None:
-    """Write the rows that the fold changed (``before`` holds the steps that were read)."""
-    invocation_id = after.invocation_id
-    # ``steps`` only grows: ``before`` may hold one step, not the last.
-    head = _head_row(after)
-    cursor.execute(
-        "UPDATE trajectory_invocations SET agent = ?, agent_version = ?, task_class = ?, "
-        "goal = ?, status = ?, reason = ?, answer = ?, detail = ?, steps = MAX(steps, ?), "
-        "tool_calls = ?, input_tokens = ?, output_tokens = ?, cost = ?, started_at = ?, "
-        "ended_at = ?, events = ? WHERE invocation_id = ?",
-        (*head[1:16], head[17], invocation_id),
-    )
-    old_steps = {step.step: step for step in before.steps}
-    for step in after.steps:
-        old = old_steps.get(step.step)
-        if old == step:
-            continue
-        if old is None or any(getattr(old, f) != getattr(step, f) for f in _STEP_COLUMNS):
-            cursor.execute(
-                "INSERT OR REPLACE INTO trajectory_steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                _step_row(invocation_id, step),
+def _same(old: CallView | None, new: CallView) -> bool:
+    return old is new or old == new
+
+
+class _Rows:
+    """The rows a batch changed, each once, written with one ``executemany`` per statement."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple[Any, ...]] = []
+        self.heads: list[tuple[Any, ...]] = []
+        self.steps: list[tuple[Any, ...]] = []
+        self.calls: list[tuple[Any, ...]] = []
+
+    def add(self, before: Trajectory | None, after: Trajectory, started: int | None) -> None:
+        """The rows that differ between ``before`` (as read, or None) and ``after``."""
+        if after is before:
+            return  # the batch's events changed nothing here
+        invocation_id = after.invocation_id
+        head = _head_row(after, started_position=started)
+        if before is None:
+            self.started.append(head)
+        elif after.events != before.events or head != _head_row(before):
+            # ``before`` holds the steps that were read, maybe not the last one.
+            self.heads.append((*head[1:16], head[17], invocation_id))
+        old_steps = {step.step: step for step in before.steps} if before else {}
+        for step in after.steps:
+            old = old_steps.get(step.step)
+            if old is step or old == step:  # the fold keeps what it does not change
+                continue
+            if old is None or any(getattr(old, f) != getattr(step, f) for f in _STEP_COLUMNS):
+                self.steps.append(_step_row(invocation_id, step))
+            old_calls = {call.call_id: call for call in old.calls} if old else {}
+            self.calls.extend(
+                _call_row(invocation_id, step.step, order, call)
+                for order, call in enumerate(step.calls)
+                if not _same(old_calls.get(call.call_id), call)
             )
-        old_calls = {call.call_id: call for call in old.calls} if old else {}
-        for order, call in enumerate(step.calls):
-            if old_calls.get(call.call_id) != call:
-                cursor.execute(
-                    "INSERT OR REPLACE INTO trajectory_calls VALUES "
-                    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    _call_row(invocation_id, step.step, order, call),
-                )
+
+    def write(self, cursor: SQLiteCursor) -> None:
+        """Write them: a start is an INSERT, so a second runner's start fails the batch."""
+        if self.started:
+            cursor.executemany(
+                f"INSERT INTO trajectory_invocations VALUES ({_marks(18)})", self.started
+            )
+        if self.heads:
+            # ``steps`` only grows: a trajectory read in part may not hold the last step.
+            cursor.executemany(
+                "UPDATE trajectory_invocations SET agent = ?, agent_version = ?, "
+                "task_class = ?, goal = ?, status = ?, reason = ?, answer = ?, detail = ?, "
+                "steps = MAX(steps, ?), tool_calls = ?, input_tokens = ?, output_tokens = ?, "
+                "cost = ?, started_at = ?, ended_at = ?, events = ? WHERE invocation_id = ?",
+                self.heads,
+            )
+        if self.steps:
+            cursor.executemany(
+                f"INSERT OR REPLACE INTO trajectory_steps VALUES ({_marks(10)})", self.steps
+            )
+        if self.calls:
+            cursor.executemany(
+                f"INSERT OR REPLACE INTO trajectory_calls VALUES ({_marks(14)})", self.calls
+            )
 
 
-ALL_STEPS = "all"
-
-
-def _read(query: Query, invocation_id: str, *, steps: int | str | None) -> Trajectory | None:
-    """An invocation's trajectory from its rows, with ``ALL_STEPS``, one step, or none."""
+def _read(query: Query, invocation_id: str) -> Trajectory | None:
+    """An invocation's whole trajectory from its rows (None if unknown)."""
     rows = query("SELECT * FROM trajectory_invocations WHERE invocation_id = ?", [invocation_id])
     if not rows:
         return None
-    head = rows[0]
-    step_rows: list[dict[str, Any]] = []
-    calls: list[dict[str, Any]] = []
-    if steps == ALL_STEPS:
-        step_rows = query(
-            "SELECT * FROM trajectory_steps WHERE invocation_id = ? ORDER BY step", [invocation_id]
-        )
-        calls = query(
-            "SELECT * FROM trajectory_calls WHERE invocation_id = ? ORDER BY step, call_order",
-            [invocation_id],
-        )
-    elif steps is not None:
-        step_rows = query(
-            "SELECT * FROM trajectory_steps WHERE invocation_id = ? AND step = ?",
-            [invocation_id, steps],
-        )
-        calls = query(
-            "SELECT * FROM trajectory_calls WHERE invocation_id = ? AND step = ? "
-            "ORDER BY call_order",
-            [invocation_id, steps],
-        )
+    steps = query(
+        "SELECT * FROM trajectory_steps WHERE invocation_id = ? ORDER BY step", [invocation_id]
+    )
+    calls = query(
+        "SELECT * FROM trajectory_calls WHERE invocation_id = ? ORDER BY step, call_order",
+        [invocation_id],
+    )
+    return _from_rows(rows[0], steps, calls)
+
+
+def _from_rows(
+    head: dict[str, Any], step_rows: list[dict[str, Any]], calls: list[dict[str, Any]]
+) -> Trajectory:
+    """A trajectory from its head row, some of its step rows and their calls (in order)."""
     by_step: dict[int, list[CallView]] = {}
     for call in calls:
         by_step.setdefault(call["step"], []).append(
             CallView(
                 call_id=call["call_id"],
                 name=call["tool"],
-                arguments=json.loads(call["arguments"]),
+                arguments=from_json(call["arguments"]),
                 status=call["error_class"] or call["status"],
                 output=_loads(call["output"]),
                 error_message=call["error_message"],
@@ -547,7 +689,7 @@ def _read(query: Query, invocation_id: str, *, steps: int | str | None) -> Traje
             )
         )
     return Trajectory(
-        invocation_id=invocation_id,
+        invocation_id=head["invocation_id"],
         goal=head["goal"],
         agent_name=head["agent"],
         agent_version=head["agent_version"],
@@ -561,9 +703,7 @@ def _read(query: Query, invocation_id: str, *, steps: int | str | None) -> Traje
                 output_tokens=s["output_tokens"],
                 cost=s["cost"],
                 latency_ms=s["latency_ms"],
-                decision=DECISION_ADAPTER.validate_python(json.loads(s["decision"]))
-                if s["decision"]
-                else None,
+                decision=DECISION_ADAPTER.validate_json(s["decision"]) if s["decision"] else None,
                 rejection=Rejection.model_validate_json(s["rejection"]) if s["rejection"] else None,
             )
             for s in step_rows
@@ -592,7 +732,7 @@ def _json(value: Any) -> str | None:
 
 
 def _loads(text: str | None) -> JsonValue:
-    return None if text is None else json.loads(text)
+    return None if text is None else from_json(text)
 
 
 def list_invocations(
@@ -621,4 +761,4 @@ def list_invocations(
 
 def load_trajectory(runner: ProjectionRunner, invocation_id: str) -> Trajectory | None:
     """An invocation's trajectory as the read model holds it (None if unknown)."""
-    return _read(runner.query, invocation_id, steps=ALL_STEPS)
+    return _read(runner.query, invocation_id)

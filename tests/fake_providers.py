@@ -1,7 +1,7 @@
 """Local HTTP servers that speak the OpenAI and Anthropic wire formats, for adapter tests.
 
 Each replays a script of (status, headers, JSON body) replies, one per request,
-and records every request body, so tests can check what the SDKs sent.
+and records every request body and its headers, so tests can check what the SDKs sent.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ class FakeProvider:
         self.replies = list(replies)
         self.requests: list[dict[str, Any]] = []
         self.paths: list[str] = []
+        self.request_headers: list[dict[str, str]] = []
+        """Each request's headers (``authorization``, ``x-api-key``...), names lower-cased."""
         provider = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -30,6 +32,7 @@ class FakeProvider:
                 length = int(self.headers.get("content-length", "0"))
                 provider.requests.append(json.loads(self.rfile.read(length) or b"{}"))
                 provider.paths.append(self.path)
+                provider.request_headers.append({k.lower(): v for k, v in self.headers.items()})
                 status, headers, body = (
                     provider.replies.pop(0)
                     if provider.replies

@@ -279,14 +279,26 @@ async def test_malformed_arguments_are_re_prompted_once_with_the_parse_error(
     assert "not valid JSON" in reprompt["content"]
 
 
-async def test_a_call_still_malformed_after_the_re_prompt_is_an_invalid_decision(
+async def test_a_call_still_malformed_after_the_re_prompt_is_refused_and_the_model_told_why(
     openai_served: Any,
 ) -> None:
-    _, model = openai_served(
-        [openai_tool_calls(("c1", "nope", "{}")), openai_tool_calls(("c1", "nope", "{}"))]
+    """Bad input: an unknown tool twice (the adapter's own re-prompt, then the runtime's)."""
+    provider, model = openai_served(
+        [
+            openai_tool_calls(("c1", "nope", "{}")),
+            openai_tool_calls(("c1", "nope", "{}")),
+            openai_text("sorry, done"),
+        ]
     )
-    outcome, _ = await run(model)
-    assert outcome.reason is TerminalReason.INVALID_DECISION
+    outcome, events = await run(model)
+    assert outcome.reason is TerminalReason.COMPLETED
+    decided = [e for e in events if isinstance(e, DecisionProposed)]
+    assert decided[0].rejection is not None
+    told = provider.requests[2]["messages"][-1]
+    assert told["role"] == "user"
+    assert told["content"].startswith(
+        "That reply was refused (unknown_tool): call c1: unknown tool"
+    )
 
 
 async def test_a_refusal_and_an_empty_reply_are_typed_decisions(openai_served: Any) -> None:

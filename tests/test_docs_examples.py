@@ -177,8 +177,12 @@ def test_custom_tool_returns_structured_errors_and_rejects_bad_arguments(tmp_pat
         "completed - s0: Fruit & Co; s1: 3; "
         "s2: invalid_arguments (no item named 'kiwi'); r1: reserved 2 apple"
     )
-    assert lines[3].startswith("invalid_decision - call r2: arguments for reserve are invalid:")
-    assert "quantity" in lines[3]
+    # The model is told what was wrong with its call, corrects it, and the run goes on.
+    assert lines[3].startswith("told: call r2: arguments for reserve are invalid: quantity:")
+    assert lines[4] == "completed - r3: only 0 pear left"
+    # With max_invalid_proposals=0 the first invalid proposal ends the run.
+    assert lines[5].startswith("invalid_decision - call r2: arguments for reserve are invalid:")
+    assert "quantity" in lines[5]
 
 
 def test_scripted_model_variants_end_as_documented(tmp_path: Path) -> None:

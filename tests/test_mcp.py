@@ -184,7 +184,9 @@ async def test_a_call_missing_a_required_argument_ends_invalid_decision(
     tools: dict[str, McpTool],
 ) -> None:
     script = [calls(("e1", "echo", {"times": 2}))]
-    outcome, events = await run(Agent("echo", ScriptedModel(script), [tools["echo"]]))
+    outcome, events = await run(
+        Agent("echo", ScriptedModel(script), [tools["echo"]], max_invalid_proposals=0)
+    )
     assert outcome.reason is TerminalReason.INVALID_DECISION
     assert "'text' is a required property" in (outcome.detail or "")
     assert results_of(events) == []

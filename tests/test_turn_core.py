@@ -70,9 +70,11 @@ from aggregates.turn import (
     MAX_DISPATCH_ROUNDS,
     Action,
     AskModel,
+    AttemptStillRunning,
     Authorise,
     Continue,
     EffectAnswered,
+    EffectObservation,
     Finished,
     KeptSecret,
     LoadEffects,
@@ -84,7 +86,6 @@ from aggregates.turn import (
     Moment,
     PolicyVerdict,
     Reconcile,
-    ReconcileOutcome,
     RunCalls,
     ServiceUnreachable,
     TurnCore,
@@ -225,7 +226,7 @@ class Loaded:
 class Answers:
     """The services' answers to a ``Reconcile``."""
 
-    answers: dict[str, ReconcileOutcome]
+    answers: dict[str, EffectObservation]
 
 
 @dataclass(frozen=True)
@@ -1124,7 +1125,8 @@ def test_a_tools_own_failure_limit_overrides_max_repeated_failures() -> None:
 def test_an_invalid_proposal_is_recorded_as_a_rejection_and_ends_invalid_decision(
     proposal: Any, rejection_class: RejectionClass, problem: str
 ) -> None:
-    shell = Shell.over()
+    """With ``max_invalid_proposals=0`` the first invalid proposal ends the run."""
+    shell = Shell.over(settings=RunSettings(max_invalid_proposals=0))
     shell.begin()
 
     action = shell.answer(proposal)
@@ -1138,6 +1140,32 @@ def test_an_invalid_proposal_is_recorded_as_a_rejection_and_ends_invalid_decisio
     assert rejection.rejection_class is rejection_class
     assert proposed(shell).decision is None
     assert shell.of_type(BatchDispatched) == []
+
+
+def test_an_invalid_proposal_is_committed_and_the_model_asked_again_with_its_problems() -> None:
+    shell = Shell.over()  # the default: two invalid proposals in a row go back
+    shell.begin()
+
+    action = shell.answer({"kind": "tool_calls", "calls": []})
+
+    assert isinstance(action, AskModel)
+    assert action.step == 2
+    rejection = action.turns[-1].rejection
+    assert rejection is not None
+    assert rejection.problems == ["the tool batch is empty"]
+    assert shell.invocation.invalid_streak == 1
+
+
+def test_one_invalid_proposal_more_than_max_invalid_proposals_ends_invalid_decision() -> None:
+    shell = Shell.over(settings=RunSettings(max_invalid_proposals=1))
+    shell.begin()
+
+    assert isinstance(shell.answer({"kind": "final", "answer": " "}), AskModel)
+    action = shell.answer({"kind": "final", "answer": ""})
+
+    assert action == Finished()
+    assert shell.terminated.reason is TerminalReason.INVALID_DECISION
+    assert shell.terminated.detail == "the final answer is empty"
 
 
 def test_a_policy_that_stops_the_run_ends_invalid_decision() -> None:
@@ -1215,6 +1243,24 @@ def test_an_unknown_write_whose_service_cannot_be_asked_pauses_for_reconciliatio
     assert shell.invocation.pending_batch is not None
     assert shell.of_type(ResultsCommitted) == []
     assert types(shell.effect_events(key))[-1] == "EffectOutcomeUnknown"
+
+
+def test_a_write_whose_earlier_attempt_still_runs_is_not_sent_again_but_paused() -> None:
+    """A "not found" proves nothing while an abandoned attempt may still reach the service."""
+    shell = Shell.over()
+    run, _ = run_unknown_write(shell)
+    key = key_of(run, "c1")
+
+    action = shell.feed(Answers({key: AttemptStillRunning(effect_key=key, waited_s=2.0)}))
+
+    assert action == Finished()
+    assert shell.invocation.phase is Phase.AWAITING_RECONCILIATION
+    assert shell.paused.question == (
+        "the outcome of a write is unknown and an earlier attempt may still be running: "
+        f"{key} (send): attempt 1 was still running after 2 s more; it is not sent again "
+        "while it may still reach its service"
+    )
+    assert "EffectDispatched" not in types(shell.effect_events(key))[2:]
 
 
 def test_a_resumed_reconciliation_that_still_cannot_ask_stays_paused_without_a_second_pause() -> (
@@ -1533,7 +1579,7 @@ def test_a_sensitive_argument_is_stored_redacted_and_kept_as_a_secret() -> None:
 
 
 def test_a_sensitive_argument_of_a_rejected_proposal_is_stored_redacted() -> None:
-    shell = Shell.over()
+    shell = Shell.over(settings=RunSettings(max_invalid_proposals=0))
     shell.begin()
 
     shell.answer(calls(("c1", "login", {"user": 7, "password": "hunter2"})))

@@ -247,8 +247,10 @@ async def test_decision_models_and_json_text_arguments_are_accepted() -> None:
 async def test_invalid_proposal_ends_in_invalid_decision_with_the_rejection_recorded(
     proposal: dict[str, Any], rejection_class: RejectionClass
 ) -> None:
+    """With ``max_invalid_proposals=0`` the first invalid proposal ends the run."""
     counter = Counter()
-    outcome, events = await run(Agent("a", ScriptedModel([proposal]), [lookup, counter.tool()]))
+    agent = Agent("a", ScriptedModel([proposal]), [lookup, counter.tool()], max_invalid_proposals=0)
+    outcome, events = await run(agent)
     assert outcome.reason is TerminalReason.INVALID_DECISION
     (decided,) = of_type(events, DecisionProposed)
     assert decided.decision is None
@@ -257,6 +259,66 @@ async def test_invalid_proposal_ends_in_invalid_decision_with_the_rejection_reco
     assert decided.rejection.raw == proposal
     assert of_type(events, BatchDispatched) == []
     assert counter.executions == 0
+
+
+async def test_an_invalid_proposal_goes_back_to_the_model_which_corrects_it() -> None:
+    """Bad input: a string where the tool takes an int (as real models slip)."""
+    counter = Counter()
+    seen: list[list[str]] = []
+
+    def decide(request: ModelRequest) -> dict[str, Any]:
+        if request.step == 1:
+            return calls(("c1", "count", {"key": 7}))
+        if request.step == 2:
+            rejection = request.turns[-1].rejection
+            assert rejection is not None
+            seen.append(rejection.problems)
+            return calls(("c2", "count", {"key": "seven"}))
+        return {"kind": "final", "answer": "counted"}
+
+    outcome, events = await run(Agent("a", ScriptedModel(decide), [lookup, counter.tool()]))
+    assert outcome.reason is TerminalReason.COMPLETED
+    assert outcome.steps == 3  # the rejected proposal is a step: budgets still count
+    assert "key" in seen[0][0]
+    first, second, _ = of_type(events, DecisionProposed)
+    assert first.rejection is not None
+    assert second.decision is not None
+    assert counter.executions == 1
+
+
+async def test_invalid_proposals_in_a_row_past_the_limit_end_invalid_decision() -> None:
+    """Bad input: an unknown tool, then invalid arguments, then an empty batch, in a row."""
+    proposals = [
+        calls(("c1", "nope", {})),
+        calls(("c2", "count", {"key": 1})),
+        {"kind": "tool_calls", "calls": []},
+    ]
+    outcome, events = await run(Agent("a", ScriptedModel(proposals), [lookup, Counter().tool()]))
+    assert outcome.reason is TerminalReason.INVALID_DECISION  # the default: 2 go back
+    assert outcome.detail == "the tool batch is empty"
+    assert [e.rejection is not None for e in of_type(events, DecisionProposed)] == [True] * 3
+
+
+async def test_a_valid_proposal_resets_the_count_of_invalid_ones() -> None:
+    bad = calls(("c1", "nope", {}))
+    script = [
+        bad,
+        bad,
+        calls(("c2", "lookup", {"key": "k"})),
+        bad,
+        bad,
+        {"kind": "final", "answer": "ok"},
+    ]
+    agent = Agent("a", ScriptedModel(script), [lookup, Counter().tool()])
+    outcome, _ = await run(agent)
+    assert outcome.reason is TerminalReason.COMPLETED
+
+
+async def test_rejected_proposals_count_against_max_steps() -> None:
+    bad = calls(("c1", "nope", {}))
+    agent = Agent("a", ScriptedModel([bad] * 5), [lookup], Budget(max_steps=2))
+    outcome, _ = await run(agent)
+    assert outcome.reason is TerminalReason.MAX_STEPS
 
 
 # --------------------------------------------------------------------------- budgets and progress
@@ -441,6 +503,9 @@ async def test_annotated_constraints_are_in_the_schema_and_enforced_before_the_c
         return n
 
     assert take.schema["properties"]["n"]["minimum"] == 1
-    outcome, _ = await run(Agent("a", ScriptedModel([calls(("c1", "take", {"n": 0}))]), [take]))
+    agent = Agent(
+        "a", ScriptedModel([calls(("c1", "take", {"n": 0}))]), [take], max_invalid_proposals=0
+    )
+    outcome, _ = await run(agent)
     assert outcome.reason is TerminalReason.INVALID_DECISION
     assert counter.executions == 0

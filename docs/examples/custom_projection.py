@@ -20,6 +20,7 @@ from aggregates.events import DomainEvent
 from aggregates.invocation import BatchDispatched, ResultsCommitted
 from loop_actors import (
     Agent,
+    EventStore,
     ModelRequest,
     Reconciled,
     Runtime,
@@ -28,7 +29,6 @@ from loop_actors import (
     ToolError,
     tool,
 )
-from loop_actors._store import EventStore
 from projections import (
     Projection,
     ProjectionRunner,

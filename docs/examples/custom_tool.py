@@ -1,6 +1,7 @@
 """Tools with options, schemas from type hints, structured errors and argument checks."""
 
 import json
+from typing import Any
 
 import trio
 
@@ -68,12 +69,38 @@ def shopper(request: ModelRequest) -> dict[str, object]:
 shop = Agent("shop", ScriptedModel(shopper), tools=[stock, reserve_items, shop_name])
 
 # Arguments are checked against the schema before anything runs: a bad call
-# makes the whole decision invalid, and nothing is dispatched.
+# makes the whole decision invalid, and nothing is dispatched. The model is shown
+# the problems and asked again (max_invalid_proposals times in a row at most).
 bad_call = {
     "kind": "tool_calls",
     "calls": [{"id": "r2", "name": "reserve", "arguments": {"item": "pear", "quantity": "two"}}],
 }
-careless = Agent("careless-shop", ScriptedModel([bad_call]), tools=[stock, reserve_items])
+
+
+def careless_then_careful(request: ModelRequest) -> dict[str, Any]:
+    if request.step == 1:
+        return bad_call
+    if request.step == 2:
+        rejection = request.turns[-1].rejection  # what was wrong, as the model is told
+        assert rejection is not None
+        print("told:", rejection.problems[0])
+        return {
+            "kind": "tool_calls",
+            "calls": [
+                {"id": "r3", "name": "reserve", "arguments": {"item": "pear", "quantity": 2}}
+            ],
+        }
+    result = request.results[-1]
+    answer = result.output if result.error is None else result.error.message
+    return {"kind": "final", "answer": f"{result.call_id}: {answer}"}
+
+
+careless = Agent(
+    "careless-shop", ScriptedModel(careless_then_careful), tools=[stock, reserve_items]
+)
+strict = Agent(
+    "strict-shop", ScriptedModel([bad_call]), tools=[stock, reserve_items], max_invalid_proposals=0
+)
 
 
 def main() -> None:
@@ -85,6 +112,9 @@ def main() -> None:
     print(outcome.reason, "-", outcome.answer)
 
     outcome = runtime.run_sync(careless, "Reserve two pears.")
+    print(outcome.reason, "-", outcome.answer)
+
+    outcome = runtime.run_sync(strict, "Reserve two pears.")
     print(outcome.reason, "-", outcome.detail)
 
 

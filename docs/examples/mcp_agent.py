@@ -74,12 +74,14 @@ def clerk(request: ModelRequest) -> dict[str, object]:
 
 agent = Agent("clerk", ScriptedModel(clerk), tools=tools)
 
-# A call that breaks the MCP tool's input schema is refused before anything runs.
+# A call that breaks the MCP tool's input schema is refused before anything runs; with
+# max_invalid_proposals=0 the first refusal ends the run (by default the model is told
+# the problems and asked again, twice).
 bad_call = {
     "kind": "tool_calls",
     "calls": [{"id": "o2", "name": "order", "arguments": {"item": "pear"}}],
 }
-careless = Agent("careless-clerk", ScriptedModel([bad_call]), tools=tools)
+careless = Agent("careless-clerk", ScriptedModel([bad_call]), tools=tools, max_invalid_proposals=0)
 
 
 def main() -> None:
