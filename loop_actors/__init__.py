@@ -32,6 +32,7 @@ from loop_actors._adapters import model_from_name as model_from_name
 from loop_actors._agent import Agent as Agent
 from loop_actors._agent import CatalogueChangedError as CatalogueChangedError
 from loop_actors._agent import SettingsChangedError as SettingsChangedError
+from loop_actors._asyncio import AsyncioRuntime as AsyncioRuntime
 from loop_actors._errors import AgentLoadError as AgentLoadError
 from loop_actors._errors import ApprovalRefusedError as ApprovalRefusedError
 from loop_actors._errors import EffectNotFoundError as EffectNotFoundError
@@ -79,6 +80,7 @@ __all__ = [
     "AgentLoadError",
     "AnthropicModel",
     "ApprovalRefusedError",
+    "AsyncioRuntime",
     "Budget",
     "CancelResult",
     "CannotContinue",

@@ -3,9 +3,15 @@
 Each MCP tool becomes one :class:`McpTool`: its name, description and input
 schema are the server's; its effect comes from the tool's annotations
 (``readOnlyHint`` true is a read, anything else a write). Arguments are checked
-against the server's JSON Schema before a call is dispatched. Every call opens
-its own session (one subprocess for stdio, one HTTP session for streamable
-HTTP), so a call survives a restart of the server and of this process alike.
+against the server's JSON Schema before a call is dispatched.
+
+Sessions belong to a Runtime: inside ``async with Runtime()`` the first call to a
+server opens one session (one subprocess for stdio, one HTTP session for
+streamable HTTP) that every later call of that runtime shares, concurrent calls
+included; the runtime closes it when it closes (:class:`McpSessions`). A session
+that ends (the server exited, the connection broke) is replaced at the next call.
+Outside a runtime (``call_mcp_tool`` called directly) each call opens a session
+of its own.
 
 The ``mcp`` package is an optional extra (``pip install 'loop-actors[mcp]'``);
 it is imported only when an MCP server is contacted.
@@ -14,14 +20,21 @@ it is imported only when an MCP server is contacted.
 from __future__ import annotations
 
 import importlib
+import json
+import logging
+import os
 import re
+import sys
 import threading
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from contextvars import ContextVar
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 import trio
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 from pydantic.dataclasses import dataclass
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
@@ -31,16 +44,29 @@ from loop_actors._tools import Reconciled, Tool, ToolContext, schema_digest
 
 if TYPE_CHECKING:
     import mcp.types
+    from anyio.streams.memory import MemoryObjectReceiveStream
     from mcp import ClientSession
 
+log = logging.getLogger(__name__)
+
 DEFAULT_MCP_TIMEOUT_S = 30.0
+
+CLOSE_BOUND_S = 10.0
+"""How long closing a runtime's MCP sessions may take before they are abandoned.
+
+The SDK's own shutdown of a stdio server is bounded too (close stdin, 2 s, SIGTERM,
+SIGKILL); this bound covers all of a runtime's sessions closing together.
+"""
+
+StderrOption = Literal["inherit", "discard"] | Path
 
 
 @dataclass(frozen=True, config=ConfigDict(extra="forbid"))
 class StdioServer:
     """An MCP server started as a subprocess and spoken to over its stdin and stdout.
 
-    A new process is started for the listing and for every call.
+    One process is started for the listing, and one per runtime for the calls (it
+    is started again if it exits).
     """
 
     command: str
@@ -49,6 +75,19 @@ class StdioServer:
     env: dict[str, str] | None = None
     """Extra environment variables, merged over the SDK's safe default environment."""
     cwd: str | None = None
+    stderr: StderrOption = "discard"
+    """Where the server's stderr goes: ``"discard"`` (the default: servers print
+    banners and logs there), ``"inherit"`` (this process's stderr, the terminal), or
+    a file path, appended to (created if missing)."""
+
+    @field_validator("stderr", mode="before")
+    @classmethod
+    def _stderr_is_a_choice_or_a_path(cls, value: object) -> object:
+        if isinstance(value, str) and value not in ("inherit", "discard"):
+            if not value.strip():
+                raise ValueError('give "inherit", "discard" or a file path')
+            return Path(value)
+        return value
 
 
 @dataclass(frozen=True, config=ConfigDict(extra="forbid"))
@@ -77,44 +116,285 @@ def _problem(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-@asynccontextmanager
-async def _session(server: McpServer) -> AsyncIterator[ClientSession]:
-    """An initialised client session to the server, closed on exit.
+def _import_mcp() -> None:
+    """Check that the optional ``mcp`` package is there.
 
     Raises:
         UsageError: the ``mcp`` package is not installed.
     """
     try:
-        from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: PLC0415
-        from mcp.client.streamable_http import streamable_http_client  # noqa: PLC0415
+        import mcp  # noqa: F401, PLC0415
     except ImportError as error:  # an optional extra
         raise UsageError(
             "MCP tools need the mcp package: pip install 'loop-actors[mcp]'"
         ) from error
 
-    if isinstance(server, StdioServer):
-        parameters = StdioServerParameters(
-            command=server.command, args=list(server.args), env=server.env, cwd=server.cwd
-        )
-        async with (
-            stdio_client(parameters) as (read, write),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
-            yield session
-    else:
-        import httpx2  # noqa: PLC0415 - a dependency of mcp
 
-        client = httpx2.AsyncClient(
-            headers=server.headers, timeout=httpx2.Timeout(30.0, read=300.0)
-        )
-        async with (
-            client,
-            streamable_http_client(server.url, http_client=client) as (read, write),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
-            yield session
+@contextmanager
+def _stderr_file(server: StdioServer) -> Iterator[TextIO]:
+    """The file a stdio server's stderr is written to, closed on exit.
+
+    Raises:
+        OSError: the log file cannot be opened (the message names it).
+    """
+    if server.stderr == "inherit":
+        yield sys.stderr
+        return
+    target = os.devnull if server.stderr == "discard" else server.stderr
+    try:
+        file = open(target, "a", encoding="utf-8")  # noqa: SIM115 - closed below
+    except OSError as error:
+        raise OSError(f"cannot open {target} for the server's stderr: {error}") from error
+    with file:
+        yield file
+
+
+@asynccontextmanager
+async def _session(
+    server: McpServer, *, on_end: Callable[[], None] | None = None
+) -> AsyncIterator[ClientSession]:
+    """An initialised client session to the server, closed on exit.
+
+    ``on_end`` is called when the server's side of the connection ends by itself
+    (a stdio server exited, an HTTP stream closed): the session can send nothing more.
+
+    Raises:
+        UsageError: the ``mcp`` package is not installed.
+    """
+    _import_mcp()
+    from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: PLC0415
+    from mcp.client.streamable_http import streamable_http_client  # noqa: PLC0415
+
+    async with AsyncExitStack() as stack:
+        if isinstance(server, StdioServer):
+            parameters = StdioServerParameters(
+                command=server.command, args=list(server.args), env=server.env, cwd=server.cwd
+            )
+            errlog = stack.enter_context(_stderr_file(server))
+            read, write = await stack.enter_async_context(stdio_client(parameters, errlog))
+        else:
+            import httpx2  # noqa: PLC0415 - a dependency of mcp
+
+            client = await stack.enter_async_context(
+                httpx2.AsyncClient(headers=server.headers, timeout=httpx2.Timeout(30.0, read=300.0))
+            )
+            read, write = await stack.enter_async_context(
+                streamable_http_client(server.url, http_client=client)
+            )
+        watched = await stack.enter_async_context(_watch_end(read, on_end))
+        session = await stack.enter_async_context(ClientSession(watched, write))
+        await session.initialize()
+        yield session
+
+
+@asynccontextmanager
+async def _watch_end(
+    read: Any, on_end: Callable[[], None] | None
+) -> AsyncIterator[MemoryObjectReceiveStream[Any]]:
+    """The read stream (an SDK ``ReadStream``), relayed; ``on_end`` is called when it ends.
+
+    The SDK fails the calls in flight when the stream ends; this tells the owner
+    of the session as well, so that the next call opens a new one instead of
+    being sent into a dead connection.
+    """
+    import anyio  # noqa: PLC0415 - a dependency of mcp
+
+    relay_in, relay_out = anyio.create_memory_object_stream[Any](0)
+
+    async def relay() -> None:
+        async with read, relay_in:
+            try:
+                async for item in read:
+                    await relay_in.send(item)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return  # the session closed its end: it is being closed
+        if on_end is not None:
+            on_end()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(relay)
+        try:
+            yield relay_out
+        finally:
+            relay_out.close()
+            nursery.cancel_scope.cancel()
+
+
+# --------------------------------------------------------------------------- sessions
+
+
+class _Connection:
+    """One session to one server, held open by a task of :class:`McpSessions`."""
+
+    def __init__(self, server: McpServer) -> None:
+        self.server = server
+        self.session: ClientSession | None = None
+        self.usable = True
+        """False once it ended or was retired: new calls open another session."""
+        self.in_flight = 0
+        self.closing = False
+        self.stop = trio.Event()
+        """Set to close the session (when no call uses it any more)."""
+        self.stopped = trio.Event()
+
+    def ended(self) -> None:
+        """The server's side ended (it exited): calls in flight fail, new calls reconnect."""
+        self.usable = False
+        if not self.closing:
+            log.warning(
+                "MCP server %s ended its session (it exited?); the next call starts a new one",
+                _describe(self.server),
+            )
+        self.stop.set()
+
+    def retire(self) -> None:
+        """No new calls; close it once the calls in flight are done."""
+        self.usable = False
+        if self.in_flight == 0:
+            self.stop.set()
+
+
+class McpSessions:
+    """The MCP sessions of one runtime: one per server, opened by its first call.
+
+    The Runtime opens one with :func:`open_mcp_sessions` and makes it current for
+    its runs; :func:`call_mcp_tool` uses the current one. Rules:
+
+    - the first call to a server opens its session (a stdio server's process);
+      concurrent first calls wait for that one session;
+    - calls share it, concurrently (MCP requests carry ids);
+    - when the server's side ends (the process exited or was killed), calls in
+      flight fail with class ``unavailable`` (for a write: outcome unknown) and
+      the next call opens a new session;
+    - a call that fails with anything but a tool result (a transport or protocol
+      error, e.g. an HTTP server that forgot the session) retires the session: it
+      closes once its other calls are done, and the next call opens a new one;
+    - closing stops every session (a stdio server gets its stdin closed, then
+      SIGTERM, then SIGKILL, and is reaped) within :data:`CLOSE_BOUND_S`.
+    """
+
+    def __init__(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+        self._connections: dict[str, _Connection] = {}
+        self._locks: dict[str, trio.Lock] = {}
+        self._closed = False
+
+    async def call_tool(
+        self, server: McpServer, name: str, arguments: dict[str, Any]
+    ) -> mcp.types.CallToolResult:
+        """Call a tool through the server's session, opening it if need be.
+
+        Raises:
+            Exception: whatever opening the session or the call raised (the SDK's own
+                exceptions), for :func:`call_mcp_tool` to classify.
+
+        Cancellation: a checkpoint; a call cancelled in flight leaves the session open.
+        """
+        connection = await self._connect(server)
+        assert connection.session is not None
+        connection.in_flight += 1
+        try:
+            return await connection.session.call_tool(name, arguments)
+        except Exception:
+            # A transport or protocol failure: the session may be broken or forgotten.
+            connection.retire()
+            raise
+        finally:
+            connection.in_flight -= 1
+            if not connection.usable and connection.in_flight == 0:
+                connection.stop.set()
+
+    async def _connect(self, server: McpServer) -> _Connection:
+        key = _server_key(server)
+        lock = self._locks.setdefault(key, trio.Lock())
+        async with lock:
+            if self._closed:
+                raise RuntimeError("the runtime's MCP sessions are closed")
+            current = self._connections.get(key)
+            if current is not None and current.usable:
+                return current
+            connection = _Connection(server)
+            await self._nursery.start(self._hold, connection)
+            if self._closed:  # closed while this one was opening
+                connection.stop.set()
+                raise RuntimeError("the runtime's MCP sessions are closed")
+            self._connections[key] = connection
+            return connection
+
+    async def _hold(self, connection: _Connection, *, task_status: trio.TaskStatus[None]) -> None:
+        """Open the session, then keep it until it is stopped or ends by itself."""
+        started = False
+        try:
+            async with _session(connection.server, on_end=connection.ended) as session:
+                connection.session = session
+                task_status.started()
+                started = True
+                await connection.stop.wait()
+                connection.closing = True
+        except Exception:
+            if not started:
+                raise  # the caller of the first call gets it
+            # After the session ended: its close failed. The process is abandoned
+            # (the SDK kills what it can); nothing is left to answer.
+            log.warning(
+                "closing the session to MCP server %s failed",
+                _describe(connection.server),
+                exc_info=True,
+            )
+        finally:
+            connection.usable = False
+            connection.stopped.set()
+
+    async def aclose(self) -> None:
+        """Close every session, within :data:`CLOSE_BOUND_S`.
+
+        Cancellation: shielded; whatever did not close within the bound is abandoned
+        (and logged).
+        """
+        self._closed = True
+        connections = list(self._connections.values())
+        self._connections.clear()
+        for connection in connections:
+            connection.closing = True
+            connection.stop.set()
+        with trio.move_on_after(CLOSE_BOUND_S, shield=True) as bound:
+            for connection in connections:
+                await connection.stopped.wait()
+        if bound.cancelled_caught:
+            log.warning("MCP sessions did not close within %g s; abandoning them", CLOSE_BOUND_S)
+            self._nursery.cancel_scope.cancel()
+
+
+def _server_key(server: McpServer) -> str:
+    """Servers that are equal share a session."""
+    return json.dumps([type(server).__name__, asdict(server)], sort_keys=True, default=str)
+
+
+_current: ContextVar[McpSessions | None] = ContextVar("loop_actors_mcp_sessions", default=None)
+
+
+@asynccontextmanager
+async def open_mcp_sessions() -> AsyncIterator[McpSessions]:
+    """A pool of MCP sessions, every one closed on exit (see :class:`McpSessions`).
+
+    Cancellation: the close on exit is shielded and bounded by :data:`CLOSE_BOUND_S`.
+    """
+    async with trio.open_nursery() as nursery:
+        sessions = McpSessions(nursery)
+        try:
+            yield sessions
+        finally:
+            await sessions.aclose()
+
+
+@contextmanager
+def using_mcp_sessions(sessions: McpSessions) -> Iterator[None]:
+    """Make ``sessions`` the ones that MCP tool calls of this task (and its children) use."""
+    token = _current.set(sessions)
+    try:
+        yield
+    finally:
+        _current.reset(token)
 
 
 # --------------------------------------------------------------------------- arguments
@@ -155,7 +435,7 @@ def _not_found(effect_key: str) -> Reconciled:
 
 
 class McpTool(Tool):
-    """A tool of an MCP server, called through a fresh session each time.
+    """A tool of an MCP server, called through its runtime's session to the server.
 
     ``schema`` is the server's ``inputSchema``, unchanged. ``validate`` checks
     arguments against it with ``jsonschema`` (JSON types are strict: ``"3"`` is
@@ -240,7 +520,8 @@ class McpTool(Tool):
 
         ``running`` is set when the call has stopped (it never outlives this await).
 
-        Cancellation: a checkpoint; the session (and a stdio server process) is closed.
+        Cancellation: a checkpoint; the runtime's session stays open (a session of
+        its own, outside a runtime, is closed).
         """
         try:
             validated = self.validate(arguments)
@@ -251,10 +532,14 @@ class McpTool(Tool):
 
 
 async def call_mcp_tool(server: McpServer, name: str, arguments: dict[str, Any]) -> Any:
-    """Call one MCP tool in a session of its own.
+    """Call one MCP tool: through the runtime's session to the server, else a session of its own.
 
-    Cancellation: a checkpoint; the session is closed and ``trio.Cancelled`` passes
-    through. For a write the outcome is then unknown to the caller.
+    Inside a run of a Runtime, the call goes through the runtime's session to
+    ``server`` (opened if need be; see :class:`McpSessions`). Called on its own, it
+    opens a session for this one call and closes it.
+
+    Cancellation: a checkpoint; ``trio.Cancelled`` passes through, and a session of
+    its own is closed. For a write the outcome is then unknown to the caller.
 
     Returns:
         The result's ``structuredContent`` if it has one, else its text content
@@ -262,14 +547,20 @@ async def call_mcp_tool(server: McpServer, name: str, arguments: dict[str, Any])
 
     Raises:
         ToolError: the server answered with ``isError`` (class ``tool_failed``,
-            with the server's text), or could not be reached or failed to answer
-            (class ``unavailable``: for a write, the outcome is then unknown).
+            with the server's text), or could not be reached, exited or failed to
+            answer (class ``unavailable``: for a write, the outcome is then unknown).
+        UsageError: the ``mcp`` package is not installed.
     """
+    _import_mcp()
     import mcp.types  # noqa: PLC0415 - an optional extra
 
+    sessions = _current.get()
     try:
-        async with _session(server) as session:
-            result = await session.call_tool(name, arguments)
+        if sessions is not None:
+            result = await sessions.call_tool(server, name, arguments)
+        else:
+            async with _session(server) as session:
+                result = await session.call_tool(name, arguments)
     except UsageError:
         raise
     except Exception as error:  # transport, protocol and server failures alike
@@ -397,9 +688,12 @@ def mcp_tools(
 __all__ = [
     "HttpServer",
     "McpServer",
+    "McpSessions",
     "McpTool",
     "StdioServer",
     "call_mcp_tool",
     "mcp_tools",
     "mcp_tools_async",
+    "open_mcp_sessions",
+    "using_mcp_sessions",
 ]

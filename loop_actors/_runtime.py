@@ -45,6 +45,7 @@ from loop_actors._errors import (
 )
 from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._journal import Journal
+from loop_actors._mcp import McpSessions, open_mcp_sessions, using_mcp_sessions
 from loop_actors._messages import (
     CommitFailed,
     Committed,
@@ -196,6 +197,8 @@ class Runtime:
         self._exit_stack: AsyncExitStack | None = None
         self._running: dict[str, Controller] = {}
         self._reader: StoreReader | None = None
+        self._mcp: McpSessions | None = None
+        """The MCP sessions of the runs of this runtime, closed when it closes."""
         self._secrets = SecretStore()
         """Real values of redacted data that paused runs still need (see ``_secrets``)."""
         self.follow_projections = follow_projections
@@ -238,6 +241,8 @@ class Runtime:
             stack.push_async_callback(reads.aclose)  # before the store closes: no read left running
             watcher: trio.CancelScope = await nursery.start(self._watch_cancel_requests, reads)
             stack.callback(watcher.cancel)  # the watcher ends with the runtime
+            # MCP server sessions (stdio server processes) live as long as the runtime.
+            mcp_sessions = await stack.enter_async_context(open_mcp_sessions())
             # Closed first on exit: it answers every commit it took, then stops (and
             # closes ``committed``, which ends the follower).
             journal = await stack.enter_async_context(Journal(store, committed=committed))
@@ -246,6 +251,7 @@ class Runtime:
             raise
         self._store, self._journal, self._exit_stack = store, journal, stack
         self._reader = reads
+        self._mcp = mcp_sessions
         return self
 
     async def __aexit__(
@@ -261,6 +267,7 @@ class Runtime:
         """
         stack, self._exit_stack = self._exit_stack, None
         self._store = self._journal = None
+        self._mcp = None
         self.projections = None
         if stack is None:
             return
@@ -773,7 +780,9 @@ class Runtime:
                 controller.request_cancel(_requested_by(request.by, request.reason))
         self._running[invocation.id] = controller
         try:
-            outcome = await controller.run()
+            assert self._mcp is not None
+            with using_mcp_sessions(self._mcp):
+                outcome = await controller.run()
         finally:
             del self._running[invocation.id]
         # A failed checkpoint recorded nothing: the invocation goes on at its next

@@ -3,12 +3,18 @@
 Run over stdio (the default): ``python tests/mcp_server_app.py``.
 Run over streamable HTTP on 127.0.0.1 with a port the OS chooses:
 ``python tests/mcp_server_app.py --http``; it prints ``PORT <n>`` once it listens.
+
+With ``MCP_TEST_PID_FILE`` set, the server appends its pid to that file when it
+starts (the tests count server processes with it). With ``MCP_TEST_BANNER`` set, it
+writes that line to its stderr when it starts, as many real servers do.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
+import time
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
@@ -46,6 +52,27 @@ def delete_item(item: str) -> str:
     return f"deleted {item}"
 
 
+@server.tool()
+def nap(seconds: float, started_file: str = "") -> str:
+    """Sleep, having first written ``started_file`` (a write: the client cannot know)."""
+    if started_file:
+        with open(started_file, "w") as file:
+            file.write(str(os.getpid()))
+    time.sleep(seconds)
+    return f"slept {seconds:g} s"
+
+
+def announce() -> None:
+    """Record this process's pid and print the banner, as the environment asks."""
+    pid_file = os.environ.get("MCP_TEST_PID_FILE")
+    if pid_file:
+        with open(pid_file, "a") as file:
+            file.write(f"{os.getpid()}\n")
+    banner = os.environ.get("MCP_TEST_BANNER")
+    if banner:
+        print(banner, file=sys.stderr, flush=True)
+
+
 def serve_http() -> None:
     """Serve streamable HTTP with asyncio on an OS-chosen port, printed before serving."""
     import anyio
@@ -67,6 +94,7 @@ def serve_http() -> None:
 
 
 if __name__ == "__main__":
+    announce()
     if "--http" in sys.argv[1:]:
         serve_http()
     else:

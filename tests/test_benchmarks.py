@@ -20,6 +20,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
         ("concurrency.py", ["--n", "5", "--delay", "0.01"], "5/5 completed"),
         ("resume_long_history.py", ["--turns", "5", "--reps", "1"], "ratio replay/snapshot"),
         ("read_models.py", ["--n", "10", "--wave", "5", "--reps", "1"], "hash / encode"),
+        ("mcp_sessions.py", ["--reps", "1"], "ratio per-call/one-session"),
     ],
 )
 def test_a_benchmark_runs_and_prints_its_figures(

@@ -26,6 +26,7 @@ TESTED_EXAMPLES = {
     "quickstart.py",
     "first_agent.py",
     "async_runtime.py",
+    "asyncio_app.py",
     "batch_of_jobs.py",
     "custom_tool.py",
     "scripted_model.py",
@@ -109,6 +110,19 @@ def test_async_runtime_run_again_returns_the_recorded_outcomes(tmp_path: Path) -
     first = _lines(_run_example("async_runtime.py", tmp_path))
     second = _lines(_run_example("async_runtime.py", tmp_path))
     assert second == first
+
+
+def test_asyncio_app_runs_concurrently_times_out_and_raises_typed_errors(tmp_path: Path) -> None:
+    expected = [
+        "ask-A-1001 completed Order A-1001 is shipped.",
+        "ask-A-1002 completed Order A-1002 is being packed.",
+        "ask-A-9999 cannot_continue no order A-9999",
+        "courier: timed out, recorded as cancelled",
+        "error: InvocationNotFoundError no invocation with id 'no-such-id'",
+    ]
+    assert _lines(_run_example("asyncio_app.py", tmp_path)) == expected
+    # Run again on the same store: the orders' recorded outcomes, a new courier run.
+    assert _lines(_run_example("asyncio_app.py", tmp_path)) == expected
 
 
 def test_a_batch_of_jobs_runs_ten_at_a_time_and_a_second_run_starts_nothing(
