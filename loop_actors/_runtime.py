@@ -17,7 +17,7 @@ from aggregates.decisions import Frozen, TerminalReason
 from aggregates.effect import Effect
 from aggregates.invocation import Invocation, InvocationEvent, Phase
 from aggregates.requests import CancelRequest
-from aggregates.turn import EffectAnswered, cancel_paused
+from aggregates.turn import EffectAnswered, cancel_paused, settle_ended_effect
 from loop_actors._agent import (
     Agent,
     SettingsChangedError,
@@ -493,7 +493,7 @@ class Runtime:
                 if not outcome.paused:
                     settled += len(effects)
             elif invocation.phase is Phase.TERMINATED:
-                settled += await self._settle_ended(effects, agent, journal)
+                settled += await self._settle_ended(invocation, effects, agent, journal)
             else:
                 left_alone.append(invocation_id)
         still_open = await self._reads().open_effects()
@@ -504,7 +504,9 @@ class Runtime:
             left_running=left_alone,
         )
 
-    async def _settle_ended(self, effects: list[Effect], agent: Agent, journal: Journal) -> int:
+    async def _settle_ended(
+        self, invocation: Invocation, effects: list[Effect], agent: Agent, journal: Journal
+    ) -> int:
         settled = 0
         for effect in effects:
             answer = await reconcile_effect(
@@ -512,13 +514,8 @@ class Runtime:
             )
             if not isinstance(answer, EffectAnswered):
                 continue
-            effect.reconcile(
-                answer.status,
-                # Stored as the tool redacts its output, like every receipt.
-                receipt=agent.toolbox.redact_output(effect.tool, answer.receipt),
-                reason=answer.reason,
-                at=self._now(),
-            )
+            # Redacted and scrubbed like every receipt and reason (the core's rule).
+            settle_ended_effect(invocation, effect, answer, agent.toolbox, at=self._now())
             outcome = await journal.commit(effect.take_events())
             if isinstance(outcome, Committed):
                 settled += 1
