@@ -33,7 +33,10 @@ The inputs tried:
     problems and the ``invalid_decision`` detail);
 14. a write rejected on resume by its service with a reason quoting the card;
 15. the sweeper settling a rejection whose reason quotes the card, after the
-    invocation's secrets were deleted (the reason is withheld: digest and size).
+    invocation's secrets were deleted (the reason is withheld: digest and size);
+16. a call paused for approval, approved and resumed by another ``Runtime`` (with the
+    cipher its sealed secret store gives the card back and the tool's ``ValueError``
+    quoting it is scrubbed; without, the call does not run).
 """
 
 from __future__ import annotations
@@ -89,6 +92,12 @@ def verify_card(card_number: str) -> str:
     raise ToolError(f"card {card_number} is on a block list", error_class=ErrorClass.DENIED)
 
 
+@tool(sensitive_arguments=["card_number"], requires_approval=True)
+def refund(card_number: str) -> str:
+    """Refund a card, once approved (it fails, quoting the card)."""
+    raise ValueError(f"card {card_number} cannot be refunded")
+
+
 def _valid_card(value: str) -> str:
     if not value.startswith("5"):
         raise ValueError(f"{value} is not a card we accept")
@@ -138,7 +147,7 @@ def pay(card_number: str, amount: int) -> dict[str, Any]:
     return {"token": TOKEN, "charge": "ch_1"}
 
 
-TOOLS = [tokenize, check_card, verify_card, strict_card, charge, pay]
+TOOLS = [tokenize, check_card, verify_card, strict_card, charge, pay, refund]
 
 
 def _calls(name: str, arguments: Any, call_id: str = "c") -> dict[str, Any]:
@@ -404,7 +413,28 @@ def s15_rejection_reason_by_the_sweeper(folder: Path) -> None:
     assert reason.startswith("[withheld:")
 
 
-SCENARIOS = {
+def s16_approved_call_resumed_by_another_runtime(folder: Path, store_kind: str) -> None:
+    url = f"sqlite:///{folder / 'events.db'}"
+    the_agent = agent([_calls("refund", {"card_number": CARD}), FINAL])
+    paused = Runtime(url).run_sync(the_agent, "refund", invocation_id="s")
+    assert paused.reason is TerminalReason.APPROVAL_REQUIRED
+    assert paused.digest is not None
+
+    async def approve_and_resume() -> None:
+        async with Runtime(url) as runtime:  # another runtime: nothing in its memory
+            await runtime.approve("s", digest=paused.digest or "", by="ops")
+            await runtime.resume("s", the_agent)
+
+    trio.run(approve_and_resume)
+    if store_kind == "encrypted":  # the sealed secret store gave the card back: it ran
+        assert error_messages(history(folder, "s")) == [
+            "ValueError: card [redacted] cannot be refunded"
+        ]
+    else:  # nothing kept the card: the call did not run
+        assert "not run" in error_messages(history(folder, "s"))[0]
+
+
+SCENARIOS: dict[str, Callable[..., None]] = {
     f.__name__: f
     for f in (
         s01_json_text_arguments_rejected,
@@ -422,6 +452,7 @@ SCENARIOS = {
         s13_validation_error_quoting_the_card,
         s14_rejection_reason_on_resume,
         s15_rejection_reason_by_the_sweeper,
+        s16_approved_call_resumed_by_another_runtime,
     )
 }
 
@@ -442,5 +473,8 @@ def test_no_secret_is_in_any_database_file_after_the_scenario(
     scenario: str, store_kind: str, tmp_path: Path
 ) -> None:
     """See the module docstring for what each scenario feeds in."""
-    SCENARIOS[scenario](tmp_path)
+    if scenario.startswith("s16"):
+        SCENARIOS[scenario](tmp_path, store_kind)
+    else:
+        SCENARIOS[scenario](tmp_path)
     build_read_models_and_grep(tmp_path)
