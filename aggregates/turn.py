@@ -336,6 +336,7 @@ class TurnCore:
         self._approved = False
         self._secrets: list[KeptSecret] = []
         self._kept = kept
+        self._redacts = catalogue.redacts
         self._sensitive: dict[tuple[int, str], list[str]] = {}
         """The texts of the sensitive values of each call met so far, by (step, call id)."""
         self._known_arguments: set[tuple[int, str]] = set()
@@ -1044,6 +1045,8 @@ class TurnCore:
         runtime's secret store holds. When the call's ``stored`` arguments hold a
         redacted value whose real value neither knows, the text is withheld.
         """
+        if not self._redacts:
+            return text  # no tool declares a sensitive field: nothing to scrub
         key = (step, call_id)
         if self._kept is not None and key not in self._looked_up:
             self._looked_up.add(key)
