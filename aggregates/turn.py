@@ -60,6 +60,13 @@ from aggregates.effect import Effect, Resolution
 from aggregates.errors import AggregateError
 from aggregates.events import DomainEvent
 from aggregates.invocation import ApprovalDenied, DispatchedCall, Invocation, Phase, Turn
+from aggregates.redaction import (
+    holds_redacted,
+    redact_proposal,
+    redacted_values,
+    scrub,
+    withheld,
+)
 from aggregates.results import (
     Interruption,
     denied_result,
@@ -93,6 +100,10 @@ class Moment:
 class Catalogue(Protocol):
     """The agent's tools as the core needs them: pure lookups and checks."""
 
+    @property
+    def redacts(self) -> bool:
+        """True when some tool declares sensitive fields."""
+
     def effect_of(self, name: str) -> ToolEffect | None:
         """The tool's effect, or None when there is no such tool."""
 
@@ -110,6 +121,20 @@ class Catalogue(Protocol):
 
     def plan(self, calls: Sequence[DispatchedCall]) -> list[list[str]]:
         """Execution groups of call ids."""
+
+
+class KeptValues(Protocol):
+    """The runtime's secret store as the core reads it: the real values it holds."""
+
+    def __call__(self, step: int, call_id: str, kind: Literal["arguments", "output"]) -> Any:
+        """The real arguments or output of a call, or None when none is kept."""
+
+
+WITHHELD_WHY = (
+    "a text about a call whose sensitive arguments are no longer held, so it cannot be "
+    "scrubbed of them"
+)
+"""Why a text is stored withheld (see :func:`aggregates.redaction.withheld`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,11 +328,13 @@ class TurnCore:
         catalogue: Catalogue,
         verifies: bool = False,
         authorises: bool = False,
+        kept: KeptValues | None = None,
     ) -> None:
         """Drive ``invocation`` with its recorded ``settings`` and the agent's ``catalogue``.
 
         ``verifies`` / ``authorises``: whether the shell has a verifier / a policy
-        (code, which the record cannot hold).
+        (code, which the record cannot hold). ``kept``: the real values the runtime
+        holds for redacted ones (of this invocation), which error texts are scrubbed of.
         """
         self.invocation = invocation
         self.settings = settings
@@ -323,6 +350,13 @@ class TurnCore:
         """Real (normalised) arguments of the proposed batch, by call id."""
         self._approved = False
         self._secrets: list[KeptSecret] = []
+        self._kept = kept
+        self._redacts = catalogue.redacts
+        self._sensitive: dict[tuple[int, str], list[str]] = {}
+        """The texts of the sensitive values of each call met so far, by (step, call id)."""
+        self._known_arguments: set[tuple[int, str]] = set()
+        """Calls whose real arguments this core has seen (its own, or the secret store's)."""
+        self._looked_up: set[tuple[int, str]] = set()
 
     @property
     def budget(self) -> Budget:
@@ -431,7 +465,9 @@ class TurnCore:
                 )
             case ModelFailed(error_type=error_type, message=message):
                 return self._end(
-                    TerminalReason.MODEL_ERROR, moment, detail=f"{error_type}: {message}"
+                    TerminalReason.MODEL_ERROR,
+                    moment,
+                    detail=self._scrub_all(f"{error_type}: {message}"),
                 )
             case ModelAnswered(proposal=proposal, usage=usage):
                 pass
@@ -459,13 +495,15 @@ class TurnCore:
         try:
             decision = parse_decision(proposal)
         except ValidationError as error:
-            return Rejection(
-                rejection_class=RejectionClass.SCHEMA_INVALID,
-                problems=[
-                    f"{'.'.join(str(p) for p in item['loc']) or 'decision'}: {item['msg']}"
+            return self._rejection(
+                proposal,
+                [
+                    (
+                        RejectionClass.SCHEMA_INVALID,
+                        f"{'.'.join(str(p) for p in item['loc']) or 'decision'}: {item['msg']}",
+                    )
                     for item in error.errors()
                 ],
-                raw=self._redact_raw(_jsonable(proposal)),
             )
         arguments: dict[str, dict[str, Any]] = {}
         problems: list[tuple[RejectionClass, str]] = []
@@ -506,30 +544,17 @@ class TurnCore:
             case _:
                 pass
         if problems:
-            return Rejection(
-                rejection_class=problems[0][0],
-                problems=[problem for _, problem in problems],
-                raw=self._redact_raw(_jsonable(proposal)),
-            )
+            return self._rejection(proposal, problems)
         return decision, arguments
 
-    def _redact_raw(self, raw: Any) -> Any:
-        """Redact the sensitive arguments of known tools in a rejected proposal."""
-        if not isinstance(raw, dict):
-            return raw
-        proposed = raw.get("calls")
-        if not isinstance(proposed, list):
-            return raw
-        calls = []
-        for call in proposed:
-            if isinstance(call, dict) and isinstance(call.get("arguments"), dict):
-                arguments = self.catalogue.redact_arguments(
-                    str(call.get("name")), call["arguments"]
-                )
-                calls.append({**call, "arguments": arguments})
-            else:
-                calls.append(call)
-        return {**raw, "calls": calls}
+    def _rejection(self, proposal: object, problems: list[tuple[RejectionClass, str]]) -> Rejection:
+        """A refused proposal as it is stored: redacted, its problems scrubbed of its secrets."""
+        raw, secrets = redact_proposal(_jsonable(proposal), self.catalogue)
+        return Rejection(
+            rejection_class=problems[0][0],
+            problems=[scrub(problem, secrets) for _, problem in problems],
+            raw=raw,
+        )
 
     def _act(
         self,
@@ -547,7 +572,8 @@ class TurnCore:
             for call in decision.calls:
                 redacted = self.catalogue.redact_arguments(call.name, call.arguments)
                 if redacted is not call.arguments:
-                    self._keep(step, call.id, "arguments", arguments[call.id])
+                    self._learn(step, call.id, redacted_values(call.arguments, redacted))
+                    self._keep(step, call.id, call.name, "arguments", arguments[call.id])
                     call = call.model_copy(update={"arguments": redacted})  # noqa: PLW2901
                     redacted_any = True
                 calls.append(call)
@@ -637,9 +663,16 @@ class TurnCore:
         inv = self.invocation
         if verdict.stop is not None:
             return self._end(
-                TerminalReason.INVALID_DECISION, moment, detail=f"refused by policy: {verdict.stop}"
+                TerminalReason.INVALID_DECISION,
+                moment,
+                detail=self._scrub_all(f"refused by policy: {verdict.stop}"),
             )
-        planned, refused = self._planned, dict(verdict.refused)
+        planned = self._planned
+        names = {call.call_id: call.name for call in planned}
+        refused = {
+            call_id: self._scrub_call(inv.step, call_id, names.get(call_id, ""), why)
+            for call_id, why in verdict.refused.items()
+        }
         if self._approved:
             approval = inv.approval
             if isinstance(approval, ApprovalDenied):
@@ -794,10 +827,17 @@ class TurnCore:
         return self._reconcile_open(moment)
 
     def _conceal(self, step: int, result: ToolResult) -> ToolResult:
+        """A result as it is stored: its sensitive output redacted, its error text scrubbed."""
+        if result.error is not None:
+            message = self._scrub_call(step, result.call_id, result.name, result.error.message)
+            if message == result.error.message:
+                return result
+            error = result.error.model_copy(update={"message": message})
+            return result.model_copy(update={"error": error})
         stored = self.catalogue.redact_output(result.name, result.output)
         if stored is result.output:
             return result
-        self._keep(step, result.call_id, "output", result.output)
+        self._keep(step, result.call_id, result.name, "output", result.output)
         return result.model_copy(update={"output": stored})
 
     def _reconcile_open(self, moment: Moment) -> Action:
@@ -820,6 +860,9 @@ class TurnCore:
                 case None:
                     continue
                 case ServiceUnreachable(error=error):
+                    error = self._scrub_call(  # stored scrubbed
+                        batch.step, call_id, effect.tool, error, stored=by_id[call_id].arguments
+                    )
                     unreachable.append(f"{effect.key} ({effect.tool}): {error}")
                 case AttemptStillRunning(waited_s=waited_s):
                     still_running.append(
@@ -831,10 +874,17 @@ class TurnCore:
                     # A receipt is an output of the write: stored as the tool redacts it.
                     receipt = self.catalogue.redact_output(effect.tool, answer.receipt)
                     if receipt is not answer.receipt:
-                        self._keep(batch.step, call_id, "output", answer.receipt)
-                    effect.reconcile(
-                        answer.status, receipt=receipt, reason=answer.reason, at=moment.at
-                    )
+                        self._keep(batch.step, call_id, effect.tool, "output", answer.receipt)
+                    reason = answer.reason
+                    if reason is not None:
+                        reason = self._scrub_call(
+                            batch.step,
+                            call_id,
+                            effect.tool,
+                            reason,
+                            stored=by_id[call_id].arguments,
+                        )
+                    effect.reconcile(answer.status, receipt=receipt, reason=reason, at=moment.at)
                     match answer.status:
                         case Resolution.COMMITTED:
                             self._results[call_id] = write_result(
@@ -844,7 +894,7 @@ class TurnCore:
                             self._results[call_id] = write_result(
                                 by_id[call_id],
                                 EffectStatus.RECONCILED,
-                                rejected=answer.reason or "rejected by the service",
+                                rejected=reason or "rejected by the service",
                             )
                         case Resolution.NOT_FOUND:
                             pass  # back to prepared: dispatched again below
@@ -924,6 +974,7 @@ class TurnCore:
         assert isinstance(decision, Final)
         if evidence is None:
             return self._end(TerminalReason.COMPLETED, moment, answer=decision.answer)
+        evidence = self._scrub_all(evidence)
         inv.fail_verification(evidence, at=moment.at)
         if inv.verification_failures >= self.settings.max_verification_attempts:
             return self._end(
@@ -986,9 +1037,61 @@ class TurnCore:
         return effect
 
     def _keep(
-        self, step: int, call_id: str, kind: Literal["arguments", "output"], value: Any
+        self, step: int, call_id: str, name: str, kind: Literal["arguments", "output"], value: Any
     ) -> None:
+        """Hand a real value to the runtime's secret store, and remember its sensitive texts."""
         self._secrets.append(KeptSecret(step=step, call_id=call_id, kind=kind, value=value))
+        if kind == "arguments":
+            self._known_arguments.add((step, call_id))
+        self._learn(step, call_id, self._sensitive_in(name, kind, value))
+
+    def _sensitive_in(
+        self, name: str, kind: Literal["arguments", "output"], value: Any
+    ) -> list[str]:
+        if kind == "arguments" and isinstance(value, dict):
+            return redacted_values(value, self.catalogue.redact_arguments(name, value))
+        if kind == "output":
+            return redacted_values(value, self.catalogue.redact_output(name, value))
+        return []
+
+    def _learn(self, step: int, call_id: str, values: list[str]) -> None:
+        if values:
+            self._sensitive.setdefault((step, call_id), []).extend(values)
+
+    def _scrub_call(
+        self,
+        step: int,
+        call_id: str,
+        name: str,
+        text: str,
+        *,
+        stored: dict[str, Any] | None = None,
+    ) -> str:
+        """A text about one call (an error, a service's reason) as it may be stored.
+
+        Scrubbed of the call's sensitive values: those met in this run, and those the
+        runtime's secret store holds. When the call's ``stored`` arguments hold a
+        redacted value whose real value neither knows, the text is withheld.
+        """
+        if not self._redacts:
+            return text  # no tool declares a sensitive field: nothing to scrub
+        key = (step, call_id)
+        if self._kept is not None and key not in self._looked_up:
+            self._looked_up.add(key)
+            arguments = self._kept(step, call_id, "arguments")
+            if arguments is not None:
+                self._known_arguments.add(key)
+                self._learn(step, call_id, self._sensitive_in(name, "arguments", arguments))
+            output = self._kept(step, call_id, "output")
+            if output is not None:
+                self._learn(step, call_id, self._sensitive_in(name, "output", output))
+        if stored is not None and key not in self._known_arguments and holds_redacted(stored):
+            return withheld(text, WITHHELD_WHY)
+        return scrub(text, self._sensitive.get(key, ()))
+
+    def _scrub_all(self, text: str) -> str:
+        """A text that may quote any value met in this run (a model failure, an evidence)."""
+        return scrub(text, [v for values in self._sensitive.values() for v in values])
 
 
 # --------------------------------------------------------------------------- stops from outside
@@ -1038,6 +1141,41 @@ def cancel_paused(invocation: Invocation, detail: str, *, at: datetime) -> None:
             [unreported_result(call) for call in invocation.pending_batch.calls], at=at
         )
     invocation.terminate(TerminalReason.CANCELLED, detail=detail, at=at)
+
+
+def settle_ended_effect(
+    invocation: Invocation,
+    effect: Effect,
+    answer: EffectAnswered,
+    catalogue: Catalogue,
+    *,
+    at: datetime,
+) -> None:
+    """Record a service's answer about an open write of an invocation that has ended.
+
+    The receipt is stored as the tool redacts its output; the service's reason is
+    scrubbed of the receipt's sensitive values, and withheld when the call's stored
+    arguments hold a redacted value (its real value was deleted with the
+    invocation's secrets when it ended, so the reason cannot be scrubbed of it).
+    """
+    receipt = catalogue.redact_output(effect.tool, answer.receipt)
+    reason = answer.reason
+    if reason is not None:
+        if holds_redacted(_proposed_arguments(invocation, effect.step, effect.call_id)):
+            reason = withheld(reason, WITHHELD_WHY)
+        else:
+            reason = scrub(reason, redacted_values(answer.receipt, receipt))
+    effect.reconcile(answer.status, receipt=receipt, reason=reason, at=at)
+
+
+def _proposed_arguments(invocation: Invocation, step: int, call_id: str) -> Any:
+    """A call's arguments as they were stored with its decision (None if not found)."""
+    for turn in invocation.turns:
+        if turn.step == step and isinstance(turn.decision, ToolCalls):
+            for call in turn.decision.calls:
+                if call.id == call_id:
+                    return call.arguments
+    return None
 
 
 # --------------------------------------------------------------------------- helpers

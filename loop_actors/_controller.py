@@ -21,6 +21,7 @@ import trio
 from aggregates.decisions import ToolCalls, ToolResult
 from aggregates.effect import Effect
 from aggregates.invocation import DispatchedCall, Invocation, Turn
+from aggregates.redaction import holds_redacted
 from aggregates.results import Interruption, arguments_gone_result, unreported_result
 from aggregates.settings import RunSettings
 from aggregates.turn import (
@@ -67,8 +68,8 @@ from loop_actors._outcome import Outcome
 from loop_actors._policy import AccessRequest, check_access
 from loop_actors._reader import StoreReader
 from loop_actors._reconciler import run_effect_reconciler
-from loop_actors._secrets import MISSING, SecretStore
-from loop_actors._tools import REDACTED, run_tool_actor
+from loop_actors._secrets import MISSING, Kind, SecretStore
+from loop_actors._tools import run_tool_actor
 
 if TYPE_CHECKING:
     from loop_actors._agent import Agent
@@ -110,6 +111,7 @@ class Controller:
             catalogue=agent.toolbox,
             verifies=agent.verifier is not None,
             authorises=agent.policy is not None,
+            kept=self._kept,
         )
         self.agent = agent
         self.journal = journal
@@ -316,7 +318,7 @@ class Controller:
         A call whose redacted arguments no secret store holds does not run.
         """
         revealed = [self._reveal_call(action.step, call) for call in action.calls]
-        lost = {c.call_id for c in revealed if _holds_redacted(c.arguments)}
+        lost = {c.call_id for c in revealed if holds_redacted(c.arguments)}
         runnable = [c for c in revealed if c.call_id not in lost]
         results = {c.call_id: arguments_gone_result(c) for c in revealed if c.call_id in lost}
         interruption = Interruption.NONE
@@ -473,6 +475,11 @@ class Controller:
 
     # ----------------------------------------------------------------- secrets
 
+    def _kept(self, step: int, call_id: str, kind: Kind) -> Any:
+        """The real value the secret store holds (for the core's scrubbing), or None."""
+        real = self.secrets.lookup(self.invocation.id, step, call_id, kind)
+        return None if real is MISSING else real
+
     def _reveal_call(self, step: int, call: DispatchedCall) -> DispatchedCall:
         """The call with the real values of its redacted arguments, where they are kept."""
         real = self.secrets.lookup(self.invocation.id, step, call.call_id, "arguments")
@@ -531,13 +538,3 @@ def single_exception(group: BaseExceptionGroup[BaseException]) -> BaseException:
     while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
         error = error.exceptions[0]
     return error
-
-
-def _holds_redacted(value: Any) -> bool:
-    if value == REDACTED:
-        return True
-    if isinstance(value, dict):
-        return any(_holds_redacted(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_holds_redacted(v) for v in value)
-    return False

@@ -27,7 +27,7 @@ from aggregates.errors import AggregateError
 from aggregates.ids import invocation_id_problem
 from aggregates.invocation import Invocation, InvocationEvent, Phase
 from aggregates.requests import CancelRequest
-from aggregates.turn import EffectAnswered, KeptSecret, cancel_paused
+from aggregates.turn import EffectAnswered, KeptSecret, cancel_paused, settle_ended_effect
 from loop_actors._agent import (
     Agent,
     SettingsChangedError,
@@ -694,7 +694,7 @@ class Runtime:
                 if not outcome.paused:
                     settled += len(effects)
             elif invocation.phase is Phase.TERMINATED:
-                settled += await self._settle_ended(effects, agent, journal)
+                settled += await self._settle_ended(invocation, effects, agent, journal)
             else:
                 left_alone.append(invocation_id)
         still_open = await self._reads().open_effects()
@@ -730,7 +730,9 @@ class Runtime:
             effects_waiting=waiting,
         )
 
-    async def _settle_ended(self, effects: list[Effect], agent: Agent, journal: Journal) -> int:
+    async def _settle_ended(
+        self, invocation: Invocation, effects: list[Effect], agent: Agent, journal: Journal
+    ) -> int:
         settled = 0
         for effect in effects:
             answer = await reconcile_effect(
@@ -738,13 +740,8 @@ class Runtime:
             )
             if not isinstance(answer, EffectAnswered):
                 continue
-            effect.reconcile(
-                answer.status,
-                # Stored as the tool redacts its output, like every receipt.
-                receipt=agent.toolbox.redact_output(effect.tool, answer.receipt),
-                reason=answer.reason,
-                at=self._now(),
-            )
+            # Redacted and scrubbed like every receipt and reason (the core's rule).
+            settle_ended_effect(invocation, effect, answer, agent.toolbox, at=self._now())
             outcome = await journal.commit(effect.take_events())
             if isinstance(outcome, Committed):
                 settled += 1

@@ -30,6 +30,7 @@ from aggregates.decisions import (
 from aggregates.digest import digest_of, sha256_hex
 from aggregates.effect import Resolution
 from aggregates.invocation import DispatchedCall, ToolSpec
+from aggregates.redaction import REDACTED
 from aggregates.results import Interruption, interrupted_result
 from loop_actors._errors import ToolDefinitionError, ToolError
 from loop_actors._faults import CrashPoint, fault_point
@@ -41,9 +42,6 @@ from loop_actors._messages import (
 )
 
 DEFAULT_TOOL_TIMEOUT_S = 30.0
-
-REDACTED = "[redacted]"
-"""What a sensitive value is replaced with before it is stored."""
 
 
 def _paths(tool_name: str, names: Iterable[str]) -> tuple[tuple[str, ...], ...]:

@@ -874,6 +874,24 @@ def test_secrets_example_stores_redacted_values(tmp_path: Path) -> None:
     assert b"4111111111111111" not in data
 
 
+TESTED_EXAMPLES.add("secrets_in_errors.py")
+
+
+def test_secrets_example_drops_a_refused_calls_arguments_and_scrubs_an_error(
+    tmp_path: Path,
+) -> None:
+    result = _run_example("secrets_in_errors.py", tmp_path)
+    lines = _lines(result)
+    assert lines[0] == "cannot_continue"
+    assert lines[1].startswith(
+        "stored refused call: {'id': 'c', 'name': 'check_crad', 'arguments': "
+        "{'dropped': True, 'size': 34, 'sha256': '"
+    )
+    assert lines[2] == "stored error: ValueError: card [redacted] has expired"
+    data = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
+    assert b"4111111111111111" not in data
+
+
 # --------------------------------------------------------------------------- read models and audit
 
 TESTED_EXAMPLES.update({"custom_projection.py", "verify_export.py"})

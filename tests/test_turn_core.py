@@ -162,6 +162,10 @@ class FakeCatalogue:
     def __init__(self, tools: Mapping[str, FakeTool] = TOOLS) -> None:
         self.tools = dict(tools)
 
+    @property
+    def redacts(self) -> bool:
+        return any(t.sensitive_arguments or t.sensitive_output for t in self.tools.values())
+
     def effect_of(self, name: str) -> ToolEffect | None:
         tool = self.tools.get(name)
         return tool.effect if tool is not None else None
