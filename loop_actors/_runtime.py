@@ -18,6 +18,7 @@ from aggregates.effect import Effect
 from aggregates.invocation import Invocation, InvocationEvent, Phase
 from aggregates.requests import CancelRequest
 from aggregates.turn import EffectAnswered, cancel_paused
+from aggregates.values import check_text, limit_size
 from loop_actors._agent import (
     Agent,
     SettingsChangedError,
@@ -56,6 +57,22 @@ def _check_waiting_for_approval(invocation: Invocation, digest: str | None) -> N
             f"refused: digest {digest} is not the digest of the batch waiting in "
             f"{invocation.id}; look at the waiting calls again"
         )
+
+
+def _check_texts(**texts: str | None) -> None:
+    """Refuse text a caller gives that cannot be stored (a lone surrogate, e.g. from argv).
+
+    Raises:
+        UsageError: naming the argument and the problem.
+    """
+    for name, text in texts.items():
+        if text is None:
+            continue
+        if not isinstance(text, str):
+            raise UsageError(f"{name} must be a string, got {type(text).__name__}")
+        problem = check_text(text)
+        if problem is not None:
+            raise UsageError(f"{name} cannot be stored: it holds {problem}")
 
 
 def _requested_by(by: str | None, reason: str | None) -> str:
@@ -236,6 +253,13 @@ class Runtime:
             raise UsageError("the goal must be a non-empty string")
         if invocation_id is not None and (not isinstance(invocation_id, str) or not invocation_id):
             raise UsageError("an invocation id must be a non-empty string")
+        _check_texts(
+            goal=goal,
+            invocation_id=invocation_id,
+            task_class=task_class,
+            actor=actor,
+            tenant=tenant,
+        )
         if self._exit_stack is None:
             async with self:
                 return await self.run(
@@ -372,6 +396,7 @@ class Runtime:
         """
         if not by.strip():
             raise UsageError("an approval needs the approver's name (by)")
+        _check_texts(by=by, note=note, digest=digest)
 
         def apply(invocation: Invocation) -> None:
             _check_waiting_for_approval(invocation, digest)
@@ -392,6 +417,7 @@ class Runtime:
         """
         if not by.strip() or not reason.strip():
             raise UsageError("a denial needs the approver's name (by) and a reason")
+        _check_texts(by=by, reason=reason)
 
         def apply(invocation: Invocation) -> None:
             paused = invocation.paused
@@ -413,6 +439,7 @@ class Runtime:
         """
         if not answer.strip():
             raise UsageError("the answer must not be empty")
+        _check_texts(answer=answer, by=by)
 
         def apply(invocation: Invocation) -> None:
             paused = invocation.paused
@@ -448,7 +475,11 @@ class Runtime:
         allow_catalogue_change: bool = False,
         allow_settings_change: bool = False,
     ) -> Outcome:
-        """Blocking :meth:`resume` for scripts (starts its own trio event loop)."""
+        """Blocking :meth:`resume` for scripts (starts its own trio event loop).
+
+        A Ctrl-C stops it with ``KeyboardInterrupt`` (delivered at a checkpoint of
+        the run, never inside a tool's or model's code).
+        """
         return trio.run(
             partial(
                 self.resume,
@@ -456,7 +487,8 @@ class Runtime:
                 agent,
                 allow_catalogue_change=allow_catalogue_change,
                 allow_settings_change=allow_settings_change,
-            )
+            ),
+            restrict_keyboard_interrupt_to_checkpoints=True,
         )
 
     async def reconcile(self, agent: Agent) -> ReconcileReport:
@@ -514,8 +546,11 @@ class Runtime:
                 continue
             effect.reconcile(
                 answer.status,
-                # Stored as the tool redacts its output, like every receipt.
-                receipt=agent.toolbox.redact_output(effect.tool, answer.receipt),
+                # Stored as the tool redacts its output, like every receipt (size-limited).
+                receipt=limit_size(
+                    agent.toolbox.redact_output(effect.tool, answer.receipt),
+                    max_bytes=agent.settings.output_limit,
+                )[0],
                 reason=answer.reason,
                 at=self._now(),
             )
@@ -578,7 +613,11 @@ class Runtime:
         actor: str | None = None,
         tenant: str | None = None,
     ) -> Outcome:
-        """Blocking :meth:`run` for scripts (starts its own trio event loop)."""
+        """Blocking :meth:`run` for scripts (starts its own trio event loop).
+
+        A Ctrl-C stops it with ``KeyboardInterrupt`` (delivered at a checkpoint of
+        the run, never inside a tool's or model's code).
+        """
         return trio.run(
             partial(
                 self.run,
@@ -588,7 +627,8 @@ class Runtime:
                 task_class=task_class,
                 actor=actor,
                 tenant=tenant,
-            )
+            ),
+            restrict_keyboard_interrupt_to_checkpoints=True,
         )
 
     def cancel(self, invocation_id: str, *, detail: str | None = None) -> bool:
@@ -622,6 +662,7 @@ class Runtime:
         after that it is waited for. Cancelled, the request is recorded or not;
         asking again is safe (a request already recorded is not recorded twice).
         """
+        _check_texts(by=by, reason=reason)
         if self._exit_stack is None:
             async with self:
                 return await self.request_cancel(invocation_id, by=by, reason=reason)
