@@ -211,7 +211,8 @@ def _scalar_problem(item: Any) -> str | None:
 def _where(path: tuple[Any, ...]) -> str:
     if not path:
         return "the value"
-    return ".".join(safe_text(part, limit=40) for part in path)
+    shown = ".".join(safe_text(part, limit=40) for part in path[:8])
+    return shown if len(path) <= 8 else f"{shown}… ({len(path)} levels)"
 
 
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
