@@ -137,7 +137,9 @@ JSON_TEXT = st.one_of(
     st.sampled_from([100, 1_000, 50_000]).map(lambda n: '{"value": ' + "[" * n + "]" * n + "}"),
 )
 RAISING = st.sampled_from(["KeyboardInterrupt", "SystemExit", "Custom", "BrokenStr", "ValueError"])
-USAGE_FIGURES: st.SearchStrategy[Any] = st.one_of(st.just(0), st.integers(min_value=-1_000, max_value=1_000), NUMBERS)
+USAGE_FIGURES: st.SearchStrategy[Any] = st.one_of(
+    st.just(0), st.integers(min_value=-1_000, max_value=1_000), NUMBERS
+)
 
 
 def raise_named(name: str) -> None:
