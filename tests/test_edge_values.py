@@ -564,14 +564,20 @@ def test_a_real_ctrl_c_still_stops_a_cli_run_with_exit_130(tmp_path: Path) -> No
     """Tried: SIGINT to a `loop-actors run` subprocess while its async tool waits."""
     (tmp_path / "edge_agents.py").write_text(AGENTS)
     db = f"sqlite:///{tmp_path / 'cli.db'}"
-    process = subprocess.Popen(
-        [*CLI, "run", "edge_agents:waiting", "--goal", "g", "--db", db],
-        cwd=tmp_path,
-        env=cli_env(PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path])),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # A shell's background job ignores SIGINT, and a child inherits that: give the CLI a
+    # handled SIGINT (reset to the default across exec), as a terminal's foreground job has.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = subprocess.Popen(
+            [*CLI, "run", "edge_agents:waiting", "--goal", "g", "--db", db],
+            cwd=tmp_path,
+            env=cli_env(PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path])),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     try:
         deadline = time.monotonic() + 60
         while not (tmp_path / "started.txt").exists():
@@ -579,11 +585,11 @@ def test_a_real_ctrl_c_still_stops_a_cli_run_with_exit_130(tmp_path: Path) -> No
             assert process.poll() is None, process.communicate()
             time.sleep(0.05)
         process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=60)
+        stdout, stderr = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == 130
+    assert process.returncode == 130, (stdout, stderr)
     assert "Traceback" not in stderr
     assert "interrupted" in stderr
 
