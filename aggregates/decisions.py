@@ -7,7 +7,6 @@ change them only with a new ``schema_version`` and an upcaster.
 
 from __future__ import annotations
 
-import json
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -20,6 +19,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from aggregates.values import parse_json_text
 
 DECISION_SCHEMA_VERSION = 1
 """The version of the decision union that this code reads and writes."""
@@ -94,6 +95,10 @@ class RejectionClass(StrEnum):
     EMPTY_BATCH = "empty_batch"
     EMPTY_ANSWER = "empty_answer"
     UNSUPPORTED_VERSION = "unsupported_version"
+    VALUE_INVALID = "value_invalid"
+    """It holds a value that cannot be stored faithfully (NaN, a lone surrogate, too deep...)."""
+    TOO_LARGE = "too_large"
+    """It is larger than the run's ``max_proposal_bytes``."""
 
 
 class EffectStatus(StrEnum):
@@ -118,10 +123,14 @@ class ToolEffect(StrEnum):
 
 
 def _parse_json_object(value: Any) -> Any:
-    """Accept arguments given as a JSON text (as some providers send them)."""
+    """Accept arguments given as a JSON text (as some providers send them).
+
+    Parsed with the depth guard and the checks of :mod:`aggregates.values`: text that
+    nests too deep, or holds NaN, ±Infinity or lone surrogates, is refused.
+    """
     if isinstance(value, str | bytes):
         try:
-            return json.loads(value)
+            return parse_json_text(value)
         except ValueError as error:
             msg = f"arguments are not valid JSON: {error}"
             raise ValueError(msg) from error

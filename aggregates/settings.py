@@ -16,6 +16,10 @@ from typing import Annotated
 from pydantic import Field
 
 from aggregates.decisions import Frozen, Price
+from aggregates.values import DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_PROPOSAL_BYTES
+
+MIN_SIZE_LIMIT = 512
+"""The smallest size limit a run may set (its truncated stand-ins must fit)."""
 
 DEFAULT_WIND_DOWN_NOTICE = "{steps_left} step(s) left: summarise what you have and stop."
 
@@ -44,6 +48,23 @@ class RunSettings(Frozen):
     approval_rules: dict[str, str] | None = None
     """Tool → its approval rule: ``always``, ``never`` or the rule function's name (code is
     not recorded: a resume with another rule for a recorded tool is refused)."""
+    max_output_bytes: Annotated[int, Field(ge=MIN_SIZE_LIMIT)] | None = None
+    """The largest tool output or receipt stored whole (JSON bytes); a larger one is stored,
+    and shown to the model, as its truncated stand-in (None, in runs recorded before it
+    was: ``DEFAULT_MAX_OUTPUT_BYTES``)."""
+    max_proposal_bytes: Annotated[int, Field(ge=MIN_SIZE_LIMIT)] | None = None
+    """The largest model proposal accepted (JSON bytes); a larger one is rejected
+    ``too_large`` and stored as its truncated stand-in (None: ``DEFAULT_MAX_PROPOSAL_BYTES``)."""
+
+    @property
+    def output_limit(self) -> int:
+        """``max_output_bytes``, or its default."""
+        return self.max_output_bytes or DEFAULT_MAX_OUTPUT_BYTES
+
+    @property
+    def proposal_limit(self) -> int:
+        """``max_proposal_bytes``, or its default."""
+        return self.max_proposal_bytes or DEFAULT_MAX_PROPOSAL_BYTES
 
     def changed_approval_rules(self, current: RunSettings) -> list[str]:
         """The tools whose approval rule differs in ``current`` (tools in both only)."""

@@ -42,6 +42,8 @@ from aggregates.decisions import (
     Clarification,
     Decision,
     EffectStatus,
+    ErrorClass,
+    ErrorInfo,
     Final,
     Frozen,
     Rejection,
@@ -76,6 +78,21 @@ from aggregates.results import (
     write_result,
 )
 from aggregates.settings import RunSettings
+from aggregates.values import (
+    NotJsonError,
+    UnstorableError,
+    check_json,
+    check_text,
+    describe_error,
+    json_size,
+    json_text,
+    limit_size,
+    parse_json_text,
+    safe_text,
+    truncated,
+    unstorable,
+    usage_problem,
+)
 
 MAX_DISPATCH_ROUNDS = 3
 """How many times one batch may dispatch a write whose service keeps answering "not found"."""
@@ -473,9 +490,19 @@ class TurnCore:
                 pass
             case _:
                 assert_never(observation)
+        # The usage is the provider's report, not the model's proposal: one that cannot
+        # be recorded (NaN, negative, absurd) is a model error, decided before anything.
+        problem = usage_problem(usage)
         price = self.settings.price
-        if price is not None and not usage.cost:
+        if problem is None and price is not None and not usage.cost:
             usage = usage.model_copy(update={"cost": price.cost(usage)})
+            problem = usage_problem(usage)
+        if problem is not None:
+            return self._end(
+                TerminalReason.MODEL_ERROR,
+                moment,
+                detail=f"the model reported a usage that cannot be recorded: {problem}",
+            )
         verdict = self._validate(proposal)
         if isinstance(verdict, Rejection):
             inv = self.invocation
@@ -492,6 +519,10 @@ class TurnCore:
 
     def _validate(self, proposal: object) -> tuple[Decision, dict[str, dict[str, Any]]] | Rejection:
         """Check a proposal against the decision schema and the tool catalogue."""
+        admitted = self._admit(proposal)
+        if isinstance(admitted, Rejection):
+            return admitted
+        proposal = admitted
         try:
             decision = parse_decision(proposal)
         except ValidationError as error:
@@ -529,7 +560,7 @@ class TurnCore:
                         )
                         continue
                     try:
-                        arguments[call.id] = self.catalogue.check_arguments(call)
+                        checked = self.catalogue.check_arguments(call)
                     except ValidationError as error:
                         details = "; ".join(
                             f"{'.'.join(str(p) for p in item['loc']) or 'arguments'}: {item['msg']}"
@@ -541,6 +572,28 @@ class TurnCore:
                                 f"call {call.id}: arguments for {call.name} are invalid: {details}",
                             )
                         )
+                        continue
+                    except Exception as error:  # a validator of the tool's types that broke
+                        problems.append(
+                            (
+                                RejectionClass.INVALID_ARGUMENTS,
+                                f"call {call.id}: arguments for {call.name} could not be "
+                                f"checked: {describe_error(error)}",
+                            )
+                        )
+                        continue
+                    # The tool's types may make an unstorable value (e.g. "Infinity" as a float).
+                    problem = check_json(checked)
+                    if problem is not None:
+                        problems.append(
+                            (
+                                RejectionClass.VALUE_INVALID,
+                                f"call {call.id}: arguments for {call.name} cannot be stored "
+                                f"faithfully once validated: {problem}",
+                            )
+                        )
+                        continue
+                    arguments[call.id] = checked
             case _:
                 pass
         if problems:
@@ -555,6 +608,68 @@ class TurnCore:
             problems=[scrub(problem, secrets) for _, problem in problems],
             raw=raw,
         )
+
+    def _admit(self, proposal: object) -> Any:
+        """The proposal as a storable value (JSON text parsed), or its rejection.
+
+        A value that cannot be stored faithfully is refused ``value_invalid`` and one
+        over ``max_proposal_bytes`` ``too_large``; either is recorded as a stand-in
+        (``aggregates.values.unstorable`` / ``truncated``), never in a changed form.
+        """
+        limit = self.settings.proposal_limit
+        if isinstance(proposal, str | bytes):
+            data = (
+                proposal.encode("utf-8", "surrogatepass") if isinstance(proposal, str) else proposal
+            )
+            if len(data) > limit:
+                return _refused(
+                    RejectionClass.TOO_LARGE,
+                    f"the proposal is {len(data)} bytes, over the limit of {limit}",
+                    truncated(data, max_bytes=limit, head=False),
+                )
+            try:
+                return parse_json_text(proposal)
+            except NotJsonError:
+                return proposal  # refused as before: not a decision
+            except UnstorableError as error:
+                why = f"the proposal cannot be stored faithfully: {error}"
+                # Text that cannot be parsed cannot be redacted: only its size and digest.
+                return _refused(
+                    RejectionClass.VALUE_INVALID, why, unstorable(proposal, why, show=False)
+                )
+        problem: str | None
+        if isinstance(proposal, BaseModel):
+            try:
+                value: Any = proposal.model_dump()
+            except Exception as error:  # a model built without validation may not dump
+                value = error
+                problem = f"it cannot be read: {safe_text(error)}"
+            else:
+                problem = check_json(value)
+        else:
+            value = proposal
+            problem = check_json(proposal)
+        if problem is not None:
+            why = f"the proposal cannot be stored faithfully: {problem}"
+            redacted, show = self._try_redact(value)
+            return _refused(RejectionClass.VALUE_INVALID, why, unstorable(redacted, why, show=show))
+        size = json_size(value)
+        if size > limit:
+            redacted, show = self._try_redact(value)
+            return _refused(
+                RejectionClass.TOO_LARGE,
+                f"the proposal is {size} bytes, over the limit of {limit}",
+                truncated(json_text(redacted), max_bytes=limit, head=show),
+            )
+        return proposal
+
+    def _try_redact(self, value: Any) -> tuple[Any, bool]:
+        """A refused value redacted for its stand-in, and whether it may be shown."""
+        try:
+            raw, _ = redact_proposal(value, self.catalogue)
+        except Exception:  # what cannot be redacted is not shown
+            return value, False
+        return raw, True
 
     def _act(
         self,
@@ -670,7 +785,7 @@ class TurnCore:
         planned = self._planned
         names = {call.call_id: call.name for call in planned}
         refused = {
-            call_id: self._scrub_call(inv.step, call_id, names.get(call_id, ""), why)
+            call_id: safe_text(self._scrub_call(inv.step, call_id, names.get(call_id, ""), why))
             for call_id, why in verdict.refused.items()
         }
         if self._approved:
@@ -808,7 +923,7 @@ class TurnCore:
         batch = inv.pending_batch
         assert batch is not None
         for result in results:
-            stored = self._conceal(batch.step, result)
+            stored = self._conceal(batch.step, self._admit_result(result))
             self._results[stored.call_id] = stored
             if stored.effect_key is not None:
                 _record_outcome(self._effects[stored.call_id], stored, at=moment.at)
@@ -825,6 +940,36 @@ class TurnCore:
                 )
             return self._cancelled(moment, "cancel requested while tools ran")
         return self._reconcile_open(moment)
+
+    def _admit_result(self, result: ToolResult) -> ToolResult:
+        """A result as it may be stored (values checked, size limited).
+
+        An unstorable output is an ``output_invalid`` error; a large one its truncated
+        stand-in, made of the redacted output (no secret in it).
+
+        A write keeps its effect status: the service did what it did, only its output
+        is refused (the ledger records the write committed, without a receipt).
+        """
+        if result.error is not None:
+            message = result.error.message
+            if check_text(message) is None:
+                return result
+            error = result.error.model_copy(update={"message": safe_text(message)})
+            return result.model_copy(update={"error": error})
+        output = result.output
+        if output is None:
+            return result
+        problem = check_json(output)
+        if problem is not None:
+            error = ErrorInfo(
+                error_class=ErrorClass.OUTPUT_INVALID,
+                retryable=False,
+                message=f"the output cannot be stored faithfully: {problem}",
+            )
+            return result.model_copy(update={"output": None, "error": error})
+        redacted = self.catalogue.redact_output(result.name, output)
+        stored, cut = limit_size(redacted, max_bytes=self.settings.output_limit)
+        return result.model_copy(update={"output": stored}) if cut else result
 
     def _conceal(self, step: int, result: ToolResult) -> ToolResult:
         """A result as it is stored: its sensitive output redacted, its error text scrubbed."""
@@ -863,7 +1008,7 @@ class TurnCore:
                     error = self._scrub_call(  # stored scrubbed
                         batch.step, call_id, effect.tool, error, stored=by_id[call_id].arguments
                     )
-                    unreachable.append(f"{effect.key} ({effect.tool}): {error}")
+                    unreachable.append(f"{effect.key} ({effect.tool}): {safe_text(error)}")
                 case AttemptStillRunning(waited_s=waited_s):
                     still_running.append(
                         f"{effect.key} ({effect.tool}): attempt {effect.attempt} was still "
@@ -871,18 +1016,29 @@ class TurnCore:
                         "still reach its service"
                     )
                 case EffectAnswered():
+                    problem = check_json(answer.receipt)
+                    if problem is not None:
+                        # Not a faithful answer: the effect stays open, as if unreachable.
+                        unreachable.append(
+                            f"{effect.key} ({effect.tool}): its receipt cannot be stored "
+                            f"faithfully: {problem}"
+                        )
+                        continue
                     # A receipt is an output of the write: stored as the tool redacts it.
                     receipt = self.catalogue.redact_output(effect.tool, answer.receipt)
                     if receipt is not answer.receipt:
                         self._keep(batch.step, call_id, effect.tool, "output", answer.receipt)
+                    receipt, _ = limit_size(receipt, max_bytes=self.settings.output_limit)
                     reason = answer.reason
                     if reason is not None:
-                        reason = self._scrub_call(
-                            batch.step,
-                            call_id,
-                            effect.tool,
-                            reason,
-                            stored=by_id[call_id].arguments,
+                        reason = safe_text(
+                            self._scrub_call(
+                                batch.step,
+                                call_id,
+                                effect.tool,
+                                reason,
+                                stored=by_id[call_id].arguments,
+                            )
                         )
                     effect.reconcile(answer.status, receipt=receipt, reason=reason, at=moment.at)
                     match answer.status:
@@ -974,7 +1130,7 @@ class TurnCore:
         assert isinstance(decision, Final)
         if evidence is None:
             return self._end(TerminalReason.COMPLETED, moment, answer=decision.answer)
-        evidence = self._scrub_all(evidence)
+        evidence = safe_text(self._scrub_all(evidence))
         inv.fail_verification(evidence, at=moment.at)
         if inv.verification_failures >= self.settings.max_verification_attempts:
             return self._end(
@@ -995,6 +1151,8 @@ class TurnCore:
         answer: str | None = None,
         detail: str | None = None,
     ) -> Finished:
+        if detail is not None:
+            detail = safe_text(detail)
         self.invocation.terminate(reason, answer=answer, detail=detail, at=moment.at)
         return Finished(completed=reason is TerminalReason.COMPLETED)
 
@@ -1149,23 +1307,31 @@ def settle_ended_effect(
     answer: EffectAnswered,
     catalogue: Catalogue,
     *,
+    max_bytes: int,
     at: datetime,
-) -> None:
+) -> str | None:
     """Record a service's answer about an open write of an invocation that has ended.
 
-    The receipt is stored as the tool redacts its output; the service's reason is
-    scrubbed of the receipt's sensitive values, and withheld when the call's stored
-    arguments hold a redacted value (its real value was deleted with the
-    invocation's secrets when it ended, so the reason cannot be scrubbed of it).
+    The receipt is stored as the tool redacts its output, within ``max_bytes``; the
+    service's reason is scrubbed of the receipt's sensitive values, and withheld when
+    the call's stored arguments hold a redacted value (its real value was deleted
+    with the invocation's secrets when it ended, so the reason cannot be scrubbed of
+    it). A receipt that cannot be stored faithfully is not recorded: the effect stays
+    open, and the problem is returned (None when the answer was recorded).
     """
+    problem = check_json(answer.receipt)
+    if problem is not None:
+        return f"its receipt cannot be stored faithfully: {problem}"
     receipt = catalogue.redact_output(effect.tool, answer.receipt)
+    receipt, _ = limit_size(receipt, max_bytes=max_bytes)
     reason = answer.reason
     if reason is not None:
         if holds_redacted(_proposed_arguments(invocation, effect.step, effect.call_id)):
             reason = withheld(reason, WITHHELD_WHY)
         else:
-            reason = scrub(reason, redacted_values(answer.receipt, receipt))
+            reason = safe_text(scrub(reason, redacted_values(answer.receipt, receipt)))
     effect.reconcile(answer.status, receipt=receipt, reason=reason, at=at)
+    return None
 
 
 def _proposed_arguments(invocation: Invocation, step: int, call_id: str) -> Any:
@@ -1204,6 +1370,10 @@ def _record_outcome(effect: Effect, result: ToolResult, *, at: datetime) -> None
             effect.mark_unknown(message, at=at)
         case _:
             raise AggregateError(f"a write ended without an effect status: {result}")
+
+
+def _refused(rejection_class: RejectionClass, problem: str, raw: Any) -> Rejection:
+    return Rejection(rejection_class=rejection_class, problems=[problem], raw=raw)
 
 
 def _jsonable(proposal: object) -> Any:

@@ -4,17 +4,26 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from aggregates.decisions import Budget, Price
 from aggregates.invocation import ToolSpec, Turn
-from aggregates.settings import DEFAULT_WIND_DOWN_NOTICE, RunSettings
+from aggregates.settings import DEFAULT_WIND_DOWN_NOTICE, MIN_SIZE_LIMIT, RunSettings
+from aggregates.values import (
+    DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_MAX_PROPOSAL_BYTES,
+    describe_error,
+    safe_text,
+)
 from loop_actors._adapters import model_from_name
 from loop_actors._errors import UsageError
+from loop_actors._guard import in_child_task, is_cancellation
 from loop_actors._model import Model
 from loop_actors._policy import Policy
 from loop_actors._tools import DEFAULT_TOOL_TIMEOUT_S, Tool, Toolbox
+
+T = TypeVar("T")
 
 Verifier = Callable[[str, list[Turn]], Any]
 """``verifier(answer, turns)``: True (or None) passes; False or a text (the evidence) refuses.
@@ -31,14 +40,20 @@ async def run_verifier(verifier: Verifier, answer: str, turns: list[Turn]) -> st
     try:
         verdict = verifier(answer, turns)
         if inspect.isawaitable(verdict):
-            verdict = await verdict
-    except Exception as error:  # a verifier that breaks does not pass an answer
-        return f"the verifier raised {type(error).__name__}: {error}"
+            verdict = await in_child_task(_awaited, verdict)
+    except BaseException as error:  # a verifier that breaks (in any way) does not pass an answer
+        if is_cancellation(error):
+            raise
+        return f"the verifier raised {describe_error(error)}"
     if verdict is True or verdict is None:
         return None
     if verdict is False:
         return "the answer did not pass verification"
-    return str(verdict)
+    return safe_text(verdict)
+
+
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable
 
 
 def _tool_list(agent: str, tools: object) -> list[Tool | Callable[..., Any]]:
@@ -146,6 +161,8 @@ class Agent:
         policy: Policy | None = None,
         context_limit: int | None = None,
         keep_recent_turns: int = 4,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+        max_proposal_bytes: int = DEFAULT_MAX_PROPOSAL_BYTES,
     ) -> None:
         """Describe an agent.
 
@@ -181,11 +198,18 @@ class Agent:
                 unknown tools, invalid arguments, empty answers) that are recorded and
                 given back to the model with their problems; one more ends the run
                 ``invalid_decision`` (0: the first one does).
+            max_output_bytes: the largest tool output (or reconciled receipt) stored
+                whole, in bytes of its JSON (default 1 MB); a larger one is stored, and
+                shown to the model, as ``{"truncated": true, "size": N, "sha256": ...,
+                "head": ...}`` (see docs/reference/limits.md).
+            max_proposal_bytes: the largest model proposal accepted, in bytes of its
+                JSON (default 256 KB); a larger one is rejected ``too_large`` (the model
+                is told, as for any invalid proposal) and stored as its truncated stand-in.
 
         The budget and the settings (``max_verification_attempts``,
         ``max_repeated_failures`` and each tool's own, ``max_invalid_proposals``,
         ``price``, ``context_limit``, ``keep_recent_turns``, ``wind_down_notice``,
-        the approval rules) are
+        ``max_output_bytes``, ``max_proposal_bytes``, the approval rules) are
         recorded when an invocation starts, and a resume follows the record.
 
         Raises:
@@ -219,6 +243,12 @@ class Agent:
             raise UsageError(f"agent {name}: keep_recent_turns must be >= 0")
         if price is not None and not isinstance(price, Price):
             raise UsageError(f"agent {name}: price must be a Price")
+        for setting, limit in (
+            ("max_output_bytes", max_output_bytes),
+            ("max_proposal_bytes", max_proposal_bytes),
+        ):
+            if type(limit) is not int or limit < MIN_SIZE_LIMIT:
+                raise UsageError(f"agent {name}: {setting} must be an integer >= {MIN_SIZE_LIMIT}")
         toolbox = Toolbox(_tool_list(name, tools), default_timeout_s=tool_timeout_s)
         settings = RunSettings(
             max_invalid_proposals=max_invalid_proposals,
@@ -234,6 +264,8 @@ class Agent:
             keep_recent_turns=keep_recent_turns,
             wind_down_notice=wind_down_notice,
             approval_rules=approval_rules(toolbox),
+            max_output_bytes=max_output_bytes,
+            max_proposal_bytes=max_proposal_bytes,
         )
         for attribute, value in (
             ("name", name),

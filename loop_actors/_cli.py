@@ -13,7 +13,7 @@ import importlib.metadata
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NoReturn
 
 import trio
@@ -23,6 +23,7 @@ from aggregates.audit import GENESIS, canonical_record
 from aggregates.decisions import TerminalReason
 from aggregates.effect import who_settles
 from aggregates.invocation import InvocationEvent
+from aggregates.values import describe_error
 from loop_actors._adapters import model_from_name
 from loop_actors._agent import Agent
 from loop_actors._audit import verify_all, verify_invocation
@@ -35,7 +36,13 @@ from loop_actors._errors import (
     UsageError,
 )
 from loop_actors._outcome import Outcome
-from loop_actors._render import effects_table, invocations_table, metrics_table, render_tree
+from loop_actors._render import (
+    effects_table,
+    invocations_table,
+    metrics_table,
+    render_tree,
+    terminal_safe,
+)
 from loop_actors._runtime import Runtime, check_invocation_id, unaskable_reason
 from loop_actors._store import EventStore, resolve_db_url
 from loop_actors._views import open_read_runner, open_writable_runner
@@ -368,14 +375,15 @@ def _outcome_json(outcome: Outcome) -> str:
 
 
 def _outcome_lines(outcome: Outcome, events: int) -> list[str]:
+    """The readable outcome; model and tool text escaped for the terminal."""
     lines = [outcome.reason.value]
     if outcome.answer is not None:
-        lines.append(outcome.answer)
+        lines.append(terminal_safe(outcome.answer))
     elif outcome.detail:
-        lines.append(outcome.detail)
+        lines.append(terminal_safe(outcome.detail))
     lines.append(
         f"steps={outcome.steps} tool_calls={outcome.tool_calls} events={events} "
-        f"id={outcome.invocation_id}"
+        f"id={terminal_safe(outcome.invocation_id)}"
     )
     return lines
 
@@ -399,7 +407,9 @@ def _event_line(event: InvocationEvent) -> str:
     data = json.dumps(record["data"], separators=(",", ":"), sort_keys=True)
     if len(data) > 160:
         data = data[:159] + "…"
-    return f"{record['position']:>4}  {record['timestamp']}  {record['type']:<18} {data}"
+    return terminal_safe(
+        f"{record['position']:>4}  {record['timestamp']}  {record['type']:<18} {data}"
+    )
 
 
 async def _run_agent(runtime: Runtime, agent: Agent, args: argparse.Namespace) -> int:
@@ -456,13 +466,17 @@ async def _reconcile(runtime: Runtime, agent: Agent, args: argparse.Namespace) -
         print(report.model_dump_json())
     else:
         for outcome in report.resumed:
-            print(f"resumed {outcome.invocation_id}: {outcome.reason.value}")
+            print(f"resumed {terminal_safe(outcome.invocation_id)}: {outcome.reason.value}")
         for invocation_id in report.left_running:
-            print(f"left alone {invocation_id}: not paused (it may be running); resume it")
+            print(
+                f"left alone {terminal_safe(invocation_id)}: not paused (it may be running); "
+                "resume it"
+            )
         for stuck in report.needs_person:
             print(
-                f"needs a person {stuck.effect_key} (invocation {stuck.invocation_id}): "
-                f"{stuck.why}; loop-actors effects resolve {stuck.effect_key} "
+                f"needs a person {stuck.effect_key} "
+                f"(invocation {terminal_safe(stuck.invocation_id)}): "
+                f"{terminal_safe(stuck.why)}; loop-actors effects resolve {stuck.effect_key} "
                 "--committed [--receipt JSON] | --rejected --reason TEXT --by NAME"
             )
         print(f"effects settled={report.effects_settled} open={report.effects_open}")
@@ -551,7 +565,10 @@ async def _decide(runtime: Runtime, agent: Agent | None, args: argparse.Namespac
             case _:
                 await runtime.clarify(args.invocation_id, answer=args.answer, by=args.by)
         if agent is None:
-            print(f"recorded {args.command} for {args.invocation_id}; resume it to continue")
+            print(
+                f"recorded {args.command} for {terminal_safe(args.invocation_id)}; "
+                "resume it to continue"
+            )
             return 0
         outcome = await runtime.resume(args.invocation_id, agent)
         events = await runtime.history(outcome.invocation_id)
@@ -563,7 +580,7 @@ async def _cancel(runtime: Runtime, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"invocation_id": args.invocation_id, "result": result.value}))
     else:
-        print(f"{args.invocation_id}: {result.value}")
+        print(f"{terminal_safe(args.invocation_id)}: {result.value}")
     return 0
 
 
@@ -708,13 +725,15 @@ def _audit_verify(args: argparse.Namespace) -> int:
             print(report.model_dump_json())
         elif report.intact:
             print(
-                f"ok      {report.kind:<10} {report.id}  events={report.events}  "
+                f"ok      {report.kind:<10} {terminal_safe(report.id)}  events={report.events}  "
                 f"head={report.head_hash}"
             )
         else:
             print(
-                f"BROKEN  {report.kind:<10} {report.id}  at position {report.broken_at}: "
-                f"{report.problem}"
+                terminal_safe(
+                    f"BROKEN  {report.kind:<10} {report.id}  at position {report.broken_at}: "
+                    f"{report.problem}"
+                )
             )
     broken = [r for r in reports if not r.intact]
     if not args.json:
@@ -729,10 +748,19 @@ def _open_existing(db: str | None) -> Runtime:
     return Runtime(url)
 
 
+def _trio_run(fn: Callable[..., Awaitable[int]], *args: Any) -> int:
+    """Run a command's trio loop; a Ctrl-C reaches its main task at a checkpoint only.
+
+    So a real Ctrl-C never lands inside a tool's or a model's own code (which would
+    make it that code's failure): it stops the command, exit 130.
+    """
+    return trio.run(fn, *args, restrict_keyboard_interrupt_to_checkpoints=True)
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     match args.command:
         case "demo":
-            return trio.run(_demo, Runtime(args.db))
+            return _trio_run(_demo, Runtime(args.db))
         case "run":
             if not args.goal.strip():
                 raise UsageError("--goal must not be empty")
@@ -748,18 +776,18 @@ def _dispatch(args: argparse.Namespace) -> int:
                 agent = agent.with_model(model)
             elif args.base_url or args.send_key_to_loopback:
                 raise UsageError("--base-url and --send-key-to-loopback go with --model")
-            return trio.run(_run_agent, Runtime(args.db), agent, args)
+            return _trio_run(_run_agent, Runtime(args.db), agent, args)
         case "resume":
             agent = load_agent(args.agent)
-            return trio.run(_resume, _open_existing(args.db), agent, args)
+            return _trio_run(_resume, _open_existing(args.db), agent, args)
         case "cancel":
-            return trio.run(_cancel, _open_existing(args.db), args)
+            return _trio_run(_cancel, _open_existing(args.db), args)
         case "approve" | "deny" | "clarify":
             decider = load_agent(args.agent) if args.agent else None
-            return trio.run(_decide, _open_existing(args.db), decider, args)
+            return _trio_run(_decide, _open_existing(args.db), decider, args)
         case "reconcile":
             agent = load_agent(args.agent)
-            return trio.run(_reconcile, _open_existing(args.db), agent, args)
+            return _trio_run(_reconcile, _open_existing(args.db), agent, args)
         case "history":
             return _history(args)
         case "audit":
@@ -784,7 +812,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except BaseExceptionGroup as group:
             raise single_exception(group) from None
     except UsageError as error:
-        print(f"loop-actors: error: {error}", file=sys.stderr)
+        print(f"loop-actors: error: {terminal_safe(error)}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # the reader (e.g. `head`) went away: not an error of ours
         sys.stderr.close()
@@ -793,7 +821,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("loop-actors: interrupted", file=sys.stderr)
         return 130
     except Exception as error:  # the last line of defence: one line, exit 1
-        print(f"loop-actors: internal error: {type(error).__name__}: {error}", file=sys.stderr)
+        print(
+            f"loop-actors: internal error: {terminal_safe(describe_error(error))}",
+            file=sys.stderr,
+        )
         return EXIT_INTERNAL
 
 

@@ -12,7 +12,9 @@ from pydantic import BaseModel
 
 from aggregates.decisions import Usage
 from aggregates.turn import ModelFailed, ModelTimedOut
+from aggregates.values import safe_text
 from loop_actors._errors import ScriptExhaustedError
+from loop_actors._guard import is_cancellation
 from loop_actors._messages import (
     Decide,
     Decided,
@@ -114,12 +116,18 @@ async def ask_model(model: Model, message: Decide) -> ModelOutcome:
 async def _decide(model: Model, request: ModelRequest) -> ModelOutcome:
     try:
         reply = await model.decide(request)
-    except Exception as error:  # a provider's failure is data for the controller
-        return ModelFailed(error_type=type(error).__name__, message=str(error))
+    except BaseException as error:  # a provider's failure is data for the controller
+        # KeyboardInterrupt, SystemExit and the like from the model's code included;
+        # only trio's cancellation passes (a deadline, a cancelled run).
+        if is_cancellation(error):
+            raise
+        return ModelFailed(
+            error_type=safe_text(type(error).__name__, limit=200), message=safe_text(error)
+        )
     if not isinstance(reply, ModelReply):
         return ModelFailed(
             error_type="TypeError",
-            message=f"decide() must return a ModelReply, got {type(reply).__name__}",
+            message=f"decide() must return a ModelReply, got {safe_text(type(reply).__name__)}",
         )
     return Decided(reply=reply)
 

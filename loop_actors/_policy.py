@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from aggregates.decisions import Frozen
+from aggregates.values import describe_error, safe_text
+from loop_actors._guard import in_child_task, is_cancellation
+
+T = TypeVar("T")
 
 
 class AccessRequest(Frozen):
@@ -46,11 +50,17 @@ async def check_access(policy: Policy, request: AccessRequest) -> Deny | None:
     try:
         verdict = policy(request)
         if inspect.isawaitable(verdict):
-            verdict = await verdict
-    except Exception as error:  # a policy that breaks refuses
-        return Deny(reason=f"the policy raised {type(error).__name__}: {error}")
+            verdict = await in_child_task(_awaited, verdict)
+    except BaseException as error:  # a policy that breaks (in any way) refuses
+        if is_cancellation(error):
+            raise
+        return Deny(reason=f"the policy raised {describe_error(error)}")
     if verdict is True:
         return None
     if isinstance(verdict, Deny):
-        return verdict
+        return verdict.model_copy(update={"reason": safe_text(verdict.reason)})
     return Deny(reason=f"{request.actor or 'this actor'} may not {request.operation}")
+
+
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable

@@ -5,15 +5,18 @@ from __future__ import annotations
 import trio
 
 from aggregates.turn import EffectAnswered, ReconcileOutcome, ServiceUnreachable
+from aggregates.values import check_text, describe_error
+from loop_actors._guard import is_cancellation
 from loop_actors._messages import ReconcileEffect
-from loop_actors._tools import Toolbox, ask_service
+from loop_actors._tools import Toolbox, ask_service, json_value
 
 
 async def reconcile_effect(toolbox: Toolbox, message: ReconcileEffect) -> ReconcileOutcome:
     """Ask the tool's ``reconcile(effect_key)``, bounded by the tool's timeout.
 
-    Never raises for a service failure: an exception, a timeout or a missing
-    ``reconcile`` function is ``ServiceUnreachable``.
+    Never raises for a service failure: an exception (any, but trio's cancellation),
+    a timeout, a missing ``reconcile`` function, or an answer that cannot be stored
+    faithfully (a receipt with NaN, a lone surrogate...) is ``ServiceUnreachable``.
 
     Cancellation: a checkpoint; re-raises ``trio.Cancelled``.
     """
@@ -31,14 +34,23 @@ async def reconcile_effect(toolbox: Toolbox, message: ReconcileEffect) -> Reconc
     with trio.move_on_after(timeout_s):
         try:
             answer = await ask_service(tool_, message.effect_key)
-        except Exception as error:  # the service could not be asked: that is data, not a crash
+        except BaseException as error:  # the service could not be asked: data, not a crash
+            if is_cancellation(error):
+                raise
+            return ServiceUnreachable(effect_key=message.effect_key, error=describe_error(error))
+        # An answer that cannot be stored faithfully is no answer: the effect stays open.
+        receipt, problem = json_value(answer.receipt)
+        if problem is None and answer.reason is not None:
+            problem = check_text(answer.reason)
+        if problem is not None:
             return ServiceUnreachable(
-                effect_key=message.effect_key, error=f"{type(error).__name__}: {error}"
+                effect_key=message.effect_key,
+                error=f"its answer cannot be stored faithfully: {problem}",
             )
         return EffectAnswered(
             effect_key=message.effect_key,
             status=answer.status,
-            receipt=answer.receipt,
+            receipt=receipt,
             reason=answer.reason,
         )
     return ServiceUnreachable(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from rich.table import Table
@@ -21,6 +22,30 @@ STATUS_STYLE = {
     "running": "yellow",
 }
 PAUSES = {"approval_required", "clarification_required", "reconciliation_required"}
+
+
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def terminal_safe(text: object) -> str:
+    r"""Text from a model, a tool or a service as it may reach an operator's terminal.
+
+    C0 and C1 control characters (but newline and tab) and DEL are shown as escapes
+    (``\x1b``), so an answer holding ``\x1b[31m`` cannot drive the terminal; so are
+    lone surrogates (which a terminal cannot be sent at all).
+    """
+    value = text if isinstance(text, str) else str(text)
+    return _CONTROL.sub(_escape, value)
+
+
+def _text(value: object, style: str = "") -> Text:
+    """A table cell or tree label from outside text: escaped, never read as markup."""
+    return Text(terminal_safe(value), style=style)
 
 
 def _style(status: str | None) -> str:
@@ -43,19 +68,19 @@ def render_tree(trajectory: Trajectory) -> Tree:
     """
     reason = trajectory.reason.value if trajectory.reason else trajectory.status.value
     title = Text.assemble(
-        (f"{trajectory.invocation_id}", "bold"),
-        f"  agent {trajectory.agent_name}  ",
+        (terminal_safe(trajectory.invocation_id), "bold"),
+        f"  agent {terminal_safe(trajectory.agent_name)}  ",
         (reason, _style(reason)),
         f"  steps={len(trajectory.steps)} tool_calls={trajectory.tool_calls}",
     )
     tree = Tree(title)
-    tree.add(Text(f"goal: {trajectory.goal}", style="dim"))
+    tree.add(_text(f"goal: {trajectory.goal}", style="dim"))
     for step in trajectory.steps:
         usage = f"  tokens={step.input_tokens}/{step.output_tokens}" if step.input_tokens else ""
-        branch = tree.add(Text(f"step {step.step}: {step.kind} — {step.summary}{usage}"))
+        branch = tree.add(_text(f"step {step.step}: {step.kind} — {step.summary}{usage}"))
         for call in step.calls:
             label = Text.assemble(
-                f"{call.call_id} {call.name}({_short(call.arguments, 40)}) → ",
+                terminal_safe(f"{call.call_id} {call.name}({_short(call.arguments, 40)}) → "),
                 (call.status, _style(call.status)),
             )
             if call.effect_status:
@@ -64,12 +89,12 @@ def render_tree(trajectory: Trajectory) -> Tree:
                 label.append(f" {call.duration_ms:.1f} ms", style="dim")
             shown = _short(call.output) if call.status == "ok" else (call.error_message or "")
             if shown:
-                label.append(f": {shown}")
+                label.append(terminal_safe(f": {shown}"))
             branch.add(label)
     if trajectory.answer:
-        tree.add(Text(f"answer: {trajectory.answer}", style="bold"))
+        tree.add(_text(f"answer: {trajectory.answer}", style="bold"))
     if trajectory.detail:
-        tree.add(Text(f"detail: {trajectory.detail}", style=_style(reason)))
+        tree.add(_text(f"detail: {trajectory.detail}", style=_style(reason)))
     return tree
 
 
@@ -79,13 +104,13 @@ def invocations_table(rows: list[dict[str, Any]]) -> Table:
     for row in rows:
         reason = row["reason"] or row["status"]
         table.add_row(
-            row["invocation_id"],
-            row["agent"],
+            _text(row["invocation_id"]),
+            _text(row["agent"]),
             Text(reason, style=_style(reason)),
             str(row["steps"]),
             str(row["tool_calls"]),
             (row["started_at"] or "")[:19],
-            _short(row["goal"], 40).strip('"'),
+            _text(_short(row["goal"], 40).strip('"')),
         )
     return table
 
@@ -102,7 +127,7 @@ def metrics_table(rows: list[MetricsRow], by: str) -> Table:
     )  # fmt: skip
     for row in rows:
         table.add_row(
-            Text(row.group, style=_style(row.group) if by == "reason" else ""),
+            _text(row.group, style=_style(row.group) if by == "reason" else ""),
             str(row.invocations),
             str(row.running),
             f"{row.steps_mean:.1f}",
@@ -126,11 +151,11 @@ def effects_table(rows: list[dict[str, Any]]) -> Table:
     )
     for row in rows:
         table.add_row(
-            row["effect_key"],
-            row["invocation_id"],
+            _text(row["effect_key"]),
+            _text(row["invocation_id"]),
             str(row["step"]),
-            row["call_id"],
-            row["tool"],
+            _text(row["call_id"]),
+            _text(row["tool"]),
             Text(row["status"], style=_style(row["status"])),
             str(row["attempt"]),
             (row["prepared_at"] or "")[:19],

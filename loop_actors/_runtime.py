@@ -28,6 +28,7 @@ from aggregates.ids import invocation_id_problem
 from aggregates.invocation import Invocation, InvocationEvent, Phase
 from aggregates.requests import CancelRequest
 from aggregates.turn import EffectAnswered, KeptSecret, cancel_paused, settle_ended_effect
+from aggregates.values import check_text
 from loop_actors._agent import (
     Agent,
     SettingsChangedError,
@@ -83,6 +84,22 @@ def check_invocation_id(invocation_id: object) -> None:
     problem = invocation_id_problem(invocation_id)
     if problem is not None:
         raise UsageError(problem)
+
+
+def _check_texts(**texts: str | None) -> None:
+    """Refuse text a caller gives that cannot be stored (a lone surrogate, e.g. from argv).
+
+    Raises:
+        UsageError: naming the argument and the problem.
+    """
+    for name, text in texts.items():
+        if text is None:
+            continue
+        if not isinstance(text, str):
+            raise UsageError(f"{name} must be a string, got {type(text).__name__}")
+        problem = check_text(text)
+        if problem is not None:
+            raise UsageError(f"{name} cannot be stored: it holds {problem}")
 
 
 def _requested_by(by: str | None, reason: str | None) -> str:
@@ -314,6 +331,13 @@ class Runtime:
             raise UsageError("the goal must be a non-empty string")
         if invocation_id is not None:
             check_invocation_id(invocation_id)
+        _check_texts(
+            goal=goal,
+            invocation_id=invocation_id,
+            task_class=task_class,
+            actor=actor,
+            tenant=tenant,
+        )
         if self._exit_stack is None:
             async with self:
                 return await self.run(
@@ -453,6 +477,7 @@ class Runtime:
         """
         if not by.strip():
             raise UsageError("an approval needs the approver's name (by)")
+        _check_texts(by=by, note=note, digest=digest)
 
         def apply(invocation: Invocation) -> None:
             _check_waiting_for_approval(invocation, digest)
@@ -473,6 +498,7 @@ class Runtime:
         """
         if not by.strip() or not reason.strip():
             raise UsageError("a denial needs the approver's name (by) and a reason")
+        _check_texts(by=by, reason=reason)
 
         def apply(invocation: Invocation) -> None:
             paused = invocation.paused
@@ -494,6 +520,7 @@ class Runtime:
         """
         if not answer.strip():
             raise UsageError("the answer must not be empty")
+        _check_texts(answer=answer, by=by)
 
         def apply(invocation: Invocation) -> None:
             paused = invocation.paused
@@ -644,7 +671,11 @@ class Runtime:
         allow_catalogue_change: bool = False,
         allow_settings_change: bool = False,
     ) -> Outcome:
-        """Blocking :meth:`resume` for scripts (starts its own trio event loop)."""
+        """Blocking :meth:`resume` for scripts (starts its own trio event loop).
+
+        A Ctrl-C stops it with ``KeyboardInterrupt`` (delivered at a checkpoint of
+        the run, never inside a tool's or model's code).
+        """
         return trio.run(
             partial(
                 self.resume,
@@ -652,7 +683,8 @@ class Runtime:
                 agent,
                 allow_catalogue_change=allow_catalogue_change,
                 allow_settings_change=allow_settings_change,
-            )
+            ),
+            restrict_keyboard_interrupt_to_checkpoints=True,
         )
 
     async def reconcile(self, agent: Agent) -> ReconcileReport:
@@ -740,8 +772,18 @@ class Runtime:
             )
             if not isinstance(answer, EffectAnswered):
                 continue
-            # Redacted and scrubbed like every receipt and reason (the core's rule).
-            settle_ended_effect(invocation, effect, answer, agent.toolbox, at=self._now())
+            # Redacted, scrubbed and size-limited like every receipt and reason (the core's rule).
+            problem = settle_ended_effect(
+                invocation,
+                effect,
+                answer,
+                agent.toolbox,
+                max_bytes=agent.settings.output_limit,
+                at=self._now(),
+            )
+            if problem is not None:
+                log.warning("effect %s left open: %s", effect.key, problem)
+                continue
             outcome = await journal.commit(effect.take_events())
             if isinstance(outcome, Committed):
                 settled += 1
@@ -805,7 +847,11 @@ class Runtime:
         actor: str | None = None,
         tenant: str | None = None,
     ) -> Outcome:
-        """Blocking :meth:`run` for scripts (starts its own trio event loop)."""
+        """Blocking :meth:`run` for scripts (starts its own trio event loop).
+
+        A Ctrl-C stops it with ``KeyboardInterrupt`` (delivered at a checkpoint of
+        the run, never inside a tool's or model's code).
+        """
         return trio.run(
             partial(
                 self.run,
@@ -815,7 +861,8 @@ class Runtime:
                 task_class=task_class,
                 actor=actor,
                 tenant=tenant,
-            )
+            ),
+            restrict_keyboard_interrupt_to_checkpoints=True,
         )
 
     def cancel(self, invocation_id: str, *, detail: str | None = None) -> bool:
@@ -851,6 +898,7 @@ class Runtime:
         after that it is waited for. Cancelled, the request is recorded or not;
         asking again is safe (a request already recorded is not recorded twice).
         """
+        _check_texts(by=by, reason=reason)
         if self._exit_stack is None:
             async with self:
                 return await self.request_cancel(invocation_id, by=by, reason=reason)

@@ -16,7 +16,7 @@ from typing import Any, Literal, cast, overload
 
 import trio
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
-from pydantic_core import PydanticSerializationError, to_jsonable_python
+from pydantic_core import to_jsonable_python
 
 from aggregates.decisions import (
     EffectStatus,
@@ -32,8 +32,10 @@ from aggregates.effect import Resolution
 from aggregates.invocation import DispatchedCall, ToolSpec
 from aggregates.redaction import REDACTED
 from aggregates.results import Interruption, interrupted_result
+from aggregates.values import check_json, describe_error, safe_text
 from loop_actors._errors import ToolDefinitionError, ToolError
 from loop_actors._faults import CrashPoint, fault_point
+from loop_actors._guard import is_cancellation
 from loop_actors._messages import (
     BatchExecuted,
     CancelBatch,
@@ -481,7 +483,7 @@ class Toolbox:
             return rule
         try:
             return bool(rule(dict(arguments)))
-        except Exception:
+        except BaseException:  # a rule is plain code (no checkpoint): anything it raises
             return True
 
     def redact_arguments(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -556,6 +558,23 @@ _UNKNOWN_CLASSES = frozenset(
 )
 
 
+def json_value(returned: Any) -> tuple[Any, str | None]:
+    """What a tool (or a service) returned, as a JSON value, and why it cannot be stored.
+
+    ``to_jsonable_python`` makes JSON of models, dataclasses, sets, tuples and the
+    like; whatever it cannot convert, or converts into a value that is not storable
+    (NaN, a lone surrogate, nesting past ``MAX_JSON_DEPTH``...), is a problem.
+    """
+    try:
+        output = to_jsonable_python(returned)
+    except BaseException as error:  # user objects: a broken __str__, __iter__, __eq__...
+        if is_cancellation(error):
+            raise
+        return None, f"it is not JSON-serialisable: {describe_error(error)}"
+    problem = check_json(output)
+    return (output, None) if problem is None else (None, problem)
+
+
 def validation_problems(error: ValidationError) -> str:
     """A validation error as text, without the input values (they may be secrets)."""
     return "; ".join(
@@ -610,9 +629,7 @@ async def _run_call(
                     if call.effect_key is not None
                     else None
                 )
-                output = to_jsonable_python(
-                    await tool_.invoke(call.arguments, context, running=running)
-                )
+                returned = await tool_.invoke(call.arguments, context, running=running)
             except ValidationError as error:
                 ending = _Ending(
                     error_class=ErrorClass.INVALID_ARGUMENTS,
@@ -623,23 +640,29 @@ async def _run_call(
             except ToolError as error:
                 ending = _Ending(
                     error_class=error.error_class,
-                    message=error.message,
+                    message=safe_text(error.message),
                     retryable=error.retryable,
                     deliberate=True,
                 )
-            except PydanticSerializationError as error:
-                ending = _Ending(
-                    error_class=ErrorClass.OUTPUT_INVALID,
-                    message=f"output is not JSON-serialisable: {error}",
-                    retryable=False,
-                    deliberate=True,
-                )
-            except Exception as error:  # a tool's own failure becomes its result, never a crash
+            except BaseException as error:
+                # A tool's own failure becomes its result, never a crash: KeyboardInterrupt,
+                # SystemExit and the like included. Only trio's cancellation passes.
+                if is_cancellation(error):
+                    raise
                 ending = _Ending(
                     error_class=ErrorClass.TOOL_FAILED,
-                    message=f"{type(error).__name__}: {error}",
+                    message=describe_error(error),
                     retryable=False,
                 )
+            else:
+                output, problem = json_value(returned)
+                if problem is not None:
+                    ending = _Ending(
+                        error_class=ErrorClass.OUTPUT_INVALID,
+                        message=f"the output cannot be stored faithfully: {problem}",
+                        retryable=False,
+                        deliberate=True,
+                    )
         if timeout_scope.cancelled_caught:
             ending = _Ending(
                 error_class=ErrorClass.TIMEOUT,
@@ -653,9 +676,9 @@ async def _run_call(
         if ending is None:
             fault_point(CrashPoint.AFTER_WRITE_RETURNED)
     # Built without validation: every value is ours, the output is what
-    # to_jsonable_python made of the tool's return value, and output and error
-    # exclude each other by construction. Validating the output again walks it with
-    # a Python callback per JSON value.
+    # to_jsonable_python made of the tool's return value (checked storable by
+    # json_value), and output and error exclude each other by construction.
+    # Validating the output again walks it with a Python callback per JSON value.
     return ToolResult.model_construct(
         call_id=call.call_id,
         name=call.name,

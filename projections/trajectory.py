@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Sequence
 from enum import StrEnum
-from typing import Any
+from typing import Any, cast
 
 from eventsourcing.sqlite import SQLiteCursor
 from pydantic import JsonValue
@@ -42,6 +42,7 @@ from aggregates.invocation import (
     Terminated,
     VerificationFailed,
 )
+from aggregates.values import limit_size
 from projections.runner import Projection, ProjectionRunner
 
 
@@ -62,6 +63,8 @@ class CallView(Frozen):
     status: str
     """``ok``, an error class, or ``dispatched`` while no result is committed."""
     output: JsonValue = None
+    """The output, or, over ``OUTPUT_PREVIEW_BYTES``, its truncated stand-in
+    (``{"truncated": true, "size": ..., "sha256": ..., "head": ...}``)."""
     error_message: str | None = None
     duration_ms: float | None = None
     effect: Effect = Effect.READ
@@ -215,7 +218,7 @@ def evolve_trajectory(trajectory: Trajectory | None, event: DomainEvent) -> Traj
                 return call.model_copy(
                     update={
                         "status": "ok" if error is None else error.error_class.value,
-                        "output": result.output if error is None else None,
+                        "output": _preview(result.output) if error is None else None,
                         "error_message": error.message if error else None,
                         "duration_ms": result.duration_ms,
                         "effect_status": result.effect_status.value
@@ -251,6 +254,17 @@ def evolve_trajectory(trajectory: Trajectory | None, event: DomainEvent) -> Traj
         case _:
             pass  # an invocation event this version does not know: counted only
     return trajectory.model_copy(update=head)
+
+
+OUTPUT_PREVIEW_BYTES = 4_096
+"""The largest output (JSON bytes) the read model copies whole; a larger one is kept as its
+truncated stand-in (``aggregates.values.truncated``: size, digest and the first characters)."""
+
+
+def _preview(output: JsonValue) -> JsonValue:
+    """What the read model copies of a stored output: all of it, or a preview and its size."""
+    kept, _ = limit_size(output, max_bytes=OUTPUT_PREVIEW_BYTES)
+    return cast("JsonValue", kept)
 
 
 _RUNNING: dict[str, Any] = {
@@ -345,7 +359,7 @@ class TrajectoryProjection(Projection):
     """
 
     name = "trajectory"
-    version = 4
+    version = 5
 
     def create(self) -> list[str]:
         """The tables."""

@@ -348,7 +348,9 @@ def test_the_sweeper_redacts_a_receipt_and_withholds_a_reason_it_cannot_scrub() 
     invocation = replayed_invocation(shell.committed)
     answer = EffectAnswered(effect_key=key, status=Resolution.REJECTED, reason=f"{CARD} blocked")
 
-    settle_ended_effect(invocation, effect, answer, FakeCatalogue(SECRETIVE), at=shell.now.at)
+    settle_ended_effect(
+        invocation, effect, answer, FakeCatalogue(SECRETIVE), max_bytes=100_000, at=shell.now.at
+    )
 
     assert effect.reason is not None
     assert effect.reason.startswith("[withheld:")
@@ -380,6 +382,7 @@ def test_the_sweeper_scrubs_a_reason_of_the_receipts_sensitive_values() -> None:
         effect,
         answer,
         FakeCatalogue(minting),
+        max_bytes=100_000,
         at=shell.now.at,
     )
 
