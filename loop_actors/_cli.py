@@ -14,6 +14,8 @@ import json
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from pathlib import Path
 from typing import Any, NoReturn
 
 import trio
@@ -24,6 +26,7 @@ from aggregates.decisions import TerminalReason
 from aggregates.effect import who_settles
 from aggregates.invocation import InvocationEvent
 from aggregates.values import describe_error
+from loop_actors import _eval as evaluation
 from loop_actors._adapters import model_from_name
 from loop_actors._agent import Agent
 from loop_actors._audit import verify_all, verify_invocation
@@ -296,6 +299,21 @@ def _build_parser() -> argparse.ArgumentParser:
             "--batch-size", type=int, default=500, help="events per transaction (default 500)"
         )
         views_option(sub_parser)
+
+    evaluate = commands.add_parser(
+        "eval",
+        help="run a cases file's cases as invocations and score their trajectories "
+        "('eval schema', 'eval compare A B')",
+    )
+    evaluate.add_argument(
+        "file", metavar="FILE", help="a cases file (JSON), or 'schema', or 'compare'"
+    )
+    evaluate.add_argument("more", metavar="REPORT", nargs="*", help="compare: the two reports")
+    evaluate.add_argument(
+        "--concurrency", type=_positive_int, default=8, help="cases run at once (default 8)"
+    )
+    evaluate.add_argument("--json", dest="json_report", metavar="REPORT", help="write the report")
+    db_option(evaluate)
 
     history = commands.add_parser("history", help="print an invocation's committed events")
     history.add_argument("invocation_id", metavar="ID")
@@ -797,10 +815,50 @@ def _dispatch(args: argparse.Namespace) -> int:
             resolver = load_agent(agent_ref) if agent_ref else None
             parse_receipt(args.receipt)  # before the database: a bad receipt opens nothing
             return trio.run(_resolve_effect, _open_existing(args.db), resolver, args)
+        case "eval":
+            return _eval_command(args)
         case "show" | "list" | "metrics" | "effects" | "projections":
             return _read_models(args)
         case _:  # argparse only accepts the commands above
             raise UsageError(f"unknown command {args.command!r}")
+
+
+def _eval_command(args: argparse.Namespace) -> int:
+    """``eval FILE``, ``eval schema`` and ``eval compare A B`` (see docs/reference/eval.md)."""
+    if args.file == "schema":
+        if args.more:
+            raise UsageError("eval schema takes no other argument")
+        print(json.dumps(evaluation.schema(), indent=2))
+        return 0
+    if args.file == "compare":
+        if len(args.more) != 2:
+            raise UsageError("eval compare needs two reports: eval compare A.json B.json")
+        first, second = (evaluation.load_report(Path(p)) for p in args.more)
+        comparison = evaluation.compare(first, second)
+        if args.json_report:
+            Path(args.json_report).write_text(json.dumps(comparison, indent=2) + "\n")
+        Console().print(evaluation.compare_table(comparison))
+        return 0 if comparison["broke"] == 0 else 4
+    if args.more:
+        raise UsageError(f"eval takes one cases file, got {len(args.more) + 1}")
+    path = Path(args.file)
+    suite = evaluation.load_suite(path)  # before the database: a bad file writes nothing
+    agent = (
+        load_agent(suite.agent)
+        if suite.agent
+        else Agent("eval", model_from_name(suite.model or ""))
+    )
+    name = evaluation.suite_name(suite, path)
+    runtime = Runtime(args.db)
+    results = trio.run(
+        partial(evaluation.run_suite, runtime, agent, suite, name, concurrency=args.concurrency),
+        restrict_keyboard_interrupt_to_checkpoints=True,
+    )
+    document = evaluation.report(name, agent, results)
+    if args.json_report:
+        Path(args.json_report).write_text(json.dumps(document, indent=2) + "\n")
+    Console().print(evaluation.eval_table(document))
+    return evaluation.exit_code(results)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

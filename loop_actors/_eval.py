@@ -1,0 +1,460 @@
+"""``loop-actors eval``: run a suite of cases as invocations and score their committed events.
+
+A cases file (JSON) names an agent (``MODULE:ATTR``) or a model spec and its
+cases (:class:`Suite`). Each case and epoch is an ordinary invocation with a
+deterministic id (:func:`case_invocation_id`), so ``show``, ``history`` and the
+audit work on it, and running the same suite again reuses every run that has
+stopped (``Runtime.run`` of a stopped id returns its recorded outcome) and
+resumes one that was interrupted. Scoring is pure (``projections.evaluation``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import trio
+from pydantic import Field, JsonValue, ValidationError, field_validator, model_validator
+from rich.table import Table
+from rich.text import Text
+
+from aggregates.decisions import Frozen
+from loop_actors._agent import Agent
+from loop_actors._errors import InvocationExistsError, LoopActorsError, UsageError
+from loop_actors._model import ScriptedModel
+from loop_actors._render import terminal_safe
+from loop_actors._runtime import Runtime
+from projections.evaluation import (
+    CaseResult,
+    CaseStatus,
+    Expectations,
+    Summary,
+    score_events,
+    summarise,
+)
+
+REPORT_FORMAT = "loop-actors-eval/1"
+"""The ``format`` of the JSON report; a change that breaks readers bumps the number."""
+
+CASE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+
+
+class EvalInputError(UsageError):
+    """Raised when a cases file or a report cannot be read: one line per problem, located."""
+
+    def __init__(self, source: str, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        lines = "\n".join(f"  {problem}" for problem in self.problems)
+        super().__init__(f"{source}: {len(self.problems)} problem(s)\n{lines}")
+
+
+class Case(Frozen):
+    """One case: a goal, its task class, optional scripted model turns, and expectations."""
+
+    id: str = Field(pattern=CASE_ID_PATTERN)
+    goal: str = Field(min_length=1)
+    task_class: str = Field(min_length=1)
+    model: list[dict[str, JsonValue]] | None = None
+    """Scripted model turns (the ``ScriptedModel`` JSON shape, e.g.
+    ``{"kind": "final", "answer": "hi"}``): they replace the agent's model."""
+    epochs: int = Field(default=1, ge=1, le=1000)
+    expect: Expectations = Expectations()
+
+    @field_validator("goal")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the goal must not be blank")
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _turns(cls, value: list[dict[str, JsonValue]] | None) -> list[dict[str, JsonValue]] | None:
+        if value is not None:
+            if not value:
+                raise ValueError("give at least one scripted turn")
+            for index, turn in enumerate(value):
+                if not isinstance(turn.get("kind"), str):
+                    # pydantic turns a ValueError (not a TypeError) into a located problem
+                    raise ValueError(  # noqa: TRY004
+                        f"turn {index} has no 'kind' (e.g. final, tool_calls)"
+                    )
+        return value
+
+
+class Suite(Frozen):
+    """A cases file: the agent (``MODULE:ATTR``) or a model spec, and the cases."""
+
+    name: str | None = Field(default=None, pattern=CASE_ID_PATTERN)
+    """Part of every run's id; default: the file's name without its extension."""
+    agent: str | None = None
+    """``MODULE:ATTR`` of a ``loop_actors.Agent``."""
+    model: str | None = None
+    """A model spec (``openai:gpt-4.1``): runs a tool-less agent named ``eval`` on it."""
+    cases: list[Case] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _one_agent(self) -> Suite:
+        if (self.agent is None) == (self.model is None):
+            raise ValueError("give exactly one of agent (MODULE:ATTR) and model")
+        seen: set[str] = set()
+        for index, case in enumerate(self.cases):
+            if case.id in seen:
+                raise ValueError(f"cases[{index}].id: {case.id!r} is used twice")
+            seen.add(case.id)
+        return self
+
+
+def schema() -> dict[str, Any]:
+    """The cases file's JSON Schema (``loop-actors eval schema``)."""
+    return Suite.model_json_schema()
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else part
+    return text or "(file)"
+
+
+def _problems(error: ValidationError) -> list[str]:
+    problems = []
+    for item in error.errors(include_url=False):
+        # Union members add their type names to the location; keep the fields only.
+        loc = tuple(p for p in item["loc"] if isinstance(p, int) or not any(c in p for c in "[("))
+        message = item["msg"].removeprefix("Value error, ")
+        problems.append(f"{_location(loc)}: {message}" if loc else message)
+    return problems
+
+
+def load_suite(path: Path) -> Suite:
+    """Read and check a cases file (JSON).
+
+    Raises:
+        EvalInputError: the file cannot be read, is not JSON, or breaks the schema
+            (one problem per line, each with its location: ``cases[1].expect.reason: ...``).
+    """
+    source = str(path)
+    if path.suffix.lower() in (".yaml", ".yml"):
+        raise EvalInputError(source, ["YAML is not supported (PyYAML is not installed): use JSON"])
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise EvalInputError(source, [f"cannot read: {error}"]) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise EvalInputError(
+            source, [f"line {error.lineno} column {error.colno}: not JSON: {error.msg}"]
+        ) from None
+    try:
+        return Suite.model_validate(data)
+    except ValidationError as error:
+        raise EvalInputError(source, _problems(error)) from None
+
+
+def suite_name(suite: Suite, path: Path) -> str:
+    """The suite's name: its ``name``, else the file's stem."""
+    return suite.name or path.stem
+
+
+def case_invocation_id(suite: str, case: Case, epoch: int, agent: Agent) -> str:
+    """The run's invocation id: the same suite, case, epoch and agent give the same id.
+
+    The digest covers the agent's name and version and what the run is given (the
+    goal, the task class and the scripted turns), not the expectations: editing an
+    expectation re-scores the recorded run; editing the goal makes a new run.
+    """
+    inputs = json.dumps(
+        [suite, case.id, epoch, agent.name, agent.version, case.goal, case.task_class, case.model],
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    digest = hashlib.sha256(inputs.encode()).hexdigest()[:16]
+    return f"eval-{suite}-{case.id}-e{epoch}-{digest}"
+
+
+def _agent_for(agent: Agent, case: Case) -> Agent:
+    if case.model is None:
+        return agent
+    return agent.with_model(ScriptedModel(list(case.model)))
+
+
+async def _run_case(
+    runtime: Runtime,
+    *,
+    agent: Agent,
+    suite: str,
+    case: Case,
+    epoch: int,
+    limiter: trio.CapacityLimiter,
+) -> CaseResult:
+    invocation_id = case_invocation_id(suite, case, epoch, agent)
+    base: dict[str, Any] = {
+        "case_id": case.id,
+        "epoch": epoch,
+        "invocation_id": invocation_id,
+        "task_class": case.task_class,
+    }
+    async with limiter:
+        runner = _agent_for(agent, case)
+        try:
+            try:
+                await runtime.run(
+                    runner, case.goal, invocation_id=invocation_id, task_class=case.task_class
+                )
+            except InvocationExistsError:
+                # Interrupted earlier (killed midway): continue it from its events.
+                await runtime.resume(invocation_id, runner)
+            events = await runtime.history(invocation_id)
+            score = score_events(events, case.expect)
+        except (LoopActorsError, ValueError) as error:
+            return CaseResult(
+                **base, status=CaseStatus.ERROR, error=f"{type(error).__name__}: {error}"
+            )
+    measures = score.measures
+    return CaseResult(
+        **base,
+        status=CaseStatus.PASSED if score.passed else CaseStatus.FAILED,
+        failures=score.failures,
+        reason=measures.reason,
+        answer=measures.answer,
+        steps=measures.steps,
+        tool_calls=measures.tool_calls,
+        tokens=measures.tokens,
+        cost=measures.cost,
+        latency_ms=measures.latency_ms,
+    )
+
+
+async def run_suite(
+    runtime: Runtime, agent: Agent, suite: Suite, name: str, *, concurrency: int
+) -> list[CaseResult]:
+    """Run every case and epoch (at most ``concurrency`` at once) in ``runtime``; results in order.
+
+    Cancellation: a checkpoint; cancelled runs are recorded ``cancelled`` by the
+    runtime, and running the suite again resumes or reuses them.
+    """
+    limiter = trio.CapacityLimiter(concurrency)
+    jobs = [(case, epoch) for case in suite.cases for epoch in range(1, case.epochs + 1)]
+    results: list[CaseResult | None] = [None] * len(jobs)
+
+    async def one(index: int, case: Case, epoch: int) -> None:
+        results[index] = await _run_case(
+            runtime, agent=agent, suite=name, case=case, epoch=epoch, limiter=limiter
+        )
+
+    async with runtime, trio.open_nursery() as nursery:
+        for index, (case, epoch) in enumerate(jobs):
+            nursery.start_soon(one, index, case, epoch)
+    return [result for result in results if result is not None]
+
+
+def report(name: str, agent: Agent, results: Sequence[CaseResult]) -> dict[str, Any]:
+    """The versioned JSON report (``format: loop-actors-eval/1``)."""
+    summary: Summary = summarise(results)
+    return {
+        "format": REPORT_FORMAT,
+        "suite": name,
+        "agent": {"name": agent.name, "version": agent.version},
+        "cases": [result.model_dump(mode="json") for result in results],
+        **summary.model_dump(mode="json"),
+    }
+
+
+def exit_code(results: Sequence[CaseResult]) -> int:
+    """0 when every case and epoch passed, else 4."""
+    return 0 if all(r.status is CaseStatus.PASSED for r in results) else 4
+
+
+# --------------------------------------------------------------------------- compare
+
+
+class ReportCase(Frozen):
+    """The part of a report's case entry that ``compare`` reads."""
+
+    model_config = Frozen.model_config | {"extra": "ignore"}
+
+    case_id: str
+    epoch: int
+    status: CaseStatus
+    reason: str | None = None
+    steps: int = 0
+    tool_calls: int = 0
+    tokens: int = 0
+    cost: float = 0.0
+    latency_ms: float = 0.0
+
+
+class ReportFile(Frozen):
+    """A report as ``compare`` reads it."""
+
+    model_config = Frozen.model_config | {"extra": "ignore"}
+
+    format: str
+    cases: list[ReportCase]
+
+    @field_validator("format")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value != REPORT_FORMAT:
+            raise ValueError(f"expected {REPORT_FORMAT!r}, got {value!r}")
+        return value
+
+
+def load_report(path: Path) -> ReportFile:
+    """Read a JSON report written by ``loop-actors eval --json``.
+
+    Raises:
+        EvalInputError: unreadable, not JSON, not a report, or a (case, epoch) twice.
+    """
+    source = str(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as error:
+        raise EvalInputError(source, [f"cannot read: {error}"]) from None
+    except json.JSONDecodeError as error:
+        raise EvalInputError(
+            source, [f"line {error.lineno} column {error.colno}: not JSON: {error.msg}"]
+        ) from None
+    try:
+        loaded = ReportFile.model_validate(data)
+    except ValidationError as error:
+        raise EvalInputError(source, _problems(error)) from None
+    keys = [(c.case_id, c.epoch) for c in loaded.cases]
+    twice = sorted({f"{k[0]} epoch {k[1]}" for k in keys if keys.count(k) > 1})
+    if twice:
+        raise EvalInputError(source, [f"cases: listed twice: {', '.join(twice)}"])
+    return loaded
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Two-sided exact McNemar p-value: b and c are the discordant pairs (pass→fail, fail→pass).
+
+    Under the null each discordant pair flips either way with probability 1/2, so
+    the p-value is twice the binomial tail of the smaller count, capped at 1.
+    """
+    n = b + c
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(b, c) + 1)) / float(2**n)
+    return min(1.0, 2 * tail)
+
+
+_DELTAS = ("steps", "tool_calls", "tokens", "cost", "latency_ms")
+
+
+def compare(a: ReportFile, b: ReportFile) -> dict[str, Any]:
+    """Pair two reports on (case id, epoch): flips first, then the other paired cases' deltas."""
+    before = {(c.case_id, c.epoch): c for c in a.cases}
+    after = {(c.case_id, c.epoch): c for c in b.cases}
+    paired = [key for key in before if key in after]
+    rows = []
+    for key in paired:
+        old, new = before[key], after[key]
+        was, now = old.status is CaseStatus.PASSED, new.status is CaseStatus.PASSED
+        rows.append(
+            {
+                "case_id": key[0],
+                "epoch": key[1],
+                "flip": None if was == now else ("fixed" if now else "broke"),
+                "status": [old.status.value, new.status.value],
+                "reason": [old.reason, new.reason],
+                **{f: round(getattr(new, f) - getattr(old, f), 6) for f in _DELTAS},
+            }
+        )
+    rows.sort(key=lambda row: (row["flip"] is None, row["case_id"], row["epoch"]))
+    broke = sum(row["flip"] == "broke" for row in rows)
+    fixed = sum(row["flip"] == "fixed" for row in rows)
+    rate_a = (
+        sum(before[k].status is CaseStatus.PASSED for k in paired) / len(paired) if paired else 0.0
+    )
+    rate_b = (
+        sum(after[k].status is CaseStatus.PASSED for k in paired) / len(paired) if paired else 0.0
+    )
+    return {
+        "format": "loop-actors-eval-compare/1",
+        "paired": len(paired),
+        "only_in_a": sorted(f"{k[0]}#{k[1]}" for k in before if k not in after),
+        "only_in_b": sorted(f"{k[0]}#{k[1]}" for k in after if k not in before),
+        "pass_rate": {"a": round(rate_a, 4), "b": round(rate_b, 4)},
+        "broke": broke,
+        "fixed": fixed,
+        "mcnemar_p": round(mcnemar_exact(broke, fixed), 6),
+        "cases": rows,
+    }
+
+
+# --------------------------------------------------------------------------- terminal tables
+
+_STATUS_STYLE = {"passed": "green", "failed": "red", "error": "bold red"}
+
+
+def eval_table(document: dict[str, Any]) -> Table:
+    """The report on the terminal: one row per case and epoch, then the totals in the caption."""
+    table = Table(
+        "case", "epoch", "class", "result", "reason", "steps", "tool calls", "tokens", "cost",
+        "ms", "failed expectations",
+        title=f"eval {terminal_safe(document['suite'])}",
+    )  # fmt: skip
+    for case in document["cases"]:
+        why = [f"{f['expectation']}: {f['why']}" for f in case["failures"]]
+        if case["error"]:
+            why.append(case["error"])
+        table.add_row(
+            terminal_safe(case["case_id"]),
+            str(case["epoch"]),
+            terminal_safe(case["task_class"]),
+            Text(case["status"], style=_STATUS_STYLE[case["status"]]),
+            case["reason"] or "-",
+            str(case["steps"]),
+            str(case["tool_calls"]),
+            str(case["tokens"]),
+            f"{case['cost']:.4f}",
+            f"{case['latency_ms']:,.0f}",
+            Text(terminal_safe("; ".join(why)) or "-"),
+        )
+    totals = document["totals"]
+    table.caption = (
+        f"{totals['passed']}/{totals['cases']} passed, {totals['failed']} failed, "
+        f"{totals['errored']} errored, {totals['false_success']} false success "
+        f"(pass rate {totals['pass_rate']:.0%})"
+    )
+    return table
+
+
+def compare_table(comparison: dict[str, Any]) -> Table:
+    """A comparison on the terminal: flips first, then per-case deltas (B minus A)."""
+    table = Table(
+        "case", "epoch", "flip", "status A→B", "reason A→B", "Δsteps", "Δtool calls",
+        "Δtokens", "Δcost", "Δms",
+        title="eval compare",
+    )  # fmt: skip
+    for row in comparison["cases"]:
+        flip = row["flip"] or ""
+        table.add_row(
+            terminal_safe(row["case_id"]),
+            str(row["epoch"]),
+            Text(flip, style="red" if flip == "broke" else "green"),
+            " → ".join(row["status"]),
+            " → ".join(r or "-" for r in row["reason"]),
+            f"{row['steps']:+d}",
+            f"{row['tool_calls']:+d}",
+            f"{row['tokens']:+d}",
+            f"{row['cost']:+.4f}",
+            f"{row['latency_ms']:+,.0f}",
+        )
+    rate = comparison["pass_rate"]
+    table.caption = (
+        f"{comparison['paired']} paired; pass rate {rate['a']:.0%} → {rate['b']:.0%}; "
+        f"{comparison['broke']} broke, {comparison['fixed']} fixed; "
+        f"McNemar exact p = {comparison['mcnemar_p']:.4g}"
+    )
+    return table
