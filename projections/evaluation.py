@@ -239,7 +239,7 @@ def _answer(answer: str | None, wanted: AnswerExpectation) -> list[Verdict]:
         checks.append(("regex", f"does not match {wanted.regex!r}", found))
     verdicts = []
     for name, why, held in checks:
-        if held:
+        if held and answer is not None:  # no answer fails every check, even contains ""
             verdicts.append(Verdict(expectation=f"answer.{name}", passed=True))
         else:
             got = "no answer" if answer is None else f"got {_short(answer)!r}"
