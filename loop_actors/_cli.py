@@ -843,12 +843,12 @@ def _eval_command(args: argparse.Namespace) -> int:
         raise UsageError(f"eval takes one cases file, got {len(args.more) + 1}")
     path = Path(args.file)
     suite = evaluation.load_suite(path)  # before the database: a bad file writes nothing
+    name = evaluation.suite_name(suite, path)
     agent = (
         load_agent(suite.agent)
         if suite.agent
         else Agent("eval", model_from_name(suite.model or ""))
     )
-    name = evaluation.suite_name(suite, path)
     runtime = Runtime(args.db)
     results = trio.run(
         partial(evaluation.run_suite, runtime, agent, suite, name, concurrency=args.concurrency),

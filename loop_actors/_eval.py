@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -161,8 +162,17 @@ def load_suite(path: Path) -> Suite:
 
 
 def suite_name(suite: Suite, path: Path) -> str:
-    """The suite's name: its ``name``, else the file's stem."""
-    return suite.name or path.stem
+    """The suite's name: its ``name``, else the file's stem.
+
+    Raises:
+        EvalInputError: no ``name`` and the file's stem cannot be part of an id.
+    """
+    name = suite.name or path.stem
+    if re.fullmatch(CASE_ID_PATTERN, name) is None:
+        raise EvalInputError(
+            str(path), [f"name: the file's name {name!r} cannot name the suite: give a name"]
+        )
+    return name
 
 
 def case_invocation_id(suite: str, case: Case, epoch: int, agent: Agent) -> str:

@@ -78,7 +78,7 @@ async def _events(
             return list(await runtime.history(outcome.invocation_id))
 
 
-PARALLEL_THEN_ONE = [
+PARALLEL_THEN_ONE: list[dict[str, Any]] = [
     {"kind": "tool_calls", "calls": [_call("c1", "alpha", key="x"), _call("c2", "beta", key="y")]},
     {"kind": "tool_calls", "calls": [_call("c3", "gamma", key="z")]},
     {"kind": "final", "answer": "the answer is 42"},
@@ -280,6 +280,7 @@ def test_bad_expectations_are_refused_with_their_location() -> None:
         ("tools",),
         ("limits", "max_steps"),
     }
+    bad: dict[str, Any]
     for bad in ({"reason": []}, {"answer": {}}):
         with pytest.raises(ValidationError):
             Expectations.model_validate(bad)
