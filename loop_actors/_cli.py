@@ -313,6 +313,12 @@ def _build_parser() -> argparse.ArgumentParser:
         "--concurrency", type=_positive_int, default=8, help="cases run at once (default 8)"
     )
     evaluate.add_argument("--json", dest="json_report", metavar="REPORT", help="write the report")
+    evaluate.add_argument(
+        "--agent",
+        dest="eval_agent",
+        metavar="MODULE:ATTR",
+        help="run this agent instead of the file's (change one thing, re-measure)",
+    )
     db_option(evaluate)
 
     history = commands.add_parser("history", help="print an invocation's committed events")
@@ -844,10 +850,9 @@ def _eval_command(args: argparse.Namespace) -> int:
     path = Path(args.file)
     suite = evaluation.load_suite(path)  # before the database: a bad file writes nothing
     name = evaluation.suite_name(suite, path)
+    reference = args.eval_agent or suite.agent
     agent = (
-        load_agent(suite.agent)
-        if suite.agent
-        else Agent("eval", model_from_name(suite.model or ""))
+        load_agent(reference) if reference else Agent("eval", model_from_name(suite.model or ""))
     )
     runtime = Runtime(args.db)
     results = trio.run(

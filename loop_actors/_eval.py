@@ -428,7 +428,7 @@ def eval_table(document: dict[str, Any]) -> Table:
             str(case["tool_calls"]),
             str(case["tokens"]),
             f"{case['cost']:.4f}",
-            f"{case['latency_ms']:,.0f}",
+            f"{case['latency_ms']:9.1f}",  # a fixed width: the table's shape does not vary
             Text(terminal_safe("; ".join(why)) or "-"),
         )
     totals = document["totals"]
@@ -459,7 +459,7 @@ def compare_table(comparison: dict[str, Any]) -> Table:
             f"{row['tool_calls']:+d}",
             f"{row['tokens']:+d}",
             f"{row['cost']:+.4f}",
-            f"{row['latency_ms']:+,.0f}",
+            f"{row['latency_ms']:+9.1f}",
         )
     rate = comparison["pass_rate"]
     table.caption = (

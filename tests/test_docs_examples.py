@@ -1019,3 +1019,33 @@ def test_verify_export_needs_nothing_of_loop_actors() -> None:
     }
     imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert imported <= VERIFIER_IMPORTS
+
+
+# --------------------------------------------------------------------------- eval
+
+TESTED_EXAMPLES.add("eval_agent.py")
+
+
+def test_eval_example_passes_then_the_tight_agent_breaks_the_write_case(tmp_path: Path) -> None:
+    """docs/how-to/evaluate-your-loop.md: the cases pass; max_steps=2 fails one; compare."""
+    before = _cli(
+        "eval", str(EXAMPLES / "eval_cases.json"), "--json", str(tmp_path / "before.json"),
+        tmp_path=tmp_path, cwd=EXAMPLES,
+    )  # fmt: skip
+    assert before.returncode == 0, before.stderr
+    after = _cli(
+        "eval", str(EXAMPLES / "eval_cases.json"), "--agent", "eval_agent:agent_tight",
+        "--json", str(tmp_path / "after.json"), tmp_path=tmp_path, cwd=EXAMPLES,
+    )  # fmt: skip
+    assert after.returncode == 4
+    report = json.loads((tmp_path / "after.json").read_text())
+    failed = [(c["case_id"], c["reason"]) for c in report["cases"] if c["status"] != "passed"]
+    assert failed == [("tells-the-customer", "max_steps")]
+    compared = _cli(
+        "eval", "compare", str(tmp_path / "before.json"), str(tmp_path / "after.json"),
+        "--json", str(tmp_path / "diff.json"), tmp_path=tmp_path, cwd=tmp_path,
+    )  # fmt: skip
+    assert compared.returncode == 4
+    diff = json.loads((tmp_path / "diff.json").read_text())
+    assert diff["cases"][0]["case_id"] == "tells-the-customer"
+    assert diff["cases"][0]["flip"] == "broke"
