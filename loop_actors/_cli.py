@@ -842,13 +842,15 @@ def _eval_command(args: argparse.Namespace) -> int:
         first, second = (evaluation.load_report(Path(p)) for p in args.more)
         comparison = evaluation.compare(first, second)
         if args.json_report:
-            Path(args.json_report).write_text(json.dumps(comparison, indent=2) + "\n")
-        Console().print(evaluation.compare_table(comparison))
+            evaluation.write_json(Path(args.json_report), comparison)
+        evaluation.print_table(evaluation.compare_table(comparison))
         return 0 if comparison["broke"] == 0 else 4
     if args.more:
         raise UsageError(f"eval takes one cases file, got {len(args.more) + 1}")
     path = Path(args.file)
     suite = evaluation.load_suite(path)  # before the database: a bad file writes nothing
+    if args.json_report:
+        evaluation.check_writable(Path(args.json_report))
     name = evaluation.suite_name(suite, path)
     reference = args.eval_agent or suite.agent
     agent = (
@@ -861,8 +863,8 @@ def _eval_command(args: argparse.Namespace) -> int:
     )
     document = evaluation.report(name, agent, results)
     if args.json_report:
-        Path(args.json_report).write_text(json.dumps(document, indent=2) + "\n")
-    Console().print(evaluation.eval_table(document))
+        evaluation.write_json(Path(args.json_report), document)
+    evaluation.print_table(evaluation.eval_table(document))
     return evaluation.exit_code(results)
 
 

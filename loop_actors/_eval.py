@@ -20,6 +20,8 @@ from typing import Any
 
 import trio
 from pydantic import Field, JsonValue, ValidationError, field_validator, model_validator
+from rich import box
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -279,6 +281,28 @@ def report(name: str, agent: Agent, results: Sequence[CaseResult]) -> dict[str, 
     }
 
 
+def check_writable(path: Path) -> None:
+    """Refuse a report path whose folder does not exist (before anything runs).
+
+    Raises:
+        UsageError: the folder is missing, or the path is a folder.
+    """
+    if path.is_dir() or not path.parent.is_dir():
+        raise UsageError(f"cannot write the report to {path}: no such folder, or a folder")
+
+
+def write_json(path: Path, document: dict[str, Any]) -> None:
+    """Write a report or a comparison as indented JSON.
+
+    Raises:
+        UsageError: the file cannot be written (the runs stay recorded: run again).
+    """
+    try:
+        path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"cannot write the report to {path}: {error}") from None
+
+
 def exit_code(results: Sequence[CaseResult]) -> int:
     """0 when every case and epoch passed, else 4."""
     return 0 if all(r.status is CaseStatus.PASSED for r in results) else 4
@@ -404,23 +428,49 @@ def compare(a: ReportFile, b: ReportFile) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- terminal tables
 
+_SHORT = {"passed": "pass", "failed": "fail", "error": "error"}
+
+
+def _change(old: str, new: str) -> str:
+    return old if old == new else f"{old}→{new}"
+
+
 _STATUS_STYLE = {"passed": "green", "failed": "red", "error": "bold red"}
 
 
-def eval_table(document: dict[str, Any]) -> Table:
-    """The report on the terminal: one row per case and epoch, then the totals in the caption."""
-    table = Table(
-        "case", "epoch", "class", "result", "reason", "steps", "tool calls", "tokens", "cost",
-        "ms", "failed expectations",
+def print_table(renderable: RenderableType) -> None:
+    """Print a table with no trailing blanks on its lines (rich pads them to the width)."""
+    console = Console()
+    with console.capture() as captured:
+        console.print(renderable)
+    for line in captured.get().splitlines():
+        print(line.rstrip())
+
+
+def _table(names: list[str], whole: list[str], numbers: list[str], *, title: str) -> Table:
+    """A table whose names and words are never cut; on a narrow terminal the numbers wrap."""
+    table = Table(title=title, box=box.SIMPLE_HEAD)
+    for name in [*names, *whole]:
+        table.add_column(name, no_wrap=True)
+    for name in numbers:
+        # A latency varies from run to run; a width of its own keeps the table's shape.
+        table.add_column(name, justify="right", min_width=9 if name.endswith("ms") else None)
+    return table
+
+
+def eval_table(document: dict[str, Any]) -> Group:
+    """The report on the terminal: one row per case and epoch, the totals, then each failure."""
+    table = _table(
+        ["case"],
+        ["class", "result", "reason"],
+        ["steps", "calls", "tokens", "cost", "ms"],
         title=f"eval {terminal_safe(document['suite'])}",
-    )  # fmt: skip
+    )
+    failures: list[Text] = []
     for case in document["cases"]:
-        why = [f"{f['expectation']}: {f['why']}" for f in case["failures"]]
-        if case["error"]:
-            why.append(case["error"])
+        name = terminal_safe(f"{case['case_id']}#{case['epoch']}")
         table.add_row(
-            terminal_safe(case["case_id"]),
-            str(case["epoch"]),
+            name,
             terminal_safe(case["task_class"]),
             Text(case["status"], style=_STATUS_STYLE[case["status"]]),
             case["reason"] or "-",
@@ -428,38 +478,40 @@ def eval_table(document: dict[str, Any]) -> Table:
             str(case["tool_calls"]),
             str(case["tokens"]),
             f"{case['cost']:.4f}",
-            f"{case['latency_ms']:9.1f}",  # a fixed width: the table's shape does not vary
-            Text(terminal_safe("; ".join(why)) or "-"),
+            f"{case['latency_ms']:.1f}",
         )
+        whys = [f"{f['expectation']}: {f['why']}" for f in case["failures"]]
+        whys += [case["error"]] if case["error"] else []
+        failures += [Text(terminal_safe(f"{case['status']} {name} {why}")) for why in whys]
     totals = document["totals"]
     table.caption = (
         f"{totals['passed']}/{totals['cases']} passed, {totals['failed']} failed, "
         f"{totals['errored']} errored, {totals['false_success']} false success "
         f"(pass rate {totals['pass_rate']:.0%})"
     )
-    return table
+    return Group(table, *failures)
 
 
 def compare_table(comparison: dict[str, Any]) -> Table:
     """A comparison on the terminal: flips first, then per-case deltas (B minus A)."""
-    table = Table(
-        "case", "epoch", "flip", "status A→B", "reason A→B", "Δsteps", "Δtool calls",
-        "Δtokens", "Δcost", "Δms",
+    table = _table(
+        ["case"],
+        ["flip", "A→B", "reason"],
+        ["Δsteps", "Δcalls", "Δtokens", "Δcost", "Δms"],
         title="eval compare",
-    )  # fmt: skip
+    )
     for row in comparison["cases"]:
         flip = row["flip"] or ""
         table.add_row(
-            terminal_safe(row["case_id"]),
-            str(row["epoch"]),
+            terminal_safe(f"{row['case_id']}#{row['epoch']}"),
             Text(flip, style="red" if flip == "broke" else "green"),
-            " → ".join(row["status"]),
-            " → ".join(r or "-" for r in row["reason"]),
+            "→".join(_SHORT[status] for status in row["status"]),
+            _change(row["reason"][0] or "-", row["reason"][1] or "-"),
             f"{row['steps']:+d}",
             f"{row['tool_calls']:+d}",
             f"{row['tokens']:+d}",
             f"{row['cost']:+.4f}",
-            f"{row['latency_ms']:+9.1f}",
+            f"{row['latency_ms']:+.1f}",
         )
     rate = comparison["pass_rate"]
     table.caption = (

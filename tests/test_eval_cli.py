@@ -110,6 +110,21 @@ def test_running_the_same_suite_again_reuses_the_finished_runs(project: Path) ->
         assert _events_of(project, case["invocation_id"]).count("InvocationStarted") == 1
 
 
+def test_an_edited_expectation_rescores_the_recorded_run_and_an_edited_goal_runs_anew(
+    project: Path,
+) -> None:
+    assert _eval(project, "cases.json", "--json", "first.json").returncode == 0
+    suite = json.loads(SMALLEST)
+    suite["cases"][0]["expect"]["answer"] = {"equals": "hello"}
+    suite["cases"][1]["goal"] = "look it up again"
+    assert _eval(project, _write(project, "cases.json", suite), "--json", "r.json").returncode == 4
+    first, second = _report(project / "first.json"), _report(project / "r.json")
+    assert second["cases"][0]["invocation_id"] == first["cases"][0]["invocation_id"]
+    assert second["cases"][0]["latency_ms"] == first["cases"][0]["latency_ms"]
+    assert second["cases"][0]["failures"][0]["expectation"] == "answer.equals"
+    assert second["cases"][1]["invocation_id"] != first["cases"][1]["invocation_id"]
+
+
 def test_a_run_killed_midway_continues_where_it_stopped(project: Path) -> None:
     """SIGKILL (a crash point) after the tool case's results commit; the same command again."""
     killed = _eval(
@@ -278,6 +293,15 @@ def test_bad_command_lines_exit_2(project: Path) -> None:
     not_agent = _eval(project, _write(project, "tool.json", suite))
     assert not_agent.returncode == 2
     assert "not a loop_actors.Agent" in not_agent.stderr
+    assert not (project / "eval.db").exists()
+
+
+def test_a_report_path_in_a_missing_folder_is_refused_before_anything_runs(project: Path) -> None:
+    """Bad inputs: --json into a folder that does not exist, --json naming a folder."""
+    for target in ("missing/report.json", "."):
+        result = _eval(project, "cases.json", "--json", target)
+        assert result.returncode == 2
+        assert "cannot write the report" in result.stderr
     assert not (project / "eval.db").exists()
 
 
