@@ -54,8 +54,21 @@ class AnswerExpectation(Frozen):
         return self
 
 
-SequenceStep = str | list[str]
-"""One step of an expected sequence: a tool name, or a batch (compared as a set)."""
+_STEP_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {"type": "string"},
+        {"type": "array", "items": {"type": "string"}, "minItems": 1},
+    ]
+}
+
+SequenceStep = Annotated[
+    list[str],
+    BeforeValidator(lambda value: [value] if isinstance(value, str) else value),
+    Field(min_length=1),
+    WithJsonSchema(_STEP_SCHEMA),
+]
+"""One step of an expected sequence: a tool name, or a batch (compared as a set); a name
+is kept as a batch of one, so a bad step gets one error."""
 
 
 class SequenceMode(StrEnum):
@@ -284,8 +297,8 @@ def _tools(trajectory: Trajectory, wanted: ToolsExpectation) -> list[Verdict]:
     return verdicts
 
 
-def _as_set(step: SequenceStep) -> frozenset[str]:
-    return frozenset([step]) if isinstance(step, str) else frozenset(step)
+def _as_set(step: list[str]) -> frozenset[str]:
+    return frozenset(step)
 
 
 def _show(steps: Iterable[frozenset[str]]) -> str:

@@ -263,7 +263,8 @@ async def test_effects_fail_when_an_effect_key_is_dispatched_twice(tmp_path: Pat
 
 def test_bad_expectations_are_refused_with_their_location() -> None:
     """Bad inputs: an unknown reason, an empty reason list, a regex that does not compile,
-    an answer check with no check, a tool both required and forbidden, a negative limit."""
+    an answer check with no check, a tool both required and forbidden, a negative limit,
+    a sequence step that is neither a name nor a list of names, an empty batch."""
     with pytest.raises(ValidationError) as caught:
         Expectations.model_validate(
             {
@@ -281,6 +282,12 @@ def test_bad_expectations_are_refused_with_their_location() -> None:
         ("limits", "max_steps"),
     }
     bad: dict[str, Any]
+    with pytest.raises(ValidationError) as caught:
+        Expectations.model_validate({"tools": {"sequence": {"steps": ["a", 3, []]}}})
+    assert [tuple(e["loc"]) for e in caught.value.errors()] == [
+        ("tools", "sequence", "steps", 1),  # one error per bad step, not one per union member
+        ("tools", "sequence", "steps", 2),
+    ]
     for bad in ({"reason": []}, {"answer": {}}):
         with pytest.raises(ValidationError):
             Expectations.model_validate(bad)
