@@ -251,8 +251,8 @@ async def run_suite(
 ) -> list[CaseResult]:
     """Run every case and epoch (at most ``concurrency`` at once) in ``runtime``; results in order.
 
-    Cancellation: a checkpoint; cancelled runs are recorded ``cancelled`` by the
-    runtime, and running the suite again resumes or reuses them.
+    Cancellation: a checkpoint; the runs in flight are recorded ``cancelled`` by the
+    runtime (they have stopped: running the suite again reports them as they ended).
     """
     limiter = trio.CapacityLimiter(concurrency)
     jobs = [(case, epoch) for case in suite.cases for epoch in range(1, case.epochs + 1)]
