@@ -32,6 +32,7 @@ from loop_actors._demo import DEMO_GOAL, demo_agent
 from loop_actors._errors import (
     AgentLoadError,
     EffectResolutionError,
+    InconsistentHistoryError,
     InvocationNotFoundError,
     UsageError,
 )
@@ -58,6 +59,8 @@ from projections import (
 EXIT_USAGE = 2
 EXIT_INTERNAL = 1
 EXIT_NEEDS_PERSON = 5
+EXIT_TAMPERED = 4
+"""The store's history is not the one written: audit verify found a break, or resume refused."""
 """``reconcile``: an open effect that only a person can settle is left (``effects resolve``)."""
 
 
@@ -738,7 +741,7 @@ def _audit_verify(args: argparse.Namespace) -> int:
     broken = [r for r in reports if not r.intact]
     if not args.json:
         print(f"{len(reports) - len(broken)} intact, {len(broken)} broken")
-    return 4 if broken else 0
+    return EXIT_TAMPERED if broken else 0
 
 
 def _open_existing(db: str | None) -> Runtime:
@@ -814,6 +817,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as error:
         print(f"loop-actors: error: {terminal_safe(error)}", file=sys.stderr)
         return EXIT_USAGE
+    except InconsistentHistoryError as error:
+        print(f"loop-actors: error: {terminal_safe(error)}", file=sys.stderr)
+        return EXIT_TAMPERED
     except BrokenPipeError:  # the reader (e.g. `head`) went away: not an error of ours
         sys.stderr.close()
         return 0

@@ -19,6 +19,7 @@ import trio
 
 from aggregates.effect import Effect
 from aggregates.invocation import Invocation, InvocationEvent
+from aggregates.ledger_check import cut_history_problem
 from aggregates.requests import CancelRequest
 from loop_actors._store import EventStore
 
@@ -100,6 +101,18 @@ class StoreReader:
         Cancellation: as :meth:`call`.
         """
         return await self.call(lambda: {key: self.store.get_effect(key) for key in keys})
+
+    async def history_problem(self, invocation_id: str) -> str | None:
+        """Why the invocation's stored history disagrees with its effect ledger, or None.
+
+        Cancellation: as :meth:`call`.
+        """
+
+        def check() -> str | None:
+            events = self.store.events(invocation_id)
+            return cut_history_problem(invocation_id, events, self.store.effects_of(invocation_id))
+
+        return await self.call(check)
 
     async def open_effects(self) -> list[Effect]:
         """Every effect still dispatched or of unknown outcome.

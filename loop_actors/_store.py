@@ -546,6 +546,18 @@ class LeanSQLiteRecorder(SQLiteApplicationRecorder):
         row = cursor.execute("SELECT store_id FROM loop_actors_store").fetchone()
         return None if row is None else str(row[0])
 
+    def first_position_of(self, originator_id: str) -> int | None:
+        """The notification id of an aggregate's first stored row (None when it has none).
+
+        Raises:
+            eventsourcing.persistence.OperationalError: the database is locked or broken.
+        """
+        statement = f"SELECT MIN(rowid) FROM {self.events_table_name} WHERE originator_id = ?"  # noqa: S608 (the table name is eventsourcing's)
+        with self.datastore.transaction(commit=False) as cursor:
+            cursor.execute(statement, (originator_id,))
+            row = cursor.fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
     def has_events_table(self) -> bool:
         """Whether the database has the events table (a read-only open cannot create it)."""
         row = self._connection.execute(
@@ -791,6 +803,34 @@ class EventStore:
         except AggregateNotFoundError:
             return None
         return effect if isinstance(effect, Effect) else None
+
+    def effects_of(self, invocation_id: str) -> list[Effect]:
+        """Every ledger entry recorded for an invocation, oldest first (for resume's check).
+
+        Reads the ``EffectPrepared`` notifications from the invocation's first stored
+        row on (an effect is always prepared after its invocation started).
+        """
+        start = self._recorder.first_position_of(invocation_id)
+        if start is None:
+            return []
+        found: list[Effect] = []
+        position = start - 1
+        while True:
+            notifications = self._recorder.select_notifications(
+                start=position,
+                limit=500,
+                topics=[_topic_of(EffectPrepared)],
+                inclusive_of_start=False,
+            )
+            for notification in notifications:
+                prepared = self.app.mapper.to_domain_event(notification)
+                if isinstance(prepared, EffectPrepared) and prepared.invocation_id == invocation_id:
+                    effect = self.get_effect(str(notification.originator_id))
+                    if effect is not None:
+                        found.append(effect)
+            if len(notifications) < 500:
+                return found
+            position = notifications[-1].id
 
     def _created(self, created_type: type) -> list[str]:
         """Ids of every aggregate created with that event type, in creation order."""
