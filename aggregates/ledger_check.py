@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from aggregates.audit_coverage import dispatched_effect_keys
 from aggregates.effect import Effect
-from aggregates.invocation import BatchDispatched, InvocationEvent
+from aggregates.invocation import InvocationEvent
 
 
 def orphaned_effects(events: Sequence[InvocationEvent], effects: Iterable[Effect]) -> list[Effect]:
@@ -23,13 +24,7 @@ def orphaned_effects(events: Sequence[InvocationEvent], effects: Iterable[Effect
     ``events`` are the invocation's stored events, ``effects`` the ledger entries
     recorded for it (``Effect.invocation_id``). Empty when the two agree.
     """
-    named = {
-        call.effect_key
-        for event in events
-        if isinstance(event, BatchDispatched)
-        for call in event.calls
-        if call.effect_key
-    }
+    named = dispatched_effect_keys(events)
     return [effect for effect in effects if effect.key not in named]
 
 

@@ -26,7 +26,7 @@ from aggregates.invocation import InvocationEvent
 from aggregates.values import describe_error
 from loop_actors._adapters import model_from_name
 from loop_actors._agent import Agent
-from loop_actors._audit import verify_all, verify_invocation
+from loop_actors._audit import Coverage, verify_all, verify_invocation
 from loop_actors._controller import single_exception
 from loop_actors._demo import DEMO_GOAL, demo_agent
 from loop_actors._errors import (
@@ -716,32 +716,48 @@ def _who_settles_with(agent: Agent, effects: list[dict[str, Any]]) -> None:
 
 def _audit_verify(args: argparse.Namespace) -> int:
     store = _open_for_reading(args.db)
+    coverage: Coverage | None = None
     try:
         if args.invocation_id:
             reports = verify_invocation(store, args.invocation_id)
         else:
-            reports = verify_all(store)
+            reports, coverage = verify_all(store)
     finally:
         store.close()
     for report in reports:
         if args.json:
             print(report.model_dump_json())
         elif report.intact:
-            print(
-                f"ok      {report.kind:<10} {terminal_safe(report.id)}  events={report.events}  "
-                f"head={report.head_hash}"
+            detail = (
+                f"version={report.events}"
+                if report.kind == "snapshot"
+                else f"events={report.events}  head={report.head_hash}"
             )
+            print(f"ok      {report.kind:<10} {terminal_safe(report.id)}  {detail}")
         else:
-            print(
-                terminal_safe(
-                    f"BROKEN  {report.kind:<10} {report.id}  at position {report.broken_at}: "
-                    f"{report.problem}"
-                )
-            )
+            where = f"at position {report.broken_at}: " if report.broken_at is not None else ""
+            if report.kind == "snapshot":
+                where = f"version {report.broken_at}: "
+            print(terminal_safe(f"BROKEN  {report.kind:<10} {report.id}  {where}{report.problem}"))
     broken = [r for r in reports if not r.intact]
-    if not args.json:
+    uncovered = coverage is not None and coverage.rows + coverage.snapshots != coverage.store_rows
+    if args.json:
+        if coverage is not None:
+            print(coverage.model_dump_json())
+    else:
         print(f"{len(reports) - len(broken)} intact, {len(broken)} broken")
-    return EXIT_TAMPERED if broken else 0
+        if coverage is not None:
+            print(
+                f"every stored row checked: {coverage.rows} events of {coverage.invocations} "
+                f"invocations, {coverage.effects} effects and {coverage.cancel_requests} cancel "
+                f"requests; {coverage.snapshots} snapshots"
+            )
+            if uncovered:
+                print(
+                    f"BROKEN  the store holds {coverage.store_rows} rows, "
+                    f"{coverage.rows + coverage.snapshots} were checked"
+                )
+    return EXIT_TAMPERED if broken or uncovered else 0
 
 
 def _open_existing(db: str | None) -> Runtime:

@@ -17,6 +17,7 @@ from typing import TypeVar
 
 import trio
 
+from aggregates.audit_coverage import snapshot_problems
 from aggregates.effect import Effect
 from aggregates.invocation import Invocation, InvocationEvent
 from aggregates.ledger_check import cut_history_problem
@@ -103,13 +104,20 @@ class StoreReader:
         return await self.call(lambda: {key: self.store.get_effect(key) for key in keys})
 
     async def history_problem(self, invocation_id: str) -> str | None:
-        """Why the invocation's stored history disagrees with its effect ledger, or None.
+        """Why the invocation's stored history disagrees with its snapshots or ledger, or None.
 
         Cancellation: as :meth:`call`.
         """
 
         def check() -> str | None:
             events = self.store.events(invocation_id)
+            snapshots = self.store.stored_snapshots(invocation_id).get(invocation_id, [])
+            for version, why in snapshot_problems(events, snapshots):
+                return (
+                    f"invocation {invocation_id}'s snapshot at version {version} does not match "
+                    f"its events: {why}; nothing was run (check the store with: "
+                    "loop-actors audit verify)"
+                )
             return cut_history_problem(invocation_id, events, self.store.effects_of(invocation_id))
 
         return await self.call(check)

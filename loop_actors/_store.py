@@ -42,10 +42,16 @@ from eventsourcing.sqlite import (
 )
 from eventsourcing.utils import TopicError, get_topic, resolve_topic
 
+from aggregates.audit_coverage import event_classes
 from aggregates.effect import Effect, EffectPrepared
 from aggregates.events import DomainEvent, fold
 from aggregates.ids import CANCEL_REQUEST_PREFIX
-from aggregates.invocation import Invocation, InvocationEvent, InvocationStarted
+from aggregates.invocation import (
+    Invocation,
+    InvocationEvent,
+    InvocationSnapshot,
+    InvocationStarted,
+)
 from aggregates.requests import (
     CancelRequest,
     CancelRequested,
@@ -80,6 +86,12 @@ def _topic_of(cls: type) -> str:
     if topic is None:
         topic = _TOPICS[cls] = get_topic(cls)
     return topic
+
+
+@cache
+def _event_topics() -> frozenset[str]:
+    """The topics of every loop-actors event class: all a store's event rows may name."""
+    return frozenset(_topic_of(cls) for cls in event_classes())
 
 
 @cache
@@ -891,17 +903,90 @@ class EventStore:
         """An aggregate's stored events as (position, event), undecodable rows as exceptions.
 
         For the audit: nothing is validated beyond decoding, and no row is skipped.
+        A row whose topic names no loop-actors event class is not decoded (decoding
+        would import the module it names): it is reported as unreadable.
         """
         entries: list[tuple[int, DomainEvent | Exception]] = []
         for record in self._recorder.select_events(aggregate_id):
-            try:
-                event: DomainEvent | Exception = cast(
-                    "DomainEvent", self.app.mapper.to_domain_event(record)
-                )
-            except Exception as error:  # a tampered row is reported, not raised
-                event = error
-            entries.append((record.originator_version, event))
+            entries.append((record.originator_version, self._decode_audited(record)))
         return entries
+
+    def _decode_audited(self, record: StoredEvent) -> Any:
+        if record.topic not in _event_topics():
+            return ValueError(f"its topic {record.topic!r} names no loop-actors event class")
+        try:
+            return self.app.mapper.to_domain_event(record)
+        except Exception as error:  # a tampered row is reported, not raised
+            return error
+
+    def audit_aggregate_ids(self) -> list[str]:
+        """The id of every aggregate with a stored row, in the order of its first row."""
+        statement = (
+            f"SELECT originator_id FROM {self._recorder.events_table_name} "  # noqa: S608 (eventsourcing's table)
+            "GROUP BY originator_id ORDER BY MIN(rowid)"
+        )
+        with self._recorder.datastore.transaction(commit=False) as cursor:
+            cursor.execute(statement)
+            return [str(row[0]) for row in cursor.fetchall()]
+
+    def audit_row_counts(self) -> tuple[int, int]:
+        """How many event rows and snapshot rows the store holds."""
+        events = f"SELECT COUNT(*) FROM {self._recorder.events_table_name}"  # noqa: S608
+        with self._recorder.datastore.transaction(commit=False) as cursor:
+            cursor.execute(events)
+            event_rows = int(cursor.fetchone()[0])
+            table = self._snapshot_table()
+            snapshot_rows = 0
+            if table is not None:
+                cursor.execute(f"SELECT COUNT(*) FROM {table}")  # noqa: S608
+                snapshot_rows = int(cursor.fetchone()[0])
+        return event_rows, snapshot_rows
+
+    def _snapshot_table(self) -> str | None:
+        """The snapshots' table, when the store has one (a read-only open creates none)."""
+        snapshots = self.app.snapshots
+        if snapshots is None:
+            return None
+        name = str(getattr(snapshots.recorder, "events_table_name", "stored_snapshots"))
+        with self._recorder.datastore.transaction(commit=False) as cursor:
+            cursor.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,))
+            return name if cursor.fetchone() is not None else None
+
+    def stored_snapshots(self, aggregate_id: str | None = None) -> dict[str, list[tuple[int, Any]]]:
+        """Every stored snapshot (or one aggregate's) as {id: [(version, snapshot or exception)]}.
+
+        A row whose topic is not the invocation snapshot's is not decoded (reported
+        as an exception), as for :meth:`stored_entries`.
+        """
+        table = self._snapshot_table()
+        if table is None:
+            return {}
+        where = "" if aggregate_id is None else "WHERE originator_id = ? "
+        statement = (
+            f"SELECT originator_id, originator_version, topic, state FROM {table} {where}"  # noqa: S608
+            "ORDER BY originator_id, originator_version"
+        )
+        with self._recorder.datastore.transaction(commit=False) as cursor:
+            cursor.execute(statement, () if aggregate_id is None else (aggregate_id,))
+            rows = cursor.fetchall()
+        found: dict[str, list[tuple[int, Any]]] = {}
+        for originator_id, version, topic, state in rows:
+            record = StoredEvent(
+                originator_id=str(originator_id),
+                originator_version=int(version),
+                topic=str(topic),
+                state=bytes(state),
+            )
+            snapshot: Any
+            if record.topic != _topic_of(InvocationSnapshot):
+                snapshot = ValueError(f"its topic {record.topic!r} is not an invocation snapshot's")
+            else:
+                try:
+                    snapshot = self.app.mapper.to_domain_event(record)
+                except Exception as error:  # a tampered row is reported, not raised
+                    snapshot = error
+            found.setdefault(str(originator_id), []).append((record.originator_version, snapshot))
+        return found
 
     def events(self, invocation_id: str) -> list[InvocationEvent]:
         """Every committed event of an invocation, in order.
