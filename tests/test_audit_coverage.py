@@ -27,7 +27,6 @@ from loop_actors import (
     Reconciled,
     Runtime,
     ScriptedModel,
-    TerminalReason,
     ToolContext,
     tool,
 )
