@@ -14,7 +14,7 @@ import shutil
 import sqlite3
 import stat
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache, lru_cache
@@ -918,6 +918,22 @@ class EventStore:
             return self.app.mapper.to_domain_event(record)
         except Exception as error:  # a tampered row is reported, not raised
             return error
+
+    def log_rows(self, page: int = 500) -> Iterator[tuple[int, str, int, str, bytes]]:
+        """Every stored event row in notification order: (id, originator, version, topic, state).
+
+        The state is the bytes as stored (encrypted or compressed if the store is).
+        """
+        position = 0
+        while True:
+            notifications = self._recorder.select_notifications(
+                start=position, limit=page, inclusive_of_start=False
+            )
+            for n in notifications:
+                yield n.id, str(n.originator_id), n.originator_version, n.topic, bytes(n.state)
+            if len(notifications) < page:
+                return
+            position = notifications[-1].id
 
     def audit_aggregate_ids(self) -> list[str]:
         """The id of every aggregate with a stored row, in the order of its first row."""
