@@ -105,7 +105,7 @@ def _chain_report(aggregate_id: str, entries: Entries) -> ChainReport:
     return ChainReport(id=aggregate_id, kind=kind.name, events=checked, head_hash=head)
 
 
-def verify_aggregate(store: EventStore, aggregate_id: str, kind: str | None = None) -> ChainReport:
+def verify_aggregate(store: EventStore, aggregate_id: str) -> ChainReport:
     """Check one aggregate's chain as stored (blocking); its kind follows from its id."""
     return _chain_report(aggregate_id, store.stored_entries(aggregate_id))
 
