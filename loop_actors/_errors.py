@@ -104,12 +104,13 @@ class EffectResolutionError(UsageError):
 
 
 class InconsistentHistoryError(LoopActorsError):
-    """Raised when a resume finds a history that disagrees with the effect ledger; nothing ran.
+    """Raised when a resume finds a history that disagrees with itself; nothing ran.
 
     The ledger holds effects (writes) of the invocation that none of its stored
     dispatched batches names: its history was cut (events deleted from the
     store). Resuming would ask the model again for steps already taken, and a
-    write could run twice. ``loop-actors audit verify`` checks the store; the CLI
+    write could run twice. Or a stored snapshot of the invocation differs from
+    the replay of its events (forged), and the invocation would be read from it. ``loop-actors audit verify`` checks the store; the CLI
     exits 4, as that command does when it finds a break.
     """
 

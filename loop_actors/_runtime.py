@@ -406,8 +406,9 @@ class Runtime:
             SettingsChangedError: the agent's approval rules changed, unless
                 ``allow_settings_change``.
             InconsistentHistoryError: the effect ledger holds writes that no stored
-                dispatched batch of the invocation names (its history was cut);
-                nothing runs.
+                dispatched batch of the invocation names (its history was cut), or
+                a stored snapshot of it differs from the replay of its events
+                (forged); nothing runs.
 
         The budget (its deadline included) and the settings recorded when the
         invocation started are followed, whatever ``agent`` says now: the agent
