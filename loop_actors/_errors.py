@@ -110,8 +110,9 @@ class InconsistentHistoryError(LoopActorsError):
     dispatched batches names: its history was cut (events deleted from the
     store). Resuming would ask the model again for steps already taken, and a
     write could run twice. Or a stored snapshot of the invocation differs from
-    the replay of its events (forged), and the invocation would be read from it. ``loop-actors audit verify`` checks the store; the CLI
-    exits 4, as that command does when it finds a break.
+    the replay of its events (forged), and the invocation would be read from it.
+    ``loop-actors audit verify`` checks the store; the CLI exits 4, as that
+    command does when it finds a break.
     """
 
     def __init__(self, invocation_id: str, problem: str) -> None:
