@@ -14,7 +14,7 @@ import shutil
 import sqlite3
 import stat
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache, lru_cache
@@ -42,10 +42,16 @@ from eventsourcing.sqlite import (
 )
 from eventsourcing.utils import TopicError, get_topic, resolve_topic
 
+from aggregates.audit_coverage import event_classes
 from aggregates.effect import Effect, EffectPrepared
 from aggregates.events import DomainEvent, fold
 from aggregates.ids import CANCEL_REQUEST_PREFIX
-from aggregates.invocation import Invocation, InvocationEvent, InvocationStarted
+from aggregates.invocation import (
+    Invocation,
+    InvocationEvent,
+    InvocationSnapshot,
+    InvocationStarted,
+)
 from aggregates.requests import (
     CancelRequest,
     CancelRequested,
@@ -80,6 +86,12 @@ def _topic_of(cls: type) -> str:
     if topic is None:
         topic = _TOPICS[cls] = get_topic(cls)
     return topic
+
+
+@cache
+def _event_topics() -> frozenset[str]:
+    """The topics of every loop-actors event class: all a store's event rows may name."""
+    return frozenset(_topic_of(cls) for cls in event_classes())
 
 
 @cache
@@ -546,6 +558,18 @@ class LeanSQLiteRecorder(SQLiteApplicationRecorder):
         row = cursor.execute("SELECT store_id FROM loop_actors_store").fetchone()
         return None if row is None else str(row[0])
 
+    def first_position_of(self, originator_id: str) -> int | None:
+        """The notification id of an aggregate's first stored row (None when it has none).
+
+        Raises:
+            eventsourcing.persistence.OperationalError: the database is locked or broken.
+        """
+        statement = f"SELECT MIN(rowid) FROM {self.events_table_name} WHERE originator_id = ?"  # noqa: S608 (the table name is eventsourcing's)
+        with self.datastore.transaction(commit=False) as cursor:
+            cursor.execute(statement, (originator_id,))
+            row = cursor.fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
     def has_events_table(self) -> bool:
         """Whether the database has the events table (a read-only open cannot create it)."""
         row = self._connection.execute(
@@ -792,6 +816,34 @@ class EventStore:
             return None
         return effect if isinstance(effect, Effect) else None
 
+    def effects_of(self, invocation_id: str) -> list[Effect]:
+        """Every ledger entry recorded for an invocation, oldest first (for resume's check).
+
+        Reads the ``EffectPrepared`` notifications from the invocation's first stored
+        row on (an effect is always prepared after its invocation started).
+        """
+        start = self._recorder.first_position_of(invocation_id)
+        if start is None:
+            return []
+        found: list[Effect] = []
+        position = start - 1
+        while True:
+            notifications = self._recorder.select_notifications(
+                start=position,
+                limit=500,
+                topics=[_topic_of(EffectPrepared)],
+                inclusive_of_start=False,
+            )
+            for notification in notifications:
+                prepared = self.app.mapper.to_domain_event(notification)
+                if isinstance(prepared, EffectPrepared) and prepared.invocation_id == invocation_id:
+                    effect = self.get_effect(str(notification.originator_id))
+                    if effect is not None:
+                        found.append(effect)
+            if len(notifications) < 500:
+                return found
+            position = notifications[-1].id
+
     def _created(self, created_type: type) -> list[str]:
         """Ids of every aggregate created with that event type, in creation order."""
         ids: list[str] = []
@@ -851,17 +903,106 @@ class EventStore:
         """An aggregate's stored events as (position, event), undecodable rows as exceptions.
 
         For the audit: nothing is validated beyond decoding, and no row is skipped.
+        A row whose topic names no loop-actors event class is not decoded (decoding
+        would import the module it names): it is reported as unreadable.
         """
         entries: list[tuple[int, DomainEvent | Exception]] = []
         for record in self._recorder.select_events(aggregate_id):
-            try:
-                event: DomainEvent | Exception = cast(
-                    "DomainEvent", self.app.mapper.to_domain_event(record)
-                )
-            except Exception as error:  # a tampered row is reported, not raised
-                event = error
-            entries.append((record.originator_version, event))
+            entries.append((record.originator_version, self._decode_audited(record)))
         return entries
+
+    def _decode_audited(self, record: StoredEvent) -> Any:
+        if record.topic not in _event_topics():
+            return ValueError(f"its topic {record.topic!r} names no loop-actors event class")
+        try:
+            return self.app.mapper.to_domain_event(record)
+        except Exception as error:  # a tampered row is reported, not raised
+            return error
+
+    def log_rows(self, page: int = 500) -> Iterator[tuple[int, str, int, str, bytes]]:
+        """Every stored event row in notification order: (id, originator, version, topic, state).
+
+        The state is the bytes as stored (encrypted or compressed if the store is).
+        """
+        position = 0
+        while True:
+            notifications = self._recorder.select_notifications(
+                start=position, limit=page, inclusive_of_start=False
+            )
+            for n in notifications:
+                yield n.id, str(n.originator_id), n.originator_version, n.topic, bytes(n.state)
+            if len(notifications) < page:
+                return
+            position = notifications[-1].id
+
+    def audit_aggregate_ids(self) -> list[str]:
+        """The id of every aggregate with a stored row, in the order of its first row."""
+        statement = (
+            f"SELECT originator_id FROM {self._recorder.events_table_name} "  # noqa: S608 (eventsourcing's table)
+            "GROUP BY originator_id ORDER BY MIN(rowid)"
+        )
+        with self._recorder.datastore.transaction(commit=False) as cursor:
+            cursor.execute(statement)
+            return [str(row[0]) for row in cursor.fetchall()]
+
+    def audit_row_counts(self) -> tuple[int, int]:
+        """How many event rows and snapshot rows the store holds."""
+        events = f"SELECT COUNT(*) FROM {self._recorder.events_table_name}"  # noqa: S608
+        with self._recorder.datastore.transaction(commit=False) as cursor:
+            cursor.execute(events)
+            event_rows = int(cursor.fetchone()[0])
+            table = self._snapshot_table()
+            snapshot_rows = 0
+            if table is not None:
+                cursor.execute(f"SELECT COUNT(*) FROM {table}")  # noqa: S608
+                snapshot_rows = int(cursor.fetchone()[0])
+        return event_rows, snapshot_rows
+
+    def _snapshot_table(self) -> str | None:
+        """The snapshots' table, when the store has one (a read-only open creates none)."""
+        snapshots = self.app.snapshots
+        if snapshots is None:
+            return None
+        name = str(getattr(snapshots.recorder, "events_table_name", "stored_snapshots"))
+        with self._recorder.datastore.transaction(commit=False) as cursor:
+            cursor.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,))
+            return name if cursor.fetchone() is not None else None
+
+    def stored_snapshots(self, aggregate_id: str | None = None) -> dict[str, list[tuple[int, Any]]]:
+        """Every stored snapshot (or one aggregate's) as {id: [(version, snapshot or exception)]}.
+
+        A row whose topic is not the invocation snapshot's is not decoded (reported
+        as an exception), as for :meth:`stored_entries`.
+        """
+        table = self._snapshot_table()
+        if table is None:
+            return {}
+        where = "" if aggregate_id is None else "WHERE originator_id = ? "
+        statement = (
+            f"SELECT originator_id, originator_version, topic, state FROM {table} {where}"  # noqa: S608
+            "ORDER BY originator_id, originator_version"
+        )
+        with self._recorder.datastore.transaction(commit=False) as cursor:
+            cursor.execute(statement, () if aggregate_id is None else (aggregate_id,))
+            rows = cursor.fetchall()
+        found: dict[str, list[tuple[int, Any]]] = {}
+        for originator_id, version, topic, state in rows:
+            record = StoredEvent(
+                originator_id=str(originator_id),
+                originator_version=int(version),
+                topic=str(topic),
+                state=bytes(state),
+            )
+            snapshot: Any
+            if record.topic != _topic_of(InvocationSnapshot):
+                snapshot = ValueError(f"its topic {record.topic!r} is not an invocation snapshot's")
+            else:
+                try:
+                    snapshot = self.app.mapper.to_domain_event(record)
+                except Exception as error:  # a tampered row is reported, not raised
+                    snapshot = error
+            found.setdefault(str(originator_id), []).append((record.originator_version, snapshot))
+        return found
 
     def events(self, invocation_id: str) -> list[InvocationEvent]:
         """Every committed event of an invocation, in order.
