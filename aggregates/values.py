@@ -439,6 +439,25 @@ def usage_problem(usage: Any) -> str | None:
     ``[0, MAX_COST]`` / ``[0, MAX_LATENCY_MS]``; attempts absent or a positive integer.
     A negative figure would pay budgets back; a non-finite one cannot be stored.
     """
+    # The usual case in one expression (NaN and the infinities fail the range tests);
+    # any doubt goes to the checks below, which say what is wrong.
+    tokens_in = getattr(usage, "input_tokens", None)
+    tokens_out = getattr(usage, "output_tokens", None)
+    cost = getattr(usage, "cost", None)
+    latency = getattr(usage, "latency_ms", None)
+    attempts = getattr(usage, "attempts", None)
+    if (
+        type(tokens_in) is int
+        and type(tokens_out) is int
+        and type(cost) in (int, float)
+        and type(latency) in (int, float)
+        and 0 <= tokens_in <= MAX_TOKENS
+        and 0 <= tokens_out <= MAX_TOKENS
+        and 0 <= cost <= MAX_COST
+        and 0 <= latency <= MAX_LATENCY_MS
+        and (attempts is None or (type(attempts) is int and 0 <= attempts <= 2**31))
+    ):
+        return None
     problems = []
     for name, limit in (("input_tokens", MAX_TOKENS), ("output_tokens", MAX_TOKENS)):
         figure = getattr(usage, name, None)
@@ -452,7 +471,6 @@ def usage_problem(usage: Any) -> str | None:
             problems.append(
                 f"{name} must be a finite number from 0 to {bound:g}, got {_figure(figure)}"
             )
-    attempts = getattr(usage, "attempts", None)
     if attempts is not None and (type(attempts) is not int or not 0 <= attempts <= 2**31):
         problems.append(f"attempts must be a positive integer, got {_figure(attempts)}")
     return "; ".join(problems) or None

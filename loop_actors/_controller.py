@@ -323,6 +323,9 @@ class Controller:
         """
         revealed = [self._reveal_call(action.step, call) for call in action.calls]
         lost = {c.call_id for c in revealed if holds_redacted(c.arguments)}
+        if not lost:
+            # Every call runs: the actor answers one result per call, in call order.
+            return await self._execute(action, revealed)
         runnable = [c for c in revealed if c.call_id not in lost]
         results = {c.call_id: arguments_gone_result(c) for c in revealed if c.call_id in lost}
         interruption = Interruption.NONE
