@@ -441,11 +441,11 @@ def usage_problem(usage: Any) -> str | None:
     """
     # The usual case in one expression (NaN and the infinities fail the range tests);
     # any doubt goes to the checks below, which say what is wrong.
-    tokens_in = getattr(usage, "input_tokens", None)
-    tokens_out = getattr(usage, "output_tokens", None)
-    cost = getattr(usage, "cost", None)
-    latency = getattr(usage, "latency_ms", None)
-    attempts = getattr(usage, "attempts", None)
+    tokens_in: Any = getattr(usage, "input_tokens", None)
+    tokens_out: Any = getattr(usage, "output_tokens", None)
+    cost: Any = getattr(usage, "cost", None)
+    latency: Any = getattr(usage, "latency_ms", None)
+    attempts: Any = getattr(usage, "attempts", None)
     if (
         type(tokens_in) is int
         and type(tokens_out) is int
