@@ -14,6 +14,7 @@ import shutil
 import sqlite3
 import stat
 import tempfile
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -379,14 +380,17 @@ class LeanSQLiteRecorder(SQLiteApplicationRecorder):
     ``MAX_ROWS_PER_INSERT`` rows a statement keeps both the number of waits and
     the length of each hold small.
 
-    Each insert holds the datastore pool's writer slot, the lock eventsourcing's
-    own writes (snapshots) take, which also keeps the insert's one connection to
-    one thread at a time. For an in-memory database the pool also makes readers
-    and the writer exclude each other, and that is what the insert needs there:
+    In memory, each insert holds the datastore pool's writer slot, the lock
+    eventsourcing's own writes (snapshots) take: there the pool also makes readers
+    and the writer exclude each other, and that is what the insert needs:
     connections to one in-memory database share its cache, and a write while a
     read is open fails at once with "database table is locked" (SQLite's busy
     timeout does not retry those; the contract's concurrent test fails so without
-    the slot). For a file, WAL lets reads go on during a write.
+    the slot). On a file, WAL lets reads go on during a write and SQLite's lock
+    (with its busy timeout) orders this connection's writes with every other
+    connection's, eventsourcing's included; an insert holds a lock of this
+    recorder only, which keeps its one connection to one thread at a time (the
+    pool's slot cost about 4 us a commit, on the Journal's thread).
 
     Errors are eventsourcing's: ``IntegrityError`` for a position already taken
     (another writer appended first), ``OperationalError`` for a locked or broken
@@ -437,6 +441,8 @@ class LeanSQLiteRecorder(SQLiteApplicationRecorder):
         self.rows_per_insert = max(1, min(self.MAX_ROWS_PER_INSERT, parameters // 4))
         self._busy_timeout_ms = int((pool.lock_timeout or SQLITE3_DEFAULT_LOCK_TIMEOUT) * 1000)
         self._cursor = self._connection.cursor()
+        self._memory = bool(pool.is_sqlite_memory_mode)
+        self._lock = threading.Lock()
 
     def insert_events(
         self,
@@ -458,7 +464,7 @@ class LeanSQLiteRecorder(SQLiteApplicationRecorder):
         """
         if not stored_events:
             return []
-        with self.datastore.get_connection(commit=True):  # the writer slot (class docstring)
+        with self._writer_slot():
             if lock_wait_s is None:
                 last = self._append(stored_events)
             else:
@@ -470,6 +476,19 @@ class LeanSQLiteRecorder(SQLiteApplicationRecorder):
         # SQLite writes one transaction at a time and gives each new row the
         # largest row id so far plus one: the rows' ids are consecutive.
         return list(range(last - len(stored_events) + 1, last + 1))
+
+    def _writer_slot(self) -> contextlib.AbstractContextManager[object]:
+        """What an insert holds: the pool's writer slot in memory, this connection's lock on a file.
+
+        In memory the pool's slot is what keeps readers out (class docstring). On a
+        file, WAL lets reads go on and SQLite's own lock orders this connection's
+        writes with any other connection's (eventsourcing's snapshots included); what
+        is left to hold is the insert's one connection to one thread at a time, a
+        plain lock (the pool's slot cost about 4 us a commit: docs/performance.md).
+        """
+        if self._memory:
+            return self.datastore.get_connection(commit=True)
+        return self._lock
 
     def _set_busy_timeout(self, milliseconds: int) -> None:
         try:
@@ -531,7 +550,7 @@ class LeanSQLiteRecorder(SQLiteApplicationRecorder):
             found = self._select_identity(cursor)
             if found is not None or not create:
                 return found
-            with self.datastore.get_connection(commit=True):  # the writer slot (class docstring)
+            with self._writer_slot():
                 cursor.execute(
                     "CREATE TABLE IF NOT EXISTS loop_actors_store ("
                     "singleton INTEGER PRIMARY KEY CHECK (singleton = 1), "
