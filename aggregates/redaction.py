@@ -114,12 +114,15 @@ def withheld(text: str, why: str) -> str:
 
 def holds_redacted(value: Any) -> bool:
     """True when a stored value has a redacted field somewhere."""
-    if value == REDACTED:
-        return True
-    if isinstance(value, dict):
-        return any(holds_redacted(v) for v in value.values())
-    if isinstance(value, list):
-        return any(holds_redacted(v) for v in value)
+    stack = [value]  # iterative: checked on every call's arguments before it runs
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif item == REDACTED:
+            return True
     return False
 
 

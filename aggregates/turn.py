@@ -89,6 +89,7 @@ from aggregates.values import (
     limit_size,
     parse_json_text,
     safe_text,
+    storable_bound,
     truncated,
     unstorable,
     usage_problem,
@@ -637,22 +638,28 @@ class TurnCore:
                 return _refused(
                     RejectionClass.VALUE_INVALID, why, unstorable(proposal, why, show=False)
                 )
-        problem: str | None
+        problem: str | None = None
+        bound: int | None = None
         if isinstance(proposal, BaseModel):
             try:
                 value: Any = proposal.model_dump()
             except Exception as error:  # a model built without validation may not dump
                 value = error
                 problem = f"it cannot be read: {safe_text(error)}"
-            else:
-                problem = check_json(value)
         else:
             value = proposal
-            problem = check_json(proposal)
+        if problem is None:
+            # One pass says whether it is storable and bounds its size: only a value
+            # whose bound is over the limit is encoded to be measured.
+            bound = storable_bound(value)
+            if bound is None:
+                problem = check_json(value) or "it cannot be stored"
         if problem is not None:
             why = f"the proposal cannot be stored faithfully: {problem}"
             redacted, show = self._try_redact(value)
             return _refused(RejectionClass.VALUE_INVALID, why, unstorable(redacted, why, show=show))
+        if bound is not None and bound <= limit:
+            return proposal
         size = json_size(value)
         if size > limit:
             redacted, show = self._try_redact(value)
@@ -959,8 +966,9 @@ class TurnCore:
         output = result.output
         if output is None:
             return result
-        problem = check_json(output)
-        if problem is not None:
+        bound = storable_bound(output)  # storable, and a bound of its size, in one pass
+        if bound is None:
+            problem = check_json(output) or "it cannot be stored"
             error = ErrorInfo(
                 error_class=ErrorClass.OUTPUT_INVALID,
                 retryable=False,
@@ -968,7 +976,11 @@ class TurnCore:
             )
             return result.model_copy(update={"output": None, "error": error})
         redacted = self.catalogue.redact_output(result.name, output)
-        stored, cut = limit_size(redacted, max_bytes=self.settings.output_limit)
+        stored, cut = limit_size(
+            redacted,
+            max_bytes=self.settings.output_limit,
+            bound=bound if redacted is output else None,  # a redacted copy is measured
+        )
         return result.model_copy(update={"output": stored}) if cut else result
 
     def _conceal(self, step: int, result: ToolResult) -> ToolResult:

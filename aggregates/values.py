@@ -121,58 +121,109 @@ def check_json(value: Any, *, max_depth: int = MAX_JSON_DEPTH) -> str | None:
     The problem names where it is, e.g. ``calls.0.arguments.x: NaN is not a finite number``.
     Iterative: any depth, and cycles (which nest without end), are refused, not a crash.
     """
-    if _storable(value, max_depth):
+    if storable_bound(value, max_depth=max_depth) is not None:
         return None
     return _locate(value, max_depth)
 
 
-def _storable(value: Any, max_depth: int) -> bool:
-    """The fast check: True when storable (no paths are built)."""
+STR_BOUND_PER_CHAR = 6
+"""The most UTF-8 bytes one character of a string takes in compact JSON (``\\u001f``)."""
+
+INT_BOUND = 20
+"""The longest JSON text of an integer in the 64-bit range (``-9223372036854775808``)."""
+
+FLOAT_BOUND = 24
+"""The longest JSON text (``repr``) of a finite float (``-2.2250738585072014e-308``)."""
+
+
+def storable_bound(value: Any, *, max_depth: int = MAX_JSON_DEPTH) -> int | None:
+    """None when ``value`` cannot be stored faithfully, else a bound of its :func:`json_size`.
+
+    The same rule as :func:`check_json` (which says why, and where), in one pass
+    that also adds up an upper bound of the UTF-8 size of the value's compact JSON
+    text: a string of n characters takes at most ``6n + 2`` bytes, an integer
+    :data:`INT_BOUND`, a float :data:`FLOAT_BOUND`, ``true``/``false``/``null`` 5,
+    a container 2 plus a separator per member (and a colon per key). A value whose
+    bound is within a size limit is within it: it need not be encoded to know
+    (:func:`limit_size`'s ``bound``).
+
+    Iterative: any depth, and cycles (which nest without end), are refused, not a crash.
+    """
+    kind = type(value)
+    if kind is str:
+        if not value.isascii() and _SURROGATE.search(value):
+            return None
+        return STR_BOUND_PER_CHAR * len(value) + 2
+    if kind is not dict and kind is not list:
+        return _scalar_bound(value, kind)
+    size = 0
+    left = MAX_JSON_VALUES - 1  # the values not yet reached that may still be
     stack: list[tuple[Any, int]] = [(value, 0)]
     push, pop = stack.append, stack.pop
-    budget = MAX_JSON_VALUES
     while stack:
         item, depth = pop()
-        budget -= 1
-        kind = type(item)
-        if kind is str:
-            if not item.isascii() and _SURROGATE.search(item):
-                return False
-        elif kind is dict:
-            if depth >= max_depth or budget < len(item):
-                return False
-            for key, member in item.items():
+        if depth >= max_depth:
+            return None
+        count = len(item)
+        left -= count
+        if left < 0:
+            return None
+        size += 2 + 2 * count
+        members: Any
+        if type(item) is dict:
+            for key in item:
                 if type(key) is not str or (not key.isascii() and _SURROGATE.search(key)):
-                    return False
+                    return None
+                size += STR_BOUND_PER_CHAR * len(key) + 2
+            members = item.values()
+        else:
+            members = item
+        # Scalars are checked here, without a trip through the stack: most values are.
+        for member in members:
+            kind = type(member)
+            if kind is str:
+                if not member.isascii() and _SURROGATE.search(member):
+                    return None
+                size += STR_BOUND_PER_CHAR * len(member) + 2
+            elif kind is dict or kind is list:
                 push((member, depth + 1))
-        elif kind is list:
-            if depth >= max_depth or budget < len(item):
-                return False
-            for member in item:
-                push((member, depth + 1))
-        elif kind is int:
-            if not _MIN_INT <= item <= MAX_JSON_INT:
-                return False
-        elif kind is float:
-            if not math.isfinite(item):
-                return False
-        elif item is not None and kind is not bool:
-            return False
-    return True
+            elif kind is int:
+                if not _MIN_INT <= member <= MAX_JSON_INT:
+                    return None
+                size += INT_BOUND
+            elif kind is bool or member is None:
+                size += 5
+            elif kind is float:
+                if not math.isfinite(member):
+                    return None
+                size += FLOAT_BOUND
+            else:
+                return None
+    return size
+
+
+def _scalar_bound(value: Any, kind: type) -> int | None:
+    if kind is int:
+        return INT_BOUND if _MIN_INT <= value <= MAX_JSON_INT else None
+    if kind is float:
+        return FLOAT_BOUND if math.isfinite(value) else None
+    if value is None or kind is bool:
+        return 5
+    return None
 
 
 def _locate(value: Any, max_depth: int) -> str:
     """The slow check, run only once a value failed the fast one: where, and what."""
     stack: list[tuple[Any, int, tuple[Any, ...]]] = [(value, 0, ())]
-    budget = MAX_JSON_VALUES
+    left = MAX_JSON_VALUES - 1  # as storable_bound counts: every value reached
     while stack:
         item, depth, path = stack.pop()
-        budget -= 1
         problem = _scalar_problem(item)
         if isinstance(item, dict | list) and type(item) in (dict, list):
+            left -= len(item)
             if depth >= max_depth:
                 problem = f"nested deeper than {max_depth} levels"
-            elif budget < len(item):
+            elif left < 0:
                 problem = f"more than {MAX_JSON_VALUES} values"
             elif type(item) is dict:
                 for key, member in reversed(item.items()):
@@ -189,7 +240,7 @@ def _locate(value: Any, max_depth: int) -> str:
                 )
         if problem is not None:
             return f"{_where(path)}: {problem}"
-    return "the value is not storable"  # pragma: no cover - _storable said it was not
+    return "the value is not storable"  # pragma: no cover - storable_bound said it was not
 
 
 def _scalar_problem(item: Any) -> str | None:
@@ -250,12 +301,17 @@ def truncated(text: str | bytes, *, max_bytes: int, head: bool = True) -> dict[s
     return marker
 
 
-def limit_size(value: Any, *, max_bytes: int) -> tuple[Any, bool]:
+def limit_size(value: Any, *, max_bytes: int, bound: int | None = None) -> tuple[Any, bool]:
     """A storable value, or its :func:`truncated` stand-in when its JSON is over ``max_bytes``.
+
+    ``bound``: the value's :func:`storable_bound`, when known: within ``max_bytes``,
+    the value is not encoded to be measured.
 
     Returns the value to store and whether it was truncated.
     """
     if value is None or type(value) in (bool, int, float):
+        return value, False
+    if bound is not None and bound <= max_bytes:
         return value, False
     if type(value) is str and len(value) * 4 + 2 <= max_bytes:
         return value, False  # cannot be over the limit: no need to encode it
@@ -383,6 +439,25 @@ def usage_problem(usage: Any) -> str | None:
     ``[0, MAX_COST]`` / ``[0, MAX_LATENCY_MS]``; attempts absent or a positive integer.
     A negative figure would pay budgets back; a non-finite one cannot be stored.
     """
+    # The usual case in one expression (NaN and the infinities fail the range tests);
+    # any doubt goes to the checks below, which say what is wrong.
+    tokens_in: Any = getattr(usage, "input_tokens", None)
+    tokens_out: Any = getattr(usage, "output_tokens", None)
+    cost: Any = getattr(usage, "cost", None)
+    latency: Any = getattr(usage, "latency_ms", None)
+    attempts: Any = getattr(usage, "attempts", None)
+    if (
+        type(tokens_in) is int
+        and type(tokens_out) is int
+        and type(cost) in (int, float)
+        and type(latency) in (int, float)
+        and 0 <= tokens_in <= MAX_TOKENS
+        and 0 <= tokens_out <= MAX_TOKENS
+        and 0 <= cost <= MAX_COST
+        and 0 <= latency <= MAX_LATENCY_MS
+        and (attempts is None or (type(attempts) is int and 0 <= attempts <= 2**31))
+    ):
+        return None
     problems = []
     for name, limit in (("input_tokens", MAX_TOKENS), ("output_tokens", MAX_TOKENS)):
         figure = getattr(usage, name, None)
@@ -396,7 +471,6 @@ def usage_problem(usage: Any) -> str | None:
             problems.append(
                 f"{name} must be a finite number from 0 to {bound:g}, got {_figure(figure)}"
             )
-    attempts = getattr(usage, "attempts", None)
     if attempts is not None and (type(attempts) is not int or not 0 <= attempts <= 2**31):
         problems.append(f"attempts must be a positive integer, got {_figure(attempts)}")
     return "; ".join(problems) or None

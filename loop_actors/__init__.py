@@ -37,6 +37,7 @@ from loop_actors._errors import AgentLoadError as AgentLoadError
 from loop_actors._errors import ApprovalRefusedError as ApprovalRefusedError
 from loop_actors._errors import EffectNotFoundError as EffectNotFoundError
 from loop_actors._errors import EffectResolutionError as EffectResolutionError
+from loop_actors._errors import InconsistentHistoryError as InconsistentHistoryError
 from loop_actors._errors import InvocationExistsError as InvocationExistsError
 from loop_actors._errors import InvocationNotFoundError as InvocationNotFoundError
 from loop_actors._errors import LoopActorsError as LoopActorsError
@@ -97,6 +98,7 @@ __all__ = [
     "EventStore",
     "Final",
     "HttpServer",
+    "InconsistentHistoryError",
     "InvocationExistsError",
     "InvocationNotFoundError",
     "LoopActorsError",

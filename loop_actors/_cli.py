@@ -29,12 +29,23 @@ from aggregates.values import describe_error
 from loop_actors import _eval as evaluation
 from loop_actors._adapters import model_from_name
 from loop_actors._agent import Agent
-from loop_actors._audit import verify_all, verify_invocation
+from loop_actors._audit import Coverage, verify_all, verify_invocation
+from loop_actors._checkpoint import (
+    CheckpointReport,
+    checkpoint_note,
+    generate_key,
+    load_signing_key,
+    load_verifier_key,
+    log_head,
+    parse_checkpoint,
+    verify_against,
+)
 from loop_actors._controller import single_exception
 from loop_actors._demo import DEMO_GOAL, demo_agent
 from loop_actors._errors import (
     AgentLoadError,
     EffectResolutionError,
+    InconsistentHistoryError,
     InvocationNotFoundError,
     UsageError,
 )
@@ -61,6 +72,8 @@ from projections import (
 EXIT_USAGE = 2
 EXIT_INTERNAL = 1
 EXIT_NEEDS_PERSON = 5
+EXIT_TAMPERED = 4
+"""The store's history is not the one written: audit verify found a break, or resume refused."""
 """``reconcile``: an open effect that only a person can settle is left (``effects resolve``)."""
 
 
@@ -193,9 +206,28 @@ def _build_parser() -> argparse.ArgumentParser:
     verify = audit_commands.add_parser(
         "verify", help="check the hash chains of one invocation (and its effects) or of all"
     )
-    verify.add_argument("invocation_id", metavar="ID", nargs="?", help="default: every invocation")
+    verify.add_argument("invocation_id", metavar="ID", nargs="?", help="default: every stored row")
     verify.add_argument("--json", action="store_true", help="one JSON report a line")
+    verify.add_argument(
+        "--against", metavar="FILE", help="also check the log against this checkpoint note"
+    )
+    verify.add_argument(
+        "--key", metavar="KEYFILE.pub", help="the verifier key the checkpoint must be signed with"
+    )
     db_option(verify)
+    checkpoint = audit_commands.add_parser(
+        "checkpoint", help="write the log's size and head as a (signed) C2SP checkpoint note"
+    )
+    checkpoint.add_argument("--key", metavar="KEYFILE", help="sign with this private key file")
+    checkpoint.add_argument("--out", metavar="FILE", help="write the note here (default: stdout)")
+    db_option(checkpoint)
+    keygen = audit_commands.add_parser(
+        "keygen", help="write a new Ed25519 signing key file and KEYFILE.pub beside it"
+    )
+    keygen.add_argument("--out", metavar="KEYFILE", required=True, help="the private key file")
+    keygen.add_argument(
+        "--name", default="loop-actors", help="the key's name (default: loop-actors)"
+    )
 
     def views_option(sub: argparse.ArgumentParser) -> None:
         db_option(sub)
@@ -735,34 +767,109 @@ def _who_settles_with(agent: Agent, effects: list[dict[str, Any]]) -> None:
         ).value
 
 
-def _audit_verify(args: argparse.Namespace) -> int:
+def _audit_keygen(args: argparse.Namespace) -> int:
+    private, public = Path(args.out), Path(args.out + ".pub")
+    for path in (private, public):
+        if path.exists():
+            raise UsageError(f"{path} exists: keys are never overwritten")
+    key = generate_key(args.name)
+    try:
+        descriptor = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            file.write(key.encoded())
+        public.write_text(key.verifier().encoded(), encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"cannot write the key files: {error}") from error
+    print(f"wrote {private} (keep it secret) and {public} (give it to verifiers)")
+    return 0
+
+
+def _audit_checkpoint(args: argparse.Namespace) -> int:
+    key = load_signing_key(Path(args.key)) if args.key else None
     store = _open_for_reading(args.db)
+    try:
+        size, head = log_head(store)
+        note = checkpoint_note(f"loop-actors/{store.store_id}", size, head, key)
+    finally:
+        store.close()
+    if args.out:
+        try:
+            Path(args.out).write_text(note, encoding="utf-8")
+        except OSError as error:
+            raise UsageError(f"cannot write {args.out}: {error}") from error
+        print(f"checkpoint of {size} rows, head {head}{'' if key else ' (unsigned)'}: {args.out}")
+    else:
+        sys.stdout.write(note)
+    return 0
+
+
+def _audit_verify(args: argparse.Namespace) -> int:
+    if args.key and not args.against:
+        raise UsageError("--key goes with --against FILE")
+    checkpoint = parse_checkpoint(Path(args.against)) if args.against else None
+    verifier = load_verifier_key(Path(args.key)) if args.key else None
+    store = _open_for_reading(args.db)
+    coverage: Coverage | None = None
+    against: CheckpointReport | None = None
     try:
         if args.invocation_id:
             reports = verify_invocation(store, args.invocation_id)
         else:
-            reports = verify_all(store)
+            reports, coverage = verify_all(store)
+        if checkpoint is not None:
+            against = verify_against(store, checkpoint, verifier)
     finally:
         store.close()
     for report in reports:
         if args.json:
             print(report.model_dump_json())
         elif report.intact:
-            print(
-                f"ok      {report.kind:<10} {terminal_safe(report.id)}  events={report.events}  "
-                f"head={report.head_hash}"
+            detail = (
+                f"version={report.events}"
+                if report.kind == "snapshot"
+                else f"events={report.events}  head={report.head_hash}"
             )
+            print(f"ok      {report.kind:<10} {terminal_safe(report.id)}  {detail}")
         else:
-            print(
-                terminal_safe(
-                    f"BROKEN  {report.kind:<10} {report.id}  at position {report.broken_at}: "
-                    f"{report.problem}"
-                )
-            )
+            where = f"at position {report.broken_at}: " if report.broken_at is not None else ""
+            if report.kind == "snapshot":
+                where = f"version {report.broken_at}: "
+            print(terminal_safe(f"BROKEN  {report.kind:<10} {report.id}  {where}{report.problem}"))
     broken = [r for r in reports if not r.intact]
-    if not args.json:
+    uncovered = coverage is not None and coverage.rows + coverage.snapshots != coverage.store_rows
+    if args.json:
+        if coverage is not None:
+            print(coverage.model_dump_json())
+    else:
         print(f"{len(reports) - len(broken)} intact, {len(broken)} broken")
-    return 4 if broken else 0
+        if coverage is not None:
+            print(
+                f"every stored row checked: {coverage.rows} events of {coverage.invocations} "
+                f"invocations, {coverage.effects} effects and {coverage.cancel_requests} cancel "
+                f"requests; {coverage.snapshots} snapshots"
+            )
+            if uncovered:
+                print(
+                    f"BROKEN  the store holds {coverage.store_rows} rows, "
+                    f"{coverage.rows + coverage.snapshots} were checked"
+                )
+    if against is not None:
+        if args.json:
+            print(against.model_dump_json())
+        else:
+            signed = {
+                "verified": "signature verified",
+                "not checked": "signature not checked (no --key)",
+                "unsigned": "unsigned",
+                "bad": "bad signature",
+            }[against.signed]
+            line = (
+                f"{against.verdict:<8} checkpoint size={against.size} store={against.store_size}  "
+                f"{signed}"
+            )
+            print(terminal_safe(line + (f": {against.problem}" if against.problem else "")))
+    found = against is not None and not against.ok
+    return EXIT_TAMPERED if broken or uncovered or found else 0
 
 
 def _open_existing(db: str | None) -> Runtime:
@@ -814,6 +921,10 @@ def _dispatch(args: argparse.Namespace) -> int:
             return _trio_run(_reconcile, _open_existing(args.db), agent, args)
         case "history":
             return _history(args)
+        case "audit" if args.audit_command == "keygen":
+            return _audit_keygen(args)
+        case "audit" if args.audit_command == "checkpoint":
+            return _audit_checkpoint(args)
         case "audit":
             return _audit_verify(args)
         case "effects" if args.effects_command == "resolve":
@@ -879,6 +990,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as error:
         print(f"loop-actors: error: {terminal_safe(error)}", file=sys.stderr)
         return EXIT_USAGE
+    except InconsistentHistoryError as error:
+        print(f"loop-actors: error: {terminal_safe(error)}", file=sys.stderr)
+        return EXIT_TAMPERED
     except BrokenPipeError:  # the reader (e.g. `head`) went away: not an error of ours
         sys.stderr.close()
         return 0

@@ -111,7 +111,11 @@ class Controller:
             catalogue=agent.toolbox,
             verifies=agent.verifier is not None,
             authorises=agent.policy is not None,
-            kept=self._kept,
+            # A function of the secret store, not a method of this controller: a bound
+            # method would make controller and core a reference cycle, so that every
+            # finished invocation's objects waited for the cyclic garbage collector
+            # (measured: a gen-2 collection every ~1,000 turns, ~50 us a turn).
+            kept=partial(_kept, secrets, invocation.id),
         )
         self.agent = agent
         self.journal = journal
@@ -319,6 +323,9 @@ class Controller:
         """
         revealed = [self._reveal_call(action.step, call) for call in action.calls]
         lost = {c.call_id for c in revealed if holds_redacted(c.arguments)}
+        if not lost:
+            # Every call runs: the actor answers one result per call, in call order.
+            return await self._execute(action, revealed)
         runnable = [c for c in revealed if c.call_id not in lost]
         results = {c.call_id: arguments_gone_result(c) for c in revealed if c.call_id in lost}
         interruption = Interruption.NONE
@@ -475,11 +482,6 @@ class Controller:
 
     # ----------------------------------------------------------------- secrets
 
-    def _kept(self, step: int, call_id: str, kind: Kind) -> Any:
-        """The real value the secret store holds (for the core's scrubbing), or None."""
-        real = self.secrets.lookup(self.invocation.id, step, call_id, kind)
-        return None if real is MISSING else real
-
     def _reveal_call(self, step: int, call: DispatchedCall) -> DispatchedCall:
         """The call with the real values of its redacted arguments, where they are kept."""
         real = self.secrets.lookup(self.invocation.id, step, call.call_id, "arguments")
@@ -509,6 +511,12 @@ class Controller:
                 )
             revealed.append(turn.model_copy(update={"decision": decision, "results": results}))
         return revealed
+
+
+def _kept(secrets: SecretStore, invocation_id: str, step: int, call_id: str, kind: Kind) -> Any:
+    """The real value the secret store holds (for the core's scrubbing), or None."""
+    real = secrets.lookup(invocation_id, step, call_id, kind)
+    return None if real is MISSING else real
 
 
 M = TypeVar("M")

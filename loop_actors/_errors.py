@@ -101,3 +101,21 @@ class EffectResolutionError(UsageError):
     resolution is malformed (both or neither of committed and rejected, no name,
     a rejection without a reason or with a receipt, a receipt that is not JSON).
     """
+
+
+class InconsistentHistoryError(LoopActorsError):
+    """Raised when a resume finds a history that disagrees with itself; nothing ran.
+
+    The ledger holds effects (writes) of the invocation that none of its stored
+    dispatched batches names: its history was cut (events deleted from the
+    store). Resuming would ask the model again for steps already taken, and a
+    write could run twice. Or a stored snapshot of the invocation differs from
+    the replay of its events (forged), and the invocation would be read from it.
+    ``loop-actors audit verify`` checks the store; the CLI exits 4, as that
+    command does when it finds a break.
+    """
+
+    def __init__(self, invocation_id: str, problem: str) -> None:
+        super().__init__(problem)
+        self.invocation_id = invocation_id
+        self.problem = problem

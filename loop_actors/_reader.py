@@ -17,8 +17,10 @@ from typing import TypeVar
 
 import trio
 
+from aggregates.audit_coverage import snapshot_problems
 from aggregates.effect import Effect
 from aggregates.invocation import Invocation, InvocationEvent
+from aggregates.ledger_check import cut_history_problem
 from aggregates.requests import CancelRequest
 from loop_actors._store import EventStore
 
@@ -100,6 +102,25 @@ class StoreReader:
         Cancellation: as :meth:`call`.
         """
         return await self.call(lambda: {key: self.store.get_effect(key) for key in keys})
+
+    async def history_problem(self, invocation_id: str) -> str | None:
+        """Why the invocation's stored history disagrees with its snapshots or ledger, or None.
+
+        Cancellation: as :meth:`call`.
+        """
+
+        def check() -> str | None:
+            events = self.store.events(invocation_id)
+            snapshots = self.store.stored_snapshots(invocation_id).get(invocation_id, [])
+            for version, why in snapshot_problems(events, snapshots):
+                return (
+                    f"invocation {invocation_id}'s snapshot at version {version} does not match "
+                    f"its events: {why}; nothing was run (check the store with: "
+                    "loop-actors audit verify)"
+                )
+            return cut_history_problem(invocation_id, events, self.store.effects_of(invocation_id))
+
+        return await self.call(check)
 
     async def open_effects(self) -> list[Effect]:
         """Every effect still dispatched or of unknown outcome.

@@ -39,6 +39,7 @@ from loop_actors._errors import (
     ApprovalRefusedError,
     EffectNotFoundError,
     EffectResolutionError,
+    InconsistentHistoryError,
     InvocationExistsError,
     NotWaitingError,
     StoreUnavailableError,
@@ -404,6 +405,10 @@ class Runtime:
                 unless ``allow_catalogue_change``.
             SettingsChangedError: the agent's approval rules changed, unless
                 ``allow_settings_change``.
+            InconsistentHistoryError: the effect ledger holds writes that no stored
+                dispatched batch of the invocation names (its history was cut), or
+                a stored snapshot of it differs from the replay of its events
+                (forged); nothing runs.
 
         The budget (its deadline included) and the settings recorded when the
         invocation started are followed, whatever ``agent`` says now: the agent
@@ -798,6 +803,11 @@ class Runtime:
         *,
         fresh: bool = False,
     ) -> Outcome:
+        if not fresh:
+            # A cut history would ask the model again for steps already taken: refuse.
+            problem = await self._reads().history_problem(invocation.id)
+            if problem is not None:
+                raise InconsistentHistoryError(invocation.id, problem)
         # Invocations recorded before settings were recorded follow the agent's.
         settings = invocation.settings or agent.settings
         if self._secrets.sealed and not fresh:  # a new invocation has none yet

@@ -14,7 +14,8 @@ import shutil
 import sqlite3
 import stat
 import tempfile
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache, lru_cache
@@ -42,10 +43,16 @@ from eventsourcing.sqlite import (
 )
 from eventsourcing.utils import TopicError, get_topic, resolve_topic
 
+from aggregates.audit_coverage import event_classes
 from aggregates.effect import Effect, EffectPrepared
 from aggregates.events import DomainEvent, fold
 from aggregates.ids import CANCEL_REQUEST_PREFIX
-from aggregates.invocation import Invocation, InvocationEvent, InvocationStarted
+from aggregates.invocation import (
+    Invocation,
+    InvocationEvent,
+    InvocationSnapshot,
+    InvocationStarted,
+)
 from aggregates.requests import (
     CancelRequest,
     CancelRequested,
@@ -80,6 +87,12 @@ def _topic_of(cls: type) -> str:
     if topic is None:
         topic = _TOPICS[cls] = get_topic(cls)
     return topic
+
+
+@cache
+def _event_topics() -> frozenset[str]:
+    """The topics of every loop-actors event class: all a store's event rows may name."""
+    return frozenset(_topic_of(cls) for cls in event_classes())
 
 
 @cache
@@ -367,14 +380,17 @@ class LeanSQLiteRecorder(SQLiteApplicationRecorder):
     ``MAX_ROWS_PER_INSERT`` rows a statement keeps both the number of waits and
     the length of each hold small.
 
-    Each insert holds the datastore pool's writer slot, the lock eventsourcing's
-    own writes (snapshots) take, which also keeps the insert's one connection to
-    one thread at a time. For an in-memory database the pool also makes readers
-    and the writer exclude each other, and that is what the insert needs there:
+    In memory, each insert holds the datastore pool's writer slot, the lock
+    eventsourcing's own writes (snapshots) take: there the pool also makes readers
+    and the writer exclude each other, and that is what the insert needs:
     connections to one in-memory database share its cache, and a write while a
     read is open fails at once with "database table is locked" (SQLite's busy
     timeout does not retry those; the contract's concurrent test fails so without
-    the slot). For a file, WAL lets reads go on during a write.
+    the slot). On a file, WAL lets reads go on during a write and SQLite's lock
+    (with its busy timeout) orders this connection's writes with every other
+    connection's, eventsourcing's included; an insert holds a lock of this
+    recorder only, which keeps its one connection to one thread at a time (the
+    pool's slot cost about 4 us a commit, on the Journal's thread).
 
     Errors are eventsourcing's: ``IntegrityError`` for a position already taken
     (another writer appended first), ``OperationalError`` for a locked or broken
@@ -425,6 +441,8 @@ class LeanSQLiteRecorder(SQLiteApplicationRecorder):
         self.rows_per_insert = max(1, min(self.MAX_ROWS_PER_INSERT, parameters // 4))
         self._busy_timeout_ms = int((pool.lock_timeout or SQLITE3_DEFAULT_LOCK_TIMEOUT) * 1000)
         self._cursor = self._connection.cursor()
+        self._memory = bool(pool.is_sqlite_memory_mode)
+        self._lock = threading.Lock()
 
     def insert_events(
         self,
@@ -446,7 +464,7 @@ class LeanSQLiteRecorder(SQLiteApplicationRecorder):
         """
         if not stored_events:
             return []
-        with self.datastore.get_connection(commit=True):  # the writer slot (class docstring)
+        with self._writer_slot():
             if lock_wait_s is None:
                 last = self._append(stored_events)
             else:
@@ -458,6 +476,19 @@ class LeanSQLiteRecorder(SQLiteApplicationRecorder):
         # SQLite writes one transaction at a time and gives each new row the
         # largest row id so far plus one: the rows' ids are consecutive.
         return list(range(last - len(stored_events) + 1, last + 1))
+
+    def _writer_slot(self) -> contextlib.AbstractContextManager[object]:
+        """What an insert holds: the pool's writer slot in memory, this connection's lock on a file.
+
+        In memory the pool's slot is what keeps readers out (class docstring). On a
+        file, WAL lets reads go on and SQLite's own lock orders this connection's
+        writes with any other connection's (eventsourcing's snapshots included); what
+        is left to hold is the insert's one connection to one thread at a time, a
+        plain lock (the pool's slot cost about 4 us a commit: docs/performance.md).
+        """
+        if self._memory:
+            return self.datastore.get_connection(commit=True)
+        return self._lock
 
     def _set_busy_timeout(self, milliseconds: int) -> None:
         try:
@@ -519,7 +550,7 @@ class LeanSQLiteRecorder(SQLiteApplicationRecorder):
             found = self._select_identity(cursor)
             if found is not None or not create:
                 return found
-            with self.datastore.get_connection(commit=True):  # the writer slot (class docstring)
+            with self._writer_slot():
                 cursor.execute(
                     "CREATE TABLE IF NOT EXISTS loop_actors_store ("
                     "singleton INTEGER PRIMARY KEY CHECK (singleton = 1), "
@@ -545,6 +576,18 @@ class LeanSQLiteRecorder(SQLiteApplicationRecorder):
             return None
         row = cursor.execute("SELECT store_id FROM loop_actors_store").fetchone()
         return None if row is None else str(row[0])
+
+    def first_position_of(self, originator_id: str) -> int | None:
+        """The notification id of an aggregate's first stored row (None when it has none).
+
+        Raises:
+            eventsourcing.persistence.OperationalError: the database is locked or broken.
+        """
+        statement = f"SELECT MIN(rowid) FROM {self.events_table_name} WHERE originator_id = ?"  # noqa: S608 (the table name is eventsourcing's)
+        with self.datastore.transaction(commit=False) as cursor:
+            cursor.execute(statement, (originator_id,))
+            row = cursor.fetchone()
+        return None if row is None or row[0] is None else int(row[0])
 
     def has_events_table(self) -> bool:
         """Whether the database has the events table (a read-only open cannot create it)."""
@@ -792,6 +835,34 @@ class EventStore:
             return None
         return effect if isinstance(effect, Effect) else None
 
+    def effects_of(self, invocation_id: str) -> list[Effect]:
+        """Every ledger entry recorded for an invocation, oldest first (for resume's check).
+
+        Reads the ``EffectPrepared`` notifications from the invocation's first stored
+        row on (an effect is always prepared after its invocation started).
+        """
+        start = self._recorder.first_position_of(invocation_id)
+        if start is None:
+            return []
+        found: list[Effect] = []
+        position = start - 1
+        while True:
+            notifications = self._recorder.select_notifications(
+                start=position,
+                limit=500,
+                topics=[_topic_of(EffectPrepared)],
+                inclusive_of_start=False,
+            )
+            for notification in notifications:
+                prepared = self.app.mapper.to_domain_event(notification)
+                if isinstance(prepared, EffectPrepared) and prepared.invocation_id == invocation_id:
+                    effect = self.get_effect(str(notification.originator_id))
+                    if effect is not None:
+                        found.append(effect)
+            if len(notifications) < 500:
+                return found
+            position = notifications[-1].id
+
     def _created(self, created_type: type) -> list[str]:
         """Ids of every aggregate created with that event type, in creation order."""
         ids: list[str] = []
@@ -851,17 +922,106 @@ class EventStore:
         """An aggregate's stored events as (position, event), undecodable rows as exceptions.
 
         For the audit: nothing is validated beyond decoding, and no row is skipped.
+        A row whose topic names no loop-actors event class is not decoded (decoding
+        would import the module it names): it is reported as unreadable.
         """
         entries: list[tuple[int, DomainEvent | Exception]] = []
         for record in self._recorder.select_events(aggregate_id):
-            try:
-                event: DomainEvent | Exception = cast(
-                    "DomainEvent", self.app.mapper.to_domain_event(record)
-                )
-            except Exception as error:  # a tampered row is reported, not raised
-                event = error
-            entries.append((record.originator_version, event))
+            entries.append((record.originator_version, self._decode_audited(record)))
         return entries
+
+    def _decode_audited(self, record: StoredEvent) -> Any:
+        if record.topic not in _event_topics():
+            return ValueError(f"its topic {record.topic!r} names no loop-actors event class")
+        try:
+            return self.app.mapper.to_domain_event(record)
+        except Exception as error:  # a tampered row is reported, not raised
+            return error
+
+    def log_rows(self, page: int = 500) -> Iterator[tuple[int, str, int, str, bytes]]:
+        """Every stored event row in notification order: (id, originator, version, topic, state).
+
+        The state is the bytes as stored (encrypted or compressed if the store is).
+        """
+        position = 0
+        while True:
+            notifications = self._recorder.select_notifications(
+                start=position, limit=page, inclusive_of_start=False
+            )
+            for n in notifications:
+                yield n.id, str(n.originator_id), n.originator_version, n.topic, bytes(n.state)
+            if len(notifications) < page:
+                return
+            position = notifications[-1].id
+
+    def audit_aggregate_ids(self) -> list[str]:
+        """The id of every aggregate with a stored row, in the order of its first row."""
+        statement = (
+            f"SELECT originator_id FROM {self._recorder.events_table_name} "  # noqa: S608 (eventsourcing's table)
+            "GROUP BY originator_id ORDER BY MIN(rowid)"
+        )
+        with self._recorder.datastore.transaction(commit=False) as cursor:
+            cursor.execute(statement)
+            return [str(row[0]) for row in cursor.fetchall()]
+
+    def audit_row_counts(self) -> tuple[int, int]:
+        """How many event rows and snapshot rows the store holds."""
+        events = f"SELECT COUNT(*) FROM {self._recorder.events_table_name}"  # noqa: S608
+        with self._recorder.datastore.transaction(commit=False) as cursor:
+            cursor.execute(events)
+            event_rows = int(cursor.fetchone()[0])
+            table = self._snapshot_table()
+            snapshot_rows = 0
+            if table is not None:
+                cursor.execute(f"SELECT COUNT(*) FROM {table}")  # noqa: S608
+                snapshot_rows = int(cursor.fetchone()[0])
+        return event_rows, snapshot_rows
+
+    def _snapshot_table(self) -> str | None:
+        """The snapshots' table, when the store has one (a read-only open creates none)."""
+        snapshots = self.app.snapshots
+        if snapshots is None:
+            return None
+        name = str(getattr(snapshots.recorder, "events_table_name", "stored_snapshots"))
+        with self._recorder.datastore.transaction(commit=False) as cursor:
+            cursor.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,))
+            return name if cursor.fetchone() is not None else None
+
+    def stored_snapshots(self, aggregate_id: str | None = None) -> dict[str, list[tuple[int, Any]]]:
+        """Every stored snapshot (or one aggregate's) as {id: [(version, snapshot or exception)]}.
+
+        A row whose topic is not the invocation snapshot's is not decoded (reported
+        as an exception), as for :meth:`stored_entries`.
+        """
+        table = self._snapshot_table()
+        if table is None:
+            return {}
+        where = "" if aggregate_id is None else "WHERE originator_id = ? "
+        statement = (
+            f"SELECT originator_id, originator_version, topic, state FROM {table} {where}"  # noqa: S608
+            "ORDER BY originator_id, originator_version"
+        )
+        with self._recorder.datastore.transaction(commit=False) as cursor:
+            cursor.execute(statement, () if aggregate_id is None else (aggregate_id,))
+            rows = cursor.fetchall()
+        found: dict[str, list[tuple[int, Any]]] = {}
+        for originator_id, version, topic, state in rows:
+            record = StoredEvent(
+                originator_id=str(originator_id),
+                originator_version=int(version),
+                topic=str(topic),
+                state=bytes(state),
+            )
+            snapshot: Any
+            if record.topic != _topic_of(InvocationSnapshot):
+                snapshot = ValueError(f"its topic {record.topic!r} is not an invocation snapshot's")
+            else:
+                try:
+                    snapshot = self.app.mapper.to_domain_event(record)
+                except Exception as error:  # a tampered row is reported, not raised
+                    snapshot = error
+            found.setdefault(str(originator_id), []).append((record.originator_version, snapshot))
+        return found
 
     def events(self, invocation_id: str) -> list[InvocationEvent]:
         """Every committed event of an invocation, in order.

@@ -558,20 +558,30 @@ _UNKNOWN_CLASSES = frozenset(
 )
 
 
-def json_value(returned: Any) -> tuple[Any, str | None]:
-    """What a tool (or a service) returned, as a JSON value, and why it cannot be stored.
+def jsonable(returned: Any) -> tuple[Any, str | None]:
+    """What a tool (or a service) returned, as a JSON value, and why it cannot be converted.
 
     ``to_jsonable_python`` makes JSON of models, dataclasses, sets, tuples and the
-    like; whatever it cannot convert, or converts into a value that is not storable
-    (NaN, a lone surrogate, nesting past ``MAX_JSON_DEPTH``...), is a problem.
+    like; whatever it cannot convert is a problem. Whether the value it makes can
+    be stored faithfully is not checked here: see :func:`json_value`.
     """
     try:
-        output = to_jsonable_python(returned)
+        return to_jsonable_python(returned), None
     except BaseException as error:  # user objects: a broken __str__, __iter__, __eq__...
         if is_cancellation(error):
             raise
         return None, f"it is not JSON-serialisable: {describe_error(error)}"
-    problem = check_json(output)
+
+
+def json_value(returned: Any) -> tuple[Any, str | None]:
+    """What a tool (or a service) returned, as a JSON value, and why it cannot be stored.
+
+    :func:`jsonable`, then the storability check: a value that is not storable
+    (NaN, a lone surrogate, nesting past ``MAX_JSON_DEPTH``...) is a problem.
+    """
+    output, problem = jsonable(returned)
+    if problem is None:
+        problem = check_json(output)
     return (output, None) if problem is None else (None, problem)
 
 
@@ -655,7 +665,11 @@ async def _run_call(
                     retryable=False,
                 )
             else:
-                output, problem = json_value(returned)
+                # Converted only: the turn core checks every output it is given with
+                # the same rule (TurnCore._admit_result, the same output_invalid error,
+                # the same message), before anything is stored; checking it here too
+                # walked every output twice.
+                output, problem = jsonable(returned)
                 if problem is not None:
                     ending = _Ending(
                         error_class=ErrorClass.OUTPUT_INVALID,
@@ -676,8 +690,8 @@ async def _run_call(
         if ending is None:
             fault_point(CrashPoint.AFTER_WRITE_RETURNED)
     # Built without validation: every value is ours, the output is what
-    # to_jsonable_python made of the tool's return value (checked storable by
-    # json_value), and output and error exclude each other by construction.
+    # to_jsonable_python made of the tool's return value (checked storable by the
+    # core before it is stored), and output and error exclude each other by construction.
     # Validating the output again walks it with a Python callback per JSON value.
     return ToolResult.model_construct(
         call_id=call.call_id,

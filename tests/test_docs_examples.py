@@ -520,6 +520,7 @@ def test_relative_links_in_the_docs_point_to_existing_files(page: Path) -> None:
 # --------------------------------------------------------------------------- MCP tools
 
 TESTED_EXAMPLES.add("mcp_agent.py")
+TESTED_EXAMPLES.add("verify_checkpoint.py")  # run by tests/test_audit_checkpoint.py
 
 
 def test_mcp_agent_calls_the_tools_of_its_mcp_server_over_stdio(tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ RUN = [
     "docs/how-to/resume-after-a-crash.md",
     "docs/how-to/run-a-batch-of-invocations.md",
     "docs/how-to/authorise-calls.md",
+    "docs/how-to/keep-checkpoints-outside-the-store.md",
     "docs/how-to/evaluate-your-loop.md",
 ]
 """Pages whose samples run from an empty folder, in the order they are written."""

@@ -1,0 +1,142 @@
+"""What the audit checks beyond each chain's hashes: kinds, topics, snapshots, references.
+
+The hash chain (:mod:`aggregates.audit`) covers an event's fields, its class name,
+its aggregate id and its position. It does not cover the stored topic, nor the
+``originator_topic`` of a first event (the aggregate's class), nor the snapshots
+that reading an invocation starts from, nor whether the aggregates of a store
+still refer to one another. These rules cover them:
+
+- **kinds**: an aggregate's id says what it is (``eff-…`` an effect, ``cancel:…``
+  a cancel request, anything else an invocation). Each of its events must be an
+  event of that kind, its first event (and only the first) the kind's creating
+  event, and that event's ``originator_topic`` the kind's aggregate class. With
+  the class name in the hash and no two event classes of one name (a test checks
+  it), a stored topic that names another class breaks the chain, one that names
+  no event class is reported unreadable, and a forged ``originator_topic`` is
+  reported here;
+- **snapshots** must equal the snapshot taken from a replay of the events up to
+  their version (a snapshot is a pure function of the events: no clock read);
+- **references**: an effect belongs to an invocation that is stored and whose
+  dispatched batches name it; a cancel request to an invocation that is stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from eventsourcing.utils import get_topic
+
+from aggregates.effect import Effect, EffectEvent, EffectPrepared
+from aggregates.events import DomainEvent, fold
+from aggregates.ids import CANCEL_REQUEST_PREFIX, EFFECT_KEY_PREFIX
+from aggregates.invocation import (
+    BatchDispatched,
+    Invocation,
+    InvocationEvent,
+    InvocationSnapshot,
+    InvocationStarted,
+)
+from aggregates.requests import CancelRequest, CancelRequested
+
+
+@dataclass(frozen=True)
+class AggregateKind:
+    """One kind of aggregate a store holds."""
+
+    name: str
+    """As reported: ``invocation``, ``effect`` or ``cancel_request``."""
+    aggregate: type
+    event_base: type[DomainEvent]
+    created: type[DomainEvent]
+
+
+INVOCATION = AggregateKind("invocation", Invocation, InvocationEvent, InvocationStarted)
+EFFECT = AggregateKind("effect", Effect, EffectEvent, EffectPrepared)
+CANCEL_REQUEST = AggregateKind("cancel_request", CancelRequest, CancelRequested, CancelRequested)
+KINDS = (INVOCATION, EFFECT, CANCEL_REQUEST)
+
+
+def kind_of(aggregate_id: str) -> AggregateKind:
+    """The kind of aggregate an id names (invocation ids may not take the other prefixes)."""
+    if aggregate_id.startswith(EFFECT_KEY_PREFIX):
+        return EFFECT
+    if aggregate_id.startswith(CANCEL_REQUEST_PREFIX):
+        return CANCEL_REQUEST
+    return INVOCATION
+
+
+def event_classes() -> list[type[DomainEvent]]:
+    """Every concrete event class of the three kinds (the topics a store may hold)."""
+    found: list[type[DomainEvent]] = []
+    pending: list[type[DomainEvent]] = [kind.event_base for kind in KINDS]
+    while pending:
+        cls = pending.pop()
+        if cls not in found:
+            found.append(cls)
+            pending.extend(cls.__subclasses__())
+    return [cls for cls in found if cls not in (InvocationEvent, EffectEvent)]
+
+
+def kind_problem(kind: AggregateKind, position: int, event: Any) -> str | None:
+    """Why an event cannot be at this position of an aggregate of this kind, or None."""
+    name = type(event).__name__
+    if not isinstance(event, kind.event_base):
+        return f"a {name} event in the stream of {kind.name} (its stored topic was changed)"
+    if position == 1:
+        if not isinstance(event, kind.created):
+            return f"the first event is {name}, not {kind.created.__name__}"
+        expected = get_topic(kind.aggregate)
+        if getattr(event, "originator_topic", expected) != expected:
+            return (
+                f"its originator_topic is {event.originator_topic!r}, not {expected!r} "  # type: ignore[attr-defined]
+                "(the aggregate class was changed)"
+            )
+    elif isinstance(event, kind.created):
+        return f"a second {name} at position {position}"
+    return None
+
+
+def snapshot_problems(
+    events: Sequence[DomainEvent], snapshots: Iterable[tuple[int, Any]]
+) -> list[tuple[int, str]]:
+    """The snapshots of an invocation that its events do not give, as (version, why).
+
+    ``events`` are the invocation's events in order (a whole chain), ``snapshots``
+    its stored snapshots as (version, snapshot or the exception that decoding raised).
+    """
+    problems: list[tuple[int, str]] = []
+    for version, snapshot in sorted(snapshots, key=lambda pair: pair[0]):
+        if isinstance(snapshot, Exception):
+            problems.append((version, f"the stored snapshot cannot be read: {snapshot}"))
+            continue
+        if not isinstance(snapshot, InvocationSnapshot):
+            problems.append((version, f"a {type(snapshot).__name__} is not an invocation snapshot"))
+            continue
+        if version > len(events):
+            problems.append(
+                (version, f"it is of version {version}, past the {len(events)} stored events")
+            )
+            continue
+        try:
+            replayed = InvocationSnapshot.take(fold(None, events[:version]))
+        except Exception as error:  # a tampered history is reported, not raised
+            problems.append((version, f"the events up to its version cannot be replayed: {error}"))
+            continue
+        if replayed != snapshot:
+            problems.append(
+                (version, "it differs from the replay of the events up to its version (forged)")
+            )
+    return problems
+
+
+def dispatched_effect_keys(events: Iterable[DomainEvent]) -> set[str]:
+    """The effect keys an invocation's dispatched batches name."""
+    return {
+        call.effect_key
+        for event in events
+        if isinstance(event, BatchDispatched)
+        for call in event.calls
+        if call.effect_key
+    }
