@@ -448,7 +448,7 @@ class Controller:
         reloaded = await self._reload()
         if reloaded is None:
             # The store does not answer: report the totals it last confirmed.
-            steps, tool_calls = self._committed_totals()
+            steps, tool_calls = self._confirmed
         else:
             steps, tool_calls = reloaded.step, reloaded.tool_calls
         return Outcome(
@@ -459,10 +459,6 @@ class Controller:
             tool_calls=tool_calls,
             detail=detail,
         )
-
-    def _committed_totals(self) -> tuple[int, int]:
-        """The totals the store last confirmed."""
-        return self._confirmed
 
     async def _reload(self) -> Invocation | None:
         try:

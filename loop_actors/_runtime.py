@@ -349,8 +349,7 @@ class Runtime:
                     actor=actor,
                     tenant=tenant,
                 )
-        store, journal = self._store, self._journal
-        assert store is not None
+        journal = self._journal
         assert journal is not None
 
         invocation = Invocation.start(
@@ -369,12 +368,12 @@ class Runtime:
         )
         created = await journal.commit(invocation.take_events())
         if isinstance(created, CommitFailed):
-            return await self._existing_outcome(store, invocation, created)
+            return await self._existing_outcome(invocation, created)
 
         fault_point(CrashPoint.AFTER_START_COMMIT)
         # A new invocation has no earlier cancel request; a later one reaches it through
         # this runtime's watcher.
-        return await self._drive(invocation, agent, store, journal, fresh=True)
+        return await self._drive(invocation, agent, journal, fresh=True)
 
     async def resume(
         self,
@@ -428,8 +427,7 @@ class Runtime:
                     allow_catalogue_change=allow_catalogue_change,
                     allow_settings_change=allow_settings_change,
                 )
-        store, journal = self._store, self._journal
-        assert store is not None
+        journal = self._journal
         assert journal is not None
         invocation = await self._reads().invocation(invocation_id)
         if invocation.agent_name != agent.name:
@@ -444,7 +442,7 @@ class Runtime:
         if not allow_catalogue_change:
             check_catalogue(invocation.tools, agent.toolbox)
         self._follow_settings(invocation, agent, allow_change=allow_settings_change)
-        return await self._drive(invocation, agent, store, journal)
+        return await self._drive(invocation, agent, journal)
 
     def _follow_settings(self, invocation: Invocation, agent: Agent, *, allow_change: bool) -> None:
         """Check the agent against the recorded settings; record a change if it is allowed.
@@ -655,8 +653,7 @@ class Runtime:
             async with self:
                 await self._record(invocation_id, apply)
                 return
-        store, journal = self._store, self._journal
-        assert store is not None
+        journal = self._journal
         assert journal is not None
         invocation = await self._reads().invocation(invocation_id)
         apply(invocation)
@@ -706,8 +703,7 @@ class Runtime:
         if self._exit_stack is None:
             async with self:
                 return await self.reconcile(agent)
-        store, journal = self._store, self._journal
-        assert store is not None
+        journal = self._journal
         assert journal is not None
         open_effects = await self._reads().open_effects()
         by_invocation: dict[str, list[Effect]] = {}
@@ -726,7 +722,7 @@ class Runtime:
             if invocation.phase is Phase.TERMINATED:
                 ended.add(invocation_id)
             if invocation.paused_for_reconciliation:
-                outcome = await self._drive(invocation, agent, store, journal)
+                outcome = await self._drive(invocation, agent, journal)
                 outcomes.append(outcome)
                 if not outcome.paused:
                     settled += len(effects)
@@ -798,7 +794,6 @@ class Runtime:
         self,
         invocation: Invocation,
         agent: Agent,
-        store: EventStore,
         journal: Journal,
         *,
         fresh: bool = False,
@@ -912,8 +907,7 @@ class Runtime:
         if self._exit_stack is None:
             async with self:
                 return await self.request_cancel(invocation_id, by=by, reason=reason)
-        store, journal = self._store, self._journal
-        assert store is not None
+        journal = self._journal
         assert journal is not None
         invocation = await self._reads().invocation(invocation_id)
         if invocation.phase is Phase.TERMINATED:
@@ -1023,9 +1017,7 @@ class Runtime:
         assert self._reader is not None, "the runtime is not open"
         return self._reader
 
-    async def _existing_outcome(
-        self, store: EventStore, requested: Invocation, failure: CommitFailed
-    ) -> Outcome:
+    async def _existing_outcome(self, requested: Invocation, failure: CommitFailed) -> Outcome:
         if not failure.conflict:
             raise StoreUnavailableError(
                 f"cannot record the invocation: {failure.error_type}: {failure.message}"

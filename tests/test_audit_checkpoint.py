@@ -15,39 +15,11 @@ from typing import Any
 import pytest
 import trio
 
-from loop_actors import Agent, ModelRequest, Reconciled, Runtime, ScriptedModel, ToolContext, tool
+from loop_actors import Runtime
+from tests.audit_support import AGENT
 from tests.cli_support import run_cli
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "verify_checkpoint.py"
-
-
-@tool
-async def lookup(key: str) -> dict[str, str]:
-    """Look up a value."""
-    return {"key": key, "value": "refund-under-100"}
-
-
-@tool(effect="write", reconcile=lambda amount: Reconciled(status="not_found"))
-async def refund(amount: int, context: ToolContext) -> dict[str, Any]:
-    """Refund an amount."""
-    return {"receipt": f"r-{context.effect_key}", "amount": amount}
-
-
-def decide(request: ModelRequest) -> dict[str, Any]:
-    if request.step == 1:
-        return {
-            "kind": "tool_calls",
-            "calls": [{"id": "c1", "name": "lookup", "arguments": {"key": "policy"}}],
-        }
-    if request.step == 2:
-        return {
-            "kind": "tool_calls",
-            "calls": [{"id": "c2", "name": "refund", "arguments": {"amount": 40}}],
-        }
-    return {"kind": "final", "answer": "refunded 40"}
-
-
-AGENT = Agent("auditor", ScriptedModel(decide), [lookup, refund])
 
 
 def run(path: Path, *ids: str) -> None:

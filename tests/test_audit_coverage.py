@@ -23,47 +23,13 @@ from aggregates.events import fold
 from loop_actors import (
     Agent,
     InconsistentHistoryError,
-    ModelRequest,
-    Reconciled,
     Runtime,
     ScriptedModel,
-    ToolContext,
-    tool,
 )
 from loop_actors._store import EventStore
+from tests.audit_support import AGENT, RUNS
 from tests.cli_support import run_cli
 
-RUNS: list[str] = []
-
-
-@tool
-async def lookup(key: str) -> dict[str, str]:
-    """Look up a value."""
-    RUNS.append(key)
-    return {"key": key, "value": "refund-under-100"}
-
-
-@tool(effect="write", reconcile=lambda amount: Reconciled(status="not_found"))
-async def refund(amount: int, context: ToolContext) -> dict[str, Any]:
-    """Refund an amount."""
-    return {"receipt": f"r-{context.effect_key}", "amount": amount}
-
-
-def decide(request: ModelRequest) -> dict[str, Any]:
-    if request.step == 1:
-        return {
-            "kind": "tool_calls",
-            "calls": [{"id": "c1", "name": "lookup", "arguments": {"key": "policy"}}],
-        }
-    if request.step == 2:
-        return {
-            "kind": "tool_calls",
-            "calls": [{"id": "c2", "name": "refund", "arguments": {"amount": 40}}],
-        }
-    return {"kind": "final", "answer": "refunded 40 under refund-under-100"}
-
-
-AGENT = Agent("auditor", ScriptedModel(decide), [lookup, refund])
 ASKER = Agent("asker", ScriptedModel([{"kind": "clarification", "question": "Which one?"}]))
 
 
