@@ -37,6 +37,7 @@ RUN = [
     "docs/how-to/resume-after-a-crash.md",
     "docs/how-to/run-a-batch-of-invocations.md",
     "docs/how-to/authorise-calls.md",
+    "docs/how-to/resolve-an-effect-by-hand.md",
     "docs/how-to/keep-checkpoints-outside-the-store.md",
     "docs/how-to/evaluate-your-loop.md",
 ]
@@ -48,8 +49,6 @@ NOT_RUN = {
     "docs/reference/cli.md": "a reference of outputs seen on other pages",
     "docs/reference/audit-format.md": "tampers with a store by hand first",
     "docs/reference/testing-crash-points.md": "runs the test suite",
-    "docs/how-to/resolve-an-effect-by-hand.md": "its agent module is written on the page; "
-    "tests/test_effects_resolve.py runs the same story",
     "README.md": "prints a random invocation id (the same command runs in the tutorial test)",
 }
 """Pages with samples that are not run here, and why."""
