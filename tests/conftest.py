@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import trio.testing
@@ -21,3 +25,45 @@ def clock(mock_clock: trio.testing.MockClock) -> trio.testing.MockClock:
     """
     mock_clock.autojump_threshold = 0.05
     return mock_clock
+
+
+POSTGRES_ENV = "LOOP_ACTORS_TEST_PG"
+"""The admin URL of a PostgreSQL server for the tests (``bash .ci/pg.sh url``)."""
+
+REQUIRE_POSTGRES_ENV = "LOOP_ACTORS_REQUIRE_PG"
+"""Set to 1 (``.ci/test`` does) to fail, not skip, PostgreSQL tests when no server answers."""
+
+
+def _postgres_admin_url() -> str:
+    url = os.environ.get(POSTGRES_ENV)
+    required = os.environ.get(REQUIRE_POSTGRES_ENV) == "1"
+    if not url:
+        if required:
+            pytest.fail(f"{REQUIRE_POSTGRES_ENV}=1 but {POSTGRES_ENV} is not set")
+        pytest.skip(f"no PostgreSQL server: set {POSTGRES_ENV} (bash .ci/pg.sh start; url)")
+    return url
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for one test, dropped afterwards.
+
+    The server is the one named by ``$LOOP_ACTORS_TEST_PG`` (an admin URL, as
+    printed by ``bash .ci/pg.sh url``); without it the test is skipped, unless
+    ``$LOOP_ACTORS_REQUIRE_PG=1``, when it fails.
+    """
+    import psycopg
+
+    admin = _postgres_admin_url()
+    name = f"la_test_{uuid.uuid4().hex[:16]}"
+    try:
+        with psycopg.connect(admin, autocommit=True, connect_timeout=5) as connection:
+            connection.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.OperationalError as error:
+        if os.environ.get(REQUIRE_POSTGRES_ENV) == "1":
+            pytest.fail(f"the PostgreSQL server at {admin} does not answer: {error}")
+        pytest.skip(f"the PostgreSQL server at {admin} does not answer: {error}")
+    parts = urlsplit(admin)
+    yield urlunsplit(parts._replace(path=f"/{name}"))
+    with psycopg.connect(admin, autocommit=True, connect_timeout=5) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
