@@ -14,6 +14,12 @@ use the formats of Go's ``golang.org/x/mod/sumdb/note``: the private key
 ``PRIVATE+KEY+<name>+<hex id>+<base64(0x01 || 32-byte seed)>`` and the verifier key
 ``<name>+<hex id>+<base64(0x01 || 32-byte public key)>``. The origin is
 ``loop-actors/<store id>``.
+
+Extension lines (C2SP: optional lines after the head, covered by the signature) that
+a checkpoint of a checkpoint directory carries (:mod:`loop_actors._checkpointer`):
+
+    notification <the notification id of row <size>>
+    previous <hex SHA-256 of the whole file of the checkpoint before it in the directory>
 """
 
 from __future__ import annotations
@@ -21,8 +27,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +37,11 @@ from aggregates.decisions import Frozen
 from aggregates.log_chain import GENESIS, leaf, next_link
 from loop_actors._errors import UsageError
 from loop_actors._store import EventStore
+
+PREVIOUS = "previous"
+"""The extension line naming the hash of the checkpoint before this one."""
+NOTIFICATION = "notification"
+"""The extension line giving the notification id of row ``size``."""
 
 SIGNATURE_PREFIX = "\u2014 "
 """A signature line starts with an em dash and a space."""
@@ -205,11 +217,40 @@ class Checkpoint:
     """The signed text (the note up to the blank line)."""
     signatures: list[tuple[str, bytes, bytes]]
     """(key name, key id, signature) of each signature line."""
+    extensions: tuple[str, ...] = ()
+    """The note's extension lines (after the head), in order."""
+
+    def extension(self, name: str) -> str | None:
+        """The value of the first ``name <value>`` extension line, or None."""
+        for line in self.extensions:
+            key, _, value = line.partition(" ")
+            if key == name:
+                return value
+        return None
+
+    @property
+    def previous(self) -> str | None:
+        """The hex SHA-256 of the checkpoint file before this one (a directory's chain)."""
+        return self.extension(PREVIOUS)
+
+    @property
+    def notification_id(self) -> int | None:
+        """The notification id of the log's row ``size`` (None when the note does not say)."""
+        value = self.extension(NOTIFICATION)
+        return int(value) if value is not None and value.isdigit() else None
 
 
-def checkpoint_note(origin: str, size: int, head: str, key: SigningKey | None) -> str:
-    """The checkpoint's note text, signed with ``key`` when given."""
+def checkpoint_note(
+    origin: str,
+    size: int,
+    head: str,
+    key: SigningKey | None,
+    *,
+    extensions: Sequence[str] = (),
+) -> str:
+    """The checkpoint's note text, with extension lines, signed with ``key`` when given."""
     text = f"{origin}\n{size}\n{base64.b64encode(bytes.fromhex(head)).decode()}\n"
+    text += "".join(f"{line}\n" for line in extensions)
     if key is None:
         return text
     signature = key_id(key.name, key.public_key) + key.sign(text.encode())
@@ -222,7 +263,15 @@ def parse_checkpoint(path: Path) -> Checkpoint:
     Raises:
         CheckpointError: unreadable or not a checkpoint note.
     """
-    note = _read(path)
+    return parse_note(_read(path), path)
+
+
+def parse_note(note: str, path: Path | str) -> Checkpoint:
+    """Parse a checkpoint note's text (``path`` names it in errors).
+
+    Raises:
+        CheckpointError: not a checkpoint note.
+    """
     if "\n\n" in note:
         first, signed = note.split("\n\n", 1)
         body = first + "\n"
@@ -252,123 +301,231 @@ def parse_checkpoint(path: Path) -> Checkpoint:
         if len(raw) < 5:
             raise CheckpointError(f"{path}: a signature is too short")
         signatures.append((name, raw[:4], raw[4:]))
+    if any(not line for line in lines[3:]):
+        raise CheckpointError(f"{path}: an empty extension line")
     return Checkpoint(
         origin=origin,
         size=int(size_text),
         head=head.hex(),
         text=body.encode(),
         signatures=signatures,
+        extensions=tuple(lines[3:]),
     )
 
 
+class Verdict(StrEnum):
+    """What the log, a checkpoint or a checkpoint directory was found to be."""
+
+    OK = "ok"
+    TRUNCATED = "truncated"
+    """The log has fewer rows than a commitment's size."""
+    FORKED = "forked"
+    """Exactly as many rows as committed to, another head (or another store's checkpoint)."""
+    EDITED = "edited"
+    """More rows than committed to, and the first ``size`` do not give the head."""
+    GAP = "gap"
+    """A notification id is missing from the log (rows deleted from its middle)."""
+    REORDERED = "reordered"
+    """An aggregate's event is stored after a later event of the same aggregate."""
+    BAD_SIGNATURE = "bad_signature"
+    UNSIGNED = "unsigned"
+    CHECKPOINT_MISSING = "checkpoint_missing"
+    """A checkpoint of a directory's chain is gone (removed, or the chain rolled back)."""
+    CHECKPOINT_EDITED = "checkpoint_edited"
+    """A checkpoint file of a directory is not the one its successor (or the last verify) named."""
+
+
 class CheckpointReport(Frozen):
-    """The verdict of a store against a checkpoint."""
+    """One finding (or the ``ok``) of the log, of a commitment against it, or of a directory.
+
+    ``kind`` says what it is about: ``log`` (the log itself: ``gap``, ``reordered``,
+    or one ``ok``), ``checkpoint`` (a checkpoint note, or the last verified state,
+    against the log) or ``checkpoint_chain`` (a directory's chain of checkpoints).
+    """
 
     kind: str = "checkpoint"
-    verdict: str
-    """``ok``, ``truncated``, ``forked``, ``edited``, ``gap``, ``bad_signature`` or ``unsigned``."""
-    signed: str
-    """``verified`` (by --key), ``not checked`` (no --key) or ``unsigned``."""
-    size: int
-    """The checkpoint's size."""
+    verdict: Verdict
+    source: str | None = None
+    """The checkpoint file, the directory, ``log`` or the last-verified state file."""
+    signed: str | None = None
+    """``verified`` (by --key), ``not checked`` (no --key), ``unsigned``, ``bad``, or
+    ``local`` for the last-verified state; None for the log's own findings."""
+    size: int | None = None
+    """The commitment's size (the log's for ``kind`` ``log``)."""
     store_size: int
     """The store's rows now."""
-    head: str
+    head: str | None = None
     position: int | None = None
-    """For ``gap``: the first missing notification id."""
+    """``gap``: the first missing notification id; ``reordered``: the notification id of the
+    row out of order; ``edited``/``forked``: the first row that may differ (one after the
+    largest commitment the log still gives); ``checkpoint_*``: the checkpoint's number."""
     problem: str | None = None
 
     @property
     def ok(self) -> bool:
         """True when nothing was found."""
-        return self.verdict == "ok"
+        return self.verdict is Verdict.OK
 
 
-def verify_against(
-    store: EventStore, checkpoint: Checkpoint, key: VerifierKey | None
-) -> CheckpointReport:
-    """Check the store's log against a checkpoint (and its signature, with ``key``)."""
-    signed = "unsigned" if not checkpoint.signatures else "not checked"
-    if key is not None:
-        mine = [s for s in checkpoint.signatures if s[0] == key.name]
-        if not checkpoint.signatures:
-            return _report("unsigned", "unsigned", checkpoint, 0, "the checkpoint has no signature")
-        expected = key_id(key.name, key.public_key)
-        if not any(kid == expected and key.verifies(checkpoint.text, sig) for _, kid, sig in mine):
-            return _report(
-                "bad_signature",
-                "bad",
-                checkpoint,
-                0,
-                f"no valid signature by {key.name} (the note was changed, or another key "
-                "signed it)",
-            )
-        signed = "verified"
-    expected_origin = f"loop-actors/{store.store_id}"
-    size, link, previous_id = 0, GENESIS, 0
-    at_size: str | None = GENESIS if checkpoint.size == 0 else None
-    gap: int | None = None
-    for notification_id, current in log_links(store.log_rows()):
-        size += 1
-        if gap is None and size <= checkpoint.size and notification_id != previous_id + 1:
-            gap = previous_id + 1
-        previous_id = notification_id
-        link = current
-        if size == checkpoint.size:
-            at_size = link
-    if checkpoint.origin != expected_origin:
-        return _report(
-            "forked",
-            signed,
-            checkpoint,
-            size,
-            f"the checkpoint is of {checkpoint.origin}, this store is {expected_origin}",
-        )
-    if gap is not None:
-        return _report(
-            "gap",
-            signed,
-            checkpoint,
-            size,
-            f"notification {gap} is missing: rows were deleted from the middle of the log",
-            position=gap,
-        )
-    if size < checkpoint.size:
-        return _report(
-            "truncated",
-            signed,
-            checkpoint,
-            size,
-            f"the store has {size} rows, the checkpoint commits to {checkpoint.size}",
-        )
-    if at_size != checkpoint.head:
-        verdict = "forked" if size == checkpoint.size else "edited"
-        return _report(
-            verdict,
-            signed,
-            checkpoint,
-            size,
-            f"the first {checkpoint.size} rows do not give the checkpoint's head "
-            "(a row was changed, replaced, reordered or deleted and another appended)",
-        )
-    return _report("ok", signed, checkpoint, size, None)
+@dataclass(frozen=True)
+class Commitment:
+    """A size and head the log must still give: a checkpoint's, or the last verify's."""
+
+    source: str
+    origin: str
+    size: int
+    head: str
+    signed: str
 
 
-def _report(
-    verdict: str,
-    signed: str,
-    checkpoint: Checkpoint,
-    store_size: int,
-    problem: str | None,
-    *,
-    position: int | None = None,
-) -> CheckpointReport:
-    return CheckpointReport(
-        verdict=verdict,
-        signed=signed,
+@dataclass(frozen=True)
+class LogHead:
+    """The log as read by a verify: its size, head and last notification id."""
+
+    size: int
+    head: str
+    last_id: int
+
+
+def check_signature(
+    checkpoint: Checkpoint, key: VerifierKey | None, source: str
+) -> tuple[str, CheckpointReport | None]:
+    """The ``signed`` state of a checkpoint, and the finding when ``key`` does not verify it."""
+    if key is None:
+        return ("unsigned" if not checkpoint.signatures else "not checked"), None
+    if not checkpoint.signatures:
+        return "unsigned", CheckpointReport(
+            verdict=Verdict.UNSIGNED,
+            source=source,
+            signed="unsigned",
+            size=checkpoint.size,
+            store_size=0,
+            head=checkpoint.head,
+            problem="the checkpoint has no signature",
+        )
+    expected = key_id(key.name, key.public_key)
+    if any(
+        name == key.name and kid == expected and key.verifies(checkpoint.text, sig)
+        for name, kid, sig in checkpoint.signatures
+    ):
+        return "verified", None
+    return "bad", CheckpointReport(
+        verdict=Verdict.BAD_SIGNATURE,
+        source=source,
+        signed="bad",
         size=checkpoint.size,
-        store_size=store_size,
+        store_size=0,
         head=checkpoint.head,
-        position=position,
-        problem=problem,
+        problem=f"no valid signature by {key.name} (the note was changed, or another key "
+        "signed it)",
     )
+
+
+def verify_log(
+    store: EventStore, commitments: Sequence[Commitment]
+) -> tuple[list[CheckpointReport], LogHead]:
+    """Read the whole log once: its own findings, then one report per commitment.
+
+    The log's findings: ``gap`` for each run of missing notification ids (only on a
+    store whose ids have no gaps by construction: SQLite's row ids), ``reordered``
+    for each row stored after a later event of its aggregate. Each commitment is
+    then ``ok``, ``truncated``, ``forked`` or ``edited``.
+    """
+    wanted = {commitment.size for commitment in commitments}
+    links: dict[int, str] = {0: GENESIS}
+    findings: list[CheckpointReport] = []
+    size, link, previous_id = 0, GENESIS, 0
+    versions: dict[str, int] = {}
+    dense = store.dense_notification_ids
+    for notification_id, originator_id, version, topic, state in store.log_rows():
+        size += 1
+        if dense and notification_id != previous_id + 1:
+            missing = notification_id - previous_id - 1
+            findings.append(
+                _log_finding(
+                    Verdict.GAP,
+                    previous_id + 1,
+                    f"notification {previous_id + 1}"
+                    + (f" and the {missing - 1} after it are" if missing > 1 else " is")
+                    + " missing: rows were deleted from the middle of the log",
+                )
+            )
+        seen = versions.get(originator_id)
+        if seen is not None and version < seen:
+            findings.append(
+                _log_finding(
+                    Verdict.REORDERED,
+                    notification_id,
+                    f"row {notification_id} is event {version} of {originator_id}, stored "
+                    f"after its event {seen}: rows were swapped or moved",
+                )
+            )
+        versions[originator_id] = max(version, seen or 0)
+        link = next_link(link, leaf(notification_id, originator_id, version, topic, state))
+        if size in wanted:
+            links[size] = link
+        previous_id = notification_id
+    store_size = size
+    expected_origin = f"loop-actors/{store.store_id}"
+    good_sizes = sorted(
+        c.size for c in commitments if c.origin == expected_origin and links.get(c.size) == c.head
+    )
+    reports = [
+        finding.model_copy(update={"store_size": store_size, "size": store_size})
+        for finding in findings
+    ]
+    for commitment in commitments:
+        reports.append(_against(commitment, links, store_size, expected_origin, good_sizes))
+    return reports, LogHead(store_size, link, previous_id)
+
+
+def _log_finding(verdict: Verdict, position: int, problem: str) -> CheckpointReport:
+    return CheckpointReport(
+        kind="log", verdict=verdict, source="log", store_size=0, position=position, problem=problem
+    )
+
+
+def _against(
+    commitment: Commitment,
+    links: dict[int, str],
+    store_size: int,
+    expected_origin: str,
+    good_sizes: list[int],
+) -> CheckpointReport:
+    report = CheckpointReport(
+        verdict=Verdict.OK,
+        source=commitment.source,
+        signed=commitment.signed,
+        size=commitment.size,
+        store_size=store_size,
+        head=commitment.head,
+    )
+    if commitment.origin != expected_origin:
+        return report.model_copy(
+            update={
+                "verdict": Verdict.FORKED,
+                "problem": f"it is of {commitment.origin}, this store is {expected_origin}",
+            }
+        )
+    if store_size < commitment.size:
+        return report.model_copy(
+            update={
+                "verdict": Verdict.TRUNCATED,
+                "position": store_size + 1,
+                "problem": f"the store has {store_size} rows, the checkpoint commits to "
+                f"{commitment.size}",
+            }
+        )
+    if links[commitment.size] != commitment.head:
+        below = [size for size in good_sizes if size < commitment.size]
+        after = below[-1] if below else 0
+        return report.model_copy(
+            update={
+                "verdict": Verdict.FORKED if store_size == commitment.size else Verdict.EDITED,
+                "position": after + 1,
+                "problem": f"the first {commitment.size} rows do not give its head: a row "
+                f"from {after + 1} to {commitment.size} was changed, replaced, reordered or "
+                "deleted and another appended",
+            }
+        )
+    return report

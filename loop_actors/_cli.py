@@ -32,13 +32,26 @@ from loop_actors._agent import Agent
 from loop_actors._audit import Coverage, verify_all, verify_invocation
 from loop_actors._checkpoint import (
     CheckpointReport,
+    Commitment,
+    LogHead,
+    Verdict,
+    check_signature,
     checkpoint_note,
     generate_key,
     load_signing_key,
     load_verifier_key,
     log_head,
     parse_checkpoint,
-    verify_against,
+    verify_log,
+)
+from loop_actors._checkpointer import (
+    CHECKPOINT_DIR_ENV,
+    CHECKPOINT_EVERY_ENV,
+    CHECKPOINT_KEY_ENV,
+    Checkpointer,
+    CheckpointSettings,
+    DirectoryMark,
+    verify_directory,
 )
 from loop_actors._controller import single_exception
 from loop_actors._demo import DEMO_GOAL, demo_agent
@@ -59,6 +72,12 @@ from loop_actors._render import (
 )
 from loop_actors._runtime import Runtime, check_invocation_id, unaskable_reason
 from loop_actors._store import EventStore, resolve_db_url
+from loop_actors._verified_state import (
+    default_state_path,
+    load_state,
+    next_state,
+    save_state,
+)
 from loop_actors._views import open_read_runner, open_writable_runner
 from projections import (
     ProjectionRunner,
@@ -101,6 +120,49 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def checkpoint_options(sub: argparse.ArgumentParser) -> None:
+    """The options of every command that runs invocations: automatic checkpoints."""
+    sub.add_argument(
+        "--checkpoint-dir",
+        metavar="DIR",
+        help=f"write checkpoints of the log to DIR, outside the store (${CHECKPOINT_DIR_ENV})",
+    )
+    sub.add_argument(
+        "--checkpoint-key",
+        metavar="KEYFILE",
+        help=f"sign them with this private key file (${CHECKPOINT_KEY_ENV})",
+    )
+    sub.add_argument(
+        "--checkpoint-every",
+        metavar="N",
+        type=_positive_int,
+        help=f"and after every N commits when no run ends (${CHECKPOINT_EVERY_ENV}; default 100)",
+    )
+
+
+def runtime_for(args: argparse.Namespace, *, existing: bool = False) -> Runtime:
+    """The Runtime a command runs invocations with: ``--db`` and the checkpoint options.
+
+    With ``existing``, the database must exist already (resume and reconcile create
+    nothing). A checkpoint key file is read here, before anything runs.
+
+    Raises:
+        UsageError: a bad option, a missing database, or an unreadable key file.
+    """
+    url = resolve_db_url(getattr(args, "db", None))
+    runtime = Runtime(
+        url,
+        checkpoint_dir=getattr(args, "checkpoint_dir", None),
+        checkpoint_key=getattr(args, "checkpoint_key", None),
+        checkpoint_every=getattr(args, "checkpoint_every", None),
+    )
+    if runtime.checkpoints is not None and runtime.checkpoints.key_file is not None:
+        load_signing_key(runtime.checkpoints.key_file)
+    if existing:
+        EventStore(url, create=False).close()
+    return runtime
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="loop-actors",
@@ -117,6 +179,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="run seed 000's example agent and show its trajectory")
     db_option(demo)
+    checkpoint_options(demo)
 
     run = commands.add_parser("run", help="run an Agent given as MODULE:ATTR")
     run.add_argument("agent", metavar="MODULE:ATTR", help="e.g. myagents:support_agent")
@@ -139,6 +202,7 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--tenant", help="whose data it acts on (for the agent's policy)")
     run.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
     db_option(run)
+    checkpoint_options(run)
 
     resume = commands.add_parser(
         "resume", help="continue an invocation from its committed events (after a crash or pause)"
@@ -158,6 +222,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     resume.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
     db_option(resume)
+    checkpoint_options(resume)
 
     approve = commands.add_parser("approve", help="approve the batch an invocation waits with")
     approve.add_argument("invocation_id", metavar="ID")
@@ -167,6 +232,7 @@ def _build_parser() -> argparse.ArgumentParser:
     approve.add_argument("--agent", metavar="MODULE:ATTR", help="resume right away with it")
     approve.add_argument("--json", action="store_true")
     db_option(approve)
+    checkpoint_options(approve)
 
     deny = commands.add_parser("deny", help="deny the batch an invocation waits with")
     deny.add_argument("invocation_id", metavar="ID")
@@ -175,6 +241,7 @@ def _build_parser() -> argparse.ArgumentParser:
     deny.add_argument("--agent", metavar="MODULE:ATTR", help="resume right away with it")
     deny.add_argument("--json", action="store_true")
     db_option(deny)
+    checkpoint_options(deny)
 
     clarify = commands.add_parser("clarify", help="answer the question an invocation asked")
     clarify.add_argument("invocation_id", metavar="ID")
@@ -183,6 +250,7 @@ def _build_parser() -> argparse.ArgumentParser:
     clarify.add_argument("--agent", metavar="MODULE:ATTR", help="resume right away with it")
     clarify.add_argument("--json", action="store_true")
     db_option(clarify)
+    checkpoint_options(clarify)
 
     cancel = commands.add_parser(
         "cancel", help="ask an invocation to stop (recorded; honoured by any worker)"
@@ -192,6 +260,7 @@ def _build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("--reason", help="why (audited)")
     cancel.add_argument("--json", action="store_true")
     db_option(cancel)
+    checkpoint_options(cancel)
 
     reconcile = commands.add_parser(
         "reconcile",
@@ -200,6 +269,7 @@ def _build_parser() -> argparse.ArgumentParser:
     reconcile.add_argument("--agent", required=True, metavar="MODULE:ATTR")
     reconcile.add_argument("--json", action="store_true", help="print a JSON report")
     db_option(reconcile)
+    checkpoint_options(reconcile)
 
     audit = commands.add_parser("audit", help="verify the tamper-evident history")
     audit_commands = audit.add_subparsers(dest="audit_command", required=True, parser_class=_Parser)
@@ -212,14 +282,35 @@ def _build_parser() -> argparse.ArgumentParser:
         "--against", metavar="FILE", help="also check the log against this checkpoint note"
     )
     verify.add_argument(
-        "--key", metavar="KEYFILE.pub", help="the verifier key the checkpoint must be signed with"
+        "--checkpoint-dir",
+        metavar="DIR",
+        help="also check DIR's chain of checkpoints, and the log against each of them",
+    )
+    verify.add_argument(
+        "--key", metavar="KEYFILE.pub", help="the verifier key the checkpoints must be signed with"
+    )
+    state = verify.add_mutually_exclusive_group()
+    state.add_argument(
+        "--state",
+        metavar="FILE",
+        help="the last-verified state to check against and update (default: "
+        "$XDG_STATE_HOME/loop-actors/verified/STORE-ID.json)",
+    )
+    state.add_argument(
+        "--no-state", action="store_true", help="neither read nor write a last-verified state"
     )
     db_option(verify)
     checkpoint = audit_commands.add_parser(
         "checkpoint", help="write the log's size and head as a (signed) C2SP checkpoint note"
     )
     checkpoint.add_argument("--key", metavar="KEYFILE", help="sign with this private key file")
-    checkpoint.add_argument("--out", metavar="FILE", help="write the note here (default: stdout)")
+    where = checkpoint.add_mutually_exclusive_group()
+    where.add_argument("--out", metavar="FILE", help="write the note here (default: stdout)")
+    where.add_argument(
+        "--checkpoint-dir",
+        metavar="DIR",
+        help="add it to DIR's chain of checkpoints (as the runtime's --checkpoint-dir does)",
+    )
     db_option(checkpoint)
     keygen = audit_commands.add_parser(
         "keygen", help="write a new Ed25519 signing key file and KEYFILE.pub beside it"
@@ -312,6 +403,7 @@ def _build_parser() -> argparse.ArgumentParser:
     resolve.add_argument(
         "--db", metavar="URL", default=argparse.SUPPRESS, help="sqlite:///path.db (or memory://)"
     )
+    checkpoint_options(resolve)
 
     projections_cmd = commands.add_parser("projections", help="the read models")
     projection_actions = projections_cmd.add_subparsers(
@@ -352,6 +444,7 @@ def _build_parser() -> argparse.ArgumentParser:
         help="run this agent instead of the file's (change one thing, re-measure)",
     )
     db_option(evaluate)
+    checkpoint_options(evaluate)
 
     history = commands.add_parser("history", help="print an invocation's committed events")
     history.add_argument("invocation_id", metavar="ID")
@@ -788,6 +881,16 @@ def _audit_checkpoint(args: argparse.Namespace) -> int:
     key = load_signing_key(Path(args.key)) if args.key else None
     store = _open_for_reading(args.db)
     try:
+        if args.checkpoint_dir:
+            settings = CheckpointSettings(
+                Path(args.checkpoint_dir), Path(args.key) if args.key else None
+            )
+            written = Checkpointer(store, settings).write()
+            if written is None:
+                print(f"{args.checkpoint_dir}: its last checkpoint covers every row already")
+            else:
+                print(f"wrote {written}{'' if key else ' (unsigned)'}")
+            return 0
         size, head = log_head(store)
         note = checkpoint_note(f"loop-actors/{store.store_id}", size, head, key)
     finally:
@@ -803,21 +906,96 @@ def _audit_checkpoint(args: argparse.Namespace) -> int:
     return 0
 
 
+_SIGNED = {
+    "verified": "signature verified",
+    "not checked": "signature not checked (no --key)",
+    "unsigned": "unsigned",
+    "bad": "bad signature",
+    "local": "last verified",
+}
+
+
+def _log_line(report: CheckpointReport) -> str:
+    """One text line for a finding (or the ``ok``) of the log, a checkpoint or a directory."""
+    verdict = f"{report.verdict.value:<9}"
+    problem = f": {report.problem}" if report.problem else ""
+    if report.kind == "log":
+        if report.ok:
+            return f"{verdict} log        size={report.store_size} head={report.head}"
+        return f"{verdict} log        at notification {report.position}{problem}"
+    if report.kind == "checkpoint_chain":
+        where = f"at checkpoint {report.position}" if report.position else "chained"
+        return f"{verdict} checkpoints {report.source}  {where}{problem}"
+    label = "verified  " if report.signed == "local" else "checkpoint"
+    signed = _SIGNED.get(report.signed or "", "")
+    return (
+        f"{verdict} {label} {report.source}  size={report.size} store={report.store_size}  "
+        f"{signed}{problem}"
+    )
+
+
 def _audit_verify(args: argparse.Namespace) -> int:
-    if args.key and not args.against:
-        raise UsageError("--key goes with --against FILE")
-    checkpoint = parse_checkpoint(Path(args.against)) if args.against else None
+    if args.key and not (args.against or args.checkpoint_dir):
+        raise UsageError("--key goes with --against FILE or --checkpoint-dir DIR")
     verifier = load_verifier_key(Path(args.key)) if args.key else None
+    found: list[CheckpointReport] = []
+    commitments: list[Commitment] = []
+    if args.against:
+        checkpoint = parse_checkpoint(Path(args.against))
+        signed, bad = check_signature(checkpoint, verifier, args.against)
+        if bad is not None:
+            found.append(bad)
+        else:
+            commitments.append(
+                Commitment(
+                    args.against, checkpoint.origin, checkpoint.size, checkpoint.head, signed
+                )
+            )
     store = _open_for_reading(args.db)
     coverage: Coverage | None = None
-    against: CheckpointReport | None = None
+    head: LogHead | None = None
+    state_path: Path | None = None
+    marks: dict[Path, DirectoryMark | None] = {}
     try:
+        whole = not args.invocation_id
+        if whole and not args.no_state and store.store_id is not None:
+            state_path = Path(args.state) if args.state else default_state_path(store.store_id)
+        state = load_state(state_path, store.store_id or "") if state_path else None
+        if state is not None:
+            commitments.append(
+                Commitment(
+                    str(state_path),
+                    f"loop-actors/{state.store_id}",
+                    state.size,
+                    state.head,
+                    "local",
+                )
+            )
+        if args.checkpoint_dir:
+            directory = Path(args.checkpoint_dir)
+            chain, of_directory, mark = verify_directory(
+                directory, verifier, state.mark(directory) if state else None
+            )
+            found += chain
+            commitments += of_directory
+            marks[directory] = mark
+            if not chain:
+                found.append(
+                    CheckpointReport(
+                        kind="checkpoint_chain",
+                        verdict=Verdict.OK,
+                        source=str(directory),
+                        store_size=0,
+                        problem=None,
+                    )
+                )
         if args.invocation_id:
             reports = verify_invocation(store, args.invocation_id)
         else:
             reports, coverage = verify_all(store)
-        if checkpoint is not None:
-            against = verify_against(store, checkpoint, verifier)
+        if whole or commitments:
+            of_log, head = verify_log(store, commitments)
+            found += of_log
     finally:
         store.close()
     for report in reports:
@@ -853,30 +1031,35 @@ def _audit_verify(args: argparse.Namespace) -> int:
                     f"BROKEN  the store holds {coverage.store_rows} rows, "
                     f"{coverage.rows + coverage.snapshots} were checked"
                 )
-    if against is not None:
-        if args.json:
-            print(against.model_dump_json())
-        else:
-            signed = {
-                "verified": "signature verified",
-                "not checked": "signature not checked (no --key)",
-                "unsigned": "unsigned",
-                "bad": "bad signature",
-            }[against.signed]
-            line = (
-                f"{against.verdict:<8} checkpoint size={against.size} store={against.store_size}  "
-                f"{signed}"
+    if head is not None and not any(r.kind == "log" for r in found):
+        found.insert(
+            0,
+            CheckpointReport(
+                kind="log",
+                verdict=Verdict.OK,
+                source="log",
+                size=head.size,
+                store_size=head.size,
+                head=head.head,
+            ),
+        )
+    for finding in found:
+        print(finding.model_dump_json() if args.json else terminal_safe(_log_line(finding)))
+    findings = [finding for finding in found if not finding.ok]
+    if not (broken or uncovered or findings) and state_path is not None and head is not None:
+        assert store.store_id is not None
+        try:
+            save_state(
+                state_path,
+                next_state(state, store.store_id, head, marks),
             )
-            print(terminal_safe(line + (f": {against.problem}" if against.problem else "")))
-    found = against is not None and not against.ok
-    return EXIT_TAMPERED if broken or uncovered or found else 0
-
-
-def _open_existing(db: str | None) -> Runtime:
-    """A runtime on a database that must already exist (resume and reconcile create nothing)."""
-    url = resolve_db_url(db)
-    EventStore(url, create=False).close()
-    return Runtime(url)
+        except OSError as error:
+            print(
+                f"loop-actors: warning: cannot save the last-verified state {state_path}: "
+                f"{error}; the next verify cannot check that the log only grew",
+                file=sys.stderr,
+            )
+    return EXIT_TAMPERED if broken or uncovered or findings else 0
 
 
 def _trio_run(fn: Callable[..., Awaitable[int]], *args: Any) -> int:
@@ -891,7 +1074,7 @@ def _trio_run(fn: Callable[..., Awaitable[int]], *args: Any) -> int:
 def _dispatch(args: argparse.Namespace) -> int:
     match args.command:
         case "demo":
-            return _trio_run(_demo, Runtime(args.db))
+            return _trio_run(_demo, runtime_for(args))
         case "run":
             if not args.goal.strip():
                 raise UsageError("--goal must not be empty")
@@ -907,18 +1090,18 @@ def _dispatch(args: argparse.Namespace) -> int:
                 agent = agent.with_model(model)
             elif args.base_url or args.send_key_to_loopback:
                 raise UsageError("--base-url and --send-key-to-loopback go with --model")
-            return _trio_run(_run_agent, Runtime(args.db), agent, args)
+            return _trio_run(_run_agent, runtime_for(args), agent, args)
         case "resume":
             agent = load_agent(args.agent)
-            return _trio_run(_resume, _open_existing(args.db), agent, args)
+            return _trio_run(_resume, runtime_for(args, existing=True), agent, args)
         case "cancel":
-            return _trio_run(_cancel, _open_existing(args.db), args)
+            return _trio_run(_cancel, runtime_for(args, existing=True), args)
         case "approve" | "deny" | "clarify":
             decider = load_agent(args.agent) if args.agent else None
-            return _trio_run(_decide, _open_existing(args.db), decider, args)
+            return _trio_run(_decide, runtime_for(args, existing=True), decider, args)
         case "reconcile":
             agent = load_agent(args.agent)
-            return _trio_run(_reconcile, _open_existing(args.db), agent, args)
+            return _trio_run(_reconcile, runtime_for(args, existing=True), agent, args)
         case "history":
             return _history(args)
         case "audit" if args.audit_command == "keygen":
@@ -931,7 +1114,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             agent_ref = getattr(args, "effects_agent", None)
             resolver = load_agent(agent_ref) if agent_ref else None
             parse_receipt(args.receipt)  # before the database: a bad receipt opens nothing
-            return trio.run(_resolve_effect, _open_existing(args.db), resolver, args)
+            return trio.run(_resolve_effect, runtime_for(args, existing=True), resolver, args)
         case "eval":
             return _eval_command(args)
         case "show" | "list" | "metrics" | "effects" | "projections":
@@ -967,7 +1150,7 @@ def _eval_command(args: argparse.Namespace) -> int:
     agent = (
         load_agent(reference) if reference else Agent("eval", model_from_name(suite.model or ""))
     )
-    runtime = Runtime(args.db)
+    runtime = runtime_for(args)
     results = trio.run(
         partial(evaluation.run_suite, runtime, agent, suite, name, concurrency=args.concurrency),
         restrict_keyboard_interrupt_to_checkpoints=True,

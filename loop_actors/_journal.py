@@ -215,11 +215,21 @@ class Journal:
     """
 
     def __init__(
-        self, store: EventStore, *, committed: trio.MemorySendChannel[None] | None = None
+        self,
+        store: EventStore,
+        *,
+        committed: trio.MemorySendChannel[None] | None = None,
+        after_commit: Callable[[Sequence[Sequence[DomainEvent]]], None] | None = None,
     ) -> None:
-        """Prepare the Journal; ``committed`` (buffer of one) is poked after each transaction."""
+        """Prepare the Journal; ``committed`` (buffer of one) is poked after each transaction.
+
+        ``after_commit`` is called on the Journal's thread after each transaction, once
+        its commits were answered, with the commits that were written (it must be quick:
+        the next transaction waits for it; what it raises is logged).
+        """
         self._store = store
         self._committed = committed
+        self._after_commit = after_commit
         self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
         self._token: trio.lowlevel.TrioToken | None = None
         self._thread: threading.Thread | None = None
@@ -314,6 +324,17 @@ class Journal:
                 )
                 results = [failed] * len(group)
             self._token.run_sync_soon(self._deliver, group, results)
+            if self._after_commit is not None:
+                written = [
+                    events
+                    for (events, _), result in zip(group, results, strict=True)
+                    if isinstance(result, Committed)
+                ]
+                if written:
+                    try:
+                        self._after_commit(written)
+                    except Exception:  # the commits are durable and answered: only log it
+                        log.exception("the after-commit hook failed")
 
     def _take(self, group: list[_Pending]) -> list[Sequence[DomainEvent]]:
         """Move queued commits into ``group`` (up to ``MAX_GROUP``); return their events.

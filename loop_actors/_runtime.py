@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime
@@ -34,6 +35,7 @@ from loop_actors._agent import (
     SettingsChangedError,
     check_catalogue,
 )
+from loop_actors._checkpointer import Checkpointer, CheckpointSettings, open_checkpointer
 from loop_actors._controller import Controller, single_exception
 from loop_actors._errors import (
     ApprovalRefusedError,
@@ -185,6 +187,12 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+async def _close_checkpointer(checkpointer: Checkpointer) -> None:
+    """Write the last checkpoint and stop its thread (shielded: it always finishes)."""
+    with trio.CancelScope(shield=True):
+        await trio.to_thread.run_sync(checkpointer.close)
+
+
 class Runtime:
     """Runs agents against an event store.
 
@@ -201,14 +209,33 @@ class Runtime:
         now: Callable[[], datetime] = _utc_now,
         follow_projections: bool = False,
         views: str | None = None,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
+        checkpoint_key: str | os.PathLike[str] | None = None,
+        checkpoint_every: int | None = None,
     ) -> None:
         """Prepare a runtime on ``db_url`` (default: ``$LOOP_ACTORS_DB`` or ``sqlite:///loop-actors.db``).
 
+        With ``checkpoint_dir`` (default ``$LOOP_ACTORS_CHECKPOINT_DIR``) the runtime
+        writes checkpoints of the store's log there while it is open: after each
+        commit that ends a run (terminated or paused), after every ``checkpoint_every``
+        commits otherwise (default ``$LOOP_ACTORS_CHECKPOINT_EVERY``, else 100), and
+        when it closes; each names the one before, and is signed with the private key
+        file ``checkpoint_key`` (default ``$LOOP_ACTORS_CHECKPOINT_KEY``) when one is
+        given. See docs/how-to/keep-checkpoints-outside-the-store.md.
+
         Raises:
             StoreUrlError: the URL is malformed.
+            UsageError: ``checkpoint_every`` is not a whole number of at least 1, or a
+                checkpoint key or interval is given without a directory.
         """
         self.db_url = resolve_db_url(db_url)
         StoreUrl.parse(self.db_url)
+        self.checkpoints = CheckpointSettings.resolve(
+            checkpoint_dir, checkpoint_key, checkpoint_every
+        )
+        """Where checkpoints are written (None: nowhere)."""
+        self.checkpointer: Checkpointer | None = None
+        """The checkpoint writer, while the runtime is open with checkpoints."""
         self._now = now
         self._store: EventStore | None = None
         self._journal: Journal | None = None
@@ -261,13 +288,27 @@ class Runtime:
             stack.callback(watcher.cancel)  # the watcher ends with the runtime
             # MCP server sessions (stdio server processes) live as long as the runtime.
             mcp_sessions = await stack.enter_async_context(open_mcp_sessions())
+            checkpointer: Checkpointer | None = None
+            if self.checkpoints is not None:
+                checkpointer = await trio.to_thread.run_sync(
+                    open_checkpointer, store, self.checkpoints
+                )
+                # Closed after the Journal (its last commits are counted): a last checkpoint.
+                stack.push_async_callback(_close_checkpointer, checkpointer)
             # Closed first on exit: it answers every commit it took, then stops (and
             # closes ``committed``, which ends the follower).
-            journal = await stack.enter_async_context(Journal(store, committed=committed))
+            journal = await stack.enter_async_context(
+                Journal(
+                    store,
+                    committed=committed,
+                    after_commit=checkpointer.note_commits if checkpointer else None,
+                )
+            )
         except BaseException:
             await stack.aclose()
             raise
         self._store, self._journal, self._exit_stack = store, journal, stack
+        self.checkpointer = checkpointer
         self._reader = reads
         self._mcp = mcp_sessions
         return self
@@ -287,6 +328,7 @@ class Runtime:
         self._store = self._journal = None
         self._mcp = None
         self.projections = None
+        self.checkpointer = None
         if stack is None:
             return
         try:

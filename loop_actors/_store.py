@@ -938,12 +938,18 @@ class EventStore:
         except Exception as error:  # a tampered row is reported, not raised
             return error
 
-    def log_rows(self, page: int = 500) -> Iterator[tuple[int, str, int, str, bytes]]:
+    dense_notification_ids = True
+    """SQLite numbers rows 1, 2, 3 ... with no gaps: a gap is a deleted row (the audit says so)."""
+
+    def log_rows(
+        self, page: int = 500, *, after: int = 0
+    ) -> Iterator[tuple[int, str, int, str, bytes]]:
         """Every stored event row in notification order: (id, originator, version, topic, state).
 
         The state is the bytes as stored (encrypted or compressed if the store is).
+        With ``after``, only the rows whose notification id is larger.
         """
-        position = 0
+        position = after
         while True:
             notifications = self._recorder.select_notifications(
                 start=position, limit=page, inclusive_of_start=False
