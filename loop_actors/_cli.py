@@ -956,6 +956,7 @@ def _audit_verify(args: argparse.Namespace) -> int:
     head: LogHead | None = None
     state_path: Path | None = None
     marks: dict[Path, DirectoryMark | None] = {}
+    directory_sources: list[str] = []
     try:
         whole = not args.invocation_id
         if whole and not args.no_state and store.store_id is not None:
@@ -978,6 +979,7 @@ def _audit_verify(args: argparse.Namespace) -> int:
             )
             found += chain
             commitments += of_directory
+            directory_sources = [commitment.source for commitment in of_directory]
             marks[directory] = mark
             if not chain:
                 found.append(
@@ -1043,8 +1045,16 @@ def _audit_verify(args: argparse.Namespace) -> int:
                 head=head.head,
             ),
         )
+    # In text, a directory's checkpoints that agree are summed up by its last one.
+    quiet = set(directory_sources[:-1])
     for finding in found:
-        print(finding.model_dump_json() if args.json else terminal_safe(_log_line(finding)))
+        if args.json:
+            print(finding.model_dump_json())
+        elif finding.kind == "checkpoint_chain" and finding.ok:
+            count = len(directory_sources)
+            print(terminal_safe(f"{_log_line(finding)}: {count} checkpoints, the last one below"))
+        elif not (finding.ok and finding.source in quiet):
+            print(terminal_safe(_log_line(finding)))
     findings = [finding for finding in found if not finding.ok]
     if not (broken or uncovered or findings) and state_path is not None and head is not None:
         assert store.store_id is not None

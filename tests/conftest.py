@@ -16,6 +16,21 @@ def db_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'test.db'}"
 
 
+@pytest.fixture(autouse=True)
+def _verifier_state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Keep ``audit verify``'s last-verified state (``$XDG_STATE_HOME``) out of the user's home.
+
+    One folder per test, inherited by the CLI subprocesses the test starts; no checkpoint
+    directory from the environment either.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+        for name in ("LOOP_ACTORS_CHECKPOINT_DIR", "LOOP_ACTORS_CHECKPOINT_KEY"):
+            patch.delenv(name, raising=False)
+        patch.delenv("LOOP_ACTORS_CHECKPOINT_EVERY", raising=False)
+        yield
+
+
 @pytest.fixture
 def clock(mock_clock: trio.testing.MockClock) -> trio.testing.MockClock:
     """Virtual time that jumps ahead only when the run has been idle for 50 ms of real time.

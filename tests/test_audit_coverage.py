@@ -66,7 +66,7 @@ def verify(store: Path, *ids: str) -> tuple[int, list[dict[str, Any]], dict[str,
     coverage = [line for line in lines if line["kind"] == "coverage"]
     return (
         result.returncode,
-        [line for line in lines if line["kind"] != "coverage"],
+        [line for line in lines if "id" in line],  # not the log's or the coverage line
         coverage[0] if coverage else None,
     )
 
@@ -161,7 +161,9 @@ def test_deleting_the_last_k_events_is_reported_where_a_write_is_cut_off(
     """Bad input: the last k rows of inv-b deleted. A cut that removes the batch of its
     write (k=4: back past BatchDispatched of step 2) leaves the write's effect named by no
     batch, reported; a shorter cut (k=1, 2: Terminated, the final decision) leaves a chain
-    that is whole and consistent, which is out of reach without a checkpoint (documented)."""
+    that is whole and consistent; inv-c's rows follow, so the log shows the hole (``gap``).
+    Cut from the end of the log, it is out of reach without a checkpoint (documented, and
+    tested in test_audit_checkpoint)."""
     sql(
         store,
         "DELETE FROM stored_events WHERE originator_id = 'inv-b' AND originator_version > "
@@ -171,7 +173,10 @@ def test_deleting_the_last_k_events_is_reported_where_a_write_is_cut_off(
     code, reports, _ = verify(store)
     key = effect_key_of(store, "inv-b")
     if k < 4:
-        assert (code, findings(reports)) == (0, [])
+        assert (code, findings(reports)) == (4, [])
+        result = cli("audit", "verify", "--json", cwd=store.parent)
+        lines = [json.loads(line) for line in result.stdout.splitlines()]
+        assert [line["verdict"] for line in lines if line["kind"] == "log"] == ["gap"]
     else:
         assert code == 4
         assert findings(reports) == [("effect", key, None)]
