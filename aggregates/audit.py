@@ -1,9 +1,30 @@
-"""The audit hash chain: every aggregate's events are chained by SHA-256.
+r"""The audit hash chain: every aggregate's events are chained by SHA-256.
 
-Each event carries ``chain_hash``: the SHA-256 of the previous event's hash (hex),
-a newline, and this event's canonical form,
-where the first event's previous hash is ``GENESIS`` (64 zeros) and the
-canonical form is the UTF-8 JSON of
+Each event carries ``chain_hash``, over the previous event's hash (hex; ``GENESIS``,
+64 zeros, before the first event) and the event. Two audit formats exist; an event
+says which it was written in (``audit_format``), and both verify:
+
+**Format 2** (every event written since this format exists): the hash covers the
+event's bytes *as stored*, with no re-encoding. The stored state of an event is the
+JSON object ``{"chain_hash":"<64 hex>",`` followed by the rest of its *body*, where
+the body is the event's fields as pydantic writes them
+(``model_dump_json(exclude={"originator_id", "originator_version", "chain_hash"},
+exclude_none=True)``, which holds ``"audit_format":2``). Then
+
+    hash = SHA-256( previous + "\n" + header + "\n" + body )
+
+where ``header`` is ``json.dumps([originator_id, originator_version, topic],
+separators=(",", ":"), ensure_ascii=True)`` (``topic`` the stored topic, e.g.
+``aggregates.invocation:Terminated``) and ``body`` is the stored state with its
+first member (``"chain_hash":"…",``) taken out: a verifier cuts 80 bytes and hashes.
+In an encrypted or compressed store, the state is the plaintext the cipher gives back.
+
+**Format 1** (events without ``audit_format``): the hash covers a canonical form,
+rebuilt from the decoded event:
+
+    hash = SHA-256( previous + "\n" + canonical(event) )
+
+where ``canonical`` is the UTF-8 JSON of
 
     {"data": {...}, "id": ..., "position": ..., "timestamp": ..., "type": ...}
 
@@ -26,8 +47,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
+
+from eventsourcing.utils import get_topic
 
 GENESIS = "0" * 64
 """The previous hash of an aggregate's first event."""
@@ -35,6 +59,69 @@ GENESIS = "0" * 64
 ENVELOPE = frozenset(
     {"originator_id", "originator_version", "timestamp", "originator_topic", "chain_hash"}
 )
+
+AUDIT_FORMAT = 2
+"""The audit format of the events written now (see the module's docstring)."""
+
+BODY_EXCLUDE = frozenset({"originator_id", "originator_version", "chain_hash"})
+"""The fields left out of an event's body (format 2): the row's columns, and the hash."""
+
+STORED_PREFIX = b'{"chain_hash":"'
+"""How the stored state of a format-2 event begins: its hash is its first member."""
+
+_HASH_MEMBER = len(STORED_PREFIX) + 64 + 2
+"""The bytes of ``{"chain_hash":"<64 hex>",``: a body is ``{`` and what follows them."""
+
+_TOPICS: dict[type, str] = {}
+
+
+def topic_of(cls: type) -> str:
+    """The stored topic of an event class (eventsourcing's ``get_topic``, cached)."""
+    topic = _TOPICS.get(cls)
+    if topic is None:
+        topic = _TOPICS[cls] = get_topic(cls)
+    return topic
+
+
+@dataclass(frozen=True)
+class StoredForm:
+    """A row as stored: its topic and its state (decrypted and decompressed)."""
+
+    topic: str
+    state: bytes
+
+
+def event_body(event: Any) -> bytes:
+    """An event's body (format 2): its fields as pydantic writes them, without id, version, hash."""
+    body: bytes = event.__pydantic_serializer__.to_json(
+        event, exclude=BODY_EXCLUDE, exclude_none=True
+    )
+    return body
+
+
+def stored_link(
+    previous_hash: str, originator_id: str, version: int, topic: str, body: bytes
+) -> str:
+    """The format-2 hash of a body that follows ``previous_hash``."""
+    header = json.dumps([originator_id, version, topic], separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(
+        previous_hash.encode() + b"\n" + header.encode() + b"\n" + body
+    ).hexdigest()
+
+
+def stored_state(chain_hash: str, body: bytes) -> bytes:
+    """The state stored for a format-2 event: its hash as the first member, then its body."""
+    return STORED_PREFIX + chain_hash.encode() + b'",' + body[1:]
+
+
+def split_stored(state: bytes) -> tuple[str, bytes] | None:
+    """The hash and body of a format-2 stored state; None when it is not laid out so."""
+    if not state.startswith(STORED_PREFIX) or state[_HASH_MEMBER - 2 : _HASH_MEMBER] != b'",':
+        return None
+    digest = state[len(STORED_PREFIX) : _HASH_MEMBER - 2]
+    if not all(c in b"0123456789abcdef" for c in digest):
+        return None
+    return digest.decode(), b"{" + state[_HASH_MEMBER:]
 
 
 _CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -92,8 +179,36 @@ def link(previous_hash: str, record: dict[str, Any]) -> str:
 
 
 def chain_hash_of(previous_hash: str, event: Any) -> str:
-    """The chain hash an event must carry after ``previous_hash``."""
+    """The chain hash an event must carry after ``previous_hash``, in its own audit format.
+
+    For format 2 the body is encoded again here, as the store encodes it; a verifier
+    of stored rows hashes the stored bytes instead (``verify_chain`` with ``forms``).
+    """
+    if getattr(event, "audit_format", None) == AUDIT_FORMAT:
+        return stored_link(
+            previous_hash,
+            event.originator_id,
+            event.originator_version,
+            topic_of(type(event)),
+            event_body(event),
+        )
     return link(previous_hash, canonical_record(event))
+
+
+def _stored_problem(previous: str, event: Any, form: StoredForm) -> str | None:
+    """Why a format-2 row's stored bytes do not give its hash, or None."""
+    split = split_stored(form.state)
+    if split is None:
+        return "its stored state does not begin with its hash (not audit format 2)"
+    digest, body = split
+    if digest != event.chain_hash:
+        return "its stored hash is not the hash it decodes to (a duplicated member)"
+    expected = stored_link(
+        previous, event.originator_id, event.originator_version, form.topic, body
+    )
+    if digest != expected:
+        return "its hash does not match its stored bytes and the previous hash"
+    return None
 
 
 class ChainBreak(Exception):
@@ -105,11 +220,15 @@ class ChainBreak(Exception):
         self.problem = problem
 
 
-def verify_chain(entries: Iterable[tuple[int, Any]]) -> tuple[int, str | None, ChainBreak | None]:
+def verify_chain(
+    entries: Iterable[tuple[int, Any]], forms: Mapping[int, StoredForm] | None = None
+) -> tuple[int, str | None, ChainBreak | None]:
     """Check one aggregate's stored events, in stored order.
 
     ``entries`` are ``(position, event)`` pairs, where the event may be an
-    exception if the stored row could not even be decoded.
+    exception if the stored row could not even be decoded. ``forms`` are the rows as
+    stored, by position: a format-2 event is checked against its stored bytes (else
+    against its encoding again); a format-1 event against its canonical form.
 
     Returns the number of events checked, the head hash (None if empty) and the
     first break (None when the chain is whole).
@@ -130,7 +249,12 @@ def verify_chain(entries: Iterable[tuple[int, Any]]) -> tuple[int, str | None, C
                 None,
                 ChainBreak(position, f"the stored row cannot be read: {event}"),
             )
-        if event.chain_hash != chain_hash_of(previous, event):
+        form = None if forms is None else forms.get(position)
+        if form is not None and getattr(event, "audit_format", None) == AUDIT_FORMAT:
+            stored_problem = _stored_problem(previous, event, form)
+            if stored_problem is not None:
+                return expected - 1, None, ChainBreak(position, stored_problem)
+        elif event.chain_hash != chain_hash_of(previous, event):
             return (
                 expected - 1,
                 None,
@@ -144,7 +268,9 @@ def verify_chain(entries: Iterable[tuple[int, Any]]) -> tuple[int, str | None, C
 def verify_records(records: Iterable[dict[str, Any]]) -> ChainBreak | None:
     """Check exported history records (``loop-actors history ID --json`` lines).
 
-    Each record has ``id``, ``position``, ``type``, ``timestamp``, ``data`` and ``hash``.
+    Each record has ``id``, ``position``, ``type``, ``timestamp``, ``data`` and ``hash``;
+    a format-2 record also ``format`` (2), ``topic`` and ``stored``, the body as stored
+    (the text that is hashed; ``data`` must be what it holds).
     """
     previous = GENESIS
     expected = 1
@@ -153,9 +279,24 @@ def verify_records(records: Iterable[dict[str, Any]]) -> ChainBreak | None:
             return ChainBreak(
                 expected, f"expected position {expected}, found {record.get('position')}"
             )
-        canonical = {key: record[key] for key in ("data", "id", "position", "timestamp", "type")}
-        if record.get("hash") != link(previous, canonical):
+        if record.get("format") == AUDIT_FORMAT:
+            body = str(record.get("stored", "")).encode()
+            digest = stored_link(previous, record["id"], expected, str(record.get("topic")), body)
+            if record_data(json.loads(body)) != (record.get("data"), record.get("timestamp")):
+                return ChainBreak(expected, "its data is not what its stored body holds")
+        else:
+            canonical = {
+                key: record[key] for key in ("data", "id", "position", "timestamp", "type")
+            }
+            digest = link(previous, canonical)
+        if record.get("hash") != digest:
             return ChainBreak(expected, "its hash does not match its content and the previous hash")
         previous = record["hash"]
         expected += 1
     return None
+
+
+def record_data(body: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """The ``data`` and ``timestamp`` of an export record, from a format-2 body."""
+    data = {k: v for k, v in body.items() if k not in ENVELOPE and k != "audit_format"}
+    return data, body.get("timestamp")

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Self
 
 from eventsourcing.domain import BaseAggregate, CanMutateAggregate
 from eventsourcing.utils import get_topic
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
-from aggregates.audit import GENESIS, chain_hash_of
+from aggregates.audit import AUDIT_FORMAT, GENESIS, event_body, stored_link, topic_of
 
 
 class DomainEvent(BaseModel, CanMutateAggregate[str]):
@@ -22,7 +22,18 @@ class DomainEvent(BaseModel, CanMutateAggregate[str]):
     originator_version: int
     timestamp: datetime
     chain_hash: str = ""
-    """SHA-256 over the previous event's hash and this event's canonical form (``audit``)."""
+    """SHA-256 over the previous event's hash and this event (``aggregates.audit``)."""
+    audit_format: int | None = None
+    """2 for events hashed as stored; None (left out) for those of format 1."""
+
+    _stored_body: bytes | None = PrivateAttr(default=None)
+    """The body the hash was computed over, for the store to write as it is."""
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy (see pydantic); it forgets the body the original was hashed over."""
+        copied = super().model_copy(update=update, deep=deep)
+        copied._stored_body = None
+        return copied
 
     def apply(self, aggregate: Any) -> None:
         """Fold this event into the aggregate (eventsourcing's hook)."""
@@ -30,14 +41,24 @@ class DomainEvent(BaseModel, CanMutateAggregate[str]):
         aggregate.last_hash = self.chain_hash
 
 
-def _seal(event: DomainEvent, chain_hash: str) -> None:
-    """Put the hash into an event that was just built and that nothing else has seen yet.
+def _seal(event: DomainEvent, previous_hash: str) -> None:
+    """Hash an event that was just built (format 2), and put the hash into it.
 
-    The event is frozen for everyone else; writing the field in place saves a copy
-    (and a second validation) of every event.
+    The event is frozen for everyone else, and nothing else has seen it yet; writing
+    the field in place saves a copy (and a second validation) of every event. Its body
+    is kept for the store, which writes it as it was hashed.
     """
-    event.__dict__["chain_hash"] = chain_hash
+    body = event_body(event)
+    event.__dict__["chain_hash"] = stored_link(
+        previous_hash, event.originator_id, event.originator_version, topic_of(type(event)), body
+    )
     event.__pydantic_fields_set__.add("chain_hash")
+    event._stored_body = body
+
+
+def stored_body(event: DomainEvent) -> bytes | None:
+    """The body a new event was hashed over (None for an event read from a store)."""
+    return event._stored_body
 
 
 class ChainedAggregate(BaseAggregate[str]):
@@ -59,17 +80,23 @@ class ChainedAggregate(BaseAggregate[str]):
             originator_topic=get_topic(cls),
             originator_id=id,
             originator_version=cls.INITIAL_VERSION,
+            audit_format=AUDIT_FORMAT,
             **fields,
         )
-        _seal(event, chain_hash_of(GENESIS, event))
+        _seal(event, GENESIS)
         aggregate: Any = event.mutate(None)
         aggregate._pending_events.append(event)
         return aggregate
 
     def trigger_event(self, event_class: type[Any], **fields: Any) -> None:
         """Build the next event, chain it to the last one, apply it and queue it."""
-        event = event_class(originator_id=self.id, originator_version=self.version + 1, **fields)
-        _seal(event, chain_hash_of(self.last_hash, event))
+        event = event_class(
+            originator_id=self.id,
+            originator_version=self.version + 1,
+            audit_format=AUDIT_FORMAT,
+            **fields,
+        )
+        _seal(event, self.last_hash)
         event.mutate(self)
         self._pending_events.append(event)
 

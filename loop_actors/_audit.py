@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import computed_field
 
-from aggregates.audit import verify_chain
+from aggregates.audit import StoredForm, verify_chain
 from aggregates.audit_coverage import (
     EFFECT,
     INVOCATION,
@@ -69,7 +69,9 @@ class Coverage(Frozen):
     """The event and snapshot rows the store holds, counted apart: equal to rows + snapshots."""
 
 
-def _chain_report(aggregate_id: str, entries: Entries) -> ChainReport:
+def _chain_report(
+    aggregate_id: str, entries: Entries, forms: dict[int, StoredForm] | None = None
+) -> ChainReport:
     kind = kind_of(aggregate_id)
     if not entries:
         # Referenced (by a dispatched batch) yet absent: its rows were deleted.
@@ -81,7 +83,7 @@ def _chain_report(aggregate_id: str, entries: Entries) -> ChainReport:
             broken_at=1,
             problem="no stored events: its rows are missing",
         )
-    checked, head, broken = verify_chain(entries)
+    checked, head, broken = verify_chain(entries, forms)
     if broken is not None:
         return ChainReport(
             id=aggregate_id,
@@ -107,7 +109,8 @@ def _chain_report(aggregate_id: str, entries: Entries) -> ChainReport:
 
 def verify_aggregate(store: EventStore, aggregate_id: str) -> ChainReport:
     """Check one aggregate's chain as stored (blocking); its kind follows from its id."""
-    return _chain_report(aggregate_id, store.stored_entries(aggregate_id))
+    forms: dict[int, StoredForm] = {}
+    return _chain_report(aggregate_id, store.stored_entries(aggregate_id, forms=forms), forms)
 
 
 def _referral_problem(
@@ -168,18 +171,20 @@ def verify_invocation(store: EventStore, invocation_id: str) -> list[ChainReport
     Raises:
         InvocationNotFoundError: no such invocation.
     """
-    entries = store.stored_entries(invocation_id)
+    forms: dict[int, StoredForm] = {}
+    entries = store.stored_entries(invocation_id, forms=forms)
     if not entries:
         raise InvocationNotFoundError(invocation_id)
-    reports = [_chain_report(invocation_id, entries)]
+    reports = [_chain_report(invocation_id, entries, forms)]
     snapshots = store.stored_snapshots().get(invocation_id, [])
     reports.extend(_snapshot_reports(invocation_id, entries, snapshots))
     named = _named_keys(entries)
     held = [effect.key for effect in store.effects_of(invocation_id)]
     invocations = {invocation_id: entries}
     for key in dict.fromkeys([*named, *held]):
-        effect_entries = store.stored_entries(key)
-        report = _chain_report(key, effect_entries)
+        effect_forms: dict[int, StoredForm] = {}
+        effect_entries = store.stored_entries(key, forms=effect_forms)
+        report = _chain_report(key, effect_entries, effect_forms)
         if report.intact:
             problem = _referral_problem(report, effect_entries, invocations)
             if problem is not None:
@@ -203,15 +208,16 @@ def verify_all(store: EventStore) -> tuple[list[ChainReport], Coverage]:
     their first events, so one whose first event was deleted is reported too.
     Effects named by a batch but without any row are reported as missing.
     """
+    forms: dict[str, dict[int, StoredForm]] = {}
     stored = {
-        aggregate_id: store.stored_entries(aggregate_id)
+        aggregate_id: store.stored_entries(aggregate_id, forms=forms.setdefault(aggregate_id, {}))
         for aggregate_id in store.audit_aggregate_ids()
     }
     invocations = {i: e for i, e in stored.items() if kind_of(i) is INVOCATION}
     reports: list[ChainReport] = []
     snapshots = store.stored_snapshots()
     for aggregate_id, entries in stored.items():
-        report = _chain_report(aggregate_id, entries)
+        report = _chain_report(aggregate_id, entries, forms[aggregate_id])
         if report.intact and report.kind != INVOCATION.name:
             problem = _referral_problem(report, entries, invocations)
             if problem is not None:

@@ -43,9 +43,10 @@ from eventsourcing.sqlite import (
 )
 from eventsourcing.utils import TopicError, get_topic, resolve_topic
 
+from aggregates.audit import AUDIT_FORMAT, StoredForm, event_body, stored_state
 from aggregates.audit_coverage import event_classes
 from aggregates.effect import Effect, EffectPrepared
-from aggregates.events import DomainEvent, fold
+from aggregates.events import DomainEvent, fold, stored_body
 from aggregates.ids import CANCEL_REQUEST_PREFIX
 from aggregates.invocation import (
     Invocation,
@@ -108,10 +109,19 @@ class PydanticEventMapper(Mapper[str]):
     """
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
-        """Encode one event."""
+        """Encode one event.
+
+        An event of audit format 2 is stored as its hash, then the body it was hashed
+        over, byte for byte (``aggregates.audit``): a new event's body is the one its
+        aggregate kept, so it is not encoded twice.
+        """
         # The id and version live in their own columns, and every optional field
         # defaults to None (a test checks this), so neither is repeated in the state.
-        state = domain_event.model_dump_json(exclude=_IN_COLUMNS, exclude_none=True).encode()
+        if getattr(domain_event, "audit_format", None) == AUDIT_FORMAT:
+            body = stored_body(domain_event) or event_body(domain_event)
+            state = stored_state(domain_event.chain_hash, body)
+        else:
+            state = domain_event.model_dump_json(exclude=_IN_COLUMNS, exclude_none=True).encode()
         if self.compressor:
             state = self.compressor.compress(state)
         if self.cipher:
@@ -123,13 +133,18 @@ class PydanticEventMapper(Mapper[str]):
             state=state,
         )
 
-    def to_domain_event(self, stored_event: StoredEvent) -> Any:
-        """Decode one event, validating it against its class."""
+    def plain_state(self, stored_event: StoredEvent) -> bytes:
+        """A row's state decrypted and decompressed: the bytes its audit hash covers."""
         state = stored_event.state
         if self.cipher:
             state = self.cipher.decrypt(state)
         if self.compressor:
             state = self.compressor.decompress(state)
+        return state
+
+    def to_domain_event(self, stored_event: StoredEvent) -> Any:
+        """Decode one event, validating it against its class."""
+        state = self.plain_state(stored_event)
         # Put the id and version back at the front of the JSON object, so that
         # pydantic parses and validates the whole record in one (Rust) pass.
         envelope = json.dumps(
@@ -918,16 +933,25 @@ class EventStore:
                 found.append(effect)
         return found
 
-    def stored_entries(self, aggregate_id: str) -> list[tuple[int, DomainEvent | Exception]]:
+    def stored_entries(
+        self, aggregate_id: str, *, forms: dict[int, StoredForm] | None = None
+    ) -> list[tuple[int, DomainEvent | Exception]]:
         """An aggregate's stored events as (position, event), undecodable rows as exceptions.
 
         For the audit: nothing is validated beyond decoding, and no row is skipped.
         A row whose topic names no loop-actors event class is not decoded (decoding
-        would import the module it names): it is reported as unreadable.
+        would import the module it names): it is reported as unreadable. With
+        ``forms``, each decoded row's topic and plaintext state are put there by position.
         """
         entries: list[tuple[int, DomainEvent | Exception]] = []
         for record in self._recorder.select_events(aggregate_id):
-            entries.append((record.originator_version, self._decode_audited(record)))
+            event = self._decode_audited(record)
+            entries.append((record.originator_version, event))
+            if forms is not None and not isinstance(event, Exception):
+                mapper = cast("PydanticEventMapper", self.app.mapper)
+                forms[record.originator_version] = StoredForm(
+                    record.topic, mapper.plain_state(record)
+                )
         return entries
 
     def _decode_audited(self, record: StoredEvent) -> Any:

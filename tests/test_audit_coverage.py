@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import trio
 
-from aggregates.audit import chain_hash_of
+from aggregates.audit import GENESIS, chain_hash_of
 from aggregates.audit_coverage import event_classes
 from aggregates.effect import EffectCommitted
 from aggregates.events import fold
@@ -291,14 +291,40 @@ def test_a_changed_topic_is_reported_at_its_position(
 
 
 def test_a_forged_originator_topic_of_a_first_event_is_reported(store: Path) -> None:
-    """Bad input: the originator_topic inside inv-a's InvocationStarted (not hashed) changed
-    to another aggregate class: reported at position 1, and the snapshot as uncheckable."""
+    """Bad input: the originator_topic inside inv-a's InvocationStarted changed to another
+    aggregate class, as it is stored (the hash covers it now: a hash mismatch), then with
+    its hash recomputed (the hash is right, the aggregate class is not). Each is reported at
+    position 1, and the snapshot as uncheckable."""
     sql(
         store,
         "UPDATE stored_events SET state = CAST(replace(CAST(state AS TEXT), "
         "'aggregates.invocation:Invocation', 'aggregates.effect:Effect') AS BLOB) "
         "WHERE originator_id = 'inv-a' AND originator_version = 1",
     )
+    _, reports, _ = verify(store)
+    (report,) = [r for r in reports if r["kind"] == "invocation" and not r["intact"]]
+    assert (report["id"], report["broken_at"]) == ("inv-a", 1)
+    assert "stored bytes" in report["problem"]
+    events = EventStore(f"sqlite:///{store}")
+    try:
+        # The first event forged, and every hash after it recomputed: a whole chain.
+        stored, previous = [], GENESIS
+        for event in events.events("inv-a"):
+            update = {"originator_topic": "aggregates.effect:Effect"} if not stored else {}
+            forged = event.model_copy(update=update)
+            previous = chain_hash_of(previous, forged)
+            forged = forged.model_copy(update={"chain_hash": previous})
+            stored.append(events.app.mapper.to_stored_event(forged))
+    finally:
+        events.close()
+    for row in stored:
+        sql(
+            store,
+            "UPDATE stored_events SET state = ? WHERE originator_id = 'inv-a' "
+            "AND originator_version = ?",
+            row.state,
+            row.originator_version,
+        )
     code, reports, _ = verify(store)
     assert code == 4
     report, snapshot = [r for r in reports if not r["intact"]]

@@ -993,12 +993,20 @@ def test_verify_export_checks_a_history_and_names_the_tampered_position(tmp_path
     assert _lines(grown) == [f"OK order-1: 6 events, head {head}, anchored at 3"]
 
     records = [json.loads(line) for line in export]
-    records[3]["data"]["results"][0]["output"]["status"] = "lost"  # position 4
+    assert {r["format"] for r in records} == {2}  # hashed as stored
+    records[3]["stored"] = records[3]["stored"].replace("shipped", "lost")  # position 4
     (tmp_path / "tampered.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     tampered = _verify_export(tmp_path, "tampered.jsonl")
     assert tampered.returncode == 1
     assert tampered.stdout == (
         "BROKEN order-1 at position 4: its hash does not match its content and the previous hash\n"
+    )
+    records = [json.loads(line) for line in export]
+    records[3]["data"]["results"][0]["output"]["status"] = "lost"  # what a reader is shown
+    (tmp_path / "shown.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    shown = _verify_export(tmp_path, "shown.jsonl")
+    assert shown.stdout == (
+        "BROKEN order-1 at position 4: its data is not what its stored body holds\n"
     )
 
     # The last event cut off: the chain alone still holds; the anchored head does not.

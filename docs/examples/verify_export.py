@@ -4,8 +4,11 @@
     python verify_export.py export.jsonl [--head HASH]
     loop-actors history ID --json | python verify_export.py
 
-Each line is one event: its canonical record (data, id, position, timestamp, type),
-its hash and the hash before it. The chain is recomputed from the records alone, and
+Each line is one event: its record (data, id, position, timestamp, type), its hash
+and the hash before it. An event of audit format 2 (``"format": 2``) also carries its
+topic and its body exactly as stored (``stored``), which is what its hash covers; an
+event of format 1, the canonical form of its record. The chain is recomputed from the
+records alone, and
 the first position that does not match is named. With --head, the chain must also
 pass through a head hash anchored elsewhere earlier (the last hash of the history as
 it was then): that catches a history rewritten whole, or its last events cut off.
@@ -32,8 +35,28 @@ def canonical_bytes(record: dict[str, Any]) -> bytes:
 
 
 def chain_hash(previous_hash: str, record: dict[str, Any]) -> str:
-    """SHA-256 of the previous hash (64 hex digits), a newline, and the canonical bytes."""
+    """The hash the record must carry after ``previous_hash``, in its audit format.
+
+    Format 2: SHA-256 of the previous hash, a newline, the header (the JSON array of id,
+    position and topic), a newline, and the stored body. Format 1: SHA-256 of the previous
+    hash, a newline, and the canonical bytes.
+    """
+    if record.get("format") == 2:
+        header = json.dumps(
+            [record["id"], record["position"], record["topic"]],
+            separators=(",", ":"),
+            ensure_ascii=True,
+        )
+        hashed = header.encode() + b"\n" + record["stored"].encode("utf-8")
+        return hashlib.sha256(previous_hash.encode() + b"\n" + hashed).hexdigest()
     return hashlib.sha256(previous_hash.encode() + b"\n" + canonical_bytes(record)).hexdigest()
+
+
+def stored_data(record: dict[str, Any]) -> tuple[Any, Any]:
+    """Format 2: the data and timestamp the stored body holds (the record must show them)."""
+    body = json.loads(record["stored"])
+    envelope = {"timestamp", "originator_topic", "audit_format"}
+    return {k: v for k, v in body.items() if k not in envelope}, body.get("timestamp")
 
 
 def first_break(records: list[dict[str, Any]]) -> tuple[int, str] | None:
@@ -48,6 +71,11 @@ def first_break(records: list[dict[str, Any]]) -> tuple[int, str] | None:
             return expected, "its previous_hash is not the hash of the event before it"
         if record.get("hash") != chain_hash(previous, record):
             return expected, "its hash does not match its content and the previous hash"
+        if record.get("format") == 2 and stored_data(record) != (
+            record["data"],
+            record["timestamp"],
+        ):
+            return expected, "its data is not what its stored body holds"
         previous = record["hash"]
     return None
 
