@@ -1,0 +1,131 @@
+"""Audit formats: new events are hashed as stored (format 2); a store of format 1 still verifies."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from aggregates.audit import GENESIS, split_stored, verify_records
+from loop_actors import Runtime
+from loop_actors._store import EventStore
+from tests.audit_support import AGENT
+from tests.cli_support import run_cli
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "audit-format-1.sql"
+VERIFY_EXPORT = Path(__file__).resolve().parent.parent / "docs" / "examples" / "verify_export.py"
+
+
+@pytest.fixture
+def old_store(tmp_path: Path) -> Path:
+    """The store the code before format 2 wrote (tests/fixtures/audit-format-1.sql)."""
+    path = tmp_path / "audit.db"
+    connection = sqlite3.connect(path)
+    connection.executescript(FIXTURE.read_text())
+    connection.execute("PRAGMA journal_mode=WAL")  # as every store is
+    connection.close()
+    return path
+
+
+def verify(db: Path) -> tuple[int, list[dict[str, object]]]:
+    result = run_cli("audit", "verify", "--json", "--no-state", cwd=db.parent, db=f"sqlite:///{db}")
+    return result.returncode, [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def states(db: Path) -> list[tuple[str, int, str, bytes]]:
+    connection = sqlite3.connect(db)
+    rows = connection.execute(
+        "SELECT originator_id, originator_version, topic, state FROM stored_events ORDER BY rowid"
+    ).fetchall()
+    connection.close()
+    return [(str(i), int(v), str(t), bytes(s)) for i, v, t, s in rows]
+
+
+def test_a_store_written_in_format_1_verifies_and_grows_in_format_2(old_store: Path) -> None:
+    """Bad input: none. Every old row verifies; a new run on the same store adds rows of
+    format 2; both kinds verify together, and the old invocations still load."""
+    assert all(not state.startswith(b'{"chain_hash"') for *_, state in states(old_store))
+    code, reports = verify(old_store)
+    assert code == 0, [r for r in reports if r.get("intact") is False]
+
+    async def grow() -> None:
+        with trio.fail_after(60):
+            async with Runtime(f"sqlite:///{old_store}") as runtime:
+                await runtime.run(AGENT, "refund", invocation_id="inv-new")
+                assert (await runtime.load("inv-a")).phase.value == "terminated"
+
+    trio.run(grow)
+    new = [row for row in states(old_store) if row[0] == "inv-new"]
+    assert new
+    assert all(split_stored(state) is not None for *_, state in new)
+    code, _ = verify(old_store)
+    assert code == 0
+
+
+def test_a_changed_byte_of_a_format_1_row_is_still_found(old_store: Path) -> None:
+    """Bad input: the answer in inv-b's Terminated (format 1) changed by hand."""
+    connection = sqlite3.connect(old_store)
+    with connection:
+        changed = connection.execute(
+            "UPDATE stored_events SET state = CAST(replace(CAST(state AS TEXT), 'refunded 40', "
+            "'refunded 90') AS BLOB) WHERE originator_id = 'inv-b' AND topic LIKE '%Terminated'"
+        ).rowcount
+    connection.close()
+    assert changed == 1
+    code, reports = verify(old_store)
+    assert code == 4
+    (broken,) = [r for r in reports if r.get("intact") is False]
+    assert broken["id"] == "inv-b"
+
+
+def test_a_format_1_export_verifies_with_the_standalone_script(old_store: Path) -> None:
+    export = run_cli(
+        "history", "inv-a", "--json", cwd=old_store.parent, db=f"sqlite:///{old_store}"
+    )
+    records = [json.loads(line) for line in export.stdout.splitlines()]
+    assert all("format" not in record for record in records)
+    assert verify_records(records) is None
+    script = subprocess.run(
+        [sys.executable, str(VERIFY_EXPORT)],
+        input=export.stdout,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert script.returncode == 0, script.stdout + script.stderr
+
+
+def test_a_format_2_hash_is_the_sha256_of_the_bytes_as_stored(tmp_path: Path) -> None:
+    """Recomputed here from the rows alone, with hashlib and json, as the reference says:
+    the previous hash, the header [id, position, topic], and the state without its first
+    member; and decoding then encoding a stored event gives its bytes back."""
+    db = tmp_path / "audit.db"
+
+    async def go() -> None:
+        async with Runtime(f"sqlite:///{db}") as runtime:
+            await runtime.run(AGENT, "refund", invocation_id="inv-a")
+
+    trio.run(go)
+    previous: dict[str, str] = {}
+    rows = states(db)
+    for originator_id, version, topic, state in rows:
+        assert state.startswith(b'{"chain_hash":"')
+        digest, body = state[15:79].decode(), b"{" + state[81:]
+        header = json.dumps([originator_id, version, topic], separators=(",", ":"))
+        hashed = previous.get(originator_id, GENESIS).encode() + b"\n" + header.encode()
+        assert hashlib.sha256(hashed + b"\n" + body).hexdigest() == digest
+        assert json.loads(body)["audit_format"] == 2
+        previous[originator_id] = digest
+    store = EventStore(f"sqlite:///{db}")
+    try:
+        events = store.events("inv-a")
+        again = [store.app.mapper.to_stored_event(event).state for event in events]
+    finally:
+        store.close()
+    assert again == [state for i, _, _, state in rows if i == "inv-a"]
