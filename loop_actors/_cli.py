@@ -1076,7 +1076,8 @@ def _audit_verify(args: argparse.Namespace) -> int:
             print(finding.model_dump_json())
         elif finding.kind == "checkpoint_chain" and finding.ok:
             count = len(directory_sources)
-            print(terminal_safe(f"{_log_line(finding)}: {count} checkpoints, the last one below"))
+            many = f"{count} checkpoints, the last one below" if count != 1 else "1 checkpoint"
+            print(terminal_safe(f"{_log_line(finding)}: {many}"))
         elif not (finding.ok and finding.source in quiet):
             print(terminal_safe(_log_line(finding)))
     findings = [finding for finding in found if not finding.ok]
