@@ -74,6 +74,9 @@ _HASH_MEMBER = len(STORED_PREFIX) + 64 + 2
 
 _TOPICS: dict[type, str] = {}
 
+_ascii_string: Any = json.encoder.encode_basestring_ascii
+"""A str as JSON writes it with ``ensure_ascii=True`` (C; what ``json.dumps`` calls)."""
+
 
 def topic_of(cls: type) -> str:
     """The stored topic of an event class (eventsourcing's ``get_topic``, cached)."""
@@ -102,11 +105,19 @@ def event_body(event: Any) -> bytes:
 def stored_link(
     previous_hash: str, originator_id: str, version: int, topic: str, body: bytes
 ) -> str:
-    """The format-2 hash of a body that follows ``previous_hash``."""
-    header = json.dumps([originator_id, version, topic], separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(
-        previous_hash.encode() + b"\n" + header.encode() + b"\n" + body
-    ).hexdigest()
+    """The format-2 hash of a body that follows ``previous_hash``.
+
+    The header is ``json.dumps([originator_id, version, topic], separators=(",", ":"),
+    ensure_ascii=True)``, built here from the encoder's own string function (``dumps``
+    makes a new encoder on every call; a test checks the two agree).
+    """
+    header = f"[{_ascii_string(originator_id)},{int(version)},{_ascii_string(topic)}]"
+    return hashlib.sha256(f"{previous_hash}\n{header}\n".encode() + body).hexdigest()
+
+
+def stored_header(originator_id: str, version: int, topic: str) -> str:
+    """The documented header: what :func:`stored_link` builds faster."""
+    return json.dumps([originator_id, version, topic], separators=(",", ":"), ensure_ascii=True)
 
 
 def stored_state(chain_hash: str, body: bytes) -> bytes:

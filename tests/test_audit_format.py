@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 
-from aggregates.audit import GENESIS, split_stored, verify_records
+from aggregates.audit import GENESIS, split_stored, stored_header, stored_link, verify_records
 from loop_actors import Runtime
 from loop_actors._store import EventStore
 from tests.audit_support import AGENT
@@ -129,3 +131,15 @@ def test_a_format_2_hash_is_the_sha256_of_the_bytes_as_stored(tmp_path: Path) ->
     finally:
         store.close()
     assert again == [state for i, _, _, state in rows if i == "inv-a"]
+
+
+@given(st.text(), st.integers(min_value=1, max_value=2**63 - 1), st.text())
+def test_the_hashed_header_is_the_documented_json_array(
+    originator_id: str, version: int, topic: str
+) -> None:
+    """The header the hash is built with is ``json.dumps([id, version, topic], ...)``, byte
+    for byte, for any id and topic (quotes, control characters, non-ASCII, surrogates)."""
+    documented = stored_header(originator_id, version, topic)
+    body = b'{"x":1}'
+    expected = hashlib.sha256(f"{GENESIS}\n{documented}\n".encode() + body).hexdigest()
+    assert stored_link(GENESIS, originator_id, version, topic, body) == expected
