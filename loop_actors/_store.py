@@ -592,6 +592,61 @@ class LeanSQLiteRecorder(SQLiteApplicationRecorder):
         row = cursor.execute("SELECT store_id FROM loop_actors_store").fetchone()
         return None if row is None else str(row[0])
 
+    EFFECT_INDEX = "loop_actors_effects_by_invocation"
+    """The index of ``EffectPrepared`` rows by the invocation they belong to."""
+
+    _INVOCATION_OF_ROW = (
+        "(CASE WHEN json_valid(CAST(state AS TEXT)) "
+        "THEN json_extract(CAST(state AS TEXT), '$.invocation_id') END)"
+    )
+    """The invocation id inside a row's JSON state (NULL for a state that is not JSON)."""
+
+    def create_effect_index(self, topic: str) -> None:
+        """Index the rows of ``topic`` (``EffectPrepared``) by their invocation, if not yet.
+
+        A partial index on an expression: SQLite keeps it in the insert's own
+        statement (for the rows of that topic only), and builds it once over an
+        existing store. The topic is written into the statement (a partial index is
+        used only by a query that names the same literal).
+
+        Raises:
+            eventsourcing.persistence.OperationalError: the database is locked or broken.
+        """
+        if "'" in topic:  # pragma: no cover - an eventsourcing topic never has one
+            raise ValueError(f"unexpected topic {topic!r}")
+        statement = (
+            f"CREATE INDEX IF NOT EXISTS {self.EFFECT_INDEX} ON {self.events_table_name} "
+            f"({self._INVOCATION_OF_ROW}) WHERE topic = '{topic}'"
+        )
+        try:
+            with self._writer_slot():
+                self._connection.execute(statement)
+        except sqlite3.OperationalError as error:
+            raise OperationalError(error) from error
+
+    def effect_keys_of(self, invocation_id: str, topic: str) -> list[str] | None:
+        """The ids of the ``topic`` rows that name ``invocation_id``, oldest first, by the index.
+
+        None when the store has no such index (a read-only store made before it):
+        the caller reads the rows instead.
+
+        Raises:
+            eventsourcing.persistence.OperationalError: the database is locked or broken.
+        """
+        with self.datastore.transaction(commit=False) as cursor:
+            cursor.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?",
+                (self.EFFECT_INDEX,),
+            )
+            if cursor.fetchone() is None:
+                return None
+            cursor.execute(
+                f"SELECT originator_id FROM {self.events_table_name} "  # noqa: S608 (eventsourcing's table, a constant topic)
+                f"WHERE topic = '{topic}' AND {self._INVOCATION_OF_ROW} = ? ORDER BY rowid",
+                (invocation_id,),
+            )
+            return [str(row[0]) for row in cursor.fetchall()]
+
     def first_position_of(self, originator_id: str) -> int | None:
         """The notification id of an aggregate's first stored row (None when it has none).
 
@@ -701,6 +756,8 @@ class EventStore:
                     f"{self.url.path} is not a loop-actors store: it has no events table"
                 )
             self.store_id = recorder.store_identity(create=not self.read_only)
+            if not self.read_only:
+                recorder.create_effect_index(_topic_of(EffectPrepared))
             self._check_cipher()
         except (PersistenceError, sqlite3.Error) as error:
             self.close()
@@ -853,9 +910,22 @@ class EventStore:
     def effects_of(self, invocation_id: str) -> list[Effect]:
         """Every ledger entry recorded for an invocation, oldest first (for resume's check).
 
-        Reads the ``EffectPrepared`` notifications from the invocation's first stored
-        row on (an effect is always prepared after its invocation started).
+        Looks them up in the index of ``EffectPrepared`` rows by invocation, so the
+        time does not grow with the store. A store whose states are not plain JSON
+        (encrypted or compressed), or one opened read-only that has no index, reads the
+        ``EffectPrepared`` notifications from the invocation's first stored row on
+        instead (an effect is always prepared after its invocation started).
         """
+        mapper = self.app.mapper
+        if mapper.cipher is None and mapper.compressor is None:
+            keys = self._recorder.effect_keys_of(invocation_id, _topic_of(EffectPrepared))
+            if keys is not None:
+                found = [self.get_effect(key) for key in keys]
+                return [effect for effect in found if effect is not None]
+        return self.effects_of_by_scan(invocation_id)
+
+    def effects_of_by_scan(self, invocation_id: str) -> list[Effect]:
+        """:meth:`effects_of` without the index: every ``EffectPrepared`` since it started."""
         start = self._recorder.first_position_of(invocation_id)
         if start is None:
             return []

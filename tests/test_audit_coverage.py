@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import trio
+from eventsourcing.persistence import StoredEvent
 
 from aggregates.audit import GENESIS, chain_hash_of
 from aggregates.audit_coverage import event_classes
@@ -308,7 +309,8 @@ def test_a_forged_originator_topic_of_a_first_event_is_reported(store: Path) -> 
     events = EventStore(f"sqlite:///{store}")
     try:
         # The first event forged, and every hash after it recomputed: a whole chain.
-        stored, previous = [], GENESIS
+        stored: list[StoredEvent] = []
+        previous = GENESIS
         for event in events.events("inv-a"):
             update = {"originator_topic": "aggregates.effect:Effect"} if not stored else {}
             forged = event.model_copy(update=update)

@@ -21,6 +21,8 @@ from loop_actors import (
     ToolContext,
     tool,
 )
+from loop_actors._store import EventStore
+from tests.audit_support import AGENT
 from tests.cli_support import run_cli
 
 CHARGES: list[str | None] = []
@@ -183,3 +185,36 @@ def test_the_cli_refuses_the_resume_with_exit_4_naming_audit_verify(tmp_path: Pa
     assert "history was cut" in resumed.stderr
     assert "loop-actors audit verify" in resumed.stderr
     assert (tmp_path / "charges.txt").read_text().splitlines() == ["40", "50"]
+
+
+def test_the_ledger_check_finds_an_invocations_effects_by_index(tmp_path: Path) -> None:
+    """Resume's check reads the invocation's effects through the index of EffectPrepared rows
+    by invocation (its time does not grow with the store: bench/resume_check.py), and finds
+    exactly what reading every EffectPrepared row finds; other invocations' are left out."""
+    url = f"sqlite:///{tmp_path / 'audit.db'}"
+
+    async def go() -> None:
+        with trio.fail_after(60):
+            async with Runtime(url) as runtime:
+                for invocation_id in ("inv-a", "inv-b", "inv-c"):
+                    await runtime.run(AGENT, "refund", invocation_id=invocation_id)
+
+    trio.run(go)
+    store = EventStore(url)
+    try:
+        for invocation_id in ("inv-a", "inv-b", "inv-c"):
+            indexed = [effect.key for effect in store.effects_of(invocation_id)]
+            assert indexed == [effect.key for effect in store.effects_of_by_scan(invocation_id)]
+            assert len(indexed) == 1
+        recorder = store._recorder
+        with recorder.datastore.transaction(commit=False) as cursor:
+            cursor.execute(
+                "EXPLAIN QUERY PLAN SELECT originator_id FROM stored_events "  # noqa: S608 (constants)
+                "WHERE topic = 'aggregates.effect:EffectPrepared' AND "
+                f"{recorder._INVOCATION_OF_ROW} = ?",
+                ("inv-a",),
+            )
+            plan = " ".join(str(row[-1]) for row in cursor.fetchall())
+    finally:
+        store.close()
+    assert recorder.EFFECT_INDEX in plan
