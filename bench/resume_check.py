@@ -24,7 +24,16 @@ from typing import Any
 import trio
 
 from aggregates.ledger_check import cut_history_problem
-from loop_actors import Agent, ModelRequest, Reconciled, Runtime, ScriptedModel, ToolContext, tool
+from loop_actors import (
+    Agent,
+    Budget,
+    ModelRequest,
+    Reconciled,
+    Runtime,
+    ScriptedModel,
+    ToolContext,
+    tool,
+)
 from loop_actors._store import EventStore
 
 
@@ -41,7 +50,8 @@ def agent(writes: int) -> Agent:
             return {"kind": "tool_calls", "calls": [call]}
         return {"kind": "clarification", "question": "and now?"}
 
-    return Agent(f"payer-{writes}", ScriptedModel(decide), [pay])
+    budget = Budget(max_steps=writes + 1, max_tool_calls=writes)
+    return Agent(f"payer-{writes}", ScriptedModel(decide), [pay], budget=budget)
 
 
 async def grow(url: str, writes: int, first: int, count: int) -> None:
