@@ -13,7 +13,10 @@ The workload of bench/turn_overhead.py (N invocations one after another, 5 turns
 - a raw ``sqlite3`` commit of one row into a table of the same shape (WAL,
   ``synchronous=FULL``), for comparison with one Journal transaction.
 
-    python bench/turn_breakdown.py [--n 200] [--reps 5] [--dir /tmp]
+With ``--checkpoints`` each runtime also writes checkpoints of its store to a
+directory of its own (after each invocation, as ``--checkpoint-dir`` does).
+
+    python bench/turn_breakdown.py [--n 200] [--reps 5] [--dir /tmp] [--checkpoints]
 """
 
 from __future__ import annotations
@@ -74,9 +77,14 @@ class TransactionTimer:
         journal_module.commit_group = self._original
 
 
-async def run_sequence(url: str, n: int, counter: SchedulerCounter | None) -> tuple[float, float]:
-    """Run n invocations one after another; return (wall, trio-thread CPU) in seconds."""
-    async with Runtime(url) as runtime:
+async def run_sequence(
+    url: str, n: int, counter: SchedulerCounter | None, checkpoints: Path | None = None
+) -> tuple[float, float]:
+    """Run n invocations one after another; return (wall, trio-thread CPU) in seconds.
+
+    With ``checkpoints``, the runtime writes its checkpoints there (after each run).
+    """
+    async with Runtime(url, checkpoint_dir=checkpoints) as runtime:
         await runtime.run(AGENT, "warm-up")
         if counter is not None:
             trio.lowlevel.add_instrument(counter)
@@ -119,6 +127,11 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--dir", default=None, help="where the database files go")
+    parser.add_argument(
+        "--checkpoints",
+        action="store_true",
+        help="let the runtime write checkpoints (a fresh directory for each store)",
+    )
     args = parser.parse_args()
     turns = args.n * T
 
@@ -130,14 +143,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for rep in range(args.reps):
             counter = SchedulerCounter()
-            wall, cpu = trio.run(run_sequence, "memory://", args.n, counter)
+            folder = Path(tmp) / f"memory-{rep}.checkpoints" if args.checkpoints else None
+            wall, cpu = trio.run(run_sequence, "memory://", args.n, counter, folder)
             add("memory://  wall per turn (us)", wall / turns * 1e6)
             add("memory://  trio-thread CPU per turn (us)", cpu / turns * 1e6)
             add("memory://  scheduler passes per turn", counter.passes / turns)
             add("memory://  task steps per turn", counter.steps / turns)
             path = Path(tmp) / f"file-{rep}.db"
             with TransactionTimer() as timer:
-                wall, cpu = trio.run(run_sequence, f"sqlite:///{path}", args.n, None)
+                folder = path.with_suffix(".checkpoints") if args.checkpoints else None
+                wall, cpu = trio.run(run_sequence, f"sqlite:///{path}", args.n, None, folder)
             add("sqlite file wall per turn (us)", wall / turns * 1e6)
             add("sqlite file trio-thread CPU per turn (us)", cpu / turns * 1e6)
             add(
