@@ -140,18 +140,28 @@ class CheckpointDirectory:
         matches = [(_NAME.fullmatch(name), name) for name in names]
         return sorted((int(m.group(1)), self.path / name) for m, name in matches if m)
 
-    def latest(self) -> tuple[int, bytes, Checkpoint] | None:
+    def latest(self) -> tuple[int, bytes, Checkpoint | None] | None:
         """The last checkpoint: its number, file bytes and note; None when there is none.
 
+        The note is None when the file is not a checkpoint note (it was damaged or
+        edited): the next checkpoint still names its bytes, and ``audit verify``
+        reports it; a writer logs it and goes on.
+
         Raises:
-            CheckpointError: it cannot be read or is not a checkpoint note.
+            CheckpointError: it cannot be read.
         """
         files = self.numbered()
         if not files:
             return None
         number, path = files[-1]
         data = _read_bytes(path)
-        return number, data, _parse(data, path)
+        try:
+            return number, data, _parse(data, path)
+        except CheckpointError as error:
+            log.warning(
+                "the last checkpoint is not a checkpoint note (%s); writing after it", error
+            )
+            return number, data, None
 
     def write_next(
         self, make: Callable[[Checkpoint | None, str], str | None], *, attempts: int = 20
@@ -257,9 +267,10 @@ class Checkpointer:
                 f"cannot make the checkpoint directory {settings.directory}: {error}"
             ) from error
         latest = self.directory.latest()
-        if latest is not None and latest[2].origin != self._origin:
+        note = None if latest is None else latest[2]
+        if note is not None and note.origin != self._origin:
             raise CheckpointError(
-                f"{settings.directory} holds checkpoints of {latest[2].origin}, not of this "
+                f"{settings.directory} holds checkpoints of {note.origin}, not of this "
                 f"store ({self._origin}): give each store a directory of its own"
             )
         # The log as chained so far (read lazily, on the thread).
@@ -385,8 +396,8 @@ class Checkpointer:
         if latest is None:
             return
         checkpoint = latest[2]
-        if checkpoint.notification_id is None:
-            return  # a note without its row's id: chain the log from its start
+        if checkpoint is None or checkpoint.notification_id is None:
+            return  # not a note, or one without its row's id: chain the log from its start
         self._size = self._written_size = checkpoint.size
         self._head = checkpoint.head
         self._last_id = checkpoint.notification_id

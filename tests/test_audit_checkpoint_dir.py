@@ -525,3 +525,24 @@ def test_a_flipped_byte_is_placed_between_two_checkpoints(folder: Path, seed: in
             assert report["verdict"] == expected
             agreeing = [r["size"] for r in checkpoints if r["verdict"] == "ok"]
             assert report["position"] == max([0, *agreeing]) + 1 <= rowid
+
+
+def test_a_damaged_last_checkpoint_does_not_stop_the_runtime(
+    folder: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Bad input: the last checkpoint overwritten with text that is not a note. The next
+    runtime logs it, runs, and writes the next checkpoint after it (naming its bytes); verify
+    reports the damaged one."""
+    files = notes(folder)
+    files[-1].write_text("not a checkpoint\n")
+    with caplog.at_level(logging.WARNING, logger="loop_actors._checkpointer"):
+        run(folder / "audit.db", "inv-d", key=folder / "ops.key")
+    assert any("not a checkpoint note" in r.getMessage() for r in caplog.records)
+    after = notes(folder)
+    assert len(after) == len(files) + 1
+    damaged = hashlib.sha256(files[-1].read_bytes()).hexdigest()
+    assert f"\nprevious {damaged}\n" in after[-1].read_text()
+    assert size_of(after[-1]) == rows(folder / "audit.db")
+    code, reports = verify(folder, "--no-state")
+    assert code == 4
+    assert ("checkpoint_chain", "checkpoint_edited", len(files)) in findings(reports)
