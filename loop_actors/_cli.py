@@ -49,6 +49,8 @@ from loop_actors._errors import (
     InvocationNotFoundError,
     UsageError,
 )
+from loop_actors._eval_html import compare_html, eval_html
+from loop_actors._eval_progress import case_progress, progress_wanted
 from loop_actors._outcome import Outcome
 from loop_actors._render import (
     effects_table,
@@ -345,6 +347,12 @@ def _build_parser() -> argparse.ArgumentParser:
         "--concurrency", type=_positive_int, default=8, help="cases run at once (default 8)"
     )
     evaluate.add_argument("--json", dest="json_report", metavar="REPORT", help="write the report")
+    evaluate.add_argument(
+        "--html",
+        dest="html_report",
+        metavar="REPORT",
+        help="write the report as one self-contained HTML page (charts, trajectories)",
+    )
     evaluate.add_argument(
         "--agent",
         dest="eval_agent",
@@ -950,31 +958,57 @@ def _eval_command(args: argparse.Namespace) -> int:
     if args.file == "compare":
         if len(args.more) != 2:
             raise UsageError("eval compare needs two reports: eval compare A.json B.json")
+        for target in (args.json_report, args.html_report):
+            if target:
+                evaluation.check_writable(Path(target))
         first, second = (evaluation.load_report(Path(p)) for p in args.more)
         comparison = evaluation.compare(first, second)
         if args.json_report:
             evaluation.write_json(Path(args.json_report), comparison)
+        if args.html_report:
+            page = compare_html(
+                comparison,
+                first.model_dump(mode="json"),
+                second.model_dump(mode="json"),
+                names=(Path(args.more[0]).name, Path(args.more[1]).name),
+            )
+            evaluation.write_text(Path(args.html_report), page)
         evaluation.print_table(evaluation.compare_table(comparison))
         return 0 if comparison["broke"] == 0 else 4
     if args.more:
         raise UsageError(f"eval takes one cases file, got {len(args.more) + 1}")
     path = Path(args.file)
     suite = evaluation.load_suite(path)  # before the database: a bad file writes nothing
-    if args.json_report:
-        evaluation.check_writable(Path(args.json_report))
+    for target in (args.json_report, args.html_report):
+        if target:
+            evaluation.check_writable(Path(target))
     name = evaluation.suite_name(suite, path)
+    checks = evaluation.import_checks(suite, str(path))
     reference = args.eval_agent or suite.agent
     agent = (
         load_agent(reference) if reference else Agent("eval", model_from_name(suite.model or ""))
     )
     runtime = Runtime(args.db)
-    results = trio.run(
-        partial(evaluation.run_suite, runtime, agent, suite, name, concurrency=args.concurrency),
-        restrict_keyboard_interrupt_to_checkpoints=True,
-    )
+    runs = sum(case.epochs for case in suite.cases)
+    with case_progress(runs, title=f"eval {name}", enabled=progress_wanted()) as advance:
+        results = trio.run(
+            partial(
+                evaluation.run_suite,
+                runtime,
+                agent,
+                suite,
+                name,
+                concurrency=args.concurrency,
+                checks=checks,
+                on_result=advance,
+            ),
+            restrict_keyboard_interrupt_to_checkpoints=True,
+        )
     document = evaluation.report(name, agent, results)
     if args.json_report:
         evaluation.write_json(Path(args.json_report), document)
+    if args.html_report:
+        evaluation.write_text(Path(args.html_report), eval_html(document))
     evaluation.print_table(evaluation.eval_table(document))
     return evaluation.exit_code(results)
 

@@ -11,14 +11,18 @@ resumes one that was interrupted. Scoring is pure (``projections.evaluation``).
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import math
+import os
 import re
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import trio
+import yaml
 from pydantic import Field, JsonValue, ValidationError, field_validator, model_validator
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -28,10 +32,12 @@ from rich.text import Text
 from aggregates.decisions import Frozen
 from loop_actors._agent import Agent
 from loop_actors._errors import InvocationExistsError, LoopActorsError, UsageError
+from loop_actors._eval_stats import paired_bootstrap
 from loop_actors._model import ScriptedModel
 from loop_actors._render import terminal_safe
 from loop_actors._runtime import Runtime
 from projections.evaluation import (
+    AnswerCheck,
     CaseResult,
     CaseStatus,
     Expectations,
@@ -137,30 +143,97 @@ def _problems(error: ValidationError) -> list[str]:
     return problems
 
 
+def _parse_yaml(source: str, text: str) -> object:
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
+        raise EvalInputError(
+            source, [f"{where}not YAML: {error.problem or error.context}"]
+        ) from None
+    except yaml.YAMLError as error:
+        raise EvalInputError(source, [f"not YAML: {error}"]) from None
+
+
 def load_suite(path: Path) -> Suite:
-    """Read and check a cases file (JSON).
+    """Read and check a cases file: JSON, or YAML for a ``.yaml`` or ``.yml`` file.
 
     Raises:
-        EvalInputError: the file cannot be read, is not JSON, or breaks the schema
+        EvalInputError: the file cannot be read, is not JSON (YAML), or breaks the schema
             (one problem per line, each with its location: ``cases[1].expect.reason: ...``).
     """
     source = str(path)
-    if path.suffix.lower() in (".yaml", ".yml"):
-        raise EvalInputError(source, ["YAML is not supported (PyYAML is not installed): use JSON"])
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise EvalInputError(source, [f"cannot read: {error}"]) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise EvalInputError(
-            source, [f"line {error.lineno} column {error.colno}: not JSON: {error.msg}"]
-        ) from None
+    data: object
+    if path.suffix.lower() in (".yaml", ".yml"):
+        data = _parse_yaml(source, text)
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise EvalInputError(
+                source, [f"line {error.lineno} column {error.colno}: not JSON: {error.msg}"]
+            ) from None
     try:
         return Suite.model_validate(data)
     except ValidationError as error:
         raise EvalInputError(source, _problems(error)) from None
+
+
+def _import_check(reference: str) -> AnswerCheck:
+    """Import an answer check's ``MODULE:ATTR`` (the current directory on the import path).
+
+    Raises:
+        ValueError: the module cannot be imported, lacks the attribute, or it is not callable.
+    """
+    module_name, _, attribute = reference.partition(":")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        value: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        raise ValueError(f"cannot import module {module_name!r}: {error}") from None
+    except Exception as error:  # the user's module failed to import: one located line
+        raise ValueError(
+            f"importing {module_name!r} failed: {type(error).__name__}: {error}"
+        ) from None
+    for part in attribute.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            raise ValueError(f"module {module_name!r} has no attribute {attribute!r}") from None
+    if not callable(value):
+        # a ValueError, like the others: the caller turns it into a located problem
+        raise ValueError(  # noqa: TRY004
+            f"{reference} is a {type(value).__name__}, not a callable"
+        )
+    check: AnswerCheck = value
+    return check
+
+
+def import_checks(suite: Suite, source: str) -> dict[str, AnswerCheck]:
+    """Import every case's ``expect.answer.check`` (before anything runs).
+
+    Raises:
+        EvalInputError: one located problem per check that cannot be imported.
+    """
+    checks: dict[str, AnswerCheck] = {}
+    problems: list[str] = []
+    for index, case in enumerate(suite.cases):
+        for reference in case.expect.checks():
+            if reference in checks:
+                continue
+            try:
+                checks[reference] = _import_check(reference)
+            except ValueError as error:
+                problems.append(f"cases[{index}].expect.answer.check: {error}")
+    if problems:
+        raise EvalInputError(source, problems)
+    return checks
 
 
 def suite_name(suite: Suite, path: Path) -> str:
@@ -207,6 +280,7 @@ async def _run_case(
     case: Case,
     epoch: int,
     limiter: trio.CapacityLimiter,
+    checks: Mapping[str, AnswerCheck],
 ) -> CaseResult:
     invocation_id = case_invocation_id(suite, case, epoch, agent)
     base: dict[str, Any] = {
@@ -226,7 +300,7 @@ async def _run_case(
                 # Interrupted earlier (killed midway): continue it from its events.
                 await runtime.resume(invocation_id, runner)
             events = await runtime.history(invocation_id)
-            score = score_events(events, case.expect)
+            score = score_events(events, case.expect, checks)
         except (LoopActorsError, ValueError) as error:
             return CaseResult(
                 **base, status=CaseStatus.ERROR, error=f"{type(error).__name__}: {error}"
@@ -243,13 +317,25 @@ async def _run_case(
         tokens=measures.tokens,
         cost=measures.cost,
         latency_ms=measures.latency_ms,
+        approvals=score.approvals,
+        trajectory=score.trajectory,
     )
 
 
 async def run_suite(
-    runtime: Runtime, agent: Agent, suite: Suite, name: str, *, concurrency: int
+    runtime: Runtime,
+    agent: Agent,
+    suite: Suite,
+    name: str,
+    *,
+    concurrency: int,
+    checks: Mapping[str, AnswerCheck] | None = None,
+    on_result: Callable[[CaseResult], None] | None = None,
 ) -> list[CaseResult]:
     """Run every case and epoch (at most ``concurrency`` at once) in ``runtime``; results in order.
+
+    ``checks`` are the suite's answer checks (:func:`import_checks`); ``on_result`` is
+    called with each result as it is scored (the progress bar).
 
     Cancellation: a checkpoint; the runs in flight are recorded ``cancelled`` by the
     runtime (they have stopped: running the suite again reports them as they ended).
@@ -259,14 +345,27 @@ async def run_suite(
     results: list[CaseResult | None] = [None] * len(jobs)
 
     async def one(index: int, case: Case, epoch: int) -> None:
-        results[index] = await _run_case(
-            runtime, agent=agent, suite=name, case=case, epoch=epoch, limiter=limiter
+        result = await _run_case(
+            runtime,
+            agent=agent,
+            suite=name,
+            case=case,
+            epoch=epoch,
+            limiter=limiter,
+            checks=checks or {},
         )
+        results[index] = result
+        if on_result is not None:
+            on_result(result)
 
     async with runtime, trio.open_nursery() as nursery:
         for index, (case, epoch) in enumerate(jobs):
             nursery.start_soon(one, index, case, epoch)
     return [result for result in results if result is not None]
+
+
+_REPORT_EXCLUDES: Any = {"trajectory": {"steps": {"__all__": {"decision"}}}}
+"""A step's decision repeats its summary and calls: the report keeps those."""
 
 
 def report(name: str, agent: Agent, results: Sequence[CaseResult]) -> dict[str, Any]:
@@ -276,7 +375,7 @@ def report(name: str, agent: Agent, results: Sequence[CaseResult]) -> dict[str, 
         "format": REPORT_FORMAT,
         "suite": name,
         "agent": {"name": agent.name, "version": agent.version},
-        "cases": [result.model_dump(mode="json") for result in results],
+        "cases": [result.model_dump(mode="json", exclude=_REPORT_EXCLUDES) for result in results],
         **summary.model_dump(mode="json"),
     }
 
@@ -297,8 +396,17 @@ def write_json(path: Path, document: dict[str, Any]) -> None:
     Raises:
         UsageError: the file cannot be written (the runs stay recorded: run again).
     """
+    write_text(path, json.dumps(document, indent=2) + "\n")
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write a report (JSON or HTML) as UTF-8.
+
+    Raises:
+        UsageError: the file cannot be written (the runs stay recorded: run again).
+    """
     try:
-        path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        path.write_text(text, encoding="utf-8")
     except OSError as error:
         raise UsageError(f"cannot write the report to {path}: {error}") from None
 
@@ -325,6 +433,13 @@ class ReportCase(Frozen):
     tokens: int = 0
     cost: float = 0.0
     latency_ms: float = 0.0
+    task_class: str = ""
+    answer: str | None = None
+    error: str | None = None
+    failures: list[dict[str, JsonValue]] = []
+    approvals: list[dict[str, JsonValue]] = []
+    trajectory: dict[str, JsonValue] | None = None
+    """Shown side by side by ``compare --html``; not compared."""
 
 
 class ReportFile(Frozen):
@@ -333,6 +448,8 @@ class ReportFile(Frozen):
     model_config = Frozen.model_config | {"extra": "ignore"}
 
     format: str
+    suite: str = ""
+    agent: dict[str, JsonValue] = {}
     cases: list[ReportCase]
 
     @field_validator("format")
@@ -383,6 +500,8 @@ def mcnemar_exact(b: int, c: int) -> float:
 
 
 _DELTAS = ("steps", "tool_calls", "tokens", "cost", "latency_ms")
+_BOOTSTRAPPED = ("cost", "latency_ms", "tokens", "steps")
+"""Measures given a paired bootstrap interval of their mean change."""
 
 
 def compare(a: ReportFile, b: ReportFile) -> dict[str, Any]:
@@ -413,6 +532,19 @@ def compare(a: ReportFile, b: ReportFile) -> dict[str, Any]:
     rate_b = (
         sum(after[k].status is CaseStatus.PASSED for k in paired) / len(paired) if paired else 0.0
     )
+    scored = [
+        key for key in paired if CaseStatus.ERROR not in (before[key].status, after[key].status)
+    ]
+    bootstrap = {
+        measure: interval.model_dump()
+        if (
+            interval := paired_bootstrap(
+                [getattr(after[k], measure) - getattr(before[k], measure) for k in scored]
+            )
+        )
+        else None
+        for measure in _BOOTSTRAPPED
+    }
     return {
         "format": "loop-actors-eval-compare/1",
         "paired": len(paired),
@@ -422,6 +554,7 @@ def compare(a: ReportFile, b: ReportFile) -> dict[str, Any]:
         "broke": broke,
         "fixed": fixed,
         "mcnemar_p": round(mcnemar_exact(broke, fixed), 6),
+        "bootstrap": bootstrap,
         "cases": rows,
     }
 
@@ -518,5 +651,11 @@ def compare_table(comparison: dict[str, Any]) -> Table:
         f"{comparison['paired']} paired; pass rate {rate['a']:.0%} → {rate['b']:.0%}; "
         f"{comparison['broke']} broke, {comparison['fixed']} fixed; "
         f"McNemar exact p = {comparison['mcnemar_p']:.4g}"
+        + "".join(
+            f"\nmean Δ{measure} {interval['mean_delta']:+.4g} "
+            f"(95% CI {interval['low']:+.4g} to {interval['high']:+.4g})"
+            for measure, interval in comparison["bootstrap"].items()
+            if interval is not None and measure in ("cost", "latency_ms")
+        )
     )
     return table
