@@ -625,7 +625,7 @@ def eval_table(document: dict[str, Any]) -> Group:
     return Group(table, *failures)
 
 
-def compare_table(comparison: dict[str, Any]) -> Table:
+def compare_table(comparison: dict[str, Any]) -> Group:
     """A comparison on the terminal: flips first, then per-case deltas (B minus A)."""
     table = _table(
         ["case"],
@@ -651,11 +651,13 @@ def compare_table(comparison: dict[str, Any]) -> Table:
         f"{comparison['paired']} paired; pass rate {rate['a']:.0%} → {rate['b']:.0%}; "
         f"{comparison['broke']} broke, {comparison['fixed']} fixed; "
         f"McNemar exact p = {comparison['mcnemar_p']:.4g}"
-        + "".join(
-            f"\nmean Δ{measure} {interval['mean_delta']:+.4g} "
-            f"(95% CI {interval['low']:+.4g} to {interval['high']:+.4g})"
-            for measure, interval in comparison["bootstrap"].items()
-            if interval is not None and measure in ("cost", "latency_ms")
-        )
     )
-    return table
+    intervals = [
+        Text(
+            f"mean Δ{measure} {interval['mean_delta']:+.4g}, 95% bootstrap interval "
+            f"{interval['low']:+.4g} to {interval['high']:+.4g} ({interval['pairs']} pairs)"
+        )
+        for measure, interval in comparison["bootstrap"].items()
+        if interval is not None and measure in ("cost", "latency_ms")
+    ]
+    return Group(table, *intervals)

@@ -46,10 +46,10 @@ h3 { font-size: 14px; margin: 14px 0 6px; }
 .totals { display: flex; gap: 12px; flex-wrap: wrap; margin: 14px 0; }
 .tile { border: 1px solid var(--line); border-radius: 8px; padding: 8px 14px; min-width: 110px; }
 .tile b { display: block; font-size: 20px; }
-.charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(380px, 1fr)); gap: 16px; }
+.charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(480px, 1fr)); gap: 16px; }
 figure { margin: 0; border: 1px solid var(--line); border-radius: 8px; padding: 10px 12px; }
 figcaption { font-weight: 600; margin-bottom: 6px; }
-svg.chart { display: block; width: 100%; height: auto; }
+svg.chart { display: block; max-width: 100%; height: auto; margin: 0 auto; }
 svg.chart text { font: 11px system-ui, sans-serif; fill: var(--fg); }
 svg.chart .axis { stroke: var(--line); }
 table { border-collapse: collapse; width: 100%; }
@@ -224,10 +224,13 @@ def _histogram(
             )
         for index, (label, value) in enumerate(markers):
             x = x_of(value)
+            # A marker on the right half is labelled on its left: the label stays inside.
+            anchor, text_x = ("end", x - 3) if x > left + width / 2 else ("start", x + 3)
             shapes.append(
-                f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{top + plot_height}" '
-                f'stroke="#ef6c00" stroke-dasharray="3,2"/><text x="{x + 3:.1f}" '
-                f'y="{top + 8 + index * 12}">{_e(label)} {_number(value)}</text>'
+                f'<line class="marker" x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" '
+                f'y2="{top + plot_height}" stroke="#ef6c00" stroke-dasharray="3,2"/>'
+                f'<text x="{text_x:.1f}" y="{top + 8 + index * 12}" text-anchor="{anchor}">'
+                f"{_e(label)} {_number(value)}</text>"
             )
         shapes.append(
             f'<text x="{left}" y="{top + plot_height + 14}">{_number(low)}</text>'
@@ -307,11 +310,13 @@ def _steps(trajectory: Mapping[str, Any] | None) -> str:
         )
         batch = ""
         if calls:
-            label = f"batch of {len(calls)} parallel calls" if len(calls) > 1 else "one call"
-            batch = (
-                f'<div class="muted">{label}</div>'
-                f'<div class="batch">{"".join(_call(call) for call in calls)}</div>'
+            label = (
+                f'<div class="muted">one batch: {len(calls)} calls run in parallel</div>'
+                if len(calls) > 1
+                else ""
             )
+            batch = f'{label}<div class="batch">{"".join(_call(call) for call in calls)}</div>'
+
         rejection = ""
         if step.get("rejection"):
             rejection = f"<pre>{_json(step['rejection'])}</pre>"
