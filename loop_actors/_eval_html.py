@@ -178,8 +178,13 @@ def _histogram(
     unit: str,
     markers: Sequence[tuple[str, float]] = (),
     band: tuple[float, float] | None = None,
+    *,
+    from_zero: bool = True,
 ) -> str:
-    """A histogram of ``values`` with labelled vertical markers (p50, p95, a mean...)."""
+    """A histogram of ``values`` with labelled vertical markers (p50, p95, a mean...).
+
+    A measure that cannot be negative starts its axis at 0 (``from_zero``); a delta does not.
+    """
     left, width, top, plot_height = 40, 400, 18, 120
     height = top + plot_height + 36
     shapes: list[str] = [
@@ -191,9 +196,11 @@ def _histogram(
     else:
         low = float(min([*values, *(m for _, m in markers), *(band or ())]))
         high = float(max([*values, *(m for _, m in markers), *(band or ())]))
+        if from_zero:
+            low = min(low, 0.0)
         if math.isclose(low, high):
-            low, high = low - 0.5, high + 0.5
-        bins = max(1, min(12, len(set(values))))
+            low, high = (low, low + 1) if from_zero else (low - 0.5, high + 0.5)
+        bins = max(2, min(12, len(values)))
         counts = [0] * bins
         for value in values:
             counts[min(bins - 1, int((value - low) / (high - low) * bins))] += 1
@@ -554,6 +561,7 @@ def compare_html(
                 unit,
                 [("mean", interval["mean_delta"])] if interval else [],
                 (interval["low"], interval["high"]) if interval else None,
+                from_zero=False,
             )
         )
     table_rows = "".join(

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import trio
-from pydantic import ValidationError
+from pydantic import JsonValue, ValidationError
 
 from aggregates.events import DomainEvent
 from loop_actors import Agent, Runtime, ScriptedModel, tool
@@ -62,7 +62,7 @@ async def _events(tmp_path: Path, turns: list[dict[str, Any]]) -> list[DomainEve
 
 async def _approval_events(tmp_path: Path, *, grant: bool) -> list[DomainEvent]:
     """A batch of a refund that needs approval and one that does not; granted or denied."""
-    turns = [
+    turns: list[dict[str, Any]] = [
         {
             "kind": "tool_calls",
             "calls": [
@@ -160,7 +160,7 @@ async def test_an_answer_check_that_was_not_imported_is_an_error(tmp_path: Path)
         _score(events, answer={"check": "m:check"})
 
 
-SEARCHES = [
+SEARCHES: list[dict[str, Any]] = [
     {
         "kind": "tool_calls",
         "calls": [
@@ -216,7 +216,8 @@ async def test_a_failed_argument_match_shows_the_calls_it_saw(tmp_path: Path) ->
 
 def test_argument_matching_rules() -> None:
     """Subset: nested objects by the same rule, lists and scalars by equality."""
-    actual = {"a": 1, "b": {"c": [1, 2], "d": "x"}}
+    actual: JsonValue = {"a": 1, "b": {"c": [1, 2], "d": "x"}}
+    assert isinstance(actual, dict)
     assert arguments_match(actual, {"b": {"d": "x"}}, MatchMode.SUBSET)
     assert not arguments_match(actual, {"b": {"c": [1]}}, MatchMode.SUBSET)
     assert not arguments_match(actual, {"e": None}, MatchMode.SUBSET)
@@ -289,7 +290,9 @@ async def test_approvals_fail_when_the_wrong_calls_paused(tmp_path: Path) -> Non
 
 
 async def test_a_run_still_waiting_for_approval_shows_it_pending(tmp_path: Path) -> None:
-    turns = [{"kind": "tool_calls", "calls": [_call("r1", "refund", order_id="A", amount=500)]}]
+    turns: list[dict[str, Any]] = [
+        {"kind": "tool_calls", "calls": [_call("r1", "refund", order_id="A", amount=500)]}
+    ]
     events = await _events(tmp_path, turns)
     score = score_events(events, Expectations.model_validate({"reason": "approval_required"}))
     assert score.passed
