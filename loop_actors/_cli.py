@@ -340,7 +340,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "('eval schema', 'eval compare A B')",
     )
     evaluate.add_argument(
-        "file", metavar="FILE", help="a cases file (JSON), or 'schema', or 'compare'"
+        "file", metavar="FILE", help="a cases file (JSON or YAML), or 'schema', or 'compare'"
     )
     evaluate.add_argument("more", metavar="REPORT", nargs="*", help="compare: the two reports")
     evaluate.add_argument(

@@ -1,6 +1,6 @@
 """``loop-actors eval``: run a suite of cases as invocations and score their committed events.
 
-A cases file (JSON) names an agent (``MODULE:ATTR``) or a model spec and its
+A cases file (JSON or YAML) names an agent (``MODULE:ATTR``) or a model spec and its
 cases (:class:`Suite`). Each case and epoch is an ordinary invocation with a
 deterministic id (:func:`case_invocation_id`), so ``show``, ``history`` and the
 audit work on it, and running the same suite again reuses every run that has
