@@ -317,6 +317,8 @@ async def _run_case(
         tokens=measures.tokens,
         cost=measures.cost,
         latency_ms=measures.latency_ms,
+        effects_dispatched_twice=measures.effects_dispatched_twice,
+        effects_left_open=measures.effects_left_open,
         approvals=score.approvals,
         trajectory=score.trajectory,
     )
@@ -622,6 +624,16 @@ def eval_table(document: dict[str, Any]) -> Group:
         f"{totals['errored']} errored, {totals['false_success']} false success "
         f"(pass rate {totals['pass_rate']:.0%})"
     )
+    unsafe = [
+        f"{totals[key]} {words}"
+        for key, words in (
+            ("effects_dispatched_twice", "effect key(s) dispatched twice"),
+            ("effects_left_open", "write(s) left open"),
+        )
+        if totals[key]
+    ]
+    if unsafe:
+        failures.insert(0, Text(f"effect safety: {', '.join(unsafe)}", style="bold red"))
     return Group(table, *failures)
 
 

@@ -405,6 +405,8 @@ def _tiles(totals: Mapping[str, Any]) -> str:
         ("failed", totals["failed"]),
         ("errored", totals["errored"]),
         ("false success", totals["false_success"]),
+        ("effects dispatched twice", totals.get("effects_dispatched_twice", 0)),
+        ("writes left open", totals.get("effects_left_open", 0)),
     ]
     return (
         '<div class="totals">'

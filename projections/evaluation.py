@@ -264,6 +264,10 @@ class Measures(Frozen):
     cost: float
     latency_ms: float
     """From the first committed event to the last."""
+    effects_dispatched_twice: int = 0
+    """Effect keys in more than one ``BatchDispatched`` (a write that may have run twice)."""
+    effects_left_open: int = 0
+    """Writes left ``outcome_unknown``, or dispatched with no result, at the end."""
 
 
 class ApprovalOutcome(StrEnum):
@@ -376,6 +380,8 @@ def _measures(trajectory: Trajectory, events: Sequence[DomainEvent]) -> Measures
         tokens=trajectory.input_tokens + trajectory.output_tokens,
         cost=trajectory.cost,
         latency_ms=round(latency, 3),
+        effects_dispatched_twice=len(dispatched_twice(events)),
+        effects_left_open=len(left_open(trajectory)),
     )
 
 
@@ -601,19 +607,34 @@ def _limits(measures: Measures, wanted: LimitsExpectation) -> list[Verdict]:
 _OPEN = {EffectStatus.DISPATCHED.value, EffectStatus.OUTCOME_UNKNOWN.value}
 
 
+def dispatched_twice(events: Sequence[DomainEvent]) -> list[str]:
+    """The effect keys held by more than one ``BatchDispatched``, sorted."""
+    keys = Counter(
+        call.effect_key
+        for event in events
+        if isinstance(event, BatchDispatched)
+        for call in event.calls
+        if call.effect_key
+    )
+    return sorted(key for key, count in keys.items() if count > 1)
+
+
+def left_open(trajectory: Trajectory) -> list[str]:
+    """The writes left open at the end (``KEY (STATUS)``), sorted."""
+    return sorted(
+        f"{call.effect_key} ({call.effect_status})"
+        for step in trajectory.steps
+        for call in step.calls
+        if call.effect_key and call.effect_status in _OPEN
+    )
+
+
 def _effects(
     trajectory: Trajectory, events: Sequence[DomainEvent], wanted: EffectsExpectation
 ) -> list[Verdict]:
     verdicts = []
     if wanted.no_duplicate_dispatch:
-        keys = Counter(
-            call.effect_key
-            for event in events
-            if isinstance(event, BatchDispatched)
-            for call in event.calls
-            if call.effect_key
-        )
-        twice = sorted(key for key, count in keys.items() if count > 1)
+        twice = dispatched_twice(events)
         verdicts.append(
             Verdict(
                 expectation="effects.no_duplicate_dispatch",
@@ -622,12 +643,7 @@ def _effects(
             )
         )
     if wanted.no_outcome_unknown:
-        open_keys = sorted(
-            f"{call.effect_key} ({call.effect_status})"
-            for step in trajectory.steps
-            for call in step.calls
-            if call.effect_key and call.effect_status in _OPEN
-        )
+        open_keys = left_open(trajectory)
         verdicts.append(
             Verdict(
                 expectation="effects.no_outcome_unknown",
@@ -744,6 +760,8 @@ class CaseResult(Frozen):
     tokens: int = 0
     cost: float = 0.0
     latency_ms: float = 0.0
+    effects_dispatched_twice: int = 0
+    effects_left_open: int = 0
     approvals: list[ApprovalView] = []
     """The calls that paused the run for approval."""
     trajectory: Trajectory | None = None
@@ -772,6 +790,10 @@ class Group(Frozen):
     pass_rate: float
     """passed / cases: errored cases count in the denominator."""
     false_success: int
+    effects_dispatched_twice: int = 0
+    """Over the group's runs: effect keys dispatched more than once (each may have run twice)."""
+    effects_left_open: int = 0
+    """Over the group's runs: writes left ``outcome_unknown`` or with no result."""
     steps: Distribution | None
     tool_calls: Distribution | None
     tokens: Distribution | None
@@ -812,6 +834,8 @@ def group(results: Sequence[CaseResult]) -> Group:
         errored=errored,
         pass_rate=round(passed / len(results), 4) if results else 0.0,
         false_success=sum(r.false_success for r in results),
+        effects_dispatched_twice=sum(r.effects_dispatched_twice for r in results),
+        effects_left_open=sum(r.effects_left_open for r in results),
         steps=_distribution([r.steps for r in scored]),
         tool_calls=_distribution([r.tool_calls for r in scored]),
         tokens=_distribution([r.tokens for r in scored]),

@@ -32,7 +32,16 @@ def send(to: str) -> str:
     """Send a message (a write)."""
     return f"sent to {to}"
 
-agent = Agent("suite", ScriptedModel([{"kind": "final", "answer": "unscripted"}]), [lookup, send])
+@tool(effect="write")
+def flaky_send(to: str) -> str:
+    """A write that fails mid-call: its outcome is unknown."""
+    raise RuntimeError(f"connection reset while sending to {to}")
+
+agent = Agent(
+    "suite",
+    ScriptedModel([{"kind": "final", "answer": "unscripted"}]),
+    [lookup, send, flaky_send],
+)
 '''
 
 CHECKS = """
@@ -219,6 +228,36 @@ def test_the_report_holds_each_runs_trajectory(project: Path) -> None:
     assert [c["call_id"] for c in steps[0]["calls"]] == ["c1", "c2"]
     assert steps[1]["calls"][0]["effect_status"] == "committed"
     assert "decision" not in steps[0]  # the summary and calls say it
+
+
+def test_the_report_counts_writes_left_open_even_when_no_case_expects_it(project: Path) -> None:
+    suite = {
+        "name": "unsafe",
+        "agent": "suite_agent:agent",
+        "cases": [
+            {
+                "id": "flaky",
+                "goal": "send it",
+                "task_class": "write",
+                "model": [
+                    {
+                        "kind": "tool_calls",
+                        "calls": [{"id": "w1", "name": "flaky_send", "arguments": {"to": "ops"}}],
+                    },
+                    {"kind": "final", "answer": "sent"},
+                ],
+            }
+        ],
+    }
+    (project / "unsafe.json").write_text(json.dumps(suite))
+    result = _eval(project, "unsafe.json", "--json", "r.json")
+    assert result.returncode == 0  # no expectation failed
+    report = _json(project / "r.json")
+    assert report["cases"][0]["effects_left_open"] == 1
+    assert report["totals"]["effects_left_open"] == 1
+    assert report["totals"]["effects_dispatched_twice"] == 0
+    assert report["by_task_class"]["write"]["effects_left_open"] == 1
+    assert "effect safety: 1 write(s) left open" in result.stdout
 
 
 def test_the_html_report_escapes_every_value_from_the_log(project: Path) -> None:
