@@ -988,6 +988,7 @@ def _eval_command(args: argparse.Namespace) -> int:
     agent = (
         load_agent(reference) if reference else Agent("eval", model_from_name(suite.model or ""))
     )
+    evaluation.check_fakes(suite, agent, str(path))
     runtime = Runtime(args.db)
     runs = sum(case.epochs for case in suite.cases)
     with case_progress(runs, title=f"eval {name}", enabled=progress_wanted()) as advance:

@@ -32,6 +32,7 @@ from rich.text import Text
 from aggregates.decisions import Frozen
 from loop_actors._agent import Agent
 from loop_actors._errors import InvocationExistsError, LoopActorsError, UsageError
+from loop_actors._eval_fakes import ToolFake, unknown_fakes, with_fakes
 from loop_actors._eval_stats import paired_bootstrap
 from loop_actors._model import ScriptedModel
 from loop_actors._render import terminal_safe
@@ -70,6 +71,9 @@ class Case(Frozen):
     model: list[dict[str, JsonValue]] | None = None
     """Scripted model turns (the ``ScriptedModel`` JSON shape, e.g.
     ``{"kind": "final", "answer": "hi"}``): they replace the agent's model."""
+    fakes: dict[str, ToolFake] = {}
+    """Tools of the agent answered by the file (``{"output": ...}`` or ``{"error": ...}``),
+    not run; the agent's other tools are its real ones."""
     epochs: int = Field(default=1, ge=1, le=1000)
     expect: Expectations = Expectations()
 
@@ -254,22 +258,39 @@ def case_invocation_id(suite: str, case: Case, epoch: int, agent: Agent) -> str:
     """The run's invocation id: the same suite, case, epoch and agent give the same id.
 
     The digest covers the agent's name and version and what the run is given (the
-    goal, the task class and the scripted turns), not the expectations: editing an
-    expectation re-scores the recorded run; editing the goal makes a new run.
+    goal, the task class, the scripted turns and the tool fakes), not the expectations:
+    editing an expectation re-scores the recorded run; editing the goal makes a new run.
     """
-    inputs = json.dumps(
-        [suite, case.id, epoch, agent.name, agent.version, case.goal, case.task_class, case.model],
-        sort_keys=True,
-        separators=(",", ":"),
-    )
+    given: list[Any] = [
+        suite, case.id, epoch, agent.name, agent.version, case.goal, case.task_class, case.model
+    ]  # fmt: skip
+    if case.fakes:  # only then: the ids of cases without fakes stay as they were
+        given.append({name: fake.model_dump(mode="json") for name, fake in case.fakes.items()})
+    inputs = json.dumps(given, sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(inputs.encode()).hexdigest()[:16]
     return f"eval-{suite}-{case.id}-e{epoch}-{digest}"
 
 
 def _agent_for(agent: Agent, case: Case) -> Agent:
+    agent = with_fakes(agent, case.fakes)
     if case.model is None:
         return agent
     return agent.with_model(ScriptedModel(list(case.model)))
+
+
+def check_fakes(suite: Suite, agent: Agent, source: str) -> None:
+    """Refuse fakes of tools the agent does not have (before anything runs).
+
+    Raises:
+        EvalInputError: one located problem per unknown tool.
+    """
+    problems = [
+        f"cases[{index}].fakes.{name}: the agent {agent.name} has no tool {name!r}"
+        for index, case in enumerate(suite.cases)
+        for name in unknown_fakes(agent, case.fakes)
+    ]
+    if problems:
+        raise EvalInputError(source, problems)
 
 
 async def _run_case(

@@ -364,3 +364,122 @@ def test_a_progress_bar_is_drawn_on_a_terminal_only(project: Path) -> None:
     assert "━" not in piped.stdout + piped.stderr
     assert piped.stderr == ""
     assert "\x1b[" not in piped.stdout  # no control sequences in piped output
+
+
+def _faked_suite(fakes: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": "faked",
+        "agent": "suite_agent:agent",
+        "cases": [
+            {
+                "id": "faked",
+                "goal": "look it up and tell ops",
+                "task_class": "write",
+                "fakes": fakes,
+                "model": [
+                    {
+                        "kind": "tool_calls",
+                        "calls": [
+                            {"id": "c1", "name": "lookup", "arguments": {"key": "k"}},
+                            {"id": "w1", "name": "send", "arguments": {"to": "ops"}},
+                        ],
+                    },
+                    {"kind": "final", "answer": "done"},
+                ],
+            }
+        ],
+    }
+
+
+def _calls(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    steps = report["cases"][0]["trajectory"]["steps"]
+    return {call["name"]: call for call in steps[0]["calls"]}
+
+
+def test_a_fake_answers_for_its_tool_and_the_other_tools_run_for_real(project: Path) -> None:
+    suite = _faked_suite({"lookup": {"output": {"faked": True}}})
+    (project / "faked.json").write_text(json.dumps(suite))
+    assert _eval(project, "faked.json", "--json", "r.json").returncode == 0
+    calls = _calls(_json(project / "r.json"))
+    assert (calls["lookup"]["status"], calls["lookup"]["output"]) == ("ok", {"faked": True})
+    assert calls["send"]["output"] == "sent to ops"  # the real tool
+
+
+def test_a_faked_write_fails_as_its_error_class_says(project: Path) -> None:
+    """A fake error on a write: tool_failed is a rejection; outcome_unknown leaves it open."""
+    rejected = _faked_suite({"send": {"error": "mailbox full"}})
+    (project / "rejected.json").write_text(json.dumps(rejected))
+    assert _eval(project, "rejected.json", "--json", "r.json").returncode == 0
+    send = _calls(_json(project / "r.json"))["send"]
+    assert (send["status"], send["error_message"]) == ("tool_failed", "mailbox full")
+    assert send["effect_status"] == "rejected"
+    unknown = _faked_suite({"send": {"error": "reset", "error_class": "outcome_unknown"}})
+    (project / "unknown.json").write_text(json.dumps(unknown))
+    assert _eval(project, "unknown.json", "--json", "u.json").returncode == 0
+    report = _json(project / "u.json")
+    assert report["totals"]["effects_left_open"] == 1
+    # A changed fake is another run: the fakes are part of the run's id.
+    assert (
+        report["cases"][0]["invocation_id"]
+        != _json(project / "r.json")["cases"][0]["invocation_id"]
+    )
+
+
+def test_bad_fakes_are_refused_before_anything_runs(project: Path) -> None:
+    """Bad inputs: a fake of a tool the agent does not have, a fake with both an output
+    and an error, one with neither, an error class without an error, an unknown class."""
+    unknown = _faked_suite({"no_such_tool": {"output": 1}})
+    (project / "unknown.json").write_text(json.dumps(unknown))
+    result = _eval(project, "unknown.json")
+    assert result.returncode == 2
+    assert "cases[0].fakes.no_such_tool: the agent suite has no tool 'no_such_tool'" in (
+        result.stderr
+    )
+    bad = _faked_suite(
+        {
+            "lookup": {"output": 1, "error": "x"},
+            "send": {},
+            "flaky_send": {"output": 1, "error_class": "timeout"},
+        }
+    )
+    bad["cases"].append(
+        dict(bad["cases"][0], id="other", fakes={"lookup": {"error": "x", "error_class": "boom"}})
+    )
+    (project / "bad.json").write_text(json.dumps(bad))
+    result = _eval(project, "bad.json")
+    assert result.returncode == 2
+    lines = [line.strip() for line in result.stderr.splitlines()[1:]]
+    assert lines[:3] == [
+        "cases[0].fakes.lookup: give exactly one of output and error",
+        "cases[0].fakes.send: give exactly one of output and error",
+        "cases[0].fakes.flaky_send: error_class and retryable go with error",
+    ]
+    assert lines[3].startswith("cases[1].fakes.lookup.error_class: Input should be")
+    assert not (project / "eval.db").exists()
+
+
+def test_with_tools_replaces_tools_by_name_and_keeps_the_catalogue_of_a_fake() -> None:
+    """Bad inputs: a tool the agent does not have, something that is not a Tool."""
+    from loop_actors import Agent, ScriptedModel, UsageError, tool
+    from loop_actors._eval_fakes import ToolFake, with_fakes
+
+    @tool(effect="write", requires_approval=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        return "paid"
+
+    @tool
+    def other(x: int) -> int:
+        """Another tool, named pay."""
+        return x
+
+    agent = Agent("a", ScriptedModel([{"kind": "final", "answer": "x"}]), [pay])
+    faked = with_fakes(agent, {"pay": ToolFake.model_validate({"output": "fake"})})
+    assert faked.toolbox.catalogue_digest == agent.toolbox.catalogue_digest
+    assert faked.settings == agent.settings  # the same approval rule is recorded
+    assert faked.toolbox.tools["pay"].fn() == "fake"
+    assert agent.toolbox.tools["pay"].fn(amount=1) == "paid"  # the original is untouched
+    with pytest.raises(UsageError, match="has no tool 'other' to replace"):
+        agent.with_tools(other)
+    with pytest.raises(UsageError, match="with_tools takes tools"):
+        agent.with_tools(len)  # type: ignore[arg-type]
