@@ -55,6 +55,9 @@ def paired_bootstrap(
         return None
     count = len(deltas)
     mean = sum(deltas) / count
+    if all(delta == deltas[0] for delta in deltas):  # every resample has this mean
+        same = round(mean, digits)
+        return BootstrapInterval(pairs=count, mean_delta=same, low=same, high=same)
     # Not for security: a reproducible resampling.
     generator = random.Random(seed)  # noqa: S311
     means = sorted(sum(generator.choices(deltas, k=count)) / count for _ in range(resamples))
