@@ -29,7 +29,21 @@ def _json(value: object) -> str:
     return _e(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
 
 
+def _num(value: object) -> float:
+    """A number of a report, or 0 for anything else (a hand-edited report cannot break the page)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return 0.0
+    return float(value)
+
+
+def _dicts(value: object) -> list[Mapping[str, Any]]:
+    """The objects of a list of a report (anything else: none)."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
 def _number(value: float) -> str:
+    if not math.isfinite(value):
+        return str(value)
     if value == int(value) and abs(value) < 1e15:
         return str(int(value))
     return f"{value:.4g}"
@@ -294,7 +308,7 @@ def _call(call: Mapping[str, Any]) -> str:
         parts.append(f'<div class="muted">error</div><pre>{_e(call["error_message"])}</pre>')
     facts = []
     if call.get("duration_ms") is not None:
-        facts.append(f"{_number(float(call['duration_ms']))} ms")
+        facts.append(f"{_number(_num(call['duration_ms']))} ms")
     facts.append(_e(call.get("effect", "read")))
     if call.get("effect_key"):
         facts.append(
@@ -308,12 +322,12 @@ def _steps(trajectory: Mapping[str, Any] | None) -> str:
     if not trajectory:
         return '<p class="muted">no trajectory recorded</p>'
     items = []
-    for step in trajectory.get("steps", []):
-        calls = step.get("calls") or []
+    for step in _dicts(trajectory.get("steps")):
+        calls = _dicts(step.get("calls"))
+        tokens = _num(step.get("input_tokens")) + _num(step.get("output_tokens"))
         usage = (
-            f"{step.get('input_tokens', 0) + step.get('output_tokens', 0)} tokens · "
-            f"cost {_number(float(step.get('cost', 0)))} · "
-            f"{_number(float(step.get('latency_ms', 0)))} ms"
+            f"{_number(tokens)} tokens · cost {_number(_num(step.get('cost')))} · "
+            f"{_number(_num(step.get('latency_ms')))} ms"
         )
         batch = ""
         if calls:
@@ -345,7 +359,7 @@ def _steps(trajectory: Mapping[str, Any] | None) -> str:
 def _failures(case: Mapping[str, Any]) -> str:
     lines = [
         f"<li><b>{_e(f.get('expectation'))}</b>: {_e(f.get('why'))}</li>"
-        for f in case.get("failures") or []
+        for f in _dicts(case.get("failures"))
     ]
     if case.get("error"):
         lines.append(f"<li><b>error</b>: {_e(case['error'])}</li>")
@@ -355,7 +369,7 @@ def _failures(case: Mapping[str, Any]) -> str:
 
 
 def _approvals(case: Mapping[str, Any]) -> str:
-    views = case.get("approvals") or []
+    views = _dicts(case.get("approvals"))
     if not views:
         return ""
     rows = "".join(
@@ -367,7 +381,8 @@ def _approvals(case: Mapping[str, Any]) -> str:
 
 
 def _case_body(case: Mapping[str, Any]) -> str:
-    trajectory = case.get("trajectory") or {}
+    trajectory = case.get("trajectory")
+    trajectory = trajectory if isinstance(trajectory, dict) else {}
     facts = [
         ("goal", trajectory.get("goal")),
         ("answer", case.get("answer")),
@@ -377,8 +392,8 @@ def _case_body(case: Mapping[str, Any]) -> str:
         (
             "used",
             f"{case.get('steps', 0)} steps, {case.get('tool_calls', 0)} tool calls, "
-            f"{case.get('tokens', 0)} tokens, cost {_number(float(case.get('cost', 0)))}, "
-            f"{_number(float(case.get('latency_ms', 0)))} ms",
+            f"{case.get('tokens', 0)} tokens, cost {_number(_num(case.get('cost')))}, "
+            f"{_number(_num(case.get('latency_ms')))} ms",
         ),
     ]
     kv = "".join(
@@ -386,7 +401,7 @@ def _case_body(case: Mapping[str, Any]) -> str:
     )
     return (
         f'<dl class="kv">{kv}</dl>{_failures(case)}{_approvals(case)}'
-        f"<h3>trajectory</h3>{_steps(case.get('trajectory'))}"
+        f"<h3>trajectory</h3>{_steps(trajectory)}"
     )
 
 

@@ -483,3 +483,28 @@ def test_with_tools_replaces_tools_by_name_and_keeps_the_catalogue_of_a_fake() -
         agent.with_tools(other)
     with pytest.raises(UsageError, match="with_tools takes tools"):
         agent.with_tools(len)  # type: ignore[arg-type]
+
+
+def test_compare_html_of_a_hand_edited_report_still_renders(project: Path) -> None:
+    """Bad inputs: a trajectory whose steps are a string, a step whose cost, tokens and a
+    call's duration are text, an infinite latency in a step, an approval that is a number."""
+    assert _eval(project, "hostile.json", "--json", "a.json").returncode == 4
+    edited = _json(project / "a.json")
+    edited["cases"][0]["trajectory"] = {"steps": "not a list"}
+    edited["cases"][0]["approvals"] = [3]
+    edited["cases"][1]["trajectory"]["steps"][0] |= {
+        "cost": "free",
+        "input_tokens": "many",
+        "latency_ms": 1e309,
+        "calls": [{"name": "lookup", "duration_ms": "slow"}, "not a call"],
+    }
+    (project / "b.json").write_text(json.dumps(edited))
+    refused = run_cli("eval", "compare", "a.json", "b.json", "--html", "c.html", cwd=project)
+    assert refused.returncode == 2  # a typed part of an entry is checked, and located
+    assert "cases[0].approvals[0]: Input should be a valid dictionary" in refused.stderr
+    edited["cases"][0]["approvals"] = []
+    (project / "b.json").write_text(json.dumps(edited))
+    result = run_cli("eval", "compare", "a.json", "b.json", "--html", "c.html", cwd=project)
+    assert result.returncode == 0, result.stderr
+    page = (project / "c.html").read_text()
+    assert "lookup" in page
