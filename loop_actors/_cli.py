@@ -27,6 +27,7 @@ from aggregates.effect import who_settles
 from aggregates.invocation import InvocationEvent
 from aggregates.values import describe_error
 from loop_actors import _eval as evaluation
+from loop_actors._eval_builtin import SUITE_NAME, Fault, builtin_jobs
 from loop_actors._adapters import model_from_name
 from loop_actors._agent import Agent
 from loop_actors._audit import Coverage, verify_all, verify_invocation
@@ -338,13 +339,34 @@ def _build_parser() -> argparse.ArgumentParser:
         "('eval schema', 'eval compare A B')",
     )
     evaluate.add_argument(
-        "file", metavar="FILE", help="a cases file (JSON), or 'schema', or 'compare'"
+        "file",
+        metavar="FILE",
+        nargs="?",
+        help="a cases file (JSON), or 'schema', or 'compare' (optional with --builtin)",
     )
     evaluate.add_argument("more", metavar="REPORT", nargs="*", help="compare: the two reports")
     evaluate.add_argument(
         "--concurrency", type=_positive_int, default=8, help="cases run at once (default 8)"
     )
     evaluate.add_argument("--json", dest="json_report", metavar="REPORT", help="write the report")
+    evaluate.add_argument(
+        "--builtin",
+        action="store_true",
+        help="also run the built-in cases (seed 000's branches: a self-test of the runtime)",
+    )
+    evaluate.add_argument(
+        "--rerun-failed",
+        action="store_true",
+        help="run the cases whose last attempt failed again, as new attempts",
+    )
+    evaluate.add_argument(  # checking the checks: break what one built-in case guards
+        "--builtin-fault",
+        dest="builtin_faults",
+        action="append",
+        default=[],
+        choices=[fault.value for fault in Fault],
+        help=argparse.SUPPRESS,
+    )
     evaluate.add_argument(
         "--agent",
         dest="eval_agent",
@@ -958,18 +980,46 @@ def _eval_command(args: argparse.Namespace) -> int:
         return 0 if comparison["broke"] == 0 else 4
     if args.more:
         raise UsageError(f"eval takes one cases file, got {len(args.more) + 1}")
-    path = Path(args.file)
-    suite = evaluation.load_suite(path)  # before the database: a bad file writes nothing
+    if args.file is None and not args.builtin:
+        raise UsageError("eval needs a cases file, or --builtin")
+    if args.builtin_faults and not args.builtin:
+        raise UsageError("--builtin-fault goes with --builtin")
+    if args.eval_agent and args.file is None:
+        raise UsageError("--agent replaces a cases file's agent: give the file")
+    jobs: list[evaluation.Job] = []
+    name, agent = SUITE_NAME, None
+    if args.file is not None:
+        path = Path(args.file)
+        suite = evaluation.load_suite(path)  # before the database: a bad file writes nothing
+        name = evaluation.suite_name(suite, path)
+        reference = args.eval_agent or suite.agent
+        agent = (
+            load_agent(reference)
+            if reference
+            else Agent("eval", model_from_name(suite.model or ""))
+        )
+        jobs = evaluation.suite_jobs(agent, suite, name)
+    if args.builtin:
+        builtin = builtin_jobs(Fault(fault) for fault in args.builtin_faults)
+        clash = sorted({job.case.id for job in jobs} & {job.case.id for job in builtin})
+        if clash:
+            raise UsageError(
+                f"case id(s) {', '.join(clash)} of {args.file} are built-in case ids: rename them"
+            )
+        jobs += builtin
+        agent = agent or builtin[0].agent
+    assert agent is not None  # a file or --builtin, checked above
     if args.json_report:
         evaluation.check_writable(Path(args.json_report))
-    name = evaluation.suite_name(suite, path)
-    reference = args.eval_agent or suite.agent
-    agent = (
-        load_agent(reference) if reference else Agent("eval", model_from_name(suite.model or ""))
-    )
     runtime = Runtime(args.db)
     results = trio.run(
-        partial(evaluation.run_suite, runtime, agent, suite, name, concurrency=args.concurrency),
+        partial(
+            evaluation.run_jobs,
+            runtime,
+            jobs,
+            concurrency=args.concurrency,
+            rerun_failed=args.rerun_failed,
+        ),
         restrict_keyboard_interrupt_to_checkpoints=True,
     )
     document = evaluation.report(name, agent, results)

@@ -14,7 +14,8 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,14 @@ from rich.text import Text
 
 from aggregates.decisions import Frozen
 from loop_actors._agent import Agent
-from loop_actors._errors import InvocationExistsError, LoopActorsError, UsageError
+from loop_actors._errors import (
+    InvocationExistsError,
+    InvocationNotFoundError,
+    LoopActorsError,
+    UsageError,
+)
 from loop_actors._model import ScriptedModel
+from loop_actors._outcome import Outcome
 from loop_actors._render import terminal_safe
 from loop_actors._runtime import Runtime
 from projections.evaluation import (
@@ -66,6 +73,8 @@ class Case(Frozen):
     ``{"kind": "final", "answer": "hi"}``): they replace the agent's model."""
     epochs: int = Field(default=1, ge=1, le=1000)
     expect: Expectations = Expectations()
+    proves: str | None = None
+    """What passing this case proves (shown in the report)."""
 
     @field_validator("goal")
     @classmethod
@@ -193,47 +202,84 @@ def case_invocation_id(suite: str, case: Case, epoch: int, agent: Agent) -> str:
     return f"eval-{suite}-{case.id}-e{epoch}-{digest}"
 
 
+def attempt_id(invocation_id: str, attempt: int) -> str:
+    """The invocation id of an attempt: the first is the case's id, a later one ends ``-aN``."""
+    return invocation_id if attempt == 1 else f"{invocation_id}-a{attempt}"
+
+
 def _agent_for(agent: Agent, case: Case) -> Agent:
     if case.model is None:
         return agent
     return agent.with_model(ScriptedModel(list(case.model)))
 
 
-async def _run_case(
-    runtime: Runtime,
-    *,
-    agent: Agent,
-    suite: str,
-    case: Case,
-    epoch: int,
-    limiter: trio.CapacityLimiter,
-) -> CaseResult:
-    invocation_id = case_invocation_id(suite, case, epoch, agent)
-    base: dict[str, Any] = {
-        "case_id": case.id,
-        "epoch": epoch,
-        "invocation_id": invocation_id,
-        "task_class": case.task_class,
-    }
-    async with limiter:
-        runner = _agent_for(agent, case)
+Driver = Callable[[Runtime, Agent, Case, str], Awaitable[None]]
+"""``drive(runtime, agent, case, invocation_id)``: bring the case's run to a stop (an end
+or a pause). It starts the invocation, or continues it when it exists and has not stopped;
+the run is scored from its events afterwards."""
+
+
+async def drive_run(runtime: Runtime, agent: Agent, case: Case, invocation_id: str) -> None:
+    """The ordinary driver: run the case's goal; resume the run if it was interrupted.
+
+    Cancellation: as :meth:`Runtime.run`.
+    """
+    runner = _agent_for(agent, case)
+    try:
+        await runtime.run(
+            runner, case.goal, invocation_id=invocation_id, task_class=case.task_class
+        )
+    except InvocationExistsError:
+        # Interrupted earlier (killed midway): continue it from its events.
+        await runtime.resume(invocation_id, runner)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One case and epoch to run: the suite's name (part of the id), the agent, the driver."""
+
+    suite: str
+    case: Case
+    epoch: int
+    agent: Agent
+    drive: Driver = drive_run
+
+
+def suite_jobs(agent: Agent, suite: Suite, name: str) -> list[Job]:
+    """Every case and epoch of a suite, in file order, run by ``agent``."""
+    return [
+        Job(suite=name, case=case, epoch=epoch, agent=agent)
+        for case in suite.cases
+        for epoch in range(1, case.epochs + 1)
+    ]
+
+
+async def _stopped_attempts(runtime: Runtime, first_id: str) -> tuple[int, bool]:
+    """The latest attempt of a case that exists (0: none), and whether it has stopped."""
+    attempt, stopped = 0, False
+    while True:
         try:
-            try:
-                await runtime.run(
-                    runner, case.goal, invocation_id=invocation_id, task_class=case.task_class
-                )
-            except InvocationExistsError:
-                # Interrupted earlier (killed midway): continue it from its events.
-                await runtime.resume(invocation_id, runner)
-            events = await runtime.history(invocation_id)
-            score = score_events(events, case.expect)
-        except (LoopActorsError, ValueError) as error:
-            return CaseResult(
-                **base, status=CaseStatus.ERROR, error=f"{type(error).__name__}: {error}"
-            )
+            invocation = await runtime.load(attempt_id(first_id, attempt + 1))
+        except InvocationNotFoundError:
+            return attempt, stopped
+        attempt += 1
+        try:
+            Outcome.of(invocation)
+        except ValueError:
+            stopped = False
+        else:
+            stopped = True
+
+
+def _scored(job: Job, invocation_id: str, events: Sequence[Any]) -> CaseResult:
+    score = score_events(events, job.case.expect)
     measures = score.measures
     return CaseResult(
-        **base,
+        case_id=job.case.id,
+        epoch=job.epoch,
+        invocation_id=invocation_id,
+        task_class=job.case.task_class,
+        proves=job.case.proves,
         status=CaseStatus.PASSED if score.passed else CaseStatus.FAILED,
         failures=score.failures,
         reason=measures.reason,
@@ -246,27 +292,79 @@ async def _run_case(
     )
 
 
-async def run_suite(
-    runtime: Runtime, agent: Agent, suite: Suite, name: str, *, concurrency: int
+async def _run_case(
+    runtime: Runtime, job: Job, *, limiter: trio.CapacityLimiter, rerun_failed: bool
+) -> CaseResult:
+    first_id = case_invocation_id(job.suite, job.case, job.epoch, job.agent)
+    invocation_id = first_id
+    attempt = 1
+    async with limiter:
+        try:
+            latest, stopped = await _stopped_attempts(runtime, first_id)
+            attempt = max(latest, 1)
+            invocation_id = attempt_id(first_id, attempt)
+            if rerun_failed and stopped:
+                earlier = _scored(job, invocation_id, await runtime.history(invocation_id))
+                if earlier.status is not CaseStatus.PASSED:
+                    attempt += 1  # a new invocation: a stopped one cannot run again
+                    invocation_id = attempt_id(first_id, attempt)
+            await job.drive(runtime, job.agent, job.case, invocation_id)
+            result = _scored(job, invocation_id, await runtime.history(invocation_id))
+        except (LoopActorsError, ValueError) as error:
+            return CaseResult(
+                case_id=job.case.id,
+                epoch=job.epoch,
+                invocation_id=invocation_id,
+                task_class=job.case.task_class,
+                proves=job.case.proves,
+                attempts=attempt,
+                status=CaseStatus.ERROR,
+                error=f"{type(error).__name__}: {error}",
+            )
+    return result.model_copy(update={"attempts": attempt})
+
+
+async def run_jobs(
+    runtime: Runtime, jobs: Sequence[Job], *, concurrency: int, rerun_failed: bool = False
 ) -> list[CaseResult]:
-    """Run every case and epoch (at most ``concurrency`` at once) in ``runtime``; results in order.
+    """Run every job (at most ``concurrency`` at once) in one open ``runtime``; results in order.
+
+    The runs share the runtime's Journal, so their commits share transactions (group
+    commit). Each job's latest attempt is reused when it has stopped and continued when
+    it has not; with ``rerun_failed`` one whose latest attempt stopped and did not pass
+    runs again as a new attempt (``attempts`` in its result).
 
     Cancellation: a checkpoint; the runs in flight are recorded ``cancelled`` by the
     runtime (they have stopped: running the suite again reports them as they ended).
     """
     limiter = trio.CapacityLimiter(concurrency)
-    jobs = [(case, epoch) for case in suite.cases for epoch in range(1, case.epochs + 1)]
     results: list[CaseResult | None] = [None] * len(jobs)
 
-    async def one(index: int, case: Case, epoch: int) -> None:
-        results[index] = await _run_case(
-            runtime, agent=agent, suite=name, case=case, epoch=epoch, limiter=limiter
-        )
+    async def one(index: int, job: Job) -> None:
+        results[index] = await _run_case(runtime, job, limiter=limiter, rerun_failed=rerun_failed)
 
     async with runtime, trio.open_nursery() as nursery:
-        for index, (case, epoch) in enumerate(jobs):
-            nursery.start_soon(one, index, case, epoch)
+        for index, job in enumerate(jobs):
+            nursery.start_soon(one, index, job)
     return [result for result in results if result is not None]
+
+
+async def run_suite(
+    runtime: Runtime,
+    agent: Agent,
+    suite: Suite,
+    name: str,
+    *,
+    concurrency: int,
+    rerun_failed: bool = False,
+) -> list[CaseResult]:
+    """Run every case and epoch of ``suite`` with ``agent`` (see :func:`run_jobs`).
+
+    Cancellation: as :func:`run_jobs`.
+    """
+    return await run_jobs(
+        runtime, suite_jobs(agent, suite, name), concurrency=concurrency, rerun_failed=rerun_failed
+    )
 
 
 def report(name: str, agent: Agent, results: Sequence[CaseResult]) -> dict[str, Any]:
@@ -483,6 +581,8 @@ def eval_table(document: dict[str, Any]) -> Group:
         whys = [f"{f['expectation']}: {f['why']}" for f in case["failures"]]
         whys += [case["error"]] if case["error"] else []
         failures += [Text(terminal_safe(f"{case['status']} {name} {why}")) for why in whys]
+        if whys and case.get("proves"):
+            failures.append(Text(terminal_safe(f"  {name} proves: {case['proves']}")))
     totals = document["totals"]
     table.caption = (
         f"{totals['passed']}/{totals['cases']} passed, {totals['failed']} failed, "
