@@ -27,7 +27,6 @@ from aggregates.effect import who_settles
 from aggregates.invocation import InvocationEvent
 from aggregates.values import describe_error
 from loop_actors import _eval as evaluation
-from loop_actors._eval_builtin import SUITE_NAME, Fault, builtin_jobs
 from loop_actors._adapters import model_from_name
 from loop_actors._agent import Agent
 from loop_actors._audit import Coverage, verify_all, verify_invocation
@@ -50,6 +49,7 @@ from loop_actors._errors import (
     InvocationNotFoundError,
     UsageError,
 )
+from loop_actors._eval_builtin import SUITE_NAME, Fault, builtin_jobs
 from loop_actors._outcome import Outcome
 from loop_actors._render import (
     effects_table,

@@ -556,13 +556,13 @@ async def _drive_cancel(
             services.event(services.released, invocation_id).set()
 
 
-def service_file(runtime: Runtime) -> Path:
-    """Where the built-in payment service of this store keeps its charges.
+def service_file(store_id: str | None) -> Path:
+    """Where the built-in payment service of a store (by its identity) keeps its charges.
 
     A file of the temporary folder, named by the store's identity, so a new store
     (even at the same URL) never meets the charges of an older one.
     """
-    return Path(tempfile.gettempdir()) / "loop-actors-eval" / f"payments-{runtime.store_id}.db"
+    return Path(tempfile.gettempdir()) / "loop-actors-eval" / f"payments-{store_id}.db"
 
 
 async def _drive_crash(
@@ -575,7 +575,7 @@ async def _drive_crash(
     faults: frozenset[Fault],
 ) -> None:
     """Run the case in a subprocess killed with SIGKILL at ``point``, then resume it here."""
-    service = service_file(runtime)
+    service = service_file(runtime.store_id)
     real = _payments(faults, Services(payments=PaymentService(service)))
     try:
         await runtime.load(invocation_id)
