@@ -365,3 +365,11 @@ def test_bad_builtin_command_lines_exit_2_and_write_nothing(
     assert result.returncode == 2
     assert problem in result.stderr
     assert not (tmp_path / "eval.db").exists()
+
+
+def test_the_reference_lists_every_case_with_what_it_proves_and_every_fault() -> None:
+    page = (Path(__file__).parent.parent / "docs/reference/eval-builtin.md").read_text()
+    for case in builtin_suite().cases:
+        assert f"| `{case.id}` | `{case.task_class}` | {case.proves} |" in page
+    for fault in Fault:
+        assert f"| `{fault.value}` | `{GUARDS[fault]}`: " in page
