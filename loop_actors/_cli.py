@@ -49,7 +49,7 @@ from loop_actors._errors import (
     InvocationNotFoundError,
     UsageError,
 )
-from loop_actors._eval_builtin import SUITE_NAME, Fault, builtin_jobs
+from loop_actors._eval_builtin import SUITE_NAME, Fault, builtin_jobs, crash_store_problem
 from loop_actors._outcome import Outcome
 from loop_actors._render import (
     effects_table,
@@ -1000,6 +1000,9 @@ def _eval_command(args: argparse.Namespace) -> int:
         )
         jobs = evaluation.suite_jobs(agent, suite, name)
     if args.builtin:
+        problem = crash_store_problem(resolve_db_url(args.db))
+        if problem is not None:
+            raise UsageError(problem)
         builtin = builtin_jobs(Fault(fault) for fault in args.builtin_faults)
         clash = sorted({job.case.id for job in jobs} & {job.case.id for job in builtin})
         if clash:

@@ -57,6 +57,7 @@ from loop_actors._faults import CRASH_ENV
 from loop_actors._messages import ModelRequest
 from loop_actors._model import ScriptedModel
 from loop_actors._runtime import Runtime
+from loop_actors._store import StoreUrl
 from loop_actors._tools import Reconciled, Tool, ToolContext, tool
 
 SUITE_NAME = "builtin"
@@ -565,6 +566,19 @@ def service_file(store_id: str | None) -> Path:
     return Path(tempfile.gettempdir()) / "loop-actors-eval" / f"payments-{store_id}.db"
 
 
+def crash_store_problem(db_url: str) -> str | None:
+    """Why the crash cases cannot run on this store (None: they can).
+
+    Their subprocess must open the same store: an in-memory one is its own process's.
+    """
+    if StoreUrl.parse(db_url).kind == "memory":
+        return (
+            "the built-in crash cases kill a subprocess that must open the same store: "
+            f"{db_url} is in memory; use a database file (--db sqlite:///eval.db)"
+        )
+    return None
+
+
 async def _drive_crash(
     runtime: Runtime,
     agent: Agent,
@@ -575,6 +589,9 @@ async def _drive_crash(
     faults: frozenset[Fault],
 ) -> None:
     """Run the case in a subprocess killed with SIGKILL at ``point``, then resume it here."""
+    problem = crash_store_problem(runtime.db_url)
+    if problem is not None:
+        raise BuiltinCaseError(problem)
     service = service_file(runtime.store_id)
     real = _payments(faults, Services(payments=PaymentService(service)))
     try:
@@ -588,6 +605,12 @@ async def _drive_crash(
             faults=faults,
             point=point,
         )
+        try:
+            await runtime.load(invocation_id)
+        except InvocationNotFoundError:
+            raise BuiltinCaseError(
+                f"the crash subprocess of {case.id} was killed before it recorded its run"
+            ) from None
     await drive_run(runtime, real, case, invocation_id)
 
 

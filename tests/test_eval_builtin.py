@@ -349,19 +349,22 @@ def test_builtin_with_a_cases_file_runs_both_in_one_report(tmp_path: Path) -> No
         (("--builtin", "--builtin-fault", "no_such_fault"), "invalid choice: 'no_such_fault'"),
         (("--builtin", "--agent", "flaky_agent:agent"), "--agent replaces a cases file's agent"),
         (("clash.json", "--builtin"), "case id(s) repeated-plan of clash.json are built-in"),
+        (("--builtin", "--db", "memory://"), "memory:// is in memory; use a database file"),
     ],
 )
 def test_bad_builtin_command_lines_exit_2_and_write_nothing(
     tmp_path: Path, args: tuple[str, ...], problem: str
 ) -> None:
     """Bad inputs: no file and no --builtin, a fault without --builtin, an unknown fault,
-    --agent without a file, a file case whose id is a built-in one."""
+    --agent without a file, a file case whose id is a built-in one, an in-memory store (the
+    crash cases' subprocess could not open it)."""
     (tmp_path / "flaky_agent.py").write_text(FLAKY_AGENT)
     (tmp_path / "cases.json").write_text(json.dumps(FLAKY_CASES))
     clash = json.loads(json.dumps(FLAKY_CASES))
     clash["cases"][0]["id"] = "repeated-plan"
     (tmp_path / "clash.json").write_text(json.dumps(clash))
-    result = run_cli("eval", *args, cwd=tmp_path, db=f"sqlite:///{tmp_path / 'eval.db'}")
+    db = None if "--db" in args else f"sqlite:///{tmp_path / 'eval.db'}"
+    result = run_cli("eval", *args, cwd=tmp_path, db=db)
     assert result.returncode == 2
     assert problem in result.stderr
     assert not (tmp_path / "eval.db").exists()
