@@ -5,7 +5,9 @@ cases (:class:`Suite`). Each case and epoch is an ordinary invocation with a
 deterministic id (:func:`case_invocation_id`), so ``show``, ``history`` and the
 audit work on it, and running the same suite again reuses every run that has
 stopped (``Runtime.run`` of a stopped id returns its recorded outcome) and
-resumes one that was interrupted. Scoring is pure (``projections.evaluation``).
+resumes one that was interrupted; ``--rerun-failed`` runs a failed case again as a new
+attempt (:func:`attempt_id`). A case is a :class:`Job` with a driver: the built-in cases
+(``_eval_builtin``) bring drivers of their own. Scoring is pure (``projections.evaluation``).
 """
 
 from __future__ import annotations
@@ -254,7 +256,7 @@ def suite_jobs(agent: Agent, suite: Suite, name: str) -> list[Job]:
     ]
 
 
-async def _stopped_attempts(runtime: Runtime, first_id: str) -> tuple[int, bool]:
+async def _latest_attempt(runtime: Runtime, first_id: str) -> tuple[int, bool]:
     """The latest attempt of a case that exists (0: none), and whether it has stopped."""
     attempt, stopped = 0, False
     while True:
@@ -300,7 +302,7 @@ async def _run_case(
     attempt = 1
     async with limiter:
         try:
-            latest, stopped = await _stopped_attempts(runtime, first_id)
+            latest, stopped = await _latest_attempt(runtime, first_id)
             attempt = max(latest, 1)
             invocation_id = attempt_id(first_id, attempt)
             if rerun_failed and stopped:
