@@ -5,7 +5,9 @@ cases (:class:`Suite`). Each case and epoch is an ordinary invocation with a
 deterministic id (:func:`case_invocation_id`), so ``show``, ``history`` and the
 audit work on it, and running the same suite again reuses every run that has
 stopped (``Runtime.run`` of a stopped id returns its recorded outcome) and
-resumes one that was interrupted. Scoring is pure (``projections.evaluation``).
+resumes one that was interrupted; ``--rerun-failed`` runs a failed case again as a new
+attempt (:func:`attempt_id`). A case is a :class:`Job` with a driver: the built-in cases
+(``_eval_builtin``) bring drivers of their own. Scoring is pure (``projections.evaluation``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +34,16 @@ from rich.text import Text
 
 from aggregates.decisions import Frozen
 from loop_actors._agent import Agent
-from loop_actors._errors import InvocationExistsError, LoopActorsError, UsageError
+from loop_actors._errors import (
+    InvocationExistsError,
+    InvocationNotFoundError,
+    LoopActorsError,
+    UsageError,
+)
 from loop_actors._eval_fakes import ToolFake, unknown_fakes, with_fakes
 from loop_actors._eval_stats import paired_bootstrap
 from loop_actors._model import ScriptedModel
+from loop_actors._outcome import Outcome
 from loop_actors._render import terminal_safe
 from loop_actors._runtime import Runtime
 from projections.evaluation import (
@@ -76,6 +85,8 @@ class Case(Frozen):
     not run; the agent's other tools are its real ones."""
     epochs: int = Field(default=1, ge=1, le=1000)
     expect: Expectations = Expectations()
+    proves: str | None = None
+    """What passing this case proves (shown in the report)."""
 
     @field_validator("goal")
     @classmethod
@@ -271,6 +282,11 @@ def case_invocation_id(suite: str, case: Case, epoch: int, agent: Agent) -> str:
     return f"eval-{suite}-{case.id}-e{epoch}-{digest}"
 
 
+def attempt_id(invocation_id: str, attempt: int) -> str:
+    """The invocation id of an attempt: the first is the case's id, a later one ends ``-aN``."""
+    return invocation_id if attempt == 1 else f"{invocation_id}-a{attempt}"
+
+
 def _agent_for(agent: Agent, case: Case) -> Agent:
     agent = with_fakes(agent, case.fakes)
     if case.model is None:
@@ -293,42 +309,77 @@ def check_fakes(suite: Suite, agent: Agent, source: str) -> None:
         raise EvalInputError(source, problems)
 
 
-async def _run_case(
-    runtime: Runtime,
-    *,
-    agent: Agent,
-    suite: str,
-    case: Case,
-    epoch: int,
-    limiter: trio.CapacityLimiter,
-    checks: Mapping[str, AnswerCheck],
-) -> CaseResult:
-    invocation_id = case_invocation_id(suite, case, epoch, agent)
-    base: dict[str, Any] = {
-        "case_id": case.id,
-        "epoch": epoch,
-        "invocation_id": invocation_id,
-        "task_class": case.task_class,
-    }
-    async with limiter:
-        runner = _agent_for(agent, case)
+Driver = Callable[[Runtime, Agent, Case, str], Awaitable[None]]
+"""``drive(runtime, agent, case, invocation_id)``: bring the case's run to a stop (an end
+or a pause). It starts the invocation, or continues it when it exists and has not stopped;
+the run is scored from its events afterwards."""
+
+
+async def drive_run(runtime: Runtime, agent: Agent, case: Case, invocation_id: str) -> None:
+    """The ordinary driver: run the case's goal; resume the run if it was interrupted.
+
+    Cancellation: as :meth:`Runtime.run`.
+    """
+    runner = _agent_for(agent, case)
+    try:
+        await runtime.run(
+            runner, case.goal, invocation_id=invocation_id, task_class=case.task_class
+        )
+    except InvocationExistsError:
+        # Interrupted earlier (killed midway): continue it from its events.
+        await runtime.resume(invocation_id, runner)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One case and epoch to run: the suite's name (part of the id), the agent, the driver."""
+
+    suite: str
+    case: Case
+    epoch: int
+    agent: Agent
+    drive: Driver = drive_run
+    checks: Mapping[str, AnswerCheck] = field(default_factory=dict)
+    """The answer checks of the suite (:func:`import_checks`), by ``MODULE:ATTR``."""
+
+
+def suite_jobs(
+    agent: Agent, suite: Suite, name: str, checks: Mapping[str, AnswerCheck] | None = None
+) -> list[Job]:
+    """Every case and epoch of a suite, in file order, run by ``agent``."""
+    return [
+        Job(suite=name, case=case, epoch=epoch, agent=agent, checks=checks or {})
+        for case in suite.cases
+        for epoch in range(1, case.epochs + 1)
+    ]
+
+
+async def _latest_attempt(runtime: Runtime, first_id: str) -> tuple[int, bool]:
+    """The latest attempt of a case that exists (0: none), and whether it has stopped."""
+    attempt, stopped = 0, False
+    while True:
         try:
-            try:
-                await runtime.run(
-                    runner, case.goal, invocation_id=invocation_id, task_class=case.task_class
-                )
-            except InvocationExistsError:
-                # Interrupted earlier (killed midway): continue it from its events.
-                await runtime.resume(invocation_id, runner)
-            events = await runtime.history(invocation_id)
-            score = score_events(events, case.expect, checks)
-        except (LoopActorsError, ValueError) as error:
-            return CaseResult(
-                **base, status=CaseStatus.ERROR, error=f"{type(error).__name__}: {error}"
-            )
+            invocation = await runtime.load(attempt_id(first_id, attempt + 1))
+        except InvocationNotFoundError:
+            return attempt, stopped
+        attempt += 1
+        try:
+            Outcome.of(invocation)
+        except ValueError:
+            stopped = False
+        else:
+            stopped = True
+
+
+def _scored(job: Job, invocation_id: str, events: Sequence[Any]) -> CaseResult:
+    score = score_events(events, job.case.expect, job.checks)
     measures = score.measures
     return CaseResult(
-        **base,
+        case_id=job.case.id,
+        epoch=job.epoch,
+        invocation_id=invocation_id,
+        task_class=job.case.task_class,
+        proves=job.case.proves,
         status=CaseStatus.PASSED if score.passed else CaseStatus.FAILED,
         failures=score.failures,
         reason=measures.reason,
@@ -345,17 +396,52 @@ async def _run_case(
     )
 
 
-async def run_suite(
+async def _run_case(
+    runtime: Runtime, job: Job, *, limiter: trio.CapacityLimiter, rerun_failed: bool
+) -> CaseResult:
+    first_id = case_invocation_id(job.suite, job.case, job.epoch, job.agent)
+    invocation_id = first_id
+    attempt = 1
+    async with limiter:
+        try:
+            latest, stopped = await _latest_attempt(runtime, first_id)
+            attempt = max(latest, 1)
+            invocation_id = attempt_id(first_id, attempt)
+            if rerun_failed and stopped:
+                earlier = _scored(job, invocation_id, await runtime.history(invocation_id))
+                if earlier.status is not CaseStatus.PASSED:
+                    attempt += 1  # a new invocation: a stopped one cannot run again
+                    invocation_id = attempt_id(first_id, attempt)
+            await job.drive(runtime, job.agent, job.case, invocation_id)
+            result = _scored(job, invocation_id, await runtime.history(invocation_id))
+        except (LoopActorsError, ValueError) as error:
+            return CaseResult(
+                case_id=job.case.id,
+                epoch=job.epoch,
+                invocation_id=invocation_id,
+                task_class=job.case.task_class,
+                proves=job.case.proves,
+                attempts=attempt,
+                status=CaseStatus.ERROR,
+                error=f"{type(error).__name__}: {error}",
+            )
+    return result.model_copy(update={"attempts": attempt})
+
+
+async def run_jobs(
     runtime: Runtime,
-    agent: Agent,
-    suite: Suite,
-    name: str,
+    jobs: Sequence[Job],
     *,
     concurrency: int,
-    checks: Mapping[str, AnswerCheck] | None = None,
+    rerun_failed: bool = False,
     on_result: Callable[[CaseResult], None] | None = None,
 ) -> list[CaseResult]:
-    """Run every case and epoch (at most ``concurrency`` at once) in ``runtime``; results in order.
+    """Run every job (at most ``concurrency`` at once) in one open ``runtime``; results in order.
+
+    The runs share the runtime's Journal, so their commits share transactions (group
+    commit). Each job's latest attempt is reused when it has stopped and continued when
+    it has not; with ``rerun_failed`` one whose latest attempt stopped and did not pass
+    runs again as a new attempt (``attempts`` in its result).
 
     ``checks`` are the suite's answer checks (:func:`import_checks`); ``on_result`` is
     called with each result as it is scored (the progress bar).
@@ -364,27 +450,42 @@ async def run_suite(
     runtime (they have stopped: running the suite again reports them as they ended).
     """
     limiter = trio.CapacityLimiter(concurrency)
-    jobs = [(case, epoch) for case in suite.cases for epoch in range(1, case.epochs + 1)]
     results: list[CaseResult | None] = [None] * len(jobs)
 
-    async def one(index: int, case: Case, epoch: int) -> None:
-        result = await _run_case(
-            runtime,
-            agent=agent,
-            suite=name,
-            case=case,
-            epoch=epoch,
-            limiter=limiter,
-            checks=checks or {},
-        )
+    async def one(index: int, job: Job) -> None:
+        result = await _run_case(runtime, job, limiter=limiter, rerun_failed=rerun_failed)
         results[index] = result
         if on_result is not None:
             on_result(result)
 
     async with runtime, trio.open_nursery() as nursery:
-        for index, (case, epoch) in enumerate(jobs):
-            nursery.start_soon(one, index, case, epoch)
+        for index, job in enumerate(jobs):
+            nursery.start_soon(one, index, job)
     return [result for result in results if result is not None]
+
+
+async def run_suite(
+    runtime: Runtime,
+    agent: Agent,
+    suite: Suite,
+    name: str,
+    *,
+    concurrency: int,
+    rerun_failed: bool = False,
+    checks: Mapping[str, AnswerCheck] | None = None,
+    on_result: Callable[[CaseResult], None] | None = None,
+) -> list[CaseResult]:
+    """Run every case and epoch of ``suite`` with ``agent`` (see :func:`run_jobs`).
+
+    Cancellation: as :func:`run_jobs`.
+    """
+    return await run_jobs(
+        runtime,
+        suite_jobs(agent, suite, name, checks),
+        concurrency=concurrency,
+        rerun_failed=rerun_failed,
+        on_result=on_result,
+    )
 
 
 _REPORT_EXCLUDES: Any = {"trajectory": {"steps": {"__all__": {"decision"}}}}
@@ -639,6 +740,8 @@ def eval_table(document: dict[str, Any]) -> Group:
         whys = [f"{f['expectation']}: {f['why']}" for f in case["failures"]]
         whys += [case["error"]] if case["error"] else []
         failures += [Text(terminal_safe(f"{case['status']} {name} {why}")) for why in whys]
+        if whys and case.get("proves"):
+            failures.append(Text(terminal_safe(f"  {name} proves: {case['proves']}")))
     totals = document["totals"]
     table.caption = (
         f"{totals['passed']}/{totals['cases']} passed, {totals['failed']} failed, "

@@ -751,6 +751,10 @@ class CaseResult(Frozen):
     invocation_id: str
     task_class: str
     status: CaseStatus
+    proves: str | None = None
+    """What passing the case proves (from the case)."""
+    attempts: int = 1
+    """How many times the case was run (``--rerun-failed`` runs a failed one again)."""
     failures: list[Verdict] = []
     error: str | None = None
     reason: TerminalReason | None = None
