@@ -274,9 +274,12 @@ def test_rerun_failed_runs_only_the_failed_cases_again_and_counts_attempts(
     (tmp_path / "answer.txt").write_text("wrong")
     url = f"sqlite:///{tmp_path / 'eval.db'}"
 
+    printed: list[str] = []
+
     def evaluate(*extra: str) -> tuple[int, list[dict[str, Any]]]:
         result = run_cli("eval", "cases.json", "--json", "r.json", *extra, cwd=tmp_path, db=url)
         assert result.returncode in (0, 4), result.stderr
+        printed.append(result.stdout)
         return result.returncode, _report(tmp_path / "r.json")["cases"]
 
     code, first = evaluate()
@@ -296,6 +299,7 @@ def test_rerun_failed_runs_only_the_failed_cases_again_and_counts_attempts(
         ("flaky", "passed", 2),
         ("flaky", "passed", 2),
     ]
+    assert "flaky#2 (attempt 2)" in printed[-1]
     assert rerun[0] == first[0]  # the passed case was not run again
     assert [c["invocation_id"] for c in rerun[1:]] == [
         c["invocation_id"] + "-a2" for c in first[1:]
