@@ -726,8 +726,9 @@ def eval_table(document: dict[str, Any]) -> Group:
     failures: list[Text] = []
     for case in document["cases"]:
         name = terminal_safe(f"{case['case_id']}#{case['epoch']}")
+        attempts = case.get("attempts", 1)
         table.add_row(
-            name,
+            name if attempts == 1 else f"{name} (attempt {attempts})",
             terminal_safe(case["task_class"]),
             Text(case["status"], style=_STATUS_STYLE[case["status"]]),
             case["reason"] or "-",
