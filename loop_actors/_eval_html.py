@@ -383,7 +383,10 @@ def _approvals(case: Mapping[str, Any]) -> str:
 def _case_body(case: Mapping[str, Any]) -> str:
     trajectory = case.get("trajectory")
     trajectory = trajectory if isinstance(trajectory, dict) else {}
+    attempts = case.get("attempts")
     facts = [
+        ("proves", case.get("proves")),  # a case that says what passing it proves
+        ("attempts", attempts if isinstance(attempts, int) and attempts > 1 else None),
         ("goal", trajectory.get("goal")),
         ("answer", case.get("answer")),
         ("reason", case.get("reason")),
