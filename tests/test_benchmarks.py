@@ -22,6 +22,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
         ("read_models.py", ["--n", "10", "--wave", "5", "--reps", "1"], "format 2 / encode"),
         ("resume_check.py", ["--writes", "3", "--others", "0,5", "--reps", "1"], "scan/indexed"),
         ("mcp_sessions.py", ["--reps", "1"], "ratio per-call/one-session"),
+        ("eval_report.py", ["--n", "3", "--reps", "1"], "ratio eval_html/report"),
     ],
 )
 def test_a_benchmark_runs_and_prints_its_figures(
