@@ -47,6 +47,7 @@ from loop_actors._errors import (
     EffectResolutionError,
     InconsistentHistoryError,
     InvocationNotFoundError,
+    StoreUnavailableError,
     UsageError,
 )
 from loop_actors._outcome import Outcome
@@ -58,7 +59,12 @@ from loop_actors._render import (
     terminal_safe,
 )
 from loop_actors._runtime import Runtime, check_invocation_id, unaskable_reason
-from loop_actors._store import EventStore, resolve_db_url
+from loop_actors._store import (
+    EventStore,
+    read_models_unavailable,
+    redacted_url,
+    resolve_db_url,
+)
 from loop_actors._views import open_read_runner, open_writable_runner
 from projections import (
     ProjectionRunner,
@@ -101,6 +107,9 @@ def _positive_int(text: str) -> int:
     return value
 
 
+DB_HELP = "sqlite:///path.db, postgresql://user:password@host:port/dbname or memory://"
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="loop-actors",
@@ -113,7 +122,7 @@ def _build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def db_option(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--db", metavar="URL", help="sqlite:///path.db (or memory://)")
+        sub.add_argument("--db", metavar="URL", help=DB_HELP)
 
     demo = commands.add_parser("demo", help="run seed 000's example agent and show its trajectory")
     db_option(demo)
@@ -309,9 +318,7 @@ def _build_parser() -> argparse.ArgumentParser:
     resolve.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="print what was recorded"
     )
-    resolve.add_argument(
-        "--db", metavar="URL", default=argparse.SUPPRESS, help="sqlite:///path.db (or memory://)"
-    )
+    resolve.add_argument("--db", metavar="URL", default=argparse.SUPPRESS, help=DB_HELP)
 
     projections_cmd = commands.add_parser("projections", help="the read models")
     projection_actions = projections_cmd.add_subparsers(
@@ -374,9 +381,7 @@ def _effects_list_options(sub: argparse.ArgumentParser, views_option: Any, *, de
         views_option(sub)
         return
     sub.add_argument("--json", action="store_true", default=default, help="one JSON object a line")
-    sub.add_argument(
-        "--db", metavar="URL", default=default, help="sqlite:///path.db (or memory://)"
-    )
+    sub.add_argument("--db", metavar="URL", default=default, help=DB_HELP)
     sub.add_argument(
         "--views",
         metavar="FILE",
@@ -500,7 +505,9 @@ async def _demo(runtime: Runtime) -> int:
     # The same fold and the same tree as `loop-actors show` of this invocation.
     _console().print(render_tree(build_trajectory(events)))
     print()
-    print(f"history: loop-actors history {outcome.invocation_id} --db {runtime.db_url}")
+    print(
+        f"history: loop-actors history {outcome.invocation_id} --db {redacted_url(runtime.db_url)}"
+    )
     return outcome.exit_code
 
 
@@ -675,6 +682,9 @@ def _read_models(args: argparse.Namespace) -> int:
         raise UsageError("--batch-size must be at least 1")
     store = _open_for_reading(args.db)
     try:
+        refusal = read_models_unavailable(store)
+        if refusal is not None:
+            raise StoreUnavailableError(refusal)
         if args.command == "projections":
             runner = open_writable_runner(store, args.views, batch_size=batch_size)
         else:

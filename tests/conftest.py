@@ -67,3 +67,16 @@ def postgres_url() -> Iterator[str]:
     yield urlunsplit(parts._replace(path=f"/{name}"))
     with psycopg.connect(admin, autocommit=True, connect_timeout=5) as connection:
         connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A new, empty store on each kind of server: a SQLite file, and a PostgreSQL database.
+
+    The PostgreSQL one is a fresh database from :func:`postgres_url` (skipped
+    without a server, unless ``$LOOP_ACTORS_REQUIRE_PG=1``).
+    """
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'test.db'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
