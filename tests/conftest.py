@@ -34,7 +34,8 @@ REQUIRE_POSTGRES_ENV = "LOOP_ACTORS_REQUIRE_PG"
 """Set to 1 (``.ci/test`` does) to fail, not skip, PostgreSQL tests when no server answers."""
 
 
-def _postgres_admin_url() -> str:
+def postgres_admin_url() -> str:
+    """The admin URL of the tests' PostgreSQL server (skip, or fail when it is required)."""
     url = os.environ.get(POSTGRES_ENV)
     required = os.environ.get(REQUIRE_POSTGRES_ENV) == "1"
     if not url:
@@ -54,7 +55,7 @@ def postgres_url() -> Iterator[str]:
     """
     import psycopg
 
-    admin = _postgres_admin_url()
+    admin = postgres_admin_url()
     name = f"la_test_{uuid.uuid4().hex[:16]}"
     try:
         with psycopg.connect(admin, autocommit=True, connect_timeout=5) as connection:
