@@ -99,9 +99,27 @@ class _CreatesTablesOnce:
     datastore: PostgresDatastore
     sql_create_statements: list[Any]
     stored_event_type_name: str
+    events_table_name: str
 
     def create_table(self) -> None:
+        """Create the tables (and their type) unless the table exists; wait for locks boundedly.
+
+        A table that exists is left alone: its statements all ran in one transaction.
+        (Even ``CREATE INDEX IF NOT EXISTS`` waits for a lock on the table, which a
+        writer holds while it inserts.)
+        """
         with self.datastore.transaction(commit=True) as curs:
+            curs.execute(
+                "SELECT set_config('lock_timeout', %s, true)",
+                (f"{max(1, self.datastore.lock_timeout)}s",),
+            )
+            curs.execute(
+                "SELECT to_regclass(%s) IS NOT NULL",
+                (f'"{self.datastore.schema}"."{self.events_table_name}"',),
+            )
+            row = curs.fetchone()
+            if row is not None and next(iter(row.values())):
+                return
             _holds_lock(curs)
             for statement in self.sql_create_statements:
                 if "CREATE TYPE" in statement.as_string():
@@ -116,11 +134,78 @@ class _CreatesTablesOnce:
         self.datastore.register_type_adapters()
 
 
-class SnapshotRecorder(_CreatesTablesOnce, PostgresAggregateRecorder):
+class _RetriesStaleConnections:
+    """Reads (and snapshot writes) without eventsourcing's retry decorator, bounded by the pool.
+
+    eventsourcing retries every read ten times, 0.2 s apart, each waiting for the
+    pool's connect timeout: with the server away, one read took some twenty
+    seconds. Here a read is tried again at once only on a pooled connection that
+    broke (the server restarted since it was opened), and fails within
+    ``connect_timeout`` when the server is away.
+    """
+
+    datastore: PostgresDatastore
+    _RECONNECTS: ClassVar[int] = 3
+    """Extra attempts, beyond the pool's size, on pooled connections found broken."""
+
+    def _stale_connection(self, error: OperationalError, attempt: int) -> bool:
+        """Whether a failed read or write met a pooled connection that broke: try another.
+
+        Not when the pool could not give a connection in time (the server is away:
+        waiting again would only wait longer), nor after the pool's size of tries.
+        """
+        return (
+            is_connection_failure(error)
+            and not isinstance(error.__cause__, psycopg_pool.PoolTimeout)
+            and attempt + 1 < self.datastore.pool.max_size + self._RECONNECTS
+        )
+
+    def _read(self, read: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run one of eventsourcing's undecorated methods; again at once on a stale connection."""
+        attempt = 0
+        while True:
+            try:
+                return read(self, *args, **kwargs)
+            except OperationalError as error:
+                if not self._stale_connection(error, attempt):
+                    raise
+                attempt += 1
+
+
+class SnapshotRecorder(_RetriesStaleConnections, _CreatesTablesOnce, PostgresAggregateRecorder):
     """eventsourcing's aggregate recorder (the snapshots' table), created race-free."""
 
+    def insert_events(
+        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        """Write snapshot rows (a duplicate is eventsourcing's ``IntegrityError``)."""
+        self._read(PostgresAggregateRecorder.insert_events.__wrapped__, stored_events, **kwargs)
+        return None
 
-class LeanPostgresRecorder(_CreatesTablesOnce, PostgresApplicationRecorder):
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        """Read an aggregate's snapshot rows (eventsourcing's query; see :meth:`_read`)."""
+        rows: Sequence[StoredEvent] = self._read(
+            PostgresAggregateRecorder.select_events.__wrapped__,
+            originator_id,
+            gt=gt,
+            lte=lte,
+            desc=desc,
+            limit=limit,
+        )
+        return rows
+
+
+class LeanPostgresRecorder(
+    _RetriesStaleConnections, _CreatesTablesOnce, PostgresApplicationRecorder
+):
     """eventsourcing's PostgreSQL application recorder, with the store's extra reads and writes.
 
     It gives what ``LeanSQLiteRecorder`` gives a SQLite store: the store's identity
@@ -151,9 +236,6 @@ class LeanPostgresRecorder(_CreatesTablesOnce, PostgresApplicationRecorder):
     ``OperationalError`` for a lock not granted in time or a lost connection
     (psycopg's error, with its SQLSTATE, is the ``__cause__``).
     """
-
-    _RECONNECTS: ClassVar[int] = 3
-    """Extra attempts, beyond the pool's size, on pooled connections found broken."""
 
     def __init__(
         self, datastore: PostgresDatastore, *, events_table_name: str = "stored_events"
@@ -239,34 +321,6 @@ class LeanPostgresRecorder(_CreatesTablesOnce, PostgresApplicationRecorder):
         return ids
 
     # ----------------------------------------------------------------- reads
-
-    def _stale_connection(self, error: OperationalError, attempt: int) -> bool:
-        """Whether a failed read or write met a pooled connection that broke: try another.
-
-        Not when the pool could not give a connection in time (the server is away:
-        waiting again would only wait longer), nor after the pool's size of tries.
-        """
-        return (
-            is_connection_failure(error)
-            and not isinstance(error.__cause__, psycopg_pool.PoolTimeout)
-            and attempt + 1 < self.datastore.pool.max_size + self._RECONNECTS
-        )
-
-    def _read(self, read: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run one of eventsourcing's reads; again at once, on a stale connection only.
-
-        eventsourcing's own retry decorator (ten tries 0.2 s apart, each waiting for
-        the pool) is left out: with the server away, a read fails within
-        ``connect_timeout`` instead of ten times that.
-        """
-        attempt = 0
-        while True:
-            try:
-                return read(self, *args, **kwargs)
-            except OperationalError as error:
-                if not self._stale_connection(error, attempt):
-                    raise
-                attempt += 1
 
     def select_events(
         self,
@@ -436,7 +490,8 @@ class PostgresStoreFactory(PostgresFactory):
     """The PostgreSQL factory of eventsourcing, building the store's recorders.
 
     It also gives every pooled connection libpq's ``connect_timeout`` (eventsourcing
-    only bounds the wait for a pooled connection) and, for a store opened read-only,
+    only bounds the wait for a pooled connection), makes the pool reconnect promptly
+    once a server that went away is back, and, for a store opened read-only,
     ``default_transaction_read_only``: nothing can be written through it.
     """
 
@@ -447,9 +502,13 @@ class PostgresStoreFactory(PostgresFactory):
         super().__init__(env)
         kwargs = self.datastore.pool.kwargs
         assert isinstance(kwargs, dict)
-        timeout = self.env.get(self.POSTGRES_CONNECT_TIMEOUT)
-        if timeout:
-            kwargs["connect_timeout"] = int(timeout)
+        timeout = int(self.env.get(self.POSTGRES_CONNECT_TIMEOUT) or 5)
+        kwargs["connect_timeout"] = timeout
+        # psycopg_pool keeps re-trying a lost connection with backoff (1, 2, 4, ... s)
+        # for five minutes, holding its slot: after an outage of a few seconds the
+        # next try may come long after the server is back. Giving up after the
+        # connect timeout frees the slot, and the next request connects at once.
+        self.datastore.pool.reconnect_timeout = float(timeout)
         kwargs["application_name"] = "loop-actors"
         if strtobool(self.env.get(READ_ONLY_SETTING) or "no"):
             kwargs["options"] = "-c default_transaction_read_only=on"

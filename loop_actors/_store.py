@@ -378,7 +378,7 @@ class StoreUrl:
         if parts.fragment:
             raise StoreUrlError(f"a PostgreSQL URL has no #fragment, in {shown!r}")
         try:
-            port = parts.port or 5432
+            port = parts.port if parts.port is not None else 5432
         except ValueError:
             raise StoreUrlError(f"the port must be a number from 1 to 65535 in {shown!r}") from None
         if port == 0:
