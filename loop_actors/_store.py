@@ -1047,6 +1047,17 @@ class EventStore:
             return self.url.scrub(f"{what}: {_postgres().translated(error, self.url.server)}")
         return self.url.scrub(f"{what}: {error}")
 
+    @property
+    def contiguous_ids(self) -> bool:
+        """Whether notification ids have no holes unless rows were deleted.
+
+        True on SQLite (a row id is the largest so far plus one). False on
+        PostgreSQL: a transaction that rolls back (a conflict) has used values of
+        the ``notification_id`` sequence, which no row will have; the audit's
+        chain, not the ids, tells a deleted row there.
+        """
+        return self.url.kind != "postgresql"
+
     def sealed_table(self) -> SealedTable:
         """Where the secret store seals its values: a table of this store's own database."""
         if self.url.kind == "postgresql":
