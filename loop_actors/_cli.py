@@ -41,6 +41,7 @@ from loop_actors._checkpoint import (
     verify_against,
 )
 from loop_actors._controller import single_exception
+from loop_actors._copy import copy_store
 from loop_actors._demo import DEMO_GOAL, demo_agent
 from loop_actors._errors import (
     AgentLoadError,
@@ -237,6 +238,17 @@ def _build_parser() -> argparse.ArgumentParser:
     keygen.add_argument(
         "--name", default="loop-actors", help="the key's name (default: loop-actors)"
     )
+
+    store = commands.add_parser("store", help="copy a store (e.g. from SQLite to PostgreSQL)")
+    store_commands = store.add_subparsers(dest="store_command", required=True, parser_class=_Parser)
+    copy = store_commands.add_parser(
+        "copy",
+        help="copy every event (with its id, in order) and snapshot into an empty store, "
+        "then check that its audit and log head equal the source's",
+    )
+    copy.add_argument("--from", dest="source", metavar="URL", required=True, help=DB_HELP)
+    copy.add_argument("--to", dest="target", metavar="URL", required=True, help=DB_HELP)
+    copy.add_argument("--json", action="store_true", help="print the report as JSON")
 
     def views_option(sub: argparse.ArgumentParser) -> None:
         db_option(sub)
@@ -882,6 +894,28 @@ def _audit_verify(args: argparse.Namespace) -> int:
     return EXIT_TAMPERED if broken or uncovered or found else 0
 
 
+def _store_copy(args: argparse.Namespace) -> int:
+    """``store copy --from URL --to URL``: exit 0 when the copy equals its source, else 4."""
+    report = copy_store(args.source, args.target, progress=None if args.json else _copied)
+    if args.json:
+        print(report.model_dump_json())
+    else:
+        print(
+            f"copied {report.copied} rows"
+            + (f" after the {report.already} already there" if report.already else "")
+            + f" and {report.snapshots} snapshots from {report.source} to {report.target}"
+        )
+        same = "the same as the source's" if report.same_as_source else "NOT the source's"
+        print(f"log: {report.size} rows, head {report.head} ({same})")
+        print(f"audit of the copy: {report.intact} intact, {report.broken} broken")
+    return 0 if report.ok else EXIT_TAMPERED
+
+
+def _copied(rows: int) -> None:
+    if rows % 10_000 == 0:
+        print(f"loop-actors: {rows} rows copied", file=sys.stderr)
+
+
 def _open_existing(db: str | None) -> Runtime:
     """A runtime on a database that must already exist (resume and reconcile create nothing)."""
     url = resolve_db_url(db)
@@ -942,6 +976,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             resolver = load_agent(agent_ref) if agent_ref else None
             parse_receipt(args.receipt)  # before the database: a bad receipt opens nothing
             return trio.run(_resolve_effect, _open_existing(args.db), resolver, args)
+        case "store":
+            return _store_copy(args)
         case "eval":
             return _eval_command(args)
         case "show" | "list" | "metrics" | "effects" | "projections":

@@ -482,6 +482,49 @@ class LeanPostgresRecorder(
             curs.execute(statement, parameters)
             return [(str(a), int(b), str(c), bytes(d)) for a, b, c, d in curs.fetchall()]
 
+    def insert_copied_rows(self, rows: Sequence[tuple[int, str, int, str, bytes]]) -> None:
+        """Write rows copied from another store, keeping their notification ids (one transaction).
+
+        Under the events table's lock, as every insert; the id sequence then goes on
+        after the largest id.
+
+        Raises:
+            eventsourcing.persistence.IntegrityError: a position or an id is taken.
+            eventsourcing.persistence.OperationalError: the lock was not granted, or
+                the connection was lost.
+        """
+        table = SQL("{schema}.{table}").format(schema=self._schema, table=self._table)
+        with self._cursor(commit=True) as curs:
+            curs.execute(
+                "SELECT set_config('lock_timeout', %s, true)",
+                (f"{max(1, self.datastore.lock_timeout)}s",),
+            )
+            curs.execute(self.lock_table_statements[1])
+            curs.executemany(
+                SQL(
+                    "INSERT INTO {table} (notification_id, originator_id, originator_version, "
+                    "topic, state) VALUES (%s, %s, %s, %s, %s)"
+                ).format(table=table),
+                rows,
+            )
+            curs.execute(
+                SQL(
+                    "SELECT setval(pg_get_serial_sequence(%s, 'notification_id'), "
+                    "(SELECT MAX(notification_id) FROM {table}))"
+                ).format(table=table),
+                (f'"{self.datastore.schema}"."{self.events_table_name}"',),
+            )
+
+    def replace_identity(self, store_id: str) -> None:
+        """Give the store another's identity (a copy of that store takes it over)."""
+        with self._cursor(commit=True) as curs:
+            curs.execute(
+                SQL("UPDATE {schema}.{table} SET store_id = %s").format(
+                    schema=self._schema, table=Identifier(STORE_TABLE)
+                ),
+                (store_id,),
+            )
+
     def close(self) -> None:
         """Nothing of its own to close: the pool closes with eventsourcing's factory."""
 

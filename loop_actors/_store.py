@@ -814,6 +814,42 @@ class LeanSQLiteRecorder(SQLiteApplicationRecorder):
             rows = cursor.fetchall()
         return [(str(a), int(b), str(c), bytes(d)) for a, b, c, d in rows]
 
+    def insert_copied_rows(self, rows: Sequence[tuple[int, str, int, str, bytes]]) -> None:
+        """Write rows copied from another store, keeping their notification ids (one transaction).
+
+        Rows are (notification id, originator id, version, topic, state as stored).
+
+        Raises:
+            eventsourcing.persistence.IntegrityError: a position or an id is taken.
+            eventsourcing.persistence.OperationalError: the database is locked or broken.
+        """
+        statement = (
+            f"INSERT INTO {self.events_table_name} "  # noqa: S608 (eventsourcing's table)
+            "(rowid, originator_id, originator_version, topic, state) VALUES (?, ?, ?, ?, ?)"
+        )
+        with self._writer_slot():
+            try:
+                self._cursor.execute("BEGIN IMMEDIATE")
+                try:
+                    self._cursor.executemany(statement, rows)
+                    self._cursor.execute("COMMIT")
+                except BaseException:
+                    if self._connection.in_transaction:
+                        self._connection.rollback()
+                    raise
+            except sqlite3.IntegrityError as error:
+                raise IntegrityError(error) from error
+            except sqlite3.OperationalError as error:
+                raise OperationalError(error) from error
+
+    def replace_identity(self, store_id: str) -> None:
+        """Give the store another's identity (a copy of that store takes it over)."""
+        with self._writer_slot():
+            try:
+                self._connection.execute("UPDATE loop_actors_store SET store_id = ?", (store_id,))
+            except sqlite3.OperationalError as error:
+                raise OperationalError(error) from error
+
     def close(self) -> None:
         """Close the insert's connection (the pool's close with eventsourcing's factory)."""
         self._connection.close()
@@ -868,6 +904,12 @@ class StoreRecorder(Protocol):
         self, table: str, originator_id: str | None
     ) -> list[tuple[str, int, str, bytes]]:
         """A snapshots table's rows."""
+
+    def insert_copied_rows(self, rows: Sequence[tuple[int, str, int, str, bytes]]) -> None:
+        """Write rows copied from another store, keeping their notification ids."""
+
+    def replace_identity(self, store_id: str) -> None:
+        """Take another store's identity."""
 
     def close(self) -> None:
         """Close what the recorder opened itself."""
@@ -1333,6 +1375,40 @@ class EventStore:
             if len(notifications) < page:
                 return
             position = notifications[-1].id
+
+    def copy_in(self, rows: Sequence[tuple[int, str, int, str, bytes]]) -> None:
+        """Write rows of another store's log as they were stored, with their ids (one transaction).
+
+        Raises:
+            StoreReadOnlyError: the store is open read-only.
+            eventsourcing.persistence.PersistenceError: the database failed, or an id
+                or position is taken.
+        """
+        if self.read_only:
+            raise StoreReadOnlyError(f"{self.url.display} is open read-only: nothing can be copied")
+        self._recorder.insert_copied_rows(rows)
+
+    def snapshot_rows(self) -> list[tuple[str, int, str, bytes]]:
+        """Every stored snapshot row as stored: (id, version, topic, state)."""
+        table = self._snapshot_table()
+        return [] if table is None else self._recorder.select_rows(table, None)
+
+    def copy_snapshots_in(self, rows: Sequence[tuple[str, int, str, bytes]]) -> None:
+        """Write another store's snapshot rows as they were stored."""
+        snapshots = self.app.snapshots
+        if snapshots is None or not rows:
+            return
+        snapshots.recorder.insert_events(
+            [
+                StoredEvent(originator_id=a, originator_version=b, topic=c, state=d)
+                for a, b, c, d in rows
+            ]
+        )
+
+    def adopt_identity(self, store_id: str) -> None:
+        """Take over another store's identity: this store is a copy of it (``store copy``)."""
+        self._recorder.replace_identity(store_id)
+        self.store_id = store_id
 
     def audit_aggregate_ids(self) -> list[str]:
         """The id of every aggregate with a stored row, in the order of its first row."""
