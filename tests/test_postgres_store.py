@@ -369,6 +369,73 @@ def test_read_model_commands_on_postgresql_say_read_models_are_not_there_yet(
     assert "read models on PostgreSQL are not there yet" in done.stderr
 
 
+def _translated(cause: BaseException) -> BaseException:
+    """A psycopg error as eventsourcing hands it on: its own class, psycopg's as the cause."""
+    from eventsourcing.persistence import OperationalError
+
+    error = OperationalError(str(cause))
+    error.__cause__ = cause
+    return error
+
+
+def test_the_journal_waits_for_a_lock_but_not_for_a_lost_connection() -> None:
+    import psycopg_pool
+
+    from loop_actors._journal import is_lock_failure
+
+    for retried in (
+        psycopg.errors.LockNotAvailable("canceling statement due to lock timeout"),
+        psycopg.errors.DeadlockDetected("deadlock detected"),
+        psycopg.errors.SerializationFailure("could not serialize access"),
+    ):
+        assert is_lock_failure(_translated(retried)), retried
+    for failed in (
+        psycopg.OperationalError("server closed the connection unexpectedly"),
+        psycopg.errors.AdminShutdown("terminating connection due to administrator command"),
+        psycopg_pool.PoolTimeout("couldn't get a connection after 5.00 sec"),
+        psycopg.OperationalError("the table is locked"),  # the message heuristic is SQLite's
+    ):
+        assert not is_lock_failure(_translated(failed)), failed
+
+
+def test_db_functions_stay_off_whatever_the_environment_says(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """POSTGRES_ENABLE_DB_FUNCTIONS (an insert without the table lock) is never used."""
+    monkeypatch.setenv("POSTGRES_ENABLE_DB_FUNCTIONS", "y")
+    monkeypatch.setenv("LOOPACTORS_POSTGRES_ENABLE_DB_FUNCTIONS", "y")
+    store = EventStore(postgres_url)
+    store.append(_started_events("a"))
+    recorder: Any = store.app.recorder
+    assert recorder.datastore.enable_db_functions is False
+    store.close()
+    functions = _sql(postgres_url, "SELECT proname FROM pg_proc WHERE proname LIKE 'es_insert%'")
+    assert functions == []
+
+
+def test_lock_statements_of_another_shape_are_refused_when_the_store_opens(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guards an eventsourcing upgrade: rows are never written without the table lock."""
+    from eventsourcing.postgres import PostgresApplicationRecorder
+
+    original = PostgresApplicationRecorder.__init__
+
+    def upgraded(recorder: Any, *args: Any, **kwargs: Any) -> None:
+        original(recorder, *args, **kwargs)
+        recorder.lock_table_statements = recorder.lock_table_statements[:1]
+
+    monkeypatch.setattr(PostgresApplicationRecorder, "__init__", upgraded)
+    with pytest.raises(StoreUnavailableError, match="unexpected lock statements"):
+        EventStore(postgres_url)
+
+
+def _started_events(invocation_id: str) -> list[Any]:
+    from tests.test_store import _started
+
+    return _started(invocation_id)
+
+
 # --------------------------------------------------------------------------- a private server
 
 PRIVATE_ROOT = "/tmp/pg-stop-test"  # noqa: S108 (the postgres user must reach it: not pytest's 0700 tmp)
