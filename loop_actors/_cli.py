@@ -13,6 +13,7 @@ import importlib.metadata
 import json
 import os
 import sys
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -66,7 +67,7 @@ from loop_actors._store import (
     redacted_url,
     resolve_db_url,
 )
-from loop_actors._views import open_read_runner, open_writable_runner
+from loop_actors._views import open_read_runner, open_runner, open_writable_runner
 from projections import (
     ProjectionRunner,
     build_trajectory,
@@ -694,10 +695,18 @@ def _read_models(args: argparse.Namespace) -> int:
         raise UsageError("--batch-size must be at least 1")
     store = _open_for_reading(args.db)
     try:
-        refusal = read_models_unavailable(store)
+        # On PostgreSQL, read models are kept only in a SQLite file given with --views.
+        refusal = read_models_unavailable(store) if args.views is None else None
+        if refusal is not None and args.command == "projections":
+            raise StoreUnavailableError(
+                f"{refusal}: give --views FILE to keep them in a SQLite file; show, list, "
+                "metrics and effects build them in memory instead"
+            )
         if refusal is not None:
-            raise StoreUnavailableError(refusal)
-        if args.command == "projections":
+            _note(f"{refusal}: building them in memory for this command")
+            in_memory = f"file:loop-actors-views-{uuid.uuid4().hex}?mode=memory&cache=shared"
+            runner = open_runner(store, in_memory, batch_size=batch_size)
+        elif args.command == "projections":
             runner = open_writable_runner(store, args.views, batch_size=batch_size)
         else:
             runner = open_read_runner(store, args.views, batch_size=batch_size, note=_note)

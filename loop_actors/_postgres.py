@@ -118,20 +118,22 @@ class _CreatesTablesOnce:
                 (f'"{self.datastore.schema}"."{self.events_table_name}"',),
             )
             row = curs.fetchone()
-            if row is not None and next(iter(row.values())):
-                return
-            _holds_lock(curs)
-            for statement in self.sql_create_statements:
-                if "CREATE TYPE" in statement.as_string():
-                    curs.execute(
-                        "SELECT 1 FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace "
-                        "WHERE n.nspname = %s AND t.typname = %s",
-                        (self.datastore.schema, self.stored_event_type_name),
-                    )
-                    if curs.fetchone() is not None:
-                        continue
-                curs.execute(statement, prepare=False)
+            if row is None or not next(iter(row.values())):
+                self._create(curs)
         self.datastore.register_type_adapters()
+
+    def _create(self, curs: Cursor[DictRow]) -> None:
+        _holds_lock(curs)
+        for statement in self.sql_create_statements:
+            if "CREATE TYPE" in statement.as_string():
+                curs.execute(
+                    "SELECT 1 FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace "
+                    "WHERE n.nspname = %s AND t.typname = %s",
+                    (self.datastore.schema, self.stored_event_type_name),
+                )
+                if curs.fetchone() is not None:
+                    continue
+            curs.execute(statement, prepare=False)
 
 
 class _RetriesStaleConnections:
@@ -168,8 +170,23 @@ class _RetriesStaleConnections:
                 return read(self, *args, **kwargs)
             except OperationalError as error:
                 if not self._stale_connection(error, attempt):
-                    raise
+                    raise self._explained(error) from error.__cause__
                 attempt += 1
+
+    def _explained(self, error: OperationalError) -> OperationalError:
+        """The pool's "couldn't get a connection after 5.00 sec", saying which server."""
+        if not isinstance(error.__cause__, psycopg_pool.PoolTimeout):
+            return error
+        kwargs = self.datastore.pool.kwargs
+        where = (
+            f"{kwargs.get('host')}:{kwargs.get('port')}/{kwargs.get('dbname')}"
+            if isinstance(kwargs, dict)
+            else "the server"
+        )
+        return OperationalError(
+            f"no connection to PostgreSQL at {where} within {self.datastore.pool.timeout:g} s "
+            "(connect_timeout): is the server running?"
+        )
 
 
 class SnapshotRecorder(_RetriesStaleConnections, _CreatesTablesOnce, PostgresAggregateRecorder):
@@ -296,7 +313,7 @@ class LeanPostgresRecorder(
                 ids = insert(self, stored_events, **kwargs)
             except OperationalError as error:
                 if self._call.reached_commit or not self._stale_connection(error, attempt):
-                    raise
+                    raise self._explained(error) from error.__cause__
                 attempt += 1
                 continue
             return list(ids or [])

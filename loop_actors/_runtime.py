@@ -246,9 +246,11 @@ class Runtime:
             stack.callback(self._secrets.close)
             runner = None
             if self.follow_projections:
-                refusal = read_models_unavailable(store)
+                refusal = read_models_unavailable(store) if self.views is None else None
                 if refusal is not None:
-                    raise StoreUnavailableError(f"follow_projections: {refusal}")
+                    raise StoreUnavailableError(
+                        f"follow_projections: {refusal}; give views= a SQLite file to keep them in"
+                    )
                 runner = await trio.to_thread.run_sync(open_runner, store, self.views)
                 stack.callback(runner.close)  # after the nursery: the follower has stopped
             nursery = await stack.enter_async_context(trio.open_nursery())

@@ -931,19 +931,15 @@ def _postgres() -> types.ModuleType:
 
 
 def read_models_unavailable(store: EventStore) -> str | None:
-    """Why this store has no read models here (None when it has): PostgreSQL's are to come.
+    """Why this store's read models cannot be kept (None when they can): PostgreSQL's are to come.
 
-    The read models live in a SQLite file next to a SQLite store (or in memory);
-    a store on PostgreSQL has none yet, so the commands that read them say so
-    rather than guess where they would be.
+    The read models live in a SQLite file next to a SQLite store (or in memory); a
+    store on PostgreSQL has no place for them yet, so the commands that read them
+    build them in memory for the one command, and those that keep them say so.
     """
     if store.url.kind != "postgresql":
         return None
-    return (
-        f"read models on PostgreSQL are not there yet (the store is {store.url.server}): "
-        "show, list, metrics, effects (the list) and projections need them; history, "
-        "audit verify, effects resolve and reconcile work"
-    )
+    return f"read models on PostgreSQL are not there yet (the store is {store.url.server})"
 
 
 def resolve_db_url(explicit: str | None) -> str:

@@ -359,14 +359,34 @@ def test_the_cli_runs_resumes_and_shows_history_on_postgresql(
 
 
 @pytest.mark.parametrize("command", ["show", "list", "metrics", "effects"])
-def test_read_model_commands_on_postgresql_say_read_models_are_not_there_yet(
+def test_read_model_commands_on_postgresql_build_them_in_memory_and_say_so(
     postgres_url: str, command: str
 ) -> None:
-    EventStore(postgres_url).close()
-    args = [command, "x"] if command == "show" else [command]
-    done = run_cli(*args, cwd=REPO, db=postgres_url)
-    assert done.returncode == 2
-    assert "read models on PostgreSQL are not there yet" in done.stderr
+    done = Runtime(postgres_url).run_sync(AGENT, "g", invocation_id="one")
+    assert done.reason is TerminalReason.COMPLETED
+    args = [command, "one"] if command == "show" else [command]
+    shown = run_cli(*args, "--json", cwd=REPO, db=postgres_url)
+    assert shown.returncode == 0, shown.stderr
+    assert "read models on PostgreSQL are not there yet" in shown.stderr
+    assert "building them in memory for this command" in shown.stderr
+    if command in ("show", "list"):
+        assert '"one"' in shown.stdout
+
+
+def test_projections_on_postgresql_need_a_views_file_and_work_with_one(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    Runtime(postgres_url).run_sync(AGENT, "g", invocation_id="one")
+    refused = run_cli("projections", "status", cwd=REPO, db=postgres_url)
+    assert refused.returncode == 2
+    assert "give --views FILE" in refused.stderr
+    views = str(tmp_path / "pg.views.db")
+    built = run_cli("projections", "catch-up", "--views", views, cwd=REPO, db=postgres_url)
+    assert built.returncode == 0, built.stderr
+    listed = run_cli("list", "--views", views, "--json", cwd=REPO, db=postgres_url)
+    assert listed.returncode == 0, listed.stderr
+    assert '"one"' in listed.stdout
+    assert "in memory" not in listed.stderr
 
 
 def _translated(cause: BaseException) -> BaseException:
