@@ -554,6 +554,9 @@ async def test_a_server_stopped_mid_run_ends_it_checkpoint_failed_and_resume_con
                 await trio.to_thread.run_sync(_private, "stop")
                 release.set()
             assert outcomes[0].reason is TerminalReason.CHECKPOINT_FAILED
+            detail = outcomes[0].detail or ""
+            assert f"PostgreSQL at 127.0.0.1:{PRIVATE_PORT}/la_private" in detail, detail
+            assert APP_PASSWORD not in detail
             await trio.to_thread.run_sync(_private, "start")
             # The same runtime's pool reconnects: a new run works.
             fresh = await runtime.run(AGENT, "after", invocation_id="after")
