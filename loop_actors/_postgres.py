@@ -700,8 +700,13 @@ def connect_failure(
     text = str(error)
     lower = text.lower()
     server = f"PostgreSQL at {where}"
-    if "password authentication failed" in lower or "password is required" in lower:
+    if "password authentication failed" in lower:
         return f"{server} refused the password of user {user!r} (wrong credentials)"
+    if "no password supplied" in lower or "password is required" in lower:
+        return (
+            f"{server} asks for the password of user {user!r} and none was given "
+            "(in the URL, PGPASSWORD or ~/.pgpass)"
+        )
     if f'role "{user.lower()}" does not exist' in lower or (
         "role" in lower and "does not exist" in lower
     ):

@@ -519,6 +519,18 @@ def test_a_wrong_password_is_one_clear_line_that_never_shows_either_password(
     EventStore(private_server).close()  # the right one opens
 
 
+def test_a_missing_password_says_where_one_can_be_given(
+    private_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    monkeypatch.setenv("PGPASSFILE", "/nonexistent")
+    without = private_server.replace(f":{APP_PASSWORD}@", "@")
+    with pytest.raises(StoreUnavailableError, match="asks for the password of user 'la_app'"):
+        EventStore(without)
+    monkeypatch.setenv("PGPASSWORD", APP_PASSWORD)  # libpq's own variable
+    EventStore(without).close()
+
+
 async def test_a_server_stopped_mid_run_ends_it_checkpoint_failed_and_resume_continues_later(
     private_server: str,
 ) -> None:
