@@ -942,7 +942,9 @@ def _store_copy(args: argparse.Namespace) -> int:
         print(
             f"copied {report.copied} rows"
             + (f" after the {report.already} already there" if report.already else "")
-            + f" and {report.snapshots} snapshots from {report.source} to {report.target}"
+            + f" and {report.snapshots} snapshots"
+            + (f" and {report.secrets} sealed secrets" if report.secrets else "")
+            + f" from {report.source} to {report.target}"
         )
         same = "the same as the source's" if report.same_as_source else "NOT the source's"
         print(f"log: {report.size} rows, head {report.head} ({same})")

@@ -5,8 +5,9 @@ bytes unchanged: an encrypted store stays encrypted with the same key), with its
 notification id, in notification order, so the copy's log is the source's: the
 same audit chain, the same checkpoint head, and the same store identity (a
 checkpoint of the source verifies against the copy). Snapshot rows are copied
-too. The copy is then checked: its log head must equal the source's, and the
-audit of every chain must find nothing broken.
+too, and the sealed secrets that paused invocations still need (still sealed: the
+copy needs the same cipher key). The copy is then checked: its log head must
+equal the source's, and the audit of every chain must find nothing broken.
 
 The target must be empty, or hold the first rows of this same source (a copy
 that was interrupted): the copy then goes on after them.
@@ -46,6 +47,8 @@ class CopyReport(Frozen):
     """Event rows the target held before (an interrupted copy of the same source)."""
     snapshots: int
     """Snapshot rows written."""
+    secrets: int = 0
+    """Sealed secrets of paused invocations written (they stay sealed with the same key)."""
     size: int
     """Rows in the target's log afterwards."""
     head: str
@@ -131,6 +134,13 @@ def _copy(
     snapshots = source.snapshot_rows()
     if not target.snapshot_rows():
         target.copy_snapshots_in(snapshots)
+    secrets = source.sealed_rows()
+    if secrets:
+        table = target.sealed_table()
+        try:
+            table.upsert(secrets)
+        finally:
+            table.close()
     source_size, source_head = log_head(source)
     size, head = log_head(target)
     reports, _ = verify_all(target)
@@ -142,6 +152,7 @@ def _copy(
         copied=copied,
         already=already,
         snapshots=len(snapshots),
+        secrets=len(secrets),
         size=size,
         head=head,
         same_as_source=(size, head) == (source_size, source_head),

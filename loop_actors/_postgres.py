@@ -532,6 +532,19 @@ class LeanPostgresRecorder(
                 (f'"{self.datastore.schema}"."{self.events_table_name}"',),
             )
 
+    def select_sealed_rows(self) -> list[tuple[str, int, str, str, bytes]]:
+        """Every row of the sealed secrets' table, as stored (none when it has no such table)."""
+        if not self.has_table(SECRETS_TABLE):
+            return []
+        with self._cursor() as curs:
+            curs.execute(
+                SQL(
+                    "SELECT invocation_id, step, call_id, kind, sealed FROM {schema}.{table} "
+                    "ORDER BY invocation_id, step, call_id, kind"
+                ).format(schema=self._schema, table=Identifier(SECRETS_TABLE))
+            )
+            return [(str(a), int(b), str(c), str(d), bytes(e)) for a, b, c, d, e in curs.fetchall()]
+
     def replace_identity(self, store_id: str) -> None:
         """Give the store another's identity (a copy of that store takes it over)."""
         with self._cursor(commit=True) as curs:

@@ -842,6 +842,18 @@ class LeanSQLiteRecorder(SQLiteApplicationRecorder):
             except sqlite3.OperationalError as error:
                 raise OperationalError(error) from error
 
+    def select_sealed_rows(self) -> list[tuple[str, int, str, str, bytes]]:
+        """Every row of the sealed secrets' table, as stored (none when it has no such table)."""
+        if not self.has_table("loop_actors_secrets"):
+            return []
+        with self.datastore.transaction(commit=False) as cursor:
+            cursor.execute(
+                "SELECT invocation_id, step, call_id, kind, sealed FROM loop_actors_secrets "
+                "ORDER BY invocation_id, step, call_id, kind"
+            )
+            rows = cursor.fetchall()
+        return [(str(a), int(b), str(c), str(d), bytes(e)) for a, b, c, d, e in rows]
+
     def replace_identity(self, store_id: str) -> None:
         """Give the store another's identity (a copy of that store takes it over)."""
         with self._writer_slot():
@@ -910,6 +922,9 @@ class StoreRecorder(Protocol):
 
     def replace_identity(self, store_id: str) -> None:
         """Take another store's identity."""
+
+    def select_sealed_rows(self) -> list[tuple[str, int, str, str, bytes]]:
+        """Every row of the sealed secrets' table, as stored."""
 
     def close(self) -> None:
         """Close what the recorder opened itself."""
@@ -1400,6 +1415,10 @@ class EventStore:
                 for a, b, c, d in rows
             ]
         )
+
+    def sealed_rows(self) -> list[tuple[str, int, str, str, bytes]]:
+        """The sealed secrets of paused invocations, as stored (for ``store copy``)."""
+        return self._recorder.select_sealed_rows()
 
     def adopt_identity(self, store_id: str) -> None:
         """Take over another store's identity: this store is a copy of it (``store copy``)."""

@@ -214,6 +214,24 @@ def test_on_postgresql_a_sealed_secret_lives_in_the_store_database_until_the_cal
     assert (left, in_clear) == (0, 0)
 
 
+def test_a_paused_invocations_sealed_secret_moves_with_store_copy_and_runs_there(
+    payer: Path, postgres_url: str
+) -> None:
+    """Paused on SQLite with a sealed card; copied to PostgreSQL; approved and resumed there."""
+    sqlite_db, env = f"sqlite:///{payer / 'run.db'}", cipher_env()
+    digest = pause_for_approval(payer, sqlite_db, env)
+    copied = run_cli(
+        "store", "copy", "--from", sqlite_db, "--to", postgres_url, "--json", cwd=payer, env=env
+    )
+    assert copied.returncode == 0, copied.stderr
+    assert json.loads(copied.stdout)["secrets"] == 1
+
+    resumed = approve_then_resume(payer, postgres_url, env, digest)
+
+    assert resumed["reason"] == "completed"
+    assert paid_lines(payer) == [f"{CARD} 12"]
+
+
 def test_without_a_cipher_a_call_resumed_in_a_new_process_does_not_run_and_says_why(
     payer: Path,
 ) -> None:
