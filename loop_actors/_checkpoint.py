@@ -436,7 +436,7 @@ def verify_log(
     findings: list[CheckpointReport] = []
     size, link, previous_id = 0, GENESIS, 0
     versions: dict[str, int] = {}
-    dense = store.dense_notification_ids
+    dense = store.contiguous_ids
     for notification_id, originator_id, version, topic, state in store.log_rows():
         size += 1
         if dense and notification_id != previous_id + 1:

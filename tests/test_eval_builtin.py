@@ -55,9 +55,13 @@ def test_the_builtin_cases_are_one_per_branch_and_each_states_what_it_proves() -
 
 def test_eval_builtin_passes_every_case_on_this_install(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'eval.db'}"
-    result = run_cli("eval", "--builtin", "--json", "r.json", cwd=tmp_path, db=url)
+    result = run_cli(
+        "eval", "--builtin", "--json", "r.json", "--html", "r.html", cwd=tmp_path, db=url
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     report = _report(tmp_path / "r.json")
+    page = (tmp_path / "r.html").read_text()
+    assert "<dt>proves</dt><dd>a final answer ends the run at once" in page
     assert report["suite"] == "builtin"
     assert [(c["case_id"], c["status"]) for c in report["cases"]] == [
         (case_id, "passed") for case_id in CASE_IDS
@@ -111,13 +115,23 @@ BROKEN: dict[Fault, set[str]] = {
     Fault.READS_RUN_IN_SEQUENCE: {"answer.equals"},
     Fault.LENIENT_ARGUMENTS: {"tools.sequence(exact)", "limits.max_tool_calls"},
     Fault.WHOLE_BATCH_RETRIED: {"reason", "answer.equals", "tools.sequence(exact)"},
-    Fault.APPROVAL_RULE_REMOVED: {"reason", "tools.forbidden[refund]"},
+    Fault.APPROVAL_RULE_REMOVED: {
+        "reason",
+        "tools.forbidden[refund]",
+        "approvals.required[refund]",
+        "effects.never_attempted[refund]",
+    },
     Fault.REPEATED_PLAN_LIMIT_TOO_HIGH: {"limits.max_tool_calls"},
-    Fault.CANCEL_IGNORED: {"reason", "tools.forbidden[notify_customer]"},
+    Fault.CANCEL_IGNORED: {
+        "reason",
+        "tools.forbidden[notify_customer]",
+        "effects.never_attempted[notify_customer]",
+    },
     Fault.WRITE_WITHOUT_RECONCILIATION: {
         "reason",
         "answer.equals",
         "effects.no_outcome_unknown",
+        "effects.committed[pay]",
     },
     Fault.WRITE_IGNORES_EFFECT_KEY: {"answer.equals"},
     Fault.VERIFIER_ACCEPTS_EVERYTHING: {"answer.equals"},

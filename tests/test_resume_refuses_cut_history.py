@@ -21,7 +21,7 @@ from loop_actors import (
     ToolContext,
     tool,
 )
-from loop_actors._store import EventStore
+from loop_actors._store import EventStore, LeanSQLiteRecorder
 from tests.audit_support import AGENT
 from tests.cli_support import run_cli
 
@@ -207,6 +207,7 @@ def test_the_ledger_check_finds_an_invocations_effects_by_index(tmp_path: Path) 
             assert indexed == [effect.key for effect in store.effects_of_by_scan(invocation_id)]
             assert len(indexed) == 1
         recorder = store._recorder
+        assert isinstance(recorder, LeanSQLiteRecorder)
         with recorder.datastore.transaction(commit=False) as cursor:
             cursor.execute(
                 "EXPLAIN QUERY PLAN SELECT originator_id FROM stored_events "  # noqa: S608 (constants)
