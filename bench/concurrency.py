@@ -41,6 +41,7 @@ import time
 _T0 = time.perf_counter()  # before the runtime is imported, as the peers' common.py does
 
 import argparse  # noqa: E402
+import gc  # noqa: E402
 import itertools  # noqa: E402
 import json  # noqa: E402
 import resource  # noqa: E402
@@ -115,6 +116,30 @@ class Run:
     failures: list[str] = field(default_factory=list)
 
 
+class CollectorClock:
+    """CPU time the cyclic garbage collector spends, by generation (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.collections = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self._started = 0.0
+        self.on = False
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if not self.on:
+            return
+        if phase == "start":
+            self._started = time.thread_time()
+            return
+        generation = info["generation"]
+        self.collections[generation] += 1
+        self.seconds[generation] += time.thread_time() - self._started
+
+
+COLLECTOR = CollectorClock()
+gc.callbacks.append(COLLECTOR)
+
+
 class TimedModel:
     """The scripted model, noting when each of its calls starts (by goal)."""
 
@@ -185,6 +210,7 @@ async def run_all(
         counter.reset()
         run.rss_before_mb = rss_now_mb()
         cpu_before, trio_cpu_before = cpu_s(), time.thread_time()
+        COLLECTOR.on = True
         started = time.perf_counter()
         if at_once:
             async with trio.open_nursery() as nursery:
@@ -196,6 +222,7 @@ async def run_all(
         run.wall_s = time.perf_counter() - started
         run.cpu_s = cpu_s() - cpu_before
         run.trio_cpu_s = time.thread_time() - trio_cpu_before
+        COLLECTOR.on = False
     return run
 
 
@@ -304,6 +331,15 @@ def main() -> None:
         f"CPU per turn: {run.cpu_s / turns * 1e6:,.0f} us (process, all threads: "
         f"{run.cpu_s:.2f} s for {turns:,} turns); "
         f"trio thread {run.trio_cpu_s / turns * 1e6:,.0f} us"
+    )
+    print(
+        f"  of which the garbage collector: {sum(COLLECTOR.seconds) / turns * 1e6:,.0f} us "
+        f"({sum(COLLECTOR.seconds):.2f} s; collections by generation "
+        + ", ".join(
+            f"{count:,} in {seconds:.2f} s"
+            for count, seconds in zip(COLLECTOR.collections, COLLECTOR.seconds, strict=True)
+        )
+        + ")"
     )
     if run.added:
         added = sorted(run.added)
