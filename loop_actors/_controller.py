@@ -203,10 +203,7 @@ class Controller:
                 case RunCalls():
                     if action.first_dispatch:
                         fault_point(CrashPoint.AFTER_DISPATCH_COMMIT)
-                    executed = await self._run_calls(action)
-                    action = core.on_executed(
-                        executed.results, executed.interruption, self._moment()
-                    )
+                    action = await self._run_calls_and_observe(action)
                 case LoadEffects():
                     action = core.on_effects_loaded(
                         await self._load_effects(action), self._moment()
@@ -305,6 +302,12 @@ class Controller:
         return PolicyVerdict(refused=refused)
 
     # ----------------------------------------------------------------- the tools
+
+    async def _run_calls_and_observe(self, action: RunCalls) -> Action:
+        # A method of its own, so that the batch's results are not kept alive by a
+        # local variable of the loop while the next turn waits for the model.
+        executed = await self._run_calls(action)
+        return self.core.on_executed(executed.results, executed.interruption, self._moment())
 
     async def _run_calls(self, action: RunCalls) -> BatchExecuted:
         """Run calls of the dispatched batch through the ToolActor; honour cancel requests.

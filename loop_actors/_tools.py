@@ -610,46 +610,45 @@ def _classify_write(ending: _Ending | None) -> tuple[EffectStatus, _Ending | Non
     return EffectStatus.REJECTED, ending
 
 
-async def _invoke(
-    tool_: Tool, call: DispatchedCall, context: ToolContext | None, running: threading.Event | None
-) -> tuple[Any, _Ending | None]:
-    """Run one call's function; its output as JSON, or how it ended instead."""
-    try:
-        returned = await tool_.invoke(call.arguments, context, running=running)
-    except ValidationError as error:
-        return None, _Ending(
+def _failure(error: BaseException) -> _Ending:
+    """How a call ended that raised (anything but trio's cancellation)."""
+    if isinstance(error, ValidationError):
+        return _Ending(
             error_class=ErrorClass.INVALID_ARGUMENTS,
             message=validation_problems(error),
             retryable=False,
             ran=False,
         )
-    except ToolError as error:
-        return None, _Ending(
+    if isinstance(error, ToolError):
+        return _Ending(
             error_class=error.error_class,
             message=safe_text(error.message),
             retryable=error.retryable,
             deliberate=True,
         )
-    except BaseException as error:
-        # A tool's own failure becomes its result, never a crash: KeyboardInterrupt,
-        # SystemExit and the like included. Only trio's cancellation passes.
-        if is_cancellation(error):
-            raise
-        return None, _Ending(
-            error_class=ErrorClass.TOOL_FAILED, message=describe_error(error), retryable=False
-        )
-    # Converted only: the turn core checks every output it is given with the same
-    # rule (TurnCore._admit_result, the same output_invalid error, the same message),
-    # before anything is stored; checking it here too walked every output twice.
+    # A tool's own failure becomes its result, never a crash: KeyboardInterrupt,
+    # SystemExit and the like included.
+    return _Ending(
+        error_class=ErrorClass.TOOL_FAILED, message=describe_error(error), retryable=False
+    )
+
+
+def _output(returned: Any) -> tuple[Any, _Ending | None]:
+    """A call's return value as JSON, or why it cannot be converted.
+
+    Converted only: the turn core checks every output it is given with the same
+    rule (TurnCore._admit_result, the same output_invalid error, the same message),
+    before anything is stored; checking it here too walked every output twice.
+    """
     output, problem = jsonable(returned)
-    if problem is not None:
-        return None, _Ending(
-            error_class=ErrorClass.OUTPUT_INVALID,
-            message=f"the output cannot be stored faithfully: {problem}",
-            retryable=False,
-            deliberate=True,
-        )
-    return output, None
+    if problem is None:
+        return output, None
+    return None, _Ending(
+        error_class=ErrorClass.OUTPUT_INVALID,
+        message=f"the output cannot be stored faithfully: {problem}",
+        retryable=False,
+        deliberate=True,
+    )
 
 
 def _result(
@@ -817,7 +816,14 @@ class BatchRun:
                     if call.effect_key is not None
                     else None
                 )
-                output, ending = await _invoke(tool_, call, context, running)
+                try:
+                    returned = await tool_.invoke(call.arguments, context, running=running)
+                except BaseException as error:
+                    if is_cancellation(error):
+                        raise
+                    ending = _failure(error)
+                else:
+                    output, ending = _output(returned)
             if scope.cancelled_caught:
                 if self.cancelled or trio.current_time() >= self.deadline:
                     self._stopped.add(call_id)  # cut short: the batch answers for it
