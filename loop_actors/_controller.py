@@ -49,6 +49,7 @@ from aggregates.turn import (
 )
 from loop_actors._agent import run_verifier
 from loop_actors._faults import CrashPoint, fault_point
+from loop_actors._guard import is_cancellation
 from loop_actors._journal import Journal
 from loop_actors._messages import (
     BatchExecuted,
@@ -57,7 +58,7 @@ from loop_actors._messages import (
     ModelRequest,
     ReconcileEffect,
 )
-from loop_actors._model import ask_model
+from loop_actors._model import model_answer, model_failure
 from loop_actors._outcome import Outcome
 from loop_actors._policy import AccessRequest, check_access
 from loop_actors._reader import StoreReader
@@ -203,7 +204,9 @@ class Controller:
                 case RunCalls():
                     if action.first_dispatch:
                         fault_point(CrashPoint.AFTER_DISPATCH_COMMIT)
-                    action = await self._run_calls_and_observe(action)
+                    # Handed straight to the core: no local variable keeps the batch's
+                    # results alive while the next turn waits for the model.
+                    action = self._on_executed(await self._run_calls(action))
                 case LoadEffects():
                     action = core.on_effects_loaded(
                         await self._load_effects(action), self._moment()
@@ -267,7 +270,13 @@ class Controller:
         self._wait_scope = scope
         try:
             with scope:
-                return await ask_model(self.agent.model, request)
+                try:
+                    reply = await self.agent.model.decide(request)
+                except BaseException as error:  # a provider's failure is data for the core
+                    if is_cancellation(error):
+                        raise
+                    return model_failure(error)
+                return model_answer(reply)
         finally:
             self._wait_scope = None
         return ModelInterrupted() if self.cancel_requested else ModelTimedOut()
@@ -303,10 +312,7 @@ class Controller:
 
     # ----------------------------------------------------------------- the tools
 
-    async def _run_calls_and_observe(self, action: RunCalls) -> Action:
-        # A method of its own, so that the batch's results are not kept alive by a
-        # local variable of the loop while the next turn waits for the model.
-        executed = await self._run_calls(action)
+    def _on_executed(self, executed: BatchExecuted) -> Action:
         return self.core.on_executed(executed.results, executed.interruption, self._moment())
 
     async def _run_calls(self, action: RunCalls) -> BatchExecuted:

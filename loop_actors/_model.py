@@ -1,4 +1,4 @@
-"""Models: the ``Model`` protocol, ``ScriptedModel``, and asking a model once."""
+"""Models: the ``Model`` protocol, ``ScriptedModel``, and what a model call gave."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from aggregates.decisions import Usage
 from aggregates.turn import ModelAnswered, ModelFailed
 from aggregates.values import safe_text
 from loop_actors._errors import ScriptExhaustedError
-from loop_actors._guard import is_cancellation
 from loop_actors._messages import ModelReply, ModelRequest
 
 ScriptEntry = BaseModel | Mapping[str, Any]
@@ -94,23 +93,19 @@ class ScriptedModel:
         return ModelReply(proposal=proposal, usage=self.usage)
 
 
-async def ask_model(model: Model, request: ModelRequest) -> ModelAnswered | ModelFailed:
-    """Ask ``model`` once; never raises for model errors (they are data for the core).
+def model_failure(error: BaseException) -> ModelFailed:
+    """A model call that raised (anything but trio's cancellation): data for the core.
 
-    The caller bounds the call (the deadline, a cancel request) with its cancel scope.
-
-    Cancellation: a checkpoint; re-raises ``trio.Cancelled``.
+    KeyboardInterrupt, SystemExit and the like from the model's code included; the
+    caller lets trio's cancellation pass (a deadline, a cancelled run).
     """
-    try:
-        reply = await model.decide(request)
-    except BaseException as error:  # a provider's failure is data for the controller
-        # KeyboardInterrupt, SystemExit and the like from the model's code included;
-        # only trio's cancellation passes (a deadline, a cancelled run).
-        if is_cancellation(error):
-            raise
-        return ModelFailed(
-            error_type=safe_text(type(error).__name__, limit=200), message=safe_text(error)
-        )
+    return ModelFailed(
+        error_type=safe_text(type(error).__name__, limit=200), message=safe_text(error)
+    )
+
+
+def model_answer(reply: object) -> ModelAnswered | ModelFailed:
+    """What ``Model.decide`` returned, as the core's observation."""
     if not isinstance(reply, ModelReply):
         return ModelFailed(
             error_type="TypeError",

@@ -196,6 +196,23 @@ class Tool:
         """
         return self.arguments_model.model_validate(arguments)
 
+    def keyword_arguments(
+        self, arguments: dict[str, Any], context: ToolContext | None = None
+    ) -> dict[str, Any]:
+        """The function's keyword arguments: ``arguments`` validated, the context added.
+
+        Raises:
+            pydantic.ValidationError: when they do not match the schema.
+            ToolDefinitionError: the tool takes a ToolContext and none was given.
+        """
+        validated = self.validate(arguments)
+        kwargs = {field: getattr(validated, field) for field in self._fields}
+        if self.context_parameter is not None:
+            if context is None:
+                raise ToolDefinitionError(f"tool {self.name} needs a ToolContext to run")
+            kwargs[self.context_parameter] = context
+        return kwargs
+
     async def invoke(
         self,
         arguments: dict[str, Any],
@@ -213,12 +230,7 @@ class Tool:
         is abandoned on cancellation (it may finish in the background: ``running``
         says when); an async function is cancelled at its next checkpoint.
         """
-        validated = self.validate(arguments)
-        kwargs = {field: getattr(validated, field) for field in self._fields}
-        if self.context_parameter is not None:
-            if context is None:
-                raise ToolDefinitionError(f"tool {self.name} needs a ToolContext to run")
-            kwargs[self.context_parameter] = context
+        kwargs = self.keyword_arguments(arguments, context)
         if self.is_async or self.inline or running is None:
             try:
                 if self.is_async:
@@ -722,7 +734,8 @@ class BatchRun:
         self._scopes: dict[str, trio.CancelScope] = {}
         """The scope of each call in flight."""
         self._pending = 0
-        self._done = trio.Event()
+        self._parked: trio.lowlevel.Task | None = None
+        """The runner's task while it waits for the calls of a group."""
 
     def cancel(self) -> None:
         """Stop the batch: start no new call, cancel the calls in flight (not a checkpoint)."""
@@ -731,7 +744,7 @@ class BatchRun:
         self.cancelled = True
         for scope in self._scopes.values():
             scope.cancel()
-        self._done.set()  # the runner waits for the calls in flight with a bound
+        self._wake()  # the runner waits for the calls in flight with a bound
 
     async def run(self, nursery: trio.Nursery) -> BatchExecuted:
         """Run the plan's groups in ``nursery``; one result per call, in call order.
@@ -748,19 +761,19 @@ class BatchRun:
             if trio.current_time() >= self.deadline:
                 interruption = Interruption.DEADLINE
                 break
+            if not group:
+                continue
             self._pending = len(group)
-            self._done = trio.Event()
             for call_id in group:
                 nursery.start_soon(self._run_one, by_id[call_id])
-            await self._done.wait()
+            await self._wait()
             if self.cancelled:
                 interruption = Interruption.CANCELLED
                 if self._pending:
                     # Woken by the cancel request: wait a bounded time for the calls
                     # in flight to stop, keeping the results of those that finish.
-                    self._done = trio.Event()
                     with trio.move_on_after(self.grace_s):
-                        await self._done.wait()
+                        await self._wait()
                 break
             if self._stopped:  # cut short by the deadline
                 interruption = Interruption.DEADLINE
@@ -817,7 +830,16 @@ class BatchRun:
                     else None
                 )
                 try:
-                    returned = await tool_.invoke(call.arguments, context, running=running)
+                    if tool_.is_async and type(tool_).invoke is Tool.invoke:
+                        # Awaited here (what Tool.invoke does): one coroutine less a call.
+                        try:
+                            kwargs = tool_.keyword_arguments(call.arguments, context)
+                            returned = await tool_.fn(**kwargs)
+                        finally:
+                            if running is not None:
+                                running.set()
+                    else:
+                        returned = await tool_.invoke(call.arguments, context, running=running)
                 except BaseException as error:
                     if is_cancellation(error):
                         raise
@@ -840,7 +862,24 @@ class BatchRun:
             self._scopes.pop(call_id, None)
             self._pending -= 1
             if not self._pending:
-                self._done.set()
+                self._wake()
+
+    async def _wait(self) -> None:
+        """Park until the group's calls have all ended, or a cancel request came.
+
+        Cancellation: a checkpoint (nothing changes when cancelled).
+        """
+        self._parked = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._abort)
+
+    def _abort(self, _: object) -> trio.lowlevel.Abort:
+        self._parked = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    def _wake(self) -> None:
+        task, self._parked = self._parked, None
+        if task is not None:
+            trio.lowlevel.reschedule(task)
 
 
 __all__ = ["BatchRun", "Reconciled", "Tool", "ToolContext", "Toolbox", "ask_service", "tool"]
