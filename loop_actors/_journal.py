@@ -37,11 +37,19 @@ MAX_BACKOFF_S = 0.5
 class _Waiter:
     """A task parked on a commit; ``abandoned`` once it stopped waiting (cancelled)."""
 
-    __slots__ = ("abandoned", "task")
+    __slots__ = ("abandon_on_cancel", "abandoned", "task")
 
-    def __init__(self, task: trio.lowlevel.Task) -> None:
+    def __init__(self, task: trio.lowlevel.Task, *, abandon_on_cancel: bool) -> None:
         self.task = task
+        self.abandon_on_cancel = abandon_on_cancel
         self.abandoned = False
+
+    def abort(self, _: object) -> trio.lowlevel.Abort:
+        """Whether the parked task may stop waiting when cancelled (trio's abort hook)."""
+        if not self.abandon_on_cancel:
+            return trio.lowlevel.Abort.FAILED
+        self.abandoned = True
+        return trio.lowlevel.Abort.SUCCEEDED
 
 
 _Pending = tuple[Sequence[DomainEvent], _Waiter]
@@ -282,16 +290,9 @@ class Journal:
             return CommitFailed(
                 error_type="ClosedResourceError", message="the journal is closed", conflict=False
             )
-        waiter = _Waiter(trio.lowlevel.current_task())
+        waiter = _Waiter(trio.lowlevel.current_task(), abandon_on_cancel=abandon_on_cancel)
         self._queue.put((events, waiter))
-
-        def abort(_: object) -> trio.lowlevel.Abort:
-            if not abandon_on_cancel:
-                return trio.lowlevel.Abort.FAILED
-            waiter.abandoned = True
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        return await trio.lowlevel.wait_task_rescheduled(abort)  # type: ignore[no-any-return]
+        return await trio.lowlevel.wait_task_rescheduled(waiter.abort)  # type: ignore[no-any-return]
 
     async def aclose(self) -> None:
         """Answer every commit already handed over, then stop the thread.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import re
@@ -85,6 +86,8 @@ DEFAULT_SNAPSHOT_INTERVAL = 100
 
 DEFAULT_LOCK_RETRY_S = 2.0
 """How long the Journal retries a commit that failed on a locked database (``lock_retry``)."""
+
+log = logging.getLogger(__name__)
 
 
 _IN_COLUMNS = {"originator_id", "originator_version"}
@@ -1027,6 +1030,17 @@ def read_models_unavailable(store: EventStore) -> str | None:
     return f"read models on PostgreSQL are not there yet (the store is {store.url.server})"
 
 
+def _reads_as_json_object(state: bytes) -> bool:
+    """Whether a stored event's bytes are a JSON object, as an unencrypted store writes them.
+
+    Not just its first byte: a ciphertext starts with ``{`` once in 256 stores.
+    """
+    try:
+        return isinstance(json.loads(state), dict)
+    except (ValueError, UnicodeDecodeError):
+        return False
+
+
 def resolve_db_url(explicit: str | None) -> str:
     """The database URL: the explicit one, else ``$LOOP_ACTORS_DB``, else the default file."""
     return explicit or os.environ.get(DB_URL_ENV) or DEFAULT_DB_URL
@@ -1214,7 +1228,7 @@ class EventStore:
         try:
             mapper.to_domain_event(first[0])
         except Exception as error:
-            plain = first[0].state.lstrip().startswith(b"{")
+            plain = _reads_as_json_object(first[0].state)
             if mapper.cipher is not None:
                 raise StoreCipherError(
                     f"cannot decrypt the events of {self.url.display} with this CIPHER_KEY "
@@ -1313,8 +1327,16 @@ class EventStore:
             if isinstance(event, InvocationEvent) and event.originator_version % interval == 0
         }
         for invocation_id, version in crossed.items():
-            with contextlib.suppress(PersistenceError):
+            try:
                 self.app.take_snapshot(invocation_id, version=version, projector_func=fold)
+            except PersistenceError as error:
+                log.warning(
+                    "no snapshot of %s at version %d (the events are committed; retried at "
+                    "the next interval): %s",
+                    invocation_id,
+                    version,
+                    error,
+                )
 
     # ----------------------------------------------------------------- reads
 
