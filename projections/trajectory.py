@@ -10,7 +10,7 @@ event at a time and stores the result as rows (what ``loop-actors show`` reads).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from enum import StrEnum
 from typing import Any, ClassVar, TypeVar, cast
 
@@ -175,16 +175,20 @@ def evolve_trajectory(trajectory: Trajectory | None, event: DomainEvent) -> Traj
         case DecisionProposed():
             kind, summary = _summary(event)
             usage = event.usage
-            step = StepView(
-                step=event.step,
-                kind=kind,
-                summary=summary,
-                input_tokens=usage.input_tokens,
-                output_tokens=usage.output_tokens,
-                cost=usage.cost,
-                latency_ms=usage.latency_ms,
-                decision=event.decision,
-                rejection=event.rejection,
+            step = _build(
+                StepView,
+                {
+                    "step": event.step,
+                    "kind": kind,
+                    "summary": summary,
+                    "calls": [],
+                    "input_tokens": usage.input_tokens,
+                    "output_tokens": usage.output_tokens,
+                    "cost": usage.cost,
+                    "latency_ms": usage.latency_ms,
+                    "decision": event.decision,
+                    "rejection": event.rejection,
+                },
             )
             head |= {
                 "steps": [*trajectory.steps, step],
@@ -194,14 +198,20 @@ def evolve_trajectory(trajectory: Trajectory | None, event: DomainEvent) -> Traj
             }
         case BatchDispatched():
             calls = [
-                CallView(
-                    call_id=call.call_id,
-                    name=call.name,
-                    arguments=call.arguments,
-                    status="dispatched",
-                    effect=call.effect,
-                    effect_key=call.effect_key,
-                    effect_status="dispatched" if call.effect_key else None,
+                _build(
+                    CallView,
+                    {
+                        "call_id": call.call_id,
+                        "name": call.name,
+                        "arguments": call.arguments,
+                        "status": "dispatched",
+                        "output": None,
+                        "error_message": None,
+                        "duration_ms": None,
+                        "effect": call.effect,
+                        "effect_key": call.effect_key,
+                        "effect_status": "dispatched" if call.effect_key else None,
+                    },
                 )
                 for call in event.calls
             ]
@@ -292,6 +302,19 @@ def _replace(model: _Model, update: dict[str, Any]) -> _Model:
     object.__setattr__(copied, "__pydantic_extra__", None)
     object.__setattr__(copied, "__pydantic_private__", None)
     return copied
+
+
+def _build(cls: type[_Model], fields: dict[str, Any]) -> _Model:
+    """``cls(**fields)`` without validating: ``fields`` name every field, from validated events.
+
+    What ``model_construct`` does, without its generic work (a third of the fold's time).
+    """
+    made = object.__new__(cls)
+    object.__setattr__(made, "__dict__", fields)
+    object.__setattr__(made, "__pydantic_fields_set__", set(fields))
+    object.__setattr__(made, "__pydantic_extra__", None)
+    object.__setattr__(made, "__pydantic_private__", None)
+    return made
 
 
 def _calls(step: StepView, calls: list[CallView]) -> StepView:
@@ -425,10 +448,13 @@ class TrajectoryProjection(Projection):
         does not hold, or of an effect no held call names, changes nothing.
         """
         cache = _Cache.of(cursor.cache)
-        routed, started = _route(cursor, cache, events)
+        routed, started, owners = _route(cursor, cache, events)
         wanted = {i for i, _ in routed if i not in started and i not in cache.held}
         before: dict[str, Trajectory] = {i: cache.held[i] for i, _ in routed if i in cache.held}
-        before |= _read_whole(cursor, sorted(wanted))
+        read = _read_whole(cursor, sorted(wanted))
+        before |= read
+        for trajectory in read.values():
+            owners.update(_effect_keys(trajectory))
         after = dict(before)
         for invocation_id, event in routed:
             trajectory = after.get(invocation_id)
@@ -439,7 +465,7 @@ class TrajectoryProjection(Projection):
         for invocation_id, trajectory in after.items():
             rows.add(before.get(invocation_id), trajectory, started.get(invocation_id))
         rows.write(cursor)
-        cache.keep(after.values(), self.CACHE_STEPS)
+        cache.keep(after.values(), owners, self.CACHE_STEPS)
 
 
 class _Cache:
@@ -461,8 +487,12 @@ class _Cache:
             cache = memory["trajectories"] = cls()
         return cache
 
-    def keep(self, trajectories: Iterable[Trajectory], limit: int) -> None:
-        """Hold these (now the most recently touched); drop the oldest past ``limit``."""
+    def keep(self, trajectories: Iterable[Trajectory], owners: dict[str, str], limit: int) -> None:
+        """Hold these (now the most recently touched); drop the oldest past ``limit``.
+
+        ``owners`` are the effect keys of the calls they hold that the cache does
+        not know yet (dispatched in the batch, or read from the rows).
+        """
         for trajectory in trajectories:
             invocation_id = trajectory.invocation_id
             old = self.held.pop(invocation_id, None)
@@ -470,24 +500,28 @@ class _Cache:
                 self.weight -= 1 + len(old.steps)
             self.held[invocation_id] = trajectory
             self.weight += 1 + len(trajectory.steps)
-            for step in trajectory.steps:
-                for call in step.calls:
-                    if call.effect_key:
-                        self.owners[call.effect_key] = invocation_id
+        self.owners.update((k, i) for k, i in owners.items() if i in self.held)
         while self.weight > limit and self.held:
             invocation_id = next(iter(self.held))
             dropped = self.held.pop(invocation_id)
             self.weight -= 1 + len(dropped.steps)
-            for step in dropped.steps:
-                for call in step.calls:
-                    if call.effect_key:
-                        self.owners.pop(call.effect_key, None)
+            for key, _ in _effect_keys(dropped):
+                self.owners.pop(key, None)
+
+
+def _effect_keys(trajectory: Trajectory) -> Iterator[tuple[str, str]]:
+    """(effect key, invocation) for each write the trajectory holds."""
+    for step in trajectory.steps:
+        for call in step.calls:
+            if call.effect_key:
+                yield call.effect_key, trajectory.invocation_id
 
 
 def _route(
     cursor: ViewCursor, cache: _Cache, events: Sequence[tuple[DomainEvent, int]]
-) -> tuple[list[tuple[str, DomainEvent]], dict[str, int]]:
-    """Each event with the invocation it folds into, in order; and where those started."""
+) -> tuple[list[tuple[str, DomainEvent]], dict[str, int], dict[str, str]]:
+    """Each event with the invocation it folds into, in order; where those started; and
+    the invocation of each write dispatched in the batch."""
     routed: list[tuple[str, DomainEvent]] = []
     started: dict[str, int] = {}
     owners: dict[str, str] = {}  # effect key -> invocation, for writes dispatched in the batch
@@ -512,7 +546,7 @@ def _route(
         stored = _stored_owners(cursor, [event.originator_id for _, event in unknown])
         for index, event in unknown:
             routed[index] = (stored.get(event.originator_id, ""), event)
-    return [(i, event) for i, event in routed if i], started
+    return [(i, event) for i, event in routed if i], started, owners
 
 
 _CHUNK = 250
@@ -657,10 +691,11 @@ class _Rows:
             self.started.append(head)
         elif after.events != before.events or head != _head_row(before):
             self.heads.append((*head[1:16], head[17], invocation_id))
-        old_steps = {step.step: step for step in before.steps} if before else {}
-        for step in after.steps:
-            old = old_steps.get(step.step)
-            if old is step:  # the fold keeps what it does not change
+        # The fold keeps the steps it does not change, in place, and appends new ones.
+        old_steps = before.steps if before else []
+        for index, step in enumerate(after.steps):
+            old = old_steps[index] if index < len(old_steps) else None
+            if old is step:
                 continue
             if old is None or any(getattr(old, f) != getattr(step, f) for f in _STEP_COLUMNS):
                 self.steps.append(_step_row(invocation_id, step))
