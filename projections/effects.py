@@ -18,7 +18,7 @@ from aggregates.effect import EffectPrepared, effect_status_after, who_settles
 from aggregates.events import DomainEvent
 from aggregates.invocation import InvocationStarted, Terminated
 from projections.runner import Projection, ProjectionRunner
-from projections.sql import ViewCursor, marks, upsert
+from projections.sql import ViewCursor, marks
 
 OPEN = (EffectStatus.DISPATCHED.value, EffectStatus.OUTCOME_UNKNOWN.value)
 
@@ -90,26 +90,33 @@ class OpenEffectsProjection(Projection):
                 elif key not in settled:  # a settled effect's row is gone
                     was = changed.get(key)
                     changed[key] = [status, attempt + (was[1] if was else 0), at]
-        cursor.executemany(
-            upsert(
-                "open_effects_invocations", ("invocation_id", "agent", "ended"), ("invocation_id",)
-            ),
+        cursor.insert_rows(
+            "open_effects_invocations",
+            ("invocation_id", "agent", "ended"),
             list(invocations.values()),
+            key=("invocation_id",),
         )
         cursor.executemany(
             "UPDATE open_effects_invocations SET ended = 1 WHERE invocation_id = ?", ended
         )
-        cursor.executemany(
-            "DELETE FROM open_effects WHERE effect_key = ?", [(key,) for key in sorted(settled)]
-        )
+        gone = sorted(settled)
+        for start in range(0, len(gone), 500):
+            chunk = gone[start : start + 500]
+            cursor.execute(
+                f"DELETE FROM open_effects WHERE effect_key IN ({marks(len(chunk))})", chunk
+            )
         cursor.executemany(
             "UPDATE open_effects SET status = ?, attempt = attempt + ?, updated_at = ? "
             "WHERE effect_key = ?",
             [(*change, key) for key, change in changed.items()],
         )
-        cursor.executemany(f"INSERT INTO open_effects VALUES ({marks(10)})", list(new.values()))
+        cursor.insert_rows("open_effects", _COLUMNS, list(new.values()))
 
 
+_COLUMNS = (
+    "effect_key", "invocation_id", "step", "call_id", "tool", "status", "attempt",
+    "prepared_at", "updated_at", "prepared_position",
+)  # fmt: skip
 _SETTLED = frozenset(
     {EffectStatus.COMMITTED.value, EffectStatus.REJECTED.value, EffectStatus.RECONCILED.value}
 )

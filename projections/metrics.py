@@ -204,24 +204,26 @@ class _Batch:
 
     def write(self, cursor: ViewCursor) -> None:
         """Each changed row once: new ones inserted (a second start fails the batch)."""
-        cursor.executemany(
-            f"INSERT INTO metrics_invocations VALUES ({marks(len(_COLUMNS))})",
-            [self.held[i] for i in self.touched if i in self.new],
+        cursor.insert_rows(
+            "metrics_invocations", _COLUMNS, [self.held[i] for i in self.touched if i in self.new]
         )
-        cursor.executemany(
-            "UPDATE metrics_invocations SET "
-            + ", ".join(f"{c} = ?" for c in _COLUMNS[1:])
-            + " WHERE invocation_id = ?",
-            [(*self.held[i][1:], i) for i in self.touched if i not in self.new],
+        cursor.insert_rows(
+            "metrics_invocations",
+            _COLUMNS,
+            [self.held[i] for i in self.touched if i not in self.new],
+            key=("invocation_id",),
         )
-        cursor.executemany(
-            "INSERT INTO metrics_failed_calls VALUES (?, ?, ?) "
-            "ON CONFLICT (invocation_id, error_class) "
-            "DO UPDATE SET calls = metrics_failed_calls.calls + excluded.calls",
+        cursor.insert_rows(
+            "metrics_failed_calls",
+            ("invocation_id", "error_class", "calls"),
             [(i, error_class, n) for (i, error_class), n in self.failed.items()],
+            key=("invocation_id", "error_class"),
+            update="calls = metrics_failed_calls.calls + excluded.calls",
         )
-        cursor.executemany(
-            "INSERT INTO metrics_effects VALUES (?, ?, ?)", list(self.new_effects.values())
+        cursor.insert_rows(
+            "metrics_effects",
+            ("effect_key", "invocation_id", "status"),
+            list(self.new_effects.values()),
         )
         cursor.executemany(
             "UPDATE metrics_effects SET status = ? WHERE effect_key = ?",

@@ -43,7 +43,7 @@ from aggregates.invocation import (
 )
 from aggregates.values import limit_size
 from projections.runner import Projection, ProjectionRunner
-from projections.sql import ViewCursor, marks, upsert
+from projections.sql import ViewCursor, marks
 
 _Model = TypeVar("_Model", bound=Frozen)
 
@@ -453,8 +453,8 @@ class TrajectoryProjection(Projection):
         before: dict[str, Trajectory] = {i: cache.held[i] for i, _ in routed if i in cache.held}
         read = _read_whole(cursor, sorted(wanted))
         before |= read
-        for trajectory in read.values():
-            owners.update(_effect_keys(trajectory))
+        for stored in read.values():
+            owners.update(_effect_keys(stored))
         after = dict(before)
         for invocation_id, event in routed:
             trajectory = after.get(invocation_id)
@@ -520,8 +520,12 @@ def _effect_keys(trajectory: Trajectory) -> Iterator[tuple[str, str]]:
 def _route(
     cursor: ViewCursor, cache: _Cache, events: Sequence[tuple[DomainEvent, int]]
 ) -> tuple[list[tuple[str, DomainEvent]], dict[str, int], dict[str, str]]:
-    """Each event with the invocation it folds into, in order; where those started; and
-    the invocation of each write dispatched in the batch."""
+    """Route a batch: each event with the invocation it folds into.
+
+    Returns the events in order with their invocations, where the invocations
+    that start in the batch start, and the invocation of each write dispatched
+    in the batch.
+    """
     routed: list[tuple[str, DomainEvent]] = []
     started: dict[str, int] = {}
     owners: dict[str, str] = {}  # effect key -> invocation, for writes dispatched in the batch
@@ -690,7 +694,7 @@ class _Rows:
         if before is None:
             self.started.append(head)
         elif after.events != before.events or head != _head_row(before):
-            self.heads.append((*head[1:16], head[17], invocation_id))
+            self.heads.append((*head[:16], head[17]))
         # The fold keeps the steps it does not change, in place, and appends new ones.
         old_steps = before.steps if before else []
         for index, step in enumerate(after.steps):
@@ -708,43 +712,42 @@ class _Rows:
                     self.calls.append(_call_row(invocation_id, step.step, order, call))
                 elif _same_fields(was, call, _CALL_SETTLED):  # only the ledger moved
                     self.effect_statuses.append(
-                        (call.effect_status, invocation_id, step.step, call.call_id)
+                        (invocation_id, step.step, call.call_id, call.effect_status)
                     )
                 else:  # its result came: the dispatched columns stay
                     self.results.append(
-                        (*_result_columns(call), invocation_id, step.step, call.call_id)
+                        (invocation_id, step.step, call.call_id, *_result_columns(call))
                     )
 
     def write(self, cursor: ViewCursor) -> None:
-        """Write them: a start is an INSERT, so a second runner's start fails the batch."""
-        cursor.executemany(f"INSERT INTO trajectory_invocations VALUES ({marks(18)})", self.started)
-        cursor.executemany(
-            "UPDATE trajectory_invocations SET agent = ?, agent_version = ?, "
-            "task_class = ?, goal = ?, status = ?, reason = ?, answer = ?, detail = ?, "
-            "steps = ?, tool_calls = ?, input_tokens = ?, output_tokens = ?, "
-            "cost = ?, started_at = ?, ended_at = ?, events = ? WHERE invocation_id = ?",
-            self.heads,
+        """Write them: a start is an INSERT, so a second runner's start fails the batch.
+
+        The other rows exist (the batch read or cached them): their upserts update.
+        """
+        cursor.insert_rows("trajectory_invocations", _HEAD_TABLE, self.started)
+        cursor.insert_rows(
+            "trajectory_invocations", _HEAD_UPDATE, self.heads, key=("invocation_id",)
         )
-        cursor.executemany(
-            upsert("trajectory_steps", _STEP_TABLE, ("invocation_id", "step")), self.steps
-        )
-        cursor.executemany(
-            upsert("trajectory_calls", _CALL_TABLE, ("invocation_id", "step", "call_id")),
-            self.calls,
-        )
-        cursor.executemany(
-            "UPDATE trajectory_calls SET status = ?, error_class = ?, error_message = ?, "
-            "output = ?, duration_ms = ?, effect_status = ? "
-            "WHERE invocation_id = ? AND step = ? AND call_id = ?",
-            self.results,
-        )
-        cursor.executemany(
-            "UPDATE trajectory_calls SET effect_status = ? "
-            "WHERE invocation_id = ? AND step = ? AND call_id = ?",
-            self.effect_statuses,
+        cursor.insert_rows("trajectory_steps", _STEP_TABLE, self.steps, key=_STEP_KEY)
+        cursor.insert_rows("trajectory_calls", _CALL_TABLE, self.calls, key=_CALL_KEY)
+        cursor.insert_rows("trajectory_calls", _CALL_RESULT, self.results, key=_CALL_KEY)
+        cursor.insert_rows(
+            "trajectory_calls", (*_CALL_KEY, "effect_status"), self.effect_statuses, key=_CALL_KEY
         )
 
 
+_HEAD_TABLE = (
+    "invocation_id", "agent", "agent_version", "task_class", "goal", "status", "reason",
+    "answer", "detail", "steps", "tool_calls", "input_tokens", "output_tokens", "cost",
+    "started_at", "ended_at", "started_position", "events",
+)  # fmt: skip
+_HEAD_UPDATE = tuple(c for c in _HEAD_TABLE if c != "started_position")
+_STEP_KEY = ("invocation_id", "step")
+_CALL_KEY = ("invocation_id", "step", "call_id")
+_CALL_RESULT = (
+    *_CALL_KEY, "status", "error_class", "error_message", "output", "duration_ms",
+    "effect_status",
+)  # fmt: skip
 _STEP_TABLE = (
     "invocation_id",
     "step",
