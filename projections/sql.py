@@ -279,8 +279,14 @@ class SQLiteViews(ViewDatabase):
 
     def create(self, statements: Sequence[str]) -> None:
         """Create the tracking table and the read models' tables."""
-        self.recorder = _SQLiteTrackingStore(self.datastore, statements)
-        self.recorder.create_table()
+        try:
+            self.recorder = _SQLiteTrackingStore(self.datastore, statements)
+            self.recorder.create_table()
+        except IntegrityError:
+            # Another process created the tracking table between eventsourcing's check
+            # and its insert of the table's migration row: the table is there now.
+            self.recorder = _SQLiteTrackingStore(self.datastore, statements)
+            self.recorder.create_table()
 
     @contextlib.contextmanager
     def write(self) -> Iterator[ViewCursor]:
@@ -371,10 +377,19 @@ class PostgresViews(ViewDatabase):
                 curs.execute("SELECT pg_advisory_xact_lock(%s)", (lock,))
                 super()._create_table(curs)
 
-        recorder = TrackingStore(self.datastore, tracking_table_name=self.tracking_table)
-        recorder.sql_create_statements.extend(Composed([SQL(s)]) for s in statements)
-        recorder.create_table()
-        self.recorder = recorder
+        for attempt in (1, 2):
+            recorder = TrackingStore(self.datastore, tracking_table_name=self.tracking_table)
+            recorder.sql_create_statements.extend(Composed([SQL(s)]) for s in statements)
+            try:
+                recorder.create_table()
+            except IntegrityError:
+                # eventsourcing looked for the tracking table before the lock: another
+                # process created it meanwhile, and the migration row is there. Again.
+                if attempt == 2:
+                    raise
+                continue
+            self.recorder = recorder
+            return
 
     @contextlib.contextmanager
     def write(self) -> Iterator[ViewCursor]:
