@@ -17,6 +17,7 @@ written in one transaction.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -356,7 +357,7 @@ class PostgresViews(ViewDatabase):
             host=parts.hostname or "localhost",
             port=parts.port or 5432,
             user=unquote(parts.username or ""),
-            password=unquote(parts.password or ""),
+            password=unquote(parts.password or "") or os.environ.get("PGPASSWORD", ""),
             pool_size=1,
             max_overflow=2,
             schema=schema,
