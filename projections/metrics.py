@@ -207,11 +207,11 @@ class _Batch:
         cursor.insert_rows(
             "metrics_invocations", _COLUMNS, [self.held[i] for i in self.touched if i in self.new]
         )
-        cursor.insert_rows(
+        cursor.update_rows(
             "metrics_invocations",
-            _COLUMNS,
-            [self.held[i] for i in self.touched if i not in self.new],
-            key=("invocation_id",),
+            _COLUMNS[1:],
+            ("invocation_id",),
+            [(*self.held[i][1:], i) for i in self.touched if i not in self.new],
         )
         cursor.insert_rows(
             "metrics_failed_calls",
@@ -225,8 +225,10 @@ class _Batch:
             ("effect_key", "invocation_id", "status"),
             list(self.new_effects.values()),
         )
-        cursor.executemany(
-            "UPDATE metrics_effects SET status = ? WHERE effect_key = ?",
+        cursor.update_rows(
+            "metrics_effects",
+            ("status",),
+            ("effect_key",),
             [(status, key) for key, status in self.effect_statuses.items()],
         )
 

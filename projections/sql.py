@@ -168,6 +168,26 @@ class ViewCursor(SQLiteCursor):
         # (measured faster than one statement of many rows, which psycopg parses anew).
         self.raw.executemany(self.dialect.sql(head + one + tail), rows)
 
+    def update_rows(
+        self,
+        table: str,
+        columns: Sequence[str],
+        key: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+    ) -> None:
+        """UPDATE ``columns`` of the rows of ``table`` with these ``key`` values.
+
+        Each of ``rows`` is the new values of ``columns``, then the row's key values.
+        """
+        if rows:
+            self.raw.executemany(
+                self.dialect.sql(
+                    f"UPDATE {table} SET {', '.join(f'{c} = ?' for c in columns)} "
+                    f"WHERE {' AND '.join(f'{k} = ?' for k in key)}"
+                ),
+                rows,
+            )
+
     def fetchone(self) -> Any:
         """The next row, or None."""
         return self.raw.fetchone()

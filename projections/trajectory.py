@@ -667,7 +667,12 @@ _CALL_SETTLED = ("status", "output", "error_message", "duration_ms")
 """What ``ResultsCommitted`` sets (and ``effect_status``, which effect events change too)."""
 
 
-def _same_fields(old: CallView, new: CallView, names: Sequence[str]) -> bool:
+def _same_fields(old: Frozen, new: Frozen, names: Sequence[str]) -> bool:
+    """Whether the fields ``names`` hold the same values.
+
+    Mostly the same objects (the fold keeps what it does not change), and pydantic's
+    ``==`` does not look at identity first.
+    """
     return all(
         getattr(old, name) is getattr(new, name) or getattr(old, name) == getattr(new, name)
         for name in names
@@ -684,6 +689,8 @@ class _Rows:
         self.calls: list[tuple[Any, ...]] = []
         self.effect_statuses: list[tuple[Any, ...]] = []
         self.results: list[tuple[Any, ...]] = []
+        self.changed_steps: list[tuple[Any, ...]] = []
+        self.changed_calls: list[tuple[Any, ...]] = []
 
     def add(self, before: Trajectory | None, after: Trajectory, started: int | None) -> None:
         """The rows that differ between ``before`` (None for a new one) and ``after``."""
@@ -694,46 +701,49 @@ class _Rows:
         if before is None:
             self.started.append(head)
         elif after.events != before.events or head != _head_row(before):
-            self.heads.append((*head[:16], head[17]))
+            self.heads.append((*head[1:16], head[17], invocation_id))
         # The fold keeps the steps it does not change, in place, and appends new ones.
         old_steps = before.steps if before else []
         for index, step in enumerate(after.steps):
             old = old_steps[index] if index < len(old_steps) else None
             if old is step:
                 continue
-            if old is None or any(getattr(old, f) != getattr(step, f) for f in _STEP_COLUMNS):
+            if old is None:
                 self.steps.append(_step_row(invocation_id, step))
+            elif not _same_fields(old, step, _STEP_COLUMNS):  # not done by today's fold
+                self.changed_steps.append(_step_row(invocation_id, step))
             old_calls = {call.call_id: call for call in old.calls} if old else {}
             for order, call in enumerate(step.calls):
                 was = old_calls.get(call.call_id)
                 if was is call or was == call:
                     continue
-                if was is None or not _same_fields(was, call, _CALL_DISPATCHED):
+                if was is None:
                     self.calls.append(_call_row(invocation_id, step.step, order, call))
+                elif not _same_fields(was, call, _CALL_DISPATCHED):  # not done by the fold
+                    self.changed_calls.append(_call_row(invocation_id, step.step, order, call))
                 elif _same_fields(was, call, _CALL_SETTLED):  # only the ledger moved
                     self.effect_statuses.append(
-                        (invocation_id, step.step, call.call_id, call.effect_status)
+                        (call.effect_status, invocation_id, step.step, call.call_id)
                     )
                 else:  # its result came: the dispatched columns stay
                     self.results.append(
-                        (invocation_id, step.step, call.call_id, *_result_columns(call))
+                        (*_result_columns(call), invocation_id, step.step, call.call_id)
                     )
 
     def write(self, cursor: ViewCursor) -> None:
-        """Write them: a start is an INSERT, so a second runner's start fails the batch.
+        """Write them: new rows are INSERTs (a second runner's start fails the batch).
 
-        The other rows exist (the batch read or cached them): their upserts update.
+        The rows the fold changed exist (the batch read or cached them): UPDATEs of
+        the columns that changed.
         """
         cursor.insert_rows("trajectory_invocations", _HEAD_TABLE, self.started)
-        cursor.insert_rows(
-            "trajectory_invocations", _HEAD_UPDATE, self.heads, key=("invocation_id",)
-        )
-        cursor.insert_rows("trajectory_steps", _STEP_TABLE, self.steps, key=_STEP_KEY)
-        cursor.insert_rows("trajectory_calls", _CALL_TABLE, self.calls, key=_CALL_KEY)
-        cursor.insert_rows("trajectory_calls", _CALL_RESULT, self.results, key=_CALL_KEY)
-        cursor.insert_rows(
-            "trajectory_calls", (*_CALL_KEY, "effect_status"), self.effect_statuses, key=_CALL_KEY
-        )
+        cursor.update_rows("trajectory_invocations", _HEAD_UPDATE, ("invocation_id",), self.heads)
+        cursor.insert_rows("trajectory_steps", _STEP_TABLE, self.steps)
+        cursor.insert_rows("trajectory_steps", _STEP_TABLE, self.changed_steps, key=_STEP_KEY)
+        cursor.insert_rows("trajectory_calls", _CALL_TABLE, self.calls)
+        cursor.insert_rows("trajectory_calls", _CALL_TABLE, self.changed_calls, key=_CALL_KEY)
+        cursor.update_rows("trajectory_calls", _CALL_RESULT, _CALL_KEY, self.results)
+        cursor.update_rows("trajectory_calls", ("effect_status",), _CALL_KEY, self.effect_statuses)
 
 
 _HEAD_TABLE = (
@@ -741,12 +751,11 @@ _HEAD_TABLE = (
     "answer", "detail", "steps", "tool_calls", "input_tokens", "output_tokens", "cost",
     "started_at", "ended_at", "started_position", "events",
 )  # fmt: skip
-_HEAD_UPDATE = tuple(c for c in _HEAD_TABLE if c != "started_position")
+_HEAD_UPDATE = tuple(c for c in _HEAD_TABLE if c not in ("invocation_id", "started_position"))
 _STEP_KEY = ("invocation_id", "step")
 _CALL_KEY = ("invocation_id", "step", "call_id")
 _CALL_RESULT = (
-    *_CALL_KEY, "status", "error_class", "error_message", "output", "duration_ms",
-    "effect_status",
+    "status", "error_class", "error_message", "output", "duration_ms", "effect_status",
 )  # fmt: skip
 _STEP_TABLE = (
     "invocation_id",
