@@ -51,7 +51,7 @@ class MetricsProjection(Projection):
     name = "metrics"
     version = 3
 
-    CACHE_ROWS: ClassVar[int] = 100_000
+    CACHE_ROWS: ClassVar[int] = 50_000
     """How many invocations' rows the cache may hold (least recently touched dropped first)."""
 
     def create(self) -> list[str]:

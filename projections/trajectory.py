@@ -405,7 +405,7 @@ class TrajectoryProjection(Projection):
     name = "trajectory"
     version = 5
 
-    CACHE_STEPS: ClassVar[int] = 50_000
+    CACHE_STEPS: ClassVar[int] = 20_000
     """How many trajectories' steps (plus one per trajectory) the cache may hold."""
 
     def create(self) -> list[str]:

@@ -14,7 +14,14 @@ from eventsourcing.sqlite import SQLiteCursor
 from aggregates.events import DomainEvent
 from aggregates.invocation import BatchDispatched, ResultsCommitted
 from loop_actors._store import EventStore
-from projections import Projection, ProjectionRunner, default_projections
+from projections import (
+    MetricsProjection,
+    OpenEffectsProjection,
+    Projection,
+    ProjectionRunner,
+    TrajectoryProjection,
+    default_projections,
+)
 from projections.sql import POSTGRESQL, SQLITE
 from tests.conftest import _postgres_admin_url
 from tests.read_model_stores import BACKENDS, ReadModelDatabases, dump_tables
@@ -252,3 +259,29 @@ def test_runners_opening_new_read_models_at_once_both_create_them(tmp_path: Path
 def test_placeholders_are_translated_outside_quoted_text(written: str, on_postgresql: str) -> None:
     assert SQLITE.sql(written) == written
     assert POSTGRESQL.sql(written) == on_postgresql
+
+
+class ForgetfulTrajectory(TrajectoryProjection):
+    """The trajectory read model with room for a few steps only: it reads the others back."""
+
+    CACHE_STEPS = 5
+
+
+class ForgetfulMetrics(MetricsProjection):
+    """The metrics read model with room for two invocations' rows."""
+
+    CACHE_ROWS = 2
+
+
+def test_read_models_whose_cache_overflows_write_the_same_rows(
+    store_of_60: EventStore, views: ReadModelDatabases
+) -> None:
+    runner = views.open(store_of_60, "roomy", batch_size=40)
+    runner.catch_up()
+    roomy = dump_tables(runner, TABLES)
+    runner.close()
+    forgetful = [ForgetfulTrajectory(), ForgetfulMetrics(), OpenEffectsProjection()]
+    runner = views.open(store_of_60, "forgetful", forgetful, batch_size=40)
+    runner.catch_up()
+    assert dump_tables(runner, TABLES) == roomy
+    runner.close()
