@@ -389,7 +389,9 @@ class ProjectionRunner:
                         if position < events[0][1]
                         else [item for item in events if item[1] > position]
                     )
-                    view = ViewCursor(cursor.raw, self.dialect, self._caches[name])
+                    view = ViewCursor(
+                        cursor.raw, self.dialect, self._caches[name], cursor.column_types
+                    )
                     projection.apply_batch(view, todo)
                     if self.after_batch is not None:
                         self.after_batch(name, last)
@@ -444,6 +446,7 @@ class ProjectionRunner:
             self._known.pop(projection.name, None)
 
     def _reset_in(self, cursor: ViewCursor, projection: Projection) -> None:
+        cursor.column_types.clear()  # the tables are made again: maybe with other columns
         for table in projection.tables():
             cursor.execute(f"DROP TABLE IF EXISTS {table}")
         for statement in projection.create():
