@@ -155,7 +155,11 @@ class ViewCursor(SQLiteCursor):
         key: Sequence[str] = (),
         update: str | None = None,
     ) -> None:
-        """INSERT ``rows`` into ``table`` (one prepared statement for all of them).
+        """INSERT ``rows`` into ``table``, all with one statement.
+
+        On SQLite one prepared statement is stepped for every row; on PostgreSQL the
+        statement takes each column as one typed array (``unnest``): a round trip and a
+        plan for the lot, instead of a row execution each.
 
         With ``key``, a row whose key is taken updates that row instead: its
         ``columns`` other than the key get the new values, or ``update`` (a SET
