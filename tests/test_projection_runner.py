@@ -60,7 +60,7 @@ def test_the_read_models_decode_each_event_once(
         decoded += 1
         return decode(stored)
 
-    mapper.to_domain_event = counted  # type: ignore[method-assign]
+    mapper.to_domain_event = counted  # type: ignore[method-assign,assignment]
     try:
         reports = runner.catch_up()
     finally:
