@@ -24,7 +24,7 @@ from functools import cache
 from typing import Any, ClassVar
 from urllib.parse import unquote, urlsplit
 
-from eventsourcing.persistence import IntegrityError, Tracking
+from eventsourcing.persistence import IntegrityError, OperationalError, Tracking
 from eventsourcing.sqlite import (
     SQLiteConnection,
     SQLiteConnectionPool,
@@ -429,10 +429,16 @@ class PostgresViews(ViewDatabase):
         self.column_types: dict[str, dict[str, str]] = {}
 
     def create(self, statements: Sequence[str]) -> None:
-        """Create the tracking table and the read models' tables, under the advisory lock."""
+        """Create the tracking table and the read models' tables, under the advisory lock.
+
+        Raises:
+            OperationalError: the server cannot be reached or refuses the connection
+                (libpq's reason, first line).
+        """
         from eventsourcing.postgres import PostgresTrackingRecorder  # noqa: PLC0415 - the extra
         from psycopg.sql import SQL, Composed  # noqa: PLC0415 - the postgres extra
 
+        self._probe()
         lock = self.CREATE_LOCK
 
         class TrackingStore(PostgresTrackingRecorder):
@@ -453,6 +459,20 @@ class PostgresViews(ViewDatabase):
                 continue
             self.recorder = recorder
             return
+
+    def _probe(self) -> None:
+        """Connect once, directly: the pool would only say that it timed out, and retry."""
+        import psycopg  # noqa: PLC0415 - the postgres extra
+
+        kwargs = self.datastore.pool.kwargs
+        assert isinstance(kwargs, dict)
+        try:
+            psycopg.connect(
+                **{k: v for k, v in kwargs.items() if k != "row_factory"}, connect_timeout=5
+            ).close()
+        except psycopg.Error as error:
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error)
+            raise OperationalError(f"cannot connect: {reason}") from error
 
     @contextlib.contextmanager
     def write(self) -> Iterator[ViewCursor]:

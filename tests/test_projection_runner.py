@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import trio
 from eventsourcing.sqlite import SQLiteCursor
@@ -23,6 +26,7 @@ from projections import (
     default_projections,
 )
 from projections.sql import POSTGRESQL, SQLITE
+from tests.cli_support import run_cli
 from tests.conftest import _postgres_admin_url
 from tests.read_model_stores import BACKENDS, ReadModelDatabases, dump_tables
 from tests.test_projections import TABLES, populate
@@ -285,3 +289,43 @@ def test_read_models_whose_cache_overflows_write_the_same_rows(
     runner.catch_up()
     assert dump_tables(runner, TABLES) == roomy
     runner.close()
+
+
+def test_the_cli_keeps_read_models_in_a_postgresql_database_given_as_views(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """``--views postgresql://...``: the read models there, their tables and positions."""
+    trio.run(populate, f"sqlite:///{tmp_path / 'events.db'}", 0, 12)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return run_cli(*args, "--views", postgres_url, cwd=tmp_path, db="sqlite:///events.db")
+
+    rebuilt = cli("projections", "rebuild", "--json")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    head = {json.loads(line)["position"] for line in rebuilt.stdout.splitlines()}
+    listed = cli("list", "--reason", "completed", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert len(listed.stdout.splitlines()) == 4  # kinds 0 and 4 of 12
+    with psycopg.connect(postgres_url) as connection:
+        positions = connection.execute(
+            "SELECT notification_id FROM read_model_tracking WHERE application_name LIKE %s",
+            ["%:LoopActors"],
+        ).fetchall()
+    assert [p for (p,) in positions] == [*head] * 3
+    assert not (tmp_path / "events.views.db").exists()
+
+
+def test_read_models_on_an_unreachable_postgresql_are_a_one_line_error(tmp_path: Path) -> None:
+    """Bad input: a --views URL whose server does not answer (a closed port)."""
+    trio.run(populate, f"sqlite:///{tmp_path / 'events.db'}", 0, 1)
+    result = run_cli(
+        "list", "--views", "postgresql://nobody:secret@127.0.0.1:9/none",
+        cwd=tmp_path, db="sqlite:///events.db", timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "cannot open read models at postgresql://nobody@127.0.0.1:9/none: cannot connect" in (
+        result.stderr
+    )
+    assert "Connection refused" in result.stderr
+    assert "secret" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
