@@ -24,12 +24,10 @@ Synchronous, like eventsourcing: the runtime calls it from a worker thread.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, cast
 
 from eventsourcing.application import Application
@@ -118,27 +116,6 @@ class CatchUpReport(Frozen):
     events: int
     seconds: float
     position: int
-
-
-@contextlib.contextmanager
-def _collections_deferred() -> Iterator[None]:
-    """Python's cyclic garbage collector paused for one batch, if it runs.
-
-    A batch allocates tens of thousands of objects (its decoded events, the folds)
-    and frees nearly all of them by reference counting; the collector would run
-    over them dozens of times a batch, and its older generations over the read
-    models' caches: measured at 15-20% of a catch-up. Paused, it runs once after
-    the batch. It is the process's collector, so other threads' cycles wait one
-    batch too (milliseconds); a collector the host paused stays paused.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 BatchHook = Callable[[str, int], None]
@@ -329,14 +306,10 @@ class ProjectionRunner:
             if not notifications:
                 break
             last = notifications[-1].id
+            # Decoded once, for every read model.
+            events = [(cast("DomainEvent", mapper.to_domain_event(n)), n.id) for n in notifications]
             try:
-                with _collections_deferred():
-                    # Decoded once, for every read model.
-                    events = [
-                        (cast("DomainEvent", mapper.to_domain_event(n)), n.id)
-                        for n in notifications
-                    ]
-                    done = self._apply(selected, tracking, events, last)
+                done = self._apply(selected, tracking, events, last)
             except IntegrityError:
                 # Another runner (another process) applied these events first: its
                 # transaction won, ours rolled back whole. Go on from where it got.
