@@ -241,7 +241,8 @@ class Runtime:
         stack = AsyncExitStack()
         try:
             stack.callback(store.close)
-            self._secrets.open(store.url.path, store.app.mapper.cipher)
+            cipher = store.app.mapper.cipher
+            self._secrets.open(store.sealed_table() if cipher else None, cipher)
             stack.callback(self._secrets.close)
             runner = None
             if self.follow_projections:

@@ -423,7 +423,6 @@ class PostgresViews(ViewDatabase):
             max_overflow=2,
             schema=schema,
             connect_timeout=5.0,
-            pool_open_timeout=5.0,
         )
         self.recorder: Any = None
         self.column_types: dict[str, dict[str, str]] = {}
@@ -439,6 +438,9 @@ class PostgresViews(ViewDatabase):
         from psycopg.sql import SQL, Composed  # noqa: PLC0415 - the postgres extra
 
         self._probe()
+        # Opened here, once: eventsourcing would open it (and wait) in every call, and
+        # psycopg's pool asserts when two threads wait for it at once.
+        self.datastore.pool.open(wait=True, timeout=5.0)
         lock = self.CREATE_LOCK
 
         class TrackingStore(PostgresTrackingRecorder):

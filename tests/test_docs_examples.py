@@ -1052,3 +1052,22 @@ def test_eval_example_passes_then_the_tight_agent_breaks_the_write_case(tmp_path
     diff = json.loads((tmp_path / "diff.json").read_text())
     assert diff["cases"][0]["case_id"] == "tells-the-customer"
     assert diff["cases"][0]["flip"] == "broke"
+
+
+TESTED_EXAMPLES.add("move_to_postgresql.py")
+
+
+def test_move_to_postgresql_copies_a_sqlite_store_and_goes_on_there(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    lines = _lines(_run_example("move_to_postgresql.py", tmp_path, postgres_url))
+    assert lines == [
+        "completed",
+        "approval_required",
+        "loop-actors audit checkpoint: exit 0",
+        "loop-actors store copy: exit 0",
+        "the same as the source's",
+        "loop-actors audit verify: exit 0",
+        "completed - done: refund 1043",
+        "11 events of o-2 on PostgreSQL",
+    ]

@@ -27,7 +27,7 @@ from projections import (
 )
 from projections.sql import POSTGRESQL, SQLITE
 from tests.cli_support import run_cli
-from tests.conftest import _postgres_admin_url
+from tests.conftest import postgres_admin_url
 from tests.read_model_stores import BACKENDS, ReadModelDatabases, dump_tables
 from tests.test_projections import TABLES, populate
 
@@ -35,7 +35,7 @@ from tests.test_projections import TABLES, populate
 @pytest.fixture(params=BACKENDS)
 def views(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ReadModelDatabases]:
     """The test's read models on SQLite, then on PostgreSQL (in the store's own database)."""
-    admin = _postgres_admin_url() if request.param == "postgresql" else None
+    admin = postgres_admin_url() if request.param == "postgresql" else None
     databases = ReadModelDatabases(request.param, tmp_path, admin)
     yield databases
     databases.close()
@@ -210,7 +210,7 @@ def test_a_read_model_written_for_the_sqlite_cursor_runs_on_both_stores(
 
 def test_runners_opening_new_read_models_at_once_both_create_them(tmp_path: Path) -> None:
     """PostgreSQL: CREATE TABLE IF NOT EXISTS races; the runner creates under an advisory lock."""
-    views = ReadModelDatabases("postgresql", tmp_path, _postgres_admin_url())
+    views = ReadModelDatabases("postgresql", tmp_path, postgres_admin_url())
     url = f"sqlite:///{tmp_path / 'events.db'}"
     store = EventStore(url)
     try:

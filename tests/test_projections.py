@@ -43,7 +43,7 @@ from projections import (
 )
 from projections.trajectory import Trajectory, step_changed_by
 from tests.cli_support import run_cli
-from tests.conftest import _postgres_admin_url
+from tests.conftest import postgres_admin_url
 from tests.read_model_stores import BACKENDS, ReadModelDatabases, dump_tables
 
 TABLES = [
@@ -60,7 +60,7 @@ TABLES = [
 @pytest.fixture(params=BACKENDS)
 def views(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ReadModelDatabases]:
     """The test's read models on SQLite, then on PostgreSQL (in the store's own database)."""
-    admin = _postgres_admin_url() if request.param == "postgresql" else None
+    admin = postgres_admin_url() if request.param == "postgresql" else None
     databases = ReadModelDatabases(request.param, tmp_path, admin)
     yield databases
     databases.close()
