@@ -3,18 +3,24 @@
 (Not ``bench/projections.py``: run as a script, that name would shadow the
 ``projections`` package, and mypy would see two modules of that name.)
 
-Builds a SQLite store of N invocations of six kinds (completed after reads with
-one failing, no progress, invalid decision, paused for a clarification, a
-committed write, a write whose reply is lost and whose service is down), all
-started at once in one ``async with Runtime(url)``. Then, in one run:
+Builds a store of N invocations of six kinds (completed after reads with one
+failing, no progress, invalid decision, paused for a clarification, a committed
+write, a write whose reply is lost and whose service is down), AT_ONCE of them
+started at once in one ``async with Runtime(url)`` (the next AT_ONCE after those
+end). Then, in one run:
 
 - for each read model (trajectory, metrics, open_effects) on its own, and for
-  the three in one runner: a full catch-up from position 0 into a fresh views
-  file, REPS times (one fresh file each);
-- a further WAVE invocations, then the incremental catch-up of each of those
-  views files (REPS of them per read model);
+  the three in one runner (what the CLI and the runtime keep: each batch read
+  and decoded once, applied to the three in one transaction): a full catch-up
+  from position 0 into fresh read models, REPS times (a fresh views file each;
+  on PostgreSQL, where the read models live in the store's database, the three
+  only, by ``rebuild``);
+- a further WAVE invocations, then the incremental catch-up of those read
+  models (REPS of them per read model);
 - reading and decoding every notification without any read model (the floor
-  of a catch-up);
+  of a catch-up), and the ratio of the three's rate to it;
+- what a rebuild of 1,000,000 events would take at the three's measured rate
+  (an extrapolation from this store's size, which it names);
 - over every event of the store: ``chain_hash_of(previous, event)`` (checking each
   aggregate's chain), the hash of each audit format on its own (format 2, what the
   aggregate computes for each new event: the body pydantic writes, then SHA-256; the
@@ -23,7 +29,16 @@ started at once in one ``async with Runtime(url)``. Then, in one run:
   mapper's encoding for storage (``model_dump_json`` as in
   ``loop_actors._store.PydanticEventMapper``), REPS times each.
 
-    python bench/read_models.py [--n 2000] [--wave 200] [--reps 3] [--dir /tmp]
+Each rate is given per second of wall time and per second of the process's CPU
+time (the second moves less when other work shares the machine).
+
+    python bench/read_models.py [--n 2000] [--wave 200] [--reps 3] [--at-once 2000]
+                                [--dir /tmp] [--db URL] [--views URL]
+
+``--db`` is the event store (default: a new SQLite file in ``--dir``; a
+``postgresql://`` URL of an empty database puts the store, and its read models,
+there); ``--views`` puts the read models somewhere else (a SQLite file, or a
+PostgreSQL database for a SQLite store).
 """
 
 from __future__ import annotations
@@ -62,7 +77,7 @@ from loop_actors import (
     tool,
 )
 from loop_actors._store import _IN_COLUMNS, EventStore
-from loop_actors._views import open_runner
+from loop_actors._views import open_runner, views_location
 from projections import (
     MetricsProjection,
     OpenEffectsProjection,
@@ -70,6 +85,7 @@ from projections import (
     TrajectoryProjection,
     default_projections,
 )
+from projections.sql import is_postgres_url
 
 KINDS = 6
 READ_MODELS: dict[str, Callable[[], list[Projection]]] = {
@@ -138,18 +154,22 @@ AGENTS = [
 ]
 
 
-async def populate(url: str, start: int, count: int) -> None:
-    async with Runtime(url) as runtime, trio.open_nursery() as nursery:
-        for i in range(start, start + count):
-            nursery.start_soon(
-                partial(
-                    runtime.run,
-                    AGENTS[i % KINDS],
-                    f"goal {i}",
-                    invocation_id=f"inv-{i:06d}",
-                    task_class=f"c{i % 3}",
-                )
-            )
+async def populate(url: str, start: int, count: int, at_once: int | None = None) -> None:
+    """Run ``count`` invocations from number ``start``, ``at_once`` of them at a time."""
+    at_once = at_once or count
+    async with Runtime(url) as runtime:
+        for first in range(start, start + count, at_once):
+            async with trio.open_nursery() as nursery:
+                for i in range(first, min(first + at_once, start + count)):
+                    nursery.start_soon(
+                        partial(
+                            runtime.run,
+                            AGENTS[i % KINDS],
+                            f"goal {i}",
+                            invocation_id=f"inv-{i:06d}",
+                            task_class=f"c{i % 3}",
+                        )
+                    )
 
 
 def all_events(store: EventStore) -> list[DomainEvent]:
@@ -184,16 +204,25 @@ def read_and_decode(store: EventStore) -> int:
         position = notifications[-1].id
 
 
-def catch_up(store: EventStore, views: Path, name: str) -> tuple[int, float]:
-    """Catch one views file up with the store: (events applied, seconds)."""
-    runner = open_runner(store, str(views), READ_MODELS[name]())
+Timing = tuple[int, float, float]
+"""(events applied, wall seconds, CPU seconds of the process)."""
+
+
+def timed(work: Callable[[], int]) -> Timing:
+    """Run ``work`` (it returns how many events it handled) and time it."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    events = work()
+    return events, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def catch_up(store: EventStore, views: str, name: str, *, rebuild: bool = False) -> Timing:
+    """Catch the read models ``name`` at ``views`` up with the store (or rebuild them)."""
+    runner = open_runner(store, views, READ_MODELS[name]())
     try:
-        started = time.perf_counter()
-        reports = runner.catch_up()
-        elapsed = time.perf_counter() - started
+        action = runner.rebuild if rebuild else runner.catch_up
+        return timed(lambda: action()[0].events)
     finally:
         runner.close()
-    return reports[0].events, elapsed
 
 
 def per_event(
@@ -227,42 +256,56 @@ def rate(events: int, seconds: float) -> str:
     return f"{events / seconds:>10,.0f}"
 
 
+def median_of(timings: list[Timing], index: int) -> float:
+    return statistics.median(t[index] for t in timings)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--wave", type=int, default=200)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--at-once", type=int, default=2000, help="invocations started together")
     parser.add_argument("--dir", default=None, help="where the database files go")
+    parser.add_argument("--db", default=None, help="the event store (default: a new SQLite file)")
+    parser.add_argument("--views", default=None, help="where the read models go")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-        url = f"sqlite:///{Path(tmp) / 'events.db'}"
+        url = args.db or f"sqlite:///{Path(tmp) / 'events.db'}"
         started = time.perf_counter()
-        trio.run(populate, url, 0, args.n)
+        trio.run(populate, url, 0, args.n, args.at_once)
         built_s = time.perf_counter() - started
         store = EventStore(url)
         head = store.head()
+        # One database for every read model (PostgreSQL): the three only, rebuilt each time.
+        shared = is_postgres_url(args.views or "") or (
+            args.views is None and store.url.kind == "postgresql"
+        )
+        names = ["all three"] if shared else list(READ_MODELS)
 
-        full: dict[str, list[tuple[int, float]]] = {name: [] for name in READ_MODELS}
+        def views_of(name: str, rep: int) -> str:
+            if shared:
+                return views_location(store, args.views)
+            return str(Path(tmp) / f"views-{name.replace(' ', '_')}-{rep}.db")
+
+        full: dict[str, list[Timing]] = {name: [] for name in names}
         for rep in range(args.reps):
-            for name in READ_MODELS:
-                views = Path(tmp) / f"views-{name.replace(' ', '_')}-{rep}.db"
-                full[name].append(catch_up(store, views, name))
-        decode_s = []
-        for _ in range(args.reps):
-            started = time.perf_counter()
-            decoded = read_and_decode(store)
-            decode_s.append(time.perf_counter() - started)
-        assert decoded == head
+            for name in names:
+                full[name].append(catch_up(store, views_of(name, rep), name, rebuild=shared))
+                assert full[name][-1][0] == head, full[name][-1]
+        decode = [timed(lambda: read_and_decode(store)) for _ in range(args.reps)]
+        assert decode[0][0] == head
 
-        trio.run(populate, url, args.n, args.wave)
+        trio.run(populate, url, args.n, args.wave, args.at_once)
         wave_events = store.head() - head
-        incremental: dict[str, list[tuple[int, float]]] = {name: [] for name in READ_MODELS}
+        incremental: dict[str, list[Timing]] = {name: [] for name in names}
         for rep in range(args.reps):
-            for name in READ_MODELS:
-                views = Path(tmp) / f"views-{name.replace(' ', '_')}-{rep}.db"
-                incremental[name].append(catch_up(store, views, name))
-                assert incremental[name][-1][0] == wave_events
+            for name in names:
+                if shared and rep:  # the one set of read models is caught up: another wave
+                    trio.run(populate, url, args.n + rep * args.wave, args.wave, args.at_once)
+                incremental[name].append(catch_up(store, views_of(name, rep), name))
+                assert incremental[name][-1][0] > 0
 
         events = all_events(store)
         hashing = per_event(events, args.reps, hash_chain)
@@ -284,23 +327,47 @@ def main() -> None:
             args.reps,
             lambda: lambda e: e.model_dump_json(exclude=_IN_COLUMNS, exclude_none=True).encode(),
         )
-        decoding = statistics.median(decode_s) / head * 1e6
+        decoding = median_of(decode, 1) / head * 1e6
+        where = "PostgreSQL" if shared else "SQLite"
         store.close()
 
     print(
-        f"store: {args.n} invocations of {KINDS} kinds, {head:,} events "
-        f"({head / args.n:.1f} per invocation), built in {built_s:.1f} s"
+        f"store: {store.url.kind}, {args.n} invocations of {KINDS} kinds ({args.at_once} at "
+        f"once), {head:,} events ({head / args.n:.1f} per invocation), built in {built_s:.1f} s"
     )
+    print(f"read models: {where}")
     print(f"wave: {args.wave} more invocations, {wave_events:,} events")
-    print(f"repetitions: {args.reps} (median; a fresh views file for each full catch-up)")
+    print(f"repetitions: {args.reps} (median; fresh read models for each full catch-up)")
     print()
-    print(f"{'read model':<26} {'full events/s':>14} {'full s':>8} {'wave events/s':>14}")
-    for name in READ_MODELS:
-        full_s = statistics.median(s for _, s in full[name])
-        wave_s = statistics.median(s for _, s in incremental[name])
-        print(f"{name:<26} {rate(head, full_s):>14} {full_s:8.2f} {rate(wave_events, wave_s):>14}")
-    read_s = statistics.median(decode_s)
-    print(f"{'read + decode, no model':<26} {rate(head, read_s):>14} {read_s:8.2f} {'':>14}")
+    print(
+        f"{'read model':<26} {'full events/s':>14} {'per CPU-s':>10} {'full s':>7} "
+        f"{'wave events/s':>14} {'per CPU-s':>10}"
+    )
+    for name in names:
+        full_s, full_cpu = median_of(full[name], 1), median_of(full[name], 2)
+        wave = incremental[name]
+        wave_rate = statistics.median(t[0] / t[1] for t in wave)
+        wave_cpu_rate = statistics.median(t[0] / t[2] for t in wave)
+        print(
+            f"{name:<26} {rate(head, full_s):>14} {rate(head, full_cpu):>10} {full_s:7.2f} "
+            f"{wave_rate:>14,.0f} {wave_cpu_rate:>10,.0f}"
+        )
+    read_s, read_cpu = median_of(decode, 1), median_of(decode, 2)
+    print(
+        f"{'read + decode, no model':<26} {rate(head, read_s):>14} {rate(head, read_cpu):>10} "
+        f"{read_s:7.2f}"
+    )
+    three_s, three_cpu = median_of(full["all three"], 1), median_of(full["all three"], 2)
+    print()
+    print(
+        f"all three together: {head / three_s:,.0f} events/s, {read_s / three_s:.2f} x the rate "
+        f"of decoding alone ({head / three_cpu:,.0f} per CPU-second, "
+        f"{read_cpu / three_cpu:.2f} x)"
+    )
+    print(
+        f"a rebuild of 1,000,000 events at that rate: {1e6 * three_s / head:,.0f} s "
+        f"(extrapolated from this store's {head:,} events)"
+    )
     print()
     print(f"per event, over all {len(events):,} events (median of {args.reps}):")
     for label, value, unit in [

@@ -13,7 +13,6 @@ import importlib.metadata
 import json
 import os
 import sys
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -71,7 +70,6 @@ from loop_actors._errors import (
     EffectResolutionError,
     InconsistentHistoryError,
     InvocationNotFoundError,
-    StoreUnavailableError,
     UsageError,
 )
 from loop_actors._eval_builtin import SUITE_NAME, Fault, builtin_jobs, crash_store_problem
@@ -88,7 +86,6 @@ from loop_actors._render import (
 from loop_actors._runtime import Runtime, check_invocation_id, unaskable_reason
 from loop_actors._store import (
     EventStore,
-    read_models_unavailable,
     redacted_url,
     resolve_db_url,
 )
@@ -98,7 +95,7 @@ from loop_actors._verified_state import (
     next_state,
     save_state,
 )
-from loop_actors._views import open_read_runner, open_runner, open_writable_runner
+from loop_actors._views import open_read_runner, open_writable_runner
 from projections import (
     ProjectionRunner,
     build_trajectory,
@@ -842,18 +839,7 @@ def _read_models(args: argparse.Namespace) -> int:
         raise UsageError("--batch-size must be at least 1")
     store = _open_for_reading(args.db)
     try:
-        # On PostgreSQL, read models are kept only in a SQLite file given with --views.
-        refusal = read_models_unavailable(store) if args.views is None else None
-        if refusal is not None and args.command == "projections":
-            raise StoreUnavailableError(
-                f"{refusal}: give --views FILE to keep them in a SQLite file; show, list, "
-                "metrics and effects build them in memory instead"
-            )
-        if refusal is not None:
-            _note(f"{refusal}: building them in memory for this command")
-            in_memory = f"file:loop-actors-views-{uuid.uuid4().hex}?mode=memory&cache=shared"
-            runner = open_runner(store, in_memory, batch_size=batch_size)
-        elif args.command == "projections":
+        if args.command == "projections":
             runner = open_writable_runner(store, args.views, batch_size=batch_size)
         else:
             runner = open_read_runner(store, args.views, batch_size=batch_size, note=_note)

@@ -59,7 +59,7 @@ from loop_actors._outcome import Outcome
 from loop_actors._reader import StoreReader
 from loop_actors._reconciler import reconcile_effect
 from loop_actors._secrets import SecretStore
-from loop_actors._store import EventStore, StoreUrl, read_models_unavailable, resolve_db_url
+from loop_actors._store import EventStore, StoreUrl, resolve_db_url
 from loop_actors._views import open_runner, run_projection_follower
 from projections import ProjectionRunner
 
@@ -273,11 +273,6 @@ class Runtime:
             stack.callback(self._secrets.close)
             runner = None
             if self.follow_projections:
-                refusal = read_models_unavailable(store) if self.views is None else None
-                if refusal is not None:
-                    raise StoreUnavailableError(
-                        f"follow_projections: {refusal}; give views= a SQLite file to keep them in"
-                    )
                 runner = await trio.to_thread.run_sync(open_runner, store, self.views)
                 stack.callback(runner.close)  # after the nursery: the follower has stopped
             nursery = await stack.enter_async_context(trio.open_nursery())

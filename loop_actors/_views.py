@@ -12,25 +12,36 @@ from loop_actors._errors import StoreReadOnlyError, StoreUnavailableError
 from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._store import EventStore, sqlite_write_refusal
 from projections import ForeignReadModelsError, Projection, ProjectionRunner, default_projections
+from projections.sql import is_postgres_url, postgres_location
 
 FOLLOW_POLL_S = 1.0
 """A follower also catches up this often, for commits made by other processes."""
 
 
 def views_location(store: EventStore, explicit: str | None = None) -> str:
-    """The read models' SQLite database for a store.
+    """The read models' database for a store.
 
-    By default a file next to the event store (``x.db`` → ``x.views.db``), so
-    that building read models never holds the event store's write lock; for
-    ``memory://``, an in-memory database private to this process.
+    By default, for a SQLite store, a file next to the event store (``x.db`` →
+    ``x.views.db``), so that building read models never holds the event store's
+    write lock; for ``memory://``, an in-memory database private to this process;
+    for a PostgreSQL store, the store's own database (its URL), where the read
+    models' tables and tracking rows sit beside the events. ``explicit`` (``--views``)
+    is a SQLite file, or a ``postgresql://`` URL.
     """
     if explicit:
         return explicit
     if store.url.kind == "memory":
         return _in_memory()
+    if store.url.kind == "postgresql":
+        return store.url.url
     assert store.url.path is not None
     path = store.url.path
     return str(path.with_name(f"{path.stem}.views{path.suffix or '.db'}"))
+
+
+def _shown(location: str) -> str:
+    """A read models' location for a message: a PostgreSQL URL without its password."""
+    return postgres_location(location) if is_postgres_url(location) else location
 
 
 def _in_memory() -> str:
@@ -54,7 +65,7 @@ def open_runner(
             belongs to another store and cannot be rebuilt.
     """
     location = views_location(store, views)
-    if not location.startswith("file:"):
+    if not location.startswith("file:") and not is_postgres_url(location):
         folder = Path(location).parent
         if not folder.is_dir():
             raise StoreUnavailableError(f"cannot open read models at {location}: no such folder")
@@ -70,7 +81,8 @@ def open_runner(
     except ForeignReadModelsError as error:
         raise StoreUnavailableError(str(error)) from error
     except Exception as error:
-        raise StoreUnavailableError(f"cannot open read models at {location}: {error}") from error
+        shown = postgres_location(location) if is_postgres_url(location) else location
+        raise StoreUnavailableError(f"cannot open read models at {shown}: {error}") from error
 
 
 def read_models_refusal(store: EventStore, views: str | None = None) -> str | None:
@@ -86,14 +98,14 @@ def read_models_refusal(store: EventStore, views: str | None = None) -> str | No
     location = views_location(store, views)
     if store.store_id is None:
         return (
-            f"{store.url.path} has no store identity (it was created by an older version "
-            f"and is opened read-only), so the read models in {location} cannot be checked "
-            "against it"
+            f"{store.url.path or 'the store'} has no store identity (it was created by an "
+            "older version and is opened read-only), so the read models in "
+            f"{_shown(location)} cannot be checked against it"
         )
     if views is None and store.write_refusal is not None:
         return f"the store cannot be written ({store.write_refusal})"
-    if location.startswith("file:"):
-        return None
+    if location.startswith("file:") or is_postgres_url(location):
+        return None  # PostgreSQL says itself, when the read models are opened
     refusal = sqlite_write_refusal(Path(location))
     return None if refusal is None else f"the read models cannot be written ({refusal})"
 
@@ -133,7 +145,7 @@ def open_writable_runner(
     if refusal is not None:
         raise StoreReadOnlyError(
             f"{refusal}: `loop-actors projections` works on the read models kept in "
-            f"{views_location(store, views)}; show, list, metrics and effects build them "
+            f"{_shown(views_location(store, views))}; show, list, metrics and effects build them "
             "in memory instead (or give --views FILE in a folder that can be written)"
         )
     return open_runner(store, views, batch_size=batch_size)
@@ -147,7 +159,7 @@ async def run_projection_follower(
 ) -> None:
     """Keep read models caught up: after each commit the Journal reports, and every second.
 
-    Catch-up runs in a worker thread (it is blocking SQLite work); commits that
+    Catch-up runs in a worker thread (it is blocking database work); commits that
     arrive meanwhile coalesce into the next round.
 
     Cancellation: returns when cancelled; a catch-up in flight finishes in its

@@ -11,6 +11,8 @@ from projections.runner import Projection as Projection
 from projections.runner import ProjectionError as ProjectionError
 from projections.runner import ProjectionRunner as ProjectionRunner
 from projections.runner import ProjectionStatus as ProjectionStatus
+from projections.sql import Dialect as Dialect
+from projections.sql import ViewCursor as ViewCursor
 from projections.trajectory import CallView as CallView
 from projections.trajectory import InvocationStatus as InvocationStatus
 from projections.trajectory import StepView as StepView

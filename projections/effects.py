@@ -8,15 +8,17 @@ the effect (see ``aggregates.effect.who_settles``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from eventsourcing.sqlite import SQLiteCursor
+from eventsourcing.persistence import IntegrityError
 
 from aggregates.decisions import EffectStatus
 from aggregates.effect import EffectPrepared, effect_status_after, who_settles
 from aggregates.events import DomainEvent
 from aggregates.invocation import InvocationStarted, Terminated
 from projections.runner import Projection, ProjectionRunner
+from projections.sql import ViewCursor, marks
 
 OPEN = (EffectStatus.DISPATCHED.value, EffectStatus.OUTCOME_UNKNOWN.value)
 
@@ -31,65 +33,93 @@ class OpenEffectsProjection(Projection):
         """The table."""
         return [
             "CREATE TABLE IF NOT EXISTS open_effects ("
-            "effect_key TEXT PRIMARY KEY, invocation_id TEXT, step INTEGER, call_id TEXT, "
-            "tool TEXT, status TEXT, attempt INTEGER, prepared_at TEXT, updated_at TEXT, "
-            "prepared_position INTEGER)",
+            "effect_key TEXT PRIMARY KEY, invocation_id TEXT, step BIGINT, call_id TEXT, "
+            "tool TEXT, status TEXT, attempt BIGINT, prepared_at TEXT, updated_at TEXT, "
+            "prepared_position BIGINT)",
             # Whose invocation an effect is, and whether it ended (who can settle it).
             "CREATE TABLE IF NOT EXISTS open_effects_invocations ("
-            "invocation_id TEXT PRIMARY KEY, agent TEXT, ended INTEGER NOT NULL DEFAULT 0)",
+            "invocation_id TEXT PRIMARY KEY, agent TEXT, ended BIGINT NOT NULL DEFAULT 0)",
         ]
 
     def tables(self) -> list[str]:
         """The tables, for a rebuild."""
         return ["open_effects", "open_effects_invocations"]
 
-    def apply(self, cursor: SQLiteCursor, event: DomainEvent, position: int) -> None:
-        """Track each effect's status; forget it once it is settled."""
-        if isinstance(event, InvocationStarted):
+    def apply(self, cursor: ViewCursor, event: DomainEvent, position: int) -> None:
+        """Track each effect's status; forget it once it is settled (a batch of one)."""
+        self.apply_batch(cursor, [(event, position)])
+
+    def apply_batch(self, cursor: ViewCursor, events: Sequence[tuple[DomainEvent, int]]) -> None:
+        """Fold a batch's events per effect in memory, then write each changed row once."""
+        invocations: dict[str, list[Any]] = {}  # started in the batch: (id, agent, ended)
+        ended: list[tuple[str]] = []  # started before the batch, terminated in it
+        new: dict[str, list[Any]] = {}  # prepared in the batch and still open
+        changed: dict[str, list[Any]] = {}  # open before the batch: [status, attempts, at]
+        settled: set[str] = set()  # open before the batch, settled in it
+        for event, position in events:
+            if isinstance(event, InvocationStarted):
+                invocations[event.originator_id] = [event.originator_id, event.agent_name, 0]
+                continue
+            if isinstance(event, Terminated):
+                if event.originator_id in invocations:
+                    invocations[event.originator_id][2] = 1
+                else:
+                    ended.append((event.originator_id,))
+                continue
+            status = effect_status_after(event)
+            if status is None:
+                continue
+            key = event.originator_id
+            at = event.timestamp.isoformat()
+            if isinstance(event, EffectPrepared):
+                if key in new:
+                    raise IntegrityError(f"effect {key} prepared twice")
+                new[key] = [
+                    key, event.invocation_id, event.step, event.call_id, event.tool,
+                    status, 0, at, at, position,
+                ]  # fmt: skip
+            elif status in _SETTLED:
+                if new.pop(key, None) is None:
+                    settled.add(key)
+                    changed.pop(key, None)
+            else:
+                attempt = 1 if status == EffectStatus.DISPATCHED.value else 0
+                if key in new:
+                    row = new[key]
+                    row[5], row[6], row[8] = status, row[6] + attempt, at
+                elif key not in settled:  # a settled effect's row is gone
+                    was = changed.get(key)
+                    changed[key] = [status, attempt + (was[1] if was else 0), at]
+        cursor.insert_rows(
+            "open_effects_invocations",
+            ("invocation_id", "agent", "ended"),
+            list(invocations.values()),
+            key=("invocation_id",),
+        )
+        cursor.executemany(
+            "UPDATE open_effects_invocations SET ended = 1 WHERE invocation_id = ?", ended
+        )
+        gone = sorted(settled)
+        for start in range(0, len(gone), 500):
+            chunk = gone[start : start + 500]
             cursor.execute(
-                "INSERT OR REPLACE INTO open_effects_invocations VALUES (?, ?, 0)",
-                (event.originator_id, event.agent_name),
+                f"DELETE FROM open_effects WHERE effect_key IN ({marks(len(chunk))})", chunk
             )
-            return
-        if isinstance(event, Terminated):
-            cursor.execute(
-                "UPDATE open_effects_invocations SET ended = 1 WHERE invocation_id = ?",
-                (event.originator_id,),
-            )
-            return
-        status = effect_status_after(event)
-        if status is None:
-            return
-        key = event.originator_id
-        if isinstance(event, EffectPrepared):
-            cursor.execute(
-                "INSERT INTO open_effects VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?)",
-                (
-                    key,
-                    event.invocation_id,
-                    event.step,
-                    event.call_id,
-                    event.tool,
-                    status,
-                    event.timestamp.isoformat(),
-                    event.timestamp.isoformat(),
-                    position,
-                ),
-            )
-            return
-        if status in (
-            EffectStatus.COMMITTED.value,
-            EffectStatus.REJECTED.value,
-            EffectStatus.RECONCILED.value,
-        ):
-            cursor.execute("DELETE FROM open_effects WHERE effect_key = ?", (key,))
-            return
-        attempt_change = 1 if status == EffectStatus.DISPATCHED.value else 0
-        cursor.execute(
+        cursor.executemany(
             "UPDATE open_effects SET status = ?, attempt = attempt + ?, updated_at = ? "
             "WHERE effect_key = ?",
-            (status, attempt_change, event.timestamp.isoformat(), key),
+            [(*change, key) for key, change in changed.items()],
         )
+        cursor.insert_rows("open_effects", _COLUMNS, list(new.values()))
+
+
+_COLUMNS = (
+    "effect_key", "invocation_id", "step", "call_id", "tool", "status", "attempt",
+    "prepared_at", "updated_at", "prepared_position",
+)  # fmt: skip
+_SETTLED = frozenset(
+    {EffectStatus.COMMITTED.value, EffectStatus.REJECTED.value, EffectStatus.RECONCILED.value}
+)
 
 
 def list_open_effects(runner: ProjectionRunner) -> list[dict[str, Any]]:

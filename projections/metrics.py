@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from eventsourcing.sqlite import SQLiteCursor
+from eventsourcing.persistence import IntegrityError
 
 from aggregates.decisions import Frozen
 from aggregates.effect import EffectPrepared, effect_status_after
@@ -24,6 +24,7 @@ from aggregates.invocation import (
     BatchDispatched,
     ClarificationProvided,
     DecisionProposed,
+    InvocationEvent,
     InvocationStarted,
     Paused,
     ResultsCommitted,
@@ -31,6 +32,7 @@ from aggregates.invocation import (
     plan_fingerprint,
 )
 from projections.runner import Projection, ProjectionRunner
+from projections.sql import ViewCursor, marks
 
 GroupBy = Literal["agent", "task-class", "reason"]
 
@@ -38,20 +40,30 @@ _COLUMN = {"agent": "agent", "task-class": "task_class", "reason": "reason"}
 
 
 class MetricsProjection(Projection):
-    """Per-invocation totals, failed calls by error class, and effects by state."""
+    """Per-invocation totals, failed calls by error class, and effects by state.
+
+    A batch at a time: the invocations' rows the batch touches are read once
+    (or found in the runner's cache, ``cursor.cache``, up to ``CACHE_ROWS``),
+    every event is folded into them in memory, in order, and each changed row
+    is written once (one ``executemany`` per statement).
+    """
 
     name = "metrics"
     version = 3
+
+    CACHE_ROWS: ClassVar[int] = 50_000
+    """How many invocations' rows the cache may hold (least recently touched dropped first)."""
 
     def create(self) -> list[str]:
         """The tables."""
         return [
             "CREATE TABLE IF NOT EXISTS metrics_invocations ("
             "invocation_id TEXT PRIMARY KEY, agent TEXT, task_class TEXT, reason TEXT, "
-            "steps INTEGER, tool_calls INTEGER, input_tokens INTEGER, output_tokens INTEGER, "
-            "cost REAL, started_at TEXT, wall_ms REAL, repeated_plans INTEGER, last_plan TEXT)",
+            "steps BIGINT, tool_calls BIGINT, input_tokens BIGINT, output_tokens BIGINT, "
+            "cost DOUBLE PRECISION, started_at TEXT, wall_ms DOUBLE PRECISION, "
+            "repeated_plans BIGINT, last_plan TEXT)",
             "CREATE TABLE IF NOT EXISTS metrics_failed_calls ("
-            "invocation_id TEXT, error_class TEXT, calls INTEGER, "
+            "invocation_id TEXT, error_class TEXT, calls BIGINT, "
             "PRIMARY KEY (invocation_id, error_class))",
             "CREATE TABLE IF NOT EXISTS metrics_effects ("
             "effect_key TEXT PRIMARY KEY, invocation_id TEXT, status TEXT)",
@@ -61,88 +73,164 @@ class MetricsProjection(Projection):
         """The tables, for a rebuild."""
         return ["metrics_invocations", "metrics_failed_calls", "metrics_effects"]
 
-    def apply(self, cursor: SQLiteCursor, event: DomainEvent, position: int) -> None:
-        """Fold one event into the totals."""
+    def apply(self, cursor: ViewCursor, event: DomainEvent, position: int) -> None:
+        """Fold one event into the totals (a batch of one)."""
+        self.apply_batch(cursor, [(event, position)])
+
+    def apply_batch(self, cursor: ViewCursor, events: Sequence[tuple[DomainEvent, int]]) -> None:
+        """Fold a batch of events into the totals: each touched row read and written once."""
+        held: dict[str, list[Any]] = cursor.cache.setdefault("invocations", {})
+        starts = {e.originator_id for e, _ in events if isinstance(e, InvocationStarted)}
+        missing = {
+            e.originator_id
+            for e, _ in events
+            if isinstance(e, InvocationEvent) and e.originator_id not in held
+        } - starts
+        for chunk in _chunks(sorted(missing)):
+            for row in cursor.query(
+                f"SELECT * FROM metrics_invocations WHERE invocation_id IN ({marks(len(chunk))})",
+                chunk,
+            ):
+                held[row["invocation_id"]] = [row[c] for c in _COLUMNS]
+        batch = _Batch(held)
+        for event, _ in events:
+            batch.fold(event)
+        batch.write(cursor)
+        for invocation_id in batch.touched:  # the most recently touched last
+            held[invocation_id] = held.pop(invocation_id)
+        while len(held) > self.CACHE_ROWS:
+            del held[next(iter(held))]
+
+
+_COLUMNS = (
+    "invocation_id",
+    "agent",
+    "task_class",
+    "reason",
+    "steps",
+    "tool_calls",
+    "input_tokens",
+    "output_tokens",
+    "cost",
+    "started_at",
+    "wall_ms",
+    "repeated_plans",
+    "last_plan",
+)
+_REASON, _STEPS, _TOOL_CALLS, _INPUT, _OUTPUT, _COST = 3, 4, 5, 6, 7, 8
+_STARTED_AT, _WALL_MS, _REPEATED, _LAST_PLAN = 9, 10, 11, 12
+
+_CHUNK = 250
+
+
+def _chunks(items: Sequence[str]) -> list[Sequence[str]]:
+    return [items[i : i + _CHUNK] for i in range(0, len(items), _CHUNK)]
+
+
+class _Batch:
+    """One batch's changes, folded in memory in the events' order."""
+
+    def __init__(self, held: dict[str, list[Any]]) -> None:
+        self.held = held
+        self.new: set[str] = set()
+        self.touched: dict[str, None] = {}
+        self.failed: dict[tuple[str, str], int] = {}
+        self.new_effects: dict[str, list[str]] = {}
+        self.effect_statuses: dict[str, str] = {}
+
+    def _row(self, invocation_id: str) -> list[Any] | None:
+        row = self.held.get(invocation_id)
+        if row is not None:
+            self.touched[invocation_id] = None
+        return row
+
+    def fold(self, event: DomainEvent) -> None:
+        """One event's change (to rows it does not hold, none, as an UPDATE would do)."""
         match event:
             case InvocationStarted():
-                cursor.execute(
-                    "INSERT INTO metrics_invocations VALUES "
-                    "(?, ?, ?, NULL, 0, 0, 0, 0, 0.0, ?, NULL, 0, NULL)",
-                    (
-                        event.originator_id,
-                        event.agent_name,
-                        event.task_class or "",
-                        event.timestamp.isoformat(),
-                    ),
-                )
+                invocation_id = event.originator_id
+                if invocation_id in self.held:  # as the INSERT would: refuse a second start
+                    raise IntegrityError(f"invocation {invocation_id} started twice")
+                self.held[invocation_id] = [
+                    invocation_id, event.agent_name, event.task_class or "", None,
+                    0, 0, 0, 0, 0.0, event.timestamp.isoformat(), None, 0, None,
+                ]  # fmt: skip
+                self.new.add(invocation_id)
+                self.touched[invocation_id] = None
             case DecisionProposed():
-                cursor.execute(
-                    "UPDATE metrics_invocations SET steps = ?, input_tokens = input_tokens + ?, "
-                    "output_tokens = output_tokens + ?, cost = cost + ? WHERE invocation_id = ?",
-                    (
-                        event.step,
-                        event.usage.input_tokens,
-                        event.usage.output_tokens,
-                        event.usage.cost,
-                        event.originator_id,
-                    ),
-                )
+                if (row := self._row(event.originator_id)) is not None:
+                    row[_STEPS] = event.step
+                    row[_INPUT] += event.usage.input_tokens
+                    row[_OUTPUT] += event.usage.output_tokens
+                    row[_COST] += event.usage.cost
             case BatchDispatched():
-                plan = plan_fingerprint(event.calls)
-                cursor.execute(
-                    "UPDATE metrics_invocations SET tool_calls = tool_calls + ?, "
-                    "repeated_plans = repeated_plans "
-                    "+ (CASE WHEN last_plan = ? THEN 1 ELSE 0 END), "
-                    "last_plan = ? WHERE invocation_id = ?",
-                    (len(event.calls), plan, plan, event.originator_id),
-                )
+                if (row := self._row(event.originator_id)) is not None:
+                    plan = plan_fingerprint(event.calls)
+                    row[_TOOL_CALLS] += len(event.calls)
+                    row[_REPEATED] += 1 if row[_LAST_PLAN] == plan else 0
+                    row[_LAST_PLAN] = plan
             case ResultsCommitted():
-                cursor.execute(
-                    "UPDATE metrics_invocations SET reason = NULL, wall_ms = NULL "
-                    "WHERE invocation_id = ? AND reason = 'reconciliation_required'",
-                    (event.originator_id,),
-                )
+                row = self._row(event.originator_id)
+                if row is not None and row[_REASON] == "reconciliation_required":
+                    row[_REASON] = row[_WALL_MS] = None
                 for result in event.results:
-                    if result.error is None:
-                        continue
-                    cursor.execute(
-                        "INSERT INTO metrics_failed_calls VALUES (?, ?, 1) "
-                        "ON CONFLICT (invocation_id, error_class) DO UPDATE SET calls = calls + 1",
-                        (event.originator_id, result.error.error_class.value),
-                    )
+                    if result.error is not None:
+                        key = (event.originator_id, result.error.error_class.value)
+                        self.failed[key] = self.failed.get(key, 0) + 1
             case ApprovalGranted() | ApprovalDenied() | ClarificationProvided():
-                cursor.execute(
-                    "UPDATE metrics_invocations SET reason = NULL, wall_ms = NULL "
-                    "WHERE invocation_id = ?",
-                    (event.originator_id,),
-                )
+                if (row := self._row(event.originator_id)) is not None:
+                    row[_REASON] = row[_WALL_MS] = None
             case Paused() | Terminated():
-                cursor.execute(
-                    "SELECT started_at FROM metrics_invocations WHERE invocation_id = ?",
-                    (event.originator_id,),
-                )
-                row = cursor.fetchone()
-                started = datetime.fromisoformat(row[0]) if row else event.timestamp
-                wall_ms = (event.timestamp - started).total_seconds() * 1000.0
-                cursor.execute(
-                    "UPDATE metrics_invocations SET reason = ?, wall_ms = ? "
-                    "WHERE invocation_id = ?",
-                    (event.reason.value, wall_ms, event.originator_id),
-                )
+                if (row := self._row(event.originator_id)) is not None:
+                    started = datetime.fromisoformat(row[_STARTED_AT])
+                    row[_REASON] = event.reason.value
+                    row[_WALL_MS] = (event.timestamp - started).total_seconds() * 1000.0
             case _:
-                status = effect_status_after(event)
-                if status is None:
-                    return
-                if isinstance(event, EffectPrepared):
-                    cursor.execute(
-                        "INSERT INTO metrics_effects VALUES (?, ?, ?)",
-                        (event.originator_id, event.invocation_id, status),
-                    )
-                else:
-                    cursor.execute(
-                        "UPDATE metrics_effects SET status = ? WHERE effect_key = ?",
-                        (status, event.originator_id),
-                    )
+                self._fold_effect(event)
+
+    def _fold_effect(self, event: DomainEvent) -> None:
+        status = effect_status_after(event)
+        if status is None:
+            return
+        key = event.originator_id
+        if isinstance(event, EffectPrepared):
+            if key in self.new_effects:
+                raise IntegrityError(f"effect {key} prepared twice")
+            self.new_effects[key] = [key, event.invocation_id, status]
+        elif key in self.new_effects:
+            self.new_effects[key][2] = status
+        else:
+            self.effect_statuses[key] = status
+
+    def write(self, cursor: ViewCursor) -> None:
+        """Each changed row once: new ones inserted (a second start fails the batch)."""
+        cursor.insert_rows(
+            "metrics_invocations", _COLUMNS, [self.held[i] for i in self.touched if i in self.new]
+        )
+        cursor.update_rows(
+            "metrics_invocations",
+            _COLUMNS[1:],
+            ("invocation_id",),
+            [(*self.held[i][1:], i) for i in self.touched if i not in self.new],
+        )
+        cursor.insert_rows(
+            "metrics_failed_calls",
+            ("invocation_id", "error_class", "calls"),
+            [(i, error_class, n) for (i, error_class), n in self.failed.items()],
+            key=("invocation_id", "error_class"),
+            update="calls = metrics_failed_calls.calls + excluded.calls",
+        )
+        cursor.insert_rows(
+            "metrics_effects",
+            ("effect_key", "invocation_id", "status"),
+            list(self.new_effects.values()),
+        )
+        cursor.update_rows(
+            "metrics_effects",
+            ("status",),
+            ("effect_key",),
+            [(status, key) for key, status in self.effect_statuses.items()],
+        )
 
 
 class MetricsRow(Frozen):
@@ -184,7 +272,8 @@ def metrics(runner: ProjectionRunner, by: GroupBy = "reason") -> list[MetricsRow
         "input_tokens, output_tokens, cost, wall_ms, repeated_plans FROM metrics_invocations"
     )
     failed = runner.query(
-        f"SELECT COALESCE(i.{column}, 'running') AS grp, f.error_class, SUM(f.calls) AS calls "
+        f"SELECT COALESCE(i.{column}, 'running') AS grp, f.error_class, "
+        "CAST(SUM(f.calls) AS BIGINT) AS calls "
         "FROM metrics_failed_calls f JOIN metrics_invocations i USING (invocation_id) "
         "GROUP BY grp, f.error_class"
     )

@@ -1,13 +1,18 @@
 """The projection runner: read models built from the notification log, exactly once.
 
 Each read model (a :class:`Projection`) keeps its tables and its tracking row in
-one SQLite database, written with eventsourcing's ``SQLiteTrackingRecorder``:
-a batch of events and the position it reached are committed in **one
-transaction**. A runner killed mid-batch loses the whole batch and starts again
-from the last committed position, so no event is applied twice and none is
-skipped. The runner reads the event store's notification log (eventsourcing's
-``select_notifications``), which is the SQLite recorder's way in: its
-``subscribe()`` is not implemented in eventsourcing 9.5.
+one database: a SQLite file next to the event store, or, for a store on
+PostgreSQL, the store's own database. Its tracking row is eventsourcing's
+(``SQLiteTrackingRecorder`` or ``PostgresTrackingRecorder``), and a batch of
+events and the position it reached are committed in **one transaction**. A
+runner killed mid-batch loses the whole batch and starts again from the last
+committed position, so no event is applied twice and none is skipped. The
+runner reads the event store's notification log (eventsourcing's
+``select_notifications``).
+
+A catch-up reads and decodes each batch of events once and hands it to every
+read model that has not applied it yet, in one transaction with every read
+model's tracking row.
 
 The read models also record the identity of the store they were built from
 (``store_id``): opened for another store (the store was deleted and created
@@ -26,16 +31,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, cast
 
 from eventsourcing.application import Application
-from eventsourcing.persistence import IntegrityError, PersistenceError, Tracking
-from eventsourcing.sqlite import SQLiteCursor, SQLiteDatastore, SQLiteTrackingRecorder
+from eventsourcing.persistence import IntegrityError, PersistenceError
 
 from aggregates.decisions import Frozen
 from aggregates.events import DomainEvent
+from projections.sql import STORE_TABLE, ViewCursor, ViewDatabase, open_view_database
 
 log = logging.getLogger(__name__)
-
-STORE_TABLE = "read_model_store"
-"""The identity of the store the read models were built from: one row."""
 
 
 class ProjectionError(Exception):
@@ -54,6 +56,14 @@ class Projection:
     ``apply`` (one event, inside the batch's transaction); they may override
     ``apply_batch`` (all of a batch's events at once). Both must be
     deterministic: a rebuild from position 0 gives the same tables.
+
+    The cursor they are given is a :class:`projections.sql.ViewCursor`: ``?``
+    placeholders on SQLite and PostgreSQL alike, ``cursor.dialect`` for what the
+    two spell differently, and ``cursor.cache``, a dict the runner keeps for this
+    read model from one batch to the next and empties whenever the tables may no
+    longer be what this runner last committed (a batch rolled back, another
+    runner committed, a rebuild): a read model may keep in it what it read or
+    wrote, to avoid reading it again.
     """
 
     name: ClassVar[str]
@@ -68,11 +78,11 @@ class Projection:
         """The tables to drop for a rebuild."""
         raise NotImplementedError
 
-    def apply(self, cursor: SQLiteCursor, event: DomainEvent, position: int) -> None:
+    def apply(self, cursor: ViewCursor, event: DomainEvent, position: int) -> None:
         """Change the tables for one event (inside the batch's transaction)."""
         raise NotImplementedError
 
-    def apply_batch(self, cursor: SQLiteCursor, events: Sequence[tuple[DomainEvent, int]]) -> None:
+    def apply_batch(self, cursor: ViewCursor, events: Sequence[tuple[DomainEvent, int]]) -> None:
         """Change the tables for a batch of (event, position), in order, in its transaction.
 
         The runner calls this, once per batch. By default it applies each event in
@@ -108,26 +118,6 @@ class CatchUpReport(Frozen):
     position: int
 
 
-class ViewStore(SQLiteTrackingRecorder):
-    """The read models' SQLite database, with eventsourcing's single-row tracking table."""
-
-    def __init__(self, datastore: SQLiteDatastore, projections: Sequence[Projection]) -> None:
-        """Open (and create) the tracking table and every projection's tables."""
-        self.projections = list(projections)
-        super().__init__(datastore)
-
-    def construct_create_table_statements(self) -> list[str]:
-        """The tracking table, the store identity's table, then each read model's tables."""
-        statements = super().construct_create_table_statements()
-        statements.append(
-            f"CREATE TABLE IF NOT EXISTS {STORE_TABLE} ("
-            "singleton INTEGER PRIMARY KEY CHECK (singleton = 1), store_id TEXT NOT NULL)"
-        )
-        for projection in self.projections:
-            statements.extend(projection.create())
-        return statements
-
-
 BatchHook = Callable[[str, int], None]
 """Called inside a batch's transaction after its events were applied: (name, position)."""
 
@@ -145,12 +135,13 @@ class ProjectionRunner:
         after_batch: BatchHook | None = None,
         store_id: str | None = None,
     ) -> None:
-        """Open the read models' database ``view_db`` (a SQLite path or URI).
+        """Open the read models' database ``view_db`` and create their tables.
 
         Args:
             application: the event store (its recorder, mapper and name are used).
-            view_db: where the read models live: a file path, or a SQLite URI such
-                as ``file:views?mode=memory&cache=shared``.
+            view_db: where the read models live: a SQLite file path, a SQLite URI
+                such as ``file:views?mode=memory&cache=shared``, or a PostgreSQL
+                URL (``postgresql://user:password@host:port/dbname``).
             projections: the read models to maintain.
             batch_size: events per transaction.
             after_batch: a hook run inside each transaction before it commits
@@ -174,12 +165,25 @@ class ProjectionRunner:
         self.view_db = view_db
         self.batch_size = batch_size
         self.after_batch = after_batch
-        self.datastore = SQLiteDatastore(view_db)
-        self.views = ViewStore(self.datastore, projections)
-        self.views.create_table()
+        self.db: ViewDatabase = open_view_database(view_db)
+        self.dialect = self.db.dialect
+        statements = [
+            f"CREATE TABLE IF NOT EXISTS {STORE_TABLE} ("
+            "singleton INTEGER PRIMARY KEY CHECK (singleton = 1), store_id TEXT NOT NULL)"
+        ]
+        for projection in projections:
+            statements.extend(projection.create())
+        try:
+            self.db.create(statements)
+        except BaseException:
+            self.db.close()
+            raise
         self.projections = {p.name: p for p in projections}
         self.store_id = store_id
         self._lock = threading.Lock()
+        self._caches: dict[str, dict[str, Any]] = {name: {} for name in names}
+        self._known: dict[str, int] = {}
+        """Per read model, the position its cache was kept at (absent: the cache is empty)."""
         if store_id is not None:
             self._check_store(store_id)
         for projection in projections:
@@ -187,7 +191,7 @@ class ProjectionRunner:
 
     def close(self) -> None:
         """Close the read models' database."""
-        self.datastore.close()
+        self.db.close()
 
     def _tracking_name(self, projection: Projection) -> str:
         return f"{projection.name}:{self.application.name}"
@@ -197,17 +201,17 @@ class ProjectionRunner:
 
     def _check_version(self, projection: Projection) -> None:
         """A new read model, or one whose tables changed shape, starts again from 0."""
-        recorded = self.views.max_tracking_id(self._version_name(projection))
+        recorded = self.db.position(self._version_name(projection))
         if recorded != projection.version:
             self._reset(projection)
 
     def recorded_store_id(self) -> str | None:
         """The identity of the store these read models were built from (None before any)."""
-        with self.datastore.transaction(commit=False) as cursor:
+        with self.db.read() as cursor:
             return self._recorded_store_id(cursor)
 
     @staticmethod
-    def _recorded_store_id(cursor: SQLiteCursor) -> str | None:
+    def _recorded_store_id(cursor: ViewCursor) -> str | None:
         cursor.execute(f"SELECT store_id FROM {STORE_TABLE} WHERE singleton = 1")
         row = cursor.fetchone()
         return None if row is None else str(row["store_id"])
@@ -226,12 +230,12 @@ class ProjectionRunner:
             log.warning(
                 "read models in %s were built from store %s, not from this store %s: "
                 "emptying them and replaying this store's events from position 0",
-                self.view_db,
+                self.db.location,
                 recorded or "(not recorded)",
                 store_id,
             )
         try:
-            with self.datastore.transaction(commit=True) as cursor:
+            with self.db.write() as cursor:
                 if self._recorded_store_id(cursor) == store_id:
                     return  # another process just did it
                 for projection in self.projections.values():
@@ -242,7 +246,7 @@ class ProjectionRunner:
                 )
         except PersistenceError as error:
             raise ForeignReadModelsError(
-                f"the read models in {self.view_db} belong to another store "
+                f"the read models in {self.db.location} belong to another store "
                 f"({recorded or 'not recorded'}, this store is {store_id}) and cannot be "
                 f"emptied ({error}); make the file writable and run "
                 "`loop-actors projections rebuild`, or delete it"
@@ -257,7 +261,7 @@ class ProjectionRunner:
 
     def position(self, name: str) -> int:
         """The last notification a read model has applied (0 before the first)."""
-        tracked = self.views.max_tracking_id(self._tracking_name(self.projections[name]))
+        tracked = self.db.position(self._tracking_name(self.projections[name]))
         return tracked or 0
 
     def head(self) -> int:
@@ -273,73 +277,128 @@ class ProjectionRunner:
         ]
 
     def catch_up(self, name: str | None = None) -> list[CatchUpReport]:
-        """Apply every event not yet applied, batch by batch, to each read model (or one)."""
-        return [self._catch_up(projection) for projection in self._select(name)]
+        """Apply every event not yet applied to each read model (or one), batch by batch.
 
-    def _catch_up(self, projection: Projection) -> CatchUpReport:
+        The read models are caught up together: each batch of events is read and
+        decoded once, and applied to every read model that has not applied it,
+        in one transaction with their tracking rows. Each report's ``seconds`` is
+        the time of the whole catch-up.
+        """
         # One catch-up at a time in this process; another process's runner on the
-        # same views is caught by the tracking row (see _catch_up_unlocked).
+        # same views waits for the write lock, and its commits show in the tracking rows.
         with self._lock:
-            return self._catch_up_unlocked(projection)
+            return self._catch_up_unlocked(self._select(name))
 
-    def _catch_up_unlocked(self, projection: Projection) -> CatchUpReport:
+    def _catch_up_unlocked(self, selected: Sequence[Projection]) -> list[CatchUpReport]:
         started = time.perf_counter()
-        with self.datastore.transaction(commit=False) as cursor:
+        with self.db.read() as cursor:
             self._check_claim(cursor)
-        position = self.position(projection.name)
-        applied = 0
+        tracking = {p.name: self._tracking_name(p) for p in selected}
+        positions = {p.name: self.position(p.name) for p in selected}
+        applied = dict.fromkeys(positions, 0)
         recorder = self.application.recorder
         mapper = self.application.mapper
         while True:
+            start = min(positions.values())
             notifications = recorder.select_notifications(
-                start=position, limit=self.batch_size, inclusive_of_start=False
+                start=start, limit=self.batch_size, inclusive_of_start=False
             )
             if not notifications:
                 break
             last = notifications[-1].id
-            events = [
-                (cast("DomainEvent", mapper.to_domain_event(notification)), notification.id)
-                for notification in notifications
-            ]
+            # Decoded once, for every read model.
+            events = [(cast("DomainEvent", mapper.to_domain_event(n)), n.id) for n in notifications]
             try:
-                with self.datastore.transaction(commit=True) as cursor:
-                    self._check_claim(cursor)
-                    projection.apply_batch(cursor, events)
-                    if self.after_batch is not None:
-                        self.after_batch(projection.name, last)
-                    # The position goes in with the batch: both commit, or neither.
-                    self.views._insert_tracking(
-                        cursor, Tracking(self._tracking_name(projection), last)
-                    )
+                done = self._apply(selected, tracking, events, last)
             except IntegrityError:
                 # Another runner (another process) applied these events first: its
                 # transaction won, ours rolled back whole. Go on from where it got.
-                moved_on = self.position(projection.name)
-                if moved_on <= position:
-                    raise  # not a race: the projection itself is inconsistent
-                position = moved_on
+                moved = {p.name: self.position(p.name) for p in selected}
+                if all(moved[n] <= positions[n] for n in positions):
+                    raise  # not a race: a read model itself is inconsistent
+                positions = moved
                 continue
-            applied += len(notifications)
-            position = last
+            for name, (count, reached) in done.items():
+                applied[name] += count
+                positions[name] = reached
             if len(notifications) < self.batch_size:
                 break
-        return CatchUpReport(
-            name=projection.name,
-            events=applied,
-            seconds=time.perf_counter() - started,
-            position=position,
-        )
+        seconds = time.perf_counter() - started
+        return [
+            CatchUpReport(
+                name=p.name, events=applied[p.name], seconds=seconds, position=positions[p.name]
+            )
+            for p in selected
+        ]
 
-    def _check_claim(self, cursor: SQLiteCursor) -> None:
+    def _apply(
+        self,
+        selected: Sequence[Projection],
+        tracking: dict[str, str],
+        events: list[tuple[DomainEvent, int]],
+        last: int,
+    ) -> dict[str, tuple[int, int]]:
+        """One batch for every read model behind it, in one transaction.
+
+        Returns, per read model: the events applied, and the position it is at now.
+        """
+        done: dict[str, tuple[int, int]] = {}
+        try:
+            with self.db.write() as cursor:
+                self._check_claim(cursor)
+                now = self._locked_positions(cursor, list(tracking.values()))
+                for projection in selected:
+                    name = projection.name
+                    position = now.get(tracking[name], 0)
+                    if self._known.get(name) != position:
+                        # The tables are not what this runner last committed: forget.
+                        self._caches[name].clear()
+                        self._known.pop(name, None)
+                    if position >= last:
+                        done[name] = (0, position)  # another runner got here first
+                        continue
+                    todo = (
+                        events
+                        if position < events[0][1]
+                        else [item for item in events if item[1] > position]
+                    )
+                    view = ViewCursor(
+                        cursor.raw, self.dialect, self._caches[name], cursor.column_types
+                    )
+                    projection.apply_batch(view, todo)
+                    if self.after_batch is not None:
+                        self.after_batch(name, last)
+                    # The position goes in with the batch: both commit, or neither.
+                    self.db.record(cursor, tracking[name], last)
+                    done[name] = (len(todo), last)
+        except BaseException:
+            for projection in selected:
+                self._caches[projection.name].clear()
+                self._known.pop(projection.name, None)
+            raise
+        for name, (_, reached) in done.items():
+            self._known[name] = reached  # the cache holds that position, or nothing
+        return done
+
+    def _locked_positions(self, cursor: ViewCursor, names: list[str]) -> dict[str, int]:
+        """The recorded positions of ``names``, their rows locked until the transaction ends."""
+        cursor.execute(
+            f"SELECT application_name, notification_id FROM {self.db.tracking_table} "
+            f"WHERE application_name IN ({', '.join('?' * len(names))}){self.dialect.for_update}",
+            names,
+        )
+        return {row[0]: int(row[1]) for row in cursor.fetchall()}
+
+    def _check_claim(self, cursor: ViewCursor) -> None:
         """The read models still belong to this runner's store (checked in each batch too)."""
         if self.store_id is None:
             return
         recorded = self._recorded_store_id(cursor)
         if recorded != self.store_id:
             raise ForeignReadModelsError(
-                f"the read models in {self.view_db} were claimed for store {recorded} by "
+                f"the read models in {self.db.location} were claimed for store {recorded} by "
                 f"another process, and this runner follows store {self.store_id}: two stores "
-                "share one read models' file; give each its own (--views)"
+                "share one read models' database; give each its own (--views)"
             )
 
     def rebuild(self, name: str | None = None) -> list[CatchUpReport]:
@@ -348,28 +407,34 @@ class ProjectionRunner:
         with self._lock:
             for projection in selected:
                 self._reset(projection)
-            return [self._catch_up_unlocked(projection) for projection in selected]
+            return self._catch_up_unlocked(selected)
 
     def _reset(self, projection: Projection) -> None:
         """Empty a read model and its position, in one transaction."""
-        with self.datastore.transaction(commit=True) as cursor:
-            self._reset_in(cursor, projection)
+        try:
+            with self.db.write() as cursor:
+                self._reset_in(cursor, projection)
+        finally:
+            self._caches[projection.name].clear()
+            self._known.pop(projection.name, None)
 
-    def _reset_in(self, cursor: SQLiteCursor, projection: Projection) -> None:
+    def _reset_in(self, cursor: ViewCursor, projection: Projection) -> None:
+        cursor.column_types.clear()  # the tables are made again: maybe with other columns
         for table in projection.tables():
             cursor.execute(f"DROP TABLE IF EXISTS {table}")
         for statement in projection.create():
             cursor.execute(statement)
         cursor.execute(
-            "DELETE FROM tracking WHERE application_name IN (?, ?)",
+            f"DELETE FROM {self.db.tracking_table} WHERE application_name IN (?, ?)",
             (self._tracking_name(projection), self._version_name(projection)),
         )
-        self.views._insert_tracking(
-            cursor, Tracking(self._version_name(projection), projection.version)
-        )
+        self.db.record(cursor, self._version_name(projection), projection.version)
+        # A row at 0, so that a batch can lock it (on PostgreSQL) before it applies.
+        self.db.record(cursor, self._tracking_name(projection), 0)
+        self._caches[projection.name].clear()
+        self._known.pop(projection.name, None)
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        """Run a read-only query on the read models' database."""
-        with self.datastore.transaction(commit=False) as cursor:
-            cursor.execute(sql, params)
-            return [dict(row) for row in cursor.fetchall()]
+        """Run a read-only query on the read models' database (``?`` placeholders)."""
+        with self.db.read() as cursor:
+            return cursor.query(sql, params)

@@ -10,11 +10,10 @@ event at a time and stores the result as rows (what ``loop-actors show`` reads).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from enum import StrEnum
-from typing import Any, cast
+from typing import Any, ClassVar, TypeVar, cast
 
-from eventsourcing.sqlite import SQLiteCursor
 from pydantic import JsonValue
 from pydantic_core import from_json
 
@@ -44,6 +43,9 @@ from aggregates.invocation import (
 )
 from aggregates.values import limit_size
 from projections.runner import Projection, ProjectionRunner
+from projections.sql import ViewCursor, marks
+
+_Model = TypeVar("_Model", bound=Frozen)
 
 
 class InvocationStatus(StrEnum):
@@ -173,16 +175,20 @@ def evolve_trajectory(trajectory: Trajectory | None, event: DomainEvent) -> Traj
         case DecisionProposed():
             kind, summary = _summary(event)
             usage = event.usage
-            step = StepView(
-                step=event.step,
-                kind=kind,
-                summary=summary,
-                input_tokens=usage.input_tokens,
-                output_tokens=usage.output_tokens,
-                cost=usage.cost,
-                latency_ms=usage.latency_ms,
-                decision=event.decision,
-                rejection=event.rejection,
+            step = _build(
+                StepView,
+                {
+                    "step": event.step,
+                    "kind": kind,
+                    "summary": summary,
+                    "calls": [],
+                    "input_tokens": usage.input_tokens,
+                    "output_tokens": usage.output_tokens,
+                    "cost": usage.cost,
+                    "latency_ms": usage.latency_ms,
+                    "decision": event.decision,
+                    "rejection": event.rejection,
+                },
             )
             head |= {
                 "steps": [*trajectory.steps, step],
@@ -192,14 +198,20 @@ def evolve_trajectory(trajectory: Trajectory | None, event: DomainEvent) -> Traj
             }
         case BatchDispatched():
             calls = [
-                CallView(
-                    call_id=call.call_id,
-                    name=call.name,
-                    arguments=call.arguments,
-                    status="dispatched",
-                    effect=call.effect,
-                    effect_key=call.effect_key,
-                    effect_status="dispatched" if call.effect_key else None,
+                _build(
+                    CallView,
+                    {
+                        "call_id": call.call_id,
+                        "name": call.name,
+                        "arguments": call.arguments,
+                        "status": "dispatched",
+                        "output": None,
+                        "error_message": None,
+                        "duration_ms": None,
+                        "effect": call.effect,
+                        "effect_key": call.effect_key,
+                        "effect_status": "dispatched" if call.effect_key else None,
+                    },
                 )
                 for call in event.calls
             ]
@@ -215,8 +227,9 @@ def evolve_trajectory(trajectory: Trajectory | None, event: DomainEvent) -> Traj
                 if result is None:
                     return call
                 error = result.error
-                return call.model_copy(
-                    update={
+                return _replace(
+                    call,
+                    {
                         "status": "ok" if error is None else error.error_class.value,
                         "output": _preview(result.output) if error is None else None,
                         "error_message": error.message if error else None,
@@ -224,7 +237,7 @@ def evolve_trajectory(trajectory: Trajectory | None, event: DomainEvent) -> Traj
                         "effect_status": result.effect_status.value
                         if result.effect_status
                         else call.effect_status,
-                    }
+                    },
                 )
 
             head["steps"] = _with_step(
@@ -253,7 +266,7 @@ def evolve_trajectory(trajectory: Trajectory | None, event: DomainEvent) -> Traj
             pass  # not shown in the trajectory; counted among its events
         case _:
             pass  # an invocation event this version does not know: counted only
-    return trajectory.model_copy(update=head)
+    return _replace(trajectory, head)
 
 
 OUTPUT_PREVIEW_BYTES = 4_096
@@ -275,8 +288,37 @@ _RUNNING: dict[str, Any] = {
 }
 
 
+def _replace(model: _Model, update: dict[str, Any]) -> _Model:
+    """``model.model_copy(update=update)`` without its generic copying: the fold's hot path.
+
+    As ``model_copy``, the values in ``update`` are not validated: the fold takes
+    them from validated events.
+    """
+    copied = object.__new__(type(model))
+    object.__setattr__(copied, "__dict__", {**model.__dict__, **update})
+    object.__setattr__(
+        copied, "__pydantic_fields_set__", model.__pydantic_fields_set__ | update.keys()
+    )
+    object.__setattr__(copied, "__pydantic_extra__", None)
+    object.__setattr__(copied, "__pydantic_private__", None)
+    return copied
+
+
+def _build(cls: type[_Model], fields: dict[str, Any]) -> _Model:
+    """``cls(**fields)`` without validating: ``fields`` name every field, from validated events.
+
+    What ``model_construct`` does, without its generic work (a third of the fold's time).
+    """
+    made = object.__new__(cls)
+    object.__setattr__(made, "__dict__", fields)
+    object.__setattr__(made, "__pydantic_fields_set__", set(fields))
+    object.__setattr__(made, "__pydantic_extra__", None)
+    object.__setattr__(made, "__pydantic_private__", None)
+    return made
+
+
 def _calls(step: StepView, calls: list[CallView]) -> StepView:
-    return step.model_copy(update={"calls": calls})
+    return _replace(step, {"calls": calls})
 
 
 def _with_step(
@@ -296,7 +338,7 @@ def _on_effect(trajectory: Trajectory, event: EffectEvent) -> Trajectory:
 
     def follow(step: StepView) -> StepView:
         calls = [
-            call.model_copy(update={"effect_status": status}) if call.effect_key == key else call
+            _replace(call, {"effect_status": status}) if call.effect_key == key else call
             for call in step.calls
         ]
         return _calls(step, calls)
@@ -304,7 +346,7 @@ def _on_effect(trajectory: Trajectory, event: EffectEvent) -> Trajectory:
     for step in trajectory.steps:
         if any(call.effect_key == key for call in step.calls):
             steps = _with_step(trajectory, step.step, follow)
-            return trajectory.model_copy(update={"steps": steps})
+            return _replace(trajectory, {"steps": steps})
     return trajectory
 
 
@@ -350,35 +392,41 @@ class TrajectoryProjection(Projection):
     """Per invocation: its steps, each call with its status, and how it ended.
 
     Every event goes through :func:`evolve_trajectory`, a batch at a time: the
-    projection reads, once, the part of each invocation's trajectory that the
-    batch's events can change (its head, and the steps they name: see
-    :func:`step_changed_by`), folds all of that invocation's events into it in
-    memory, in the batch's order, and writes each changed row once. The rows hold
-    nothing the fold did not produce, except ``started_position`` (where the
-    invocation starts in the store, for ``list``'s order).
+    projection folds each touched invocation's events into its trajectory in
+    memory, in the batch's order, and writes each changed row once (one
+    ``executemany`` per statement). The trajectories it folded stay in the
+    runner's cache (``cursor.cache``) for the next batch, up to
+    ``CACHE_STEPS`` steps in all (least recently touched dropped first); one
+    that is not there is read whole from its rows first. The rows hold nothing
+    the fold did not produce, except ``started_position`` (where the invocation
+    starts in the store, for ``list``'s order).
     """
 
     name = "trajectory"
     version = 5
+
+    CACHE_STEPS: ClassVar[int] = 20_000
+    """How many trajectories' steps (plus one per trajectory) the cache may hold."""
 
     def create(self) -> list[str]:
         """The tables."""
         return [
             "CREATE TABLE IF NOT EXISTS trajectory_invocations ("
             "invocation_id TEXT PRIMARY KEY, agent TEXT, agent_version TEXT, task_class TEXT, "
-            "goal TEXT, status TEXT, reason TEXT, answer TEXT, detail TEXT, steps INTEGER, "
-            "tool_calls INTEGER, input_tokens INTEGER, output_tokens INTEGER, cost REAL, "
-            "started_at TEXT, ended_at TEXT, started_position INTEGER, events INTEGER)",
+            "goal TEXT, status TEXT, reason TEXT, answer TEXT, detail TEXT, steps BIGINT, "
+            "tool_calls BIGINT, input_tokens BIGINT, output_tokens BIGINT, "
+            "cost DOUBLE PRECISION, started_at TEXT, ended_at TEXT, started_position BIGINT, "
+            "events BIGINT)",
             "CREATE INDEX IF NOT EXISTS trajectory_invocations_order "
             "ON trajectory_invocations (started_position)",
             "CREATE TABLE IF NOT EXISTS trajectory_steps ("
-            "invocation_id TEXT, step INTEGER, kind TEXT, summary TEXT, decision TEXT, "
-            "rejection TEXT, input_tokens INTEGER, output_tokens INTEGER, cost REAL, "
-            "latency_ms REAL, PRIMARY KEY (invocation_id, step))",
+            "invocation_id TEXT, step BIGINT, kind TEXT, summary TEXT, decision TEXT, "
+            "rejection TEXT, input_tokens BIGINT, output_tokens BIGINT, cost DOUBLE PRECISION, "
+            "latency_ms DOUBLE PRECISION, PRIMARY KEY (invocation_id, step))",
             "CREATE TABLE IF NOT EXISTS trajectory_calls ("
-            "invocation_id TEXT, step INTEGER, call_order INTEGER, call_id TEXT, tool TEXT, "
+            "invocation_id TEXT, step BIGINT, call_order BIGINT, call_id TEXT, tool TEXT, "
             "arguments TEXT, effect TEXT, effect_key TEXT, status TEXT, error_class TEXT, "
-            "error_message TEXT, output TEXT, duration_ms REAL, effect_status TEXT, "
+            "error_message TEXT, output TEXT, duration_ms DOUBLE PRECISION, effect_status TEXT, "
             "PRIMARY KEY (invocation_id, step, call_id))",
             "CREATE INDEX IF NOT EXISTS trajectory_calls_effect ON trajectory_calls (effect_key)",
         ]
@@ -387,159 +435,163 @@ class TrajectoryProjection(Projection):
         """The tables, for a rebuild."""
         return ["trajectory_invocations", "trajectory_steps", "trajectory_calls"]
 
-    def apply(self, cursor: SQLiteCursor, event: DomainEvent, position: int) -> None:
+    def apply(self, cursor: ViewCursor, event: DomainEvent, position: int) -> None:
         """Fold one event into the rows of its invocation (a batch of one)."""
         self.apply_batch(cursor, [(event, position)])
 
-    def apply_batch(self, cursor: SQLiteCursor, events: Sequence[tuple[DomainEvent, int]]) -> None:
+    def apply_batch(self, cursor: ViewCursor, events: Sequence[tuple[DomainEvent, int]]) -> None:
         """Fold a batch of events into the rows of the invocations they touch.
 
-        Reads each touched invocation's head and named steps once, folds its
-        events with :func:`evolve_trajectory`, and writes each changed row once
-        (one ``executemany`` per statement). An event of an invocation the read
-        model does not hold, or of an effect no held call names, changes nothing.
+        Folds each touched invocation's events with :func:`evolve_trajectory`
+        (starting from the cached trajectory, or the one its rows hold), and
+        writes each changed row once. An event of an invocation the read model
+        does not hold, or of an effect no held call names, changes nothing.
         """
-        query = _cursor_query(cursor)
-        plan = _plan(query, events)
-        before = _read_parts(query, plan.wanted)
+        cache = _Cache.of(cursor.cache)
+        routed, started, owners = _route(cursor, cache, events)
+        wanted = {i for i, _ in routed if i not in started and i not in cache.held}
+        before: dict[str, Trajectory] = {i: cache.held[i] for i, _ in routed if i in cache.held}
+        read = _read_whole(cursor, sorted(wanted))
+        before |= read
+        for stored in read.values():
+            owners.update(_effect_keys(stored))
         after = dict(before)
-        for invocation_id, event in plan.routed:
+        for invocation_id, event in routed:
             trajectory = after.get(invocation_id)
-            if trajectory is None and invocation_id not in plan.started:
+            if trajectory is None and invocation_id not in started:
                 continue
             after[invocation_id] = evolve_trajectory(trajectory, event)
         rows = _Rows()
         for invocation_id, trajectory in after.items():
-            rows.add(before.get(invocation_id), trajectory, plan.started.get(invocation_id))
+            rows.add(before.get(invocation_id), trajectory, started.get(invocation_id))
         rows.write(cursor)
+        cache.keep(after.values(), owners, self.CACHE_STEPS)
 
 
-class _Plan:
-    """What a batch folds where, and which rows it must read first."""
+class _Cache:
+    """The trajectories a runner keeps between batches, and who owns which effect key."""
 
     def __init__(self) -> None:
-        self.routed: list[tuple[str, DomainEvent]] = []
-        """Each event of the batch with the invocation it folds into, in order."""
-        self.started: dict[str, int] = {}
-        """The invocations that start in the batch: the position of their start."""
-        self.wanted: dict[str, set[int]] = {}
-        """The other invocations touched: the numbers of the steps to read."""
+        self.held: dict[str, Trajectory] = {}
+        """By invocation, least recently touched first."""
+        self.owners: dict[str, str] = {}
+        """Effect key -> invocation, for the calls of the held trajectories."""
+        self.weight = 0
+        """Steps held, plus one per trajectory."""
+
+    @classmethod
+    def of(cls, memory: dict[str, Any]) -> _Cache:
+        """The cache in the runner's memory for this read model (made when empty)."""
+        cache = memory.get("trajectories")
+        if not isinstance(cache, _Cache):
+            cache = memory["trajectories"] = cls()
+        return cache
+
+    def keep(self, trajectories: Iterable[Trajectory], owners: dict[str, str], limit: int) -> None:
+        """Hold these (now the most recently touched); drop the oldest past ``limit``.
+
+        ``owners`` are the effect keys of the calls they hold that the cache does
+        not know yet (dispatched in the batch, or read from the rows).
+        """
+        for trajectory in trajectories:
+            invocation_id = trajectory.invocation_id
+            old = self.held.pop(invocation_id, None)
+            if old is not None:
+                self.weight -= 1 + len(old.steps)
+            self.held[invocation_id] = trajectory
+            self.weight += 1 + len(trajectory.steps)
+        self.owners.update((k, i) for k, i in owners.items() if i in self.held)
+        while self.weight > limit and self.held:
+            invocation_id = next(iter(self.held))
+            dropped = self.held.pop(invocation_id)
+            self.weight -= 1 + len(dropped.steps)
+            for key, _ in _effect_keys(dropped):
+                self.owners.pop(key, None)
 
 
-def _plan(query: Query, events: Sequence[tuple[DomainEvent, int]]) -> _Plan:
-    """Route a batch's events to their invocations and list the rows to read."""
-    plan = _Plan()
+def _effect_keys(trajectory: Trajectory) -> Iterator[tuple[str, str]]:
+    """(effect key, invocation) for each write the trajectory holds."""
+    for step in trajectory.steps:
+        for call in step.calls:
+            if call.effect_key:
+                yield call.effect_key, trajectory.invocation_id
+
+
+def _route(
+    cursor: ViewCursor, cache: _Cache, events: Sequence[tuple[DomainEvent, int]]
+) -> tuple[list[tuple[str, DomainEvent]], dict[str, int], dict[str, str]]:
+    """Route a batch: each event with the invocation it folds into.
+
+    Returns the events in order with their invocations, where the invocations
+    that start in the batch start, and the invocation of each write dispatched
+    in the batch.
+    """
+    routed: list[tuple[str, DomainEvent]] = []
+    started: dict[str, int] = {}
     owners: dict[str, str] = {}  # effect key -> invocation, for writes dispatched in the batch
-    effects: list[tuple[int, EffectEvent]] = []  # (index in routed, event)
-    created: set[tuple[str, int]] = set()  # steps the batch appends: nothing to read
+    unknown: list[tuple[int, EffectEvent]] = []  # (index in routed, event)
     for event, position in events:
         if isinstance(event, EffectEvent):
-            effects.append((len(plan.routed), event))
-            plan.routed.append(("", event))  # its invocation is found below
+            key = event.originator_id
+            owner = owners.get(key) or cache.owners.get(key)
+            if owner is None:
+                unknown.append((len(routed), event))
+            routed.append((owner or "", event))
             continue
         if not isinstance(event, InvocationEvent):
             continue
         invocation_id = event.originator_id
-        plan.routed.append((invocation_id, event))
+        routed.append((invocation_id, event))
         if isinstance(event, InvocationStarted):
-            plan.started.setdefault(invocation_id, position)
-        elif invocation_id not in plan.started:
-            step = step_changed_by(event)
-            _want(plan, invocation_id, None if (invocation_id, step) in created else step)
-        if isinstance(event, DecisionProposed):
-            created.add((invocation_id, event.step))
+            started.setdefault(invocation_id, position)
         elif isinstance(event, BatchDispatched):
             owners.update((c.effect_key, invocation_id) for c in event.calls if c.effect_key)
-    stored = _stored_owners(
-        query, [e.originator_id for _, e in effects if e.originator_id not in owners]
-    )
-    for index, event in effects:
-        key = event.originator_id
-        if key in owners:
-            plan.routed[index] = (owners[key], event)
-        elif key in stored:
-            invocation_id, step = stored[key]
-            plan.routed[index] = (invocation_id, event)
-            if invocation_id not in plan.started:
-                _want(plan, invocation_id, step)
-    plan.routed = [(i, event) for i, event in plan.routed if i]
-    return plan
-
-
-def _want(plan: _Plan, invocation_id: str, step: int | None) -> None:
-    steps = plan.wanted.setdefault(invocation_id, set())
-    if step is not None:
-        steps.add(step)
+    if unknown:
+        stored = _stored_owners(cursor, [event.originator_id for _, event in unknown])
+        for index, event in unknown:
+            routed[index] = (stored.get(event.originator_id, ""), event)
+    return [(i, event) for i, event in routed if i], started, owners
 
 
 _CHUNK = 250
-"""Keys, or (invocation, step) pairs, per SELECT: at most 500 bound parameters."""
+"""Keys per SELECT: at most 250 bound parameters."""
 
 
 def _chunks(items: Sequence[Any]) -> Iterable[Sequence[Any]]:
     return (items[i : i + _CHUNK] for i in range(0, len(items), _CHUNK))
 
 
-def _marks(count: int) -> str:
-    return ", ".join("?" * count)
-
-
-def _stored_owners(query: Query, keys: Sequence[str]) -> dict[str, tuple[str, int]]:
-    """For effect keys held by stored calls: (invocation, step) of the call."""
-    found: dict[str, tuple[str, int]] = {}
+def _stored_owners(cursor: ViewCursor, keys: Sequence[str]) -> dict[str, str]:
+    """For effect keys held by stored calls: the invocation of the call."""
+    found: dict[str, str] = {}
     for chunk in _chunks(sorted(set(keys))):
-        for row in query(
-            "SELECT effect_key, invocation_id, step FROM trajectory_calls "
-            f"WHERE effect_key IN ({_marks(len(chunk))})",
+        for row in cursor.query(
+            "SELECT effect_key, invocation_id FROM trajectory_calls "
+            f"WHERE effect_key IN ({marks(len(chunk))})",
             chunk,
         ):
-            found.setdefault(row["effect_key"], (row["invocation_id"], row["step"]))
+            found.setdefault(row["effect_key"], row["invocation_id"])
     return found
 
 
-def _read_parts(query: Query, wanted: dict[str, set[int]]) -> dict[str, Trajectory]:
-    """The stored trajectories of ``wanted``, each with its head and the named steps only."""
-    heads: dict[str, dict[str, Any]] = {}
-    for chunk in _chunks(list(wanted)):
-        for row in query(
-            f"SELECT * FROM trajectory_invocations WHERE invocation_id IN ({_marks(len(chunk))})",
-            chunk,
+def _read_whole(cursor: ViewCursor, invocation_ids: Sequence[str]) -> dict[str, Trajectory]:
+    """The stored trajectories of these invocations (those the read model holds)."""
+    found: dict[str, Trajectory] = {}
+    for chunk in _chunks(invocation_ids):
+        where = f"WHERE invocation_id IN ({marks(len(chunk))})"
+        heads = cursor.query(f"SELECT * FROM trajectory_invocations {where}", chunk)
+        steps: dict[str, list[dict[str, Any]]] = {}
+        for row in cursor.query(f"SELECT * FROM trajectory_steps {where} ORDER BY step", chunk):
+            steps.setdefault(row["invocation_id"], []).append(row)
+        calls: dict[str, list[dict[str, Any]]] = {}
+        for row in cursor.query(
+            f"SELECT * FROM trajectory_calls {where} ORDER BY step, call_order", chunk
         ):
-            heads[row["invocation_id"]] = row
-    pairs = [(i, step) for i, steps in wanted.items() if i in heads for step in sorted(steps)]
-    steps = _select_steps(query, "trajectory_steps", pairs, "t.step")
-    calls = _select_steps(query, "trajectory_calls", pairs, "t.step, t.call_order")
-    return {
-        i: _from_rows(heads[i], steps.get(i, []), calls.get(i, [])) for i in wanted if i in heads
-    }
-
-
-def _select_steps(
-    query: Query, table: str, pairs: Sequence[tuple[str, int]], order: str
-) -> dict[str, list[dict[str, Any]]]:
-    """The rows of ``table`` for these (invocation, step) pairs, by invocation, in ``order``."""
-    found: dict[str, list[dict[str, Any]]] = {}
-    for chunk in _chunks(pairs):
-        # CROSS JOIN keeps the pairs as the outer loop: one primary-key search each
-        # (``(invocation_id, step) IN (VALUES ...)`` would scan the table).
-        rows = query(
-            f"WITH wanted (invocation_id, step) AS (VALUES {', '.join(['(?, ?)'] * len(chunk))}) "
-            f"SELECT t.* FROM wanted CROSS JOIN {table} AS t "
-            "ON t.invocation_id = wanted.invocation_id AND t.step = wanted.step "
-            f"ORDER BY t.invocation_id, {order}",
-            [value for pair in chunk for value in pair],
-        )
-        for row in rows:
-            found.setdefault(row["invocation_id"], []).append(row)
+            calls.setdefault(row["invocation_id"], []).append(row)
+        for head in heads:
+            i = head["invocation_id"]
+            found[i] = _from_rows(head, steps.get(i, []), calls.get(i, []))
     return found
-
-
-def _cursor_query(cursor: SQLiteCursor) -> Query:
-    def query(sql: str, params: Sequence[Any]) -> list[dict[str, Any]]:
-        cursor.execute(sql, params)
-        return [dict(row) for row in cursor.fetchall()]
-
-    return query
 
 
 def _head_row(trajectory: Trajectory, *, started_position: int | None = None) -> tuple[Any, ...]:
@@ -582,7 +634,6 @@ def _step_row(invocation_id: str, step: StepView) -> tuple[Any, ...]:
 
 
 def _call_row(invocation_id: str, step: int, order: int, call: CallView) -> tuple[Any, ...]:
-    settled = call.status not in ("ok", "dispatched")
     return (
         invocation_id,
         step,
@@ -592,8 +643,16 @@ def _call_row(invocation_id: str, step: int, order: int, call: CallView) -> tupl
         _json(call.arguments),
         call.effect.value,
         call.effect_key,
-        "error" if settled else call.status,
-        call.status if settled else None,
+        *_result_columns(call),
+    )
+
+
+def _result_columns(call: CallView) -> tuple[Any, ...]:
+    """status, error_class, error_message, output, duration_ms, effect_status."""
+    failed = call.status not in ("ok", "dispatched")
+    return (
+        "error" if failed else call.status,
+        call.status if failed else None,
         call.error_message,
         _json(call.output) if call.status == "ok" else None,
         call.duration_ms,
@@ -602,10 +661,22 @@ def _call_row(invocation_id: str, step: int, order: int, call: CallView) -> tupl
 
 
 _STEP_COLUMNS = tuple(name for name in StepView.model_fields if name != "calls")
+_CALL_DISPATCHED = ("call_id", "name", "arguments", "effect", "effect_key")
+"""What a call's row holds from ``BatchDispatched``: it never changes after."""
+_CALL_SETTLED = ("status", "output", "error_message", "duration_ms")
+"""What ``ResultsCommitted`` sets (and ``effect_status``, which effect events change too)."""
 
 
-def _same(old: CallView | None, new: CallView) -> bool:
-    return old is new or old == new
+def _same_fields(old: Frozen, new: Frozen, names: Sequence[str]) -> bool:
+    """Whether the fields ``names`` hold the same values.
+
+    Mostly the same objects (the fold keeps what it does not change), and pydantic's
+    ``==`` does not look at identity first.
+    """
+    return all(
+        getattr(old, name) is getattr(new, name) or getattr(old, name) == getattr(new, name)
+        for name in names
+    )
 
 
 class _Rows:
@@ -616,9 +687,13 @@ class _Rows:
         self.heads: list[tuple[Any, ...]] = []
         self.steps: list[tuple[Any, ...]] = []
         self.calls: list[tuple[Any, ...]] = []
+        self.effect_statuses: list[tuple[Any, ...]] = []
+        self.results: list[tuple[Any, ...]] = []
+        self.changed_steps: list[tuple[Any, ...]] = []
+        self.changed_calls: list[tuple[Any, ...]] = []
 
     def add(self, before: Trajectory | None, after: Trajectory, started: int | None) -> None:
-        """The rows that differ between ``before`` (as read, or None) and ``after``."""
+        """The rows that differ between ``before`` (None for a new one) and ``after``."""
         if after is before:
             return  # the batch's events changed nothing here
         invocation_id = after.invocation_id
@@ -626,45 +701,90 @@ class _Rows:
         if before is None:
             self.started.append(head)
         elif after.events != before.events or head != _head_row(before):
-            # ``before`` holds the steps that were read, maybe not the last one.
             self.heads.append((*head[1:16], head[17], invocation_id))
-        old_steps = {step.step: step for step in before.steps} if before else {}
-        for step in after.steps:
-            old = old_steps.get(step.step)
-            if old is step or old == step:  # the fold keeps what it does not change
+        # The fold keeps the steps it does not change, in place, and appends new ones.
+        old_steps = before.steps if before else []
+        for index, step in enumerate(after.steps):
+            old = old_steps[index] if index < len(old_steps) else None
+            if old is step:
                 continue
-            if old is None or any(getattr(old, f) != getattr(step, f) for f in _STEP_COLUMNS):
+            if old is None:
                 self.steps.append(_step_row(invocation_id, step))
+            elif not _same_fields(old, step, _STEP_COLUMNS):  # not done by today's fold
+                self.changed_steps.append(_step_row(invocation_id, step))
             old_calls = {call.call_id: call for call in old.calls} if old else {}
-            self.calls.extend(
-                _call_row(invocation_id, step.step, order, call)
-                for order, call in enumerate(step.calls)
-                if not _same(old_calls.get(call.call_id), call)
-            )
+            for order, call in enumerate(step.calls):
+                was = old_calls.get(call.call_id)
+                if was is call or was == call:
+                    continue
+                if was is None:
+                    self.calls.append(_call_row(invocation_id, step.step, order, call))
+                elif not _same_fields(was, call, _CALL_DISPATCHED):  # not done by the fold
+                    self.changed_calls.append(_call_row(invocation_id, step.step, order, call))
+                elif _same_fields(was, call, _CALL_SETTLED):  # only the ledger moved
+                    self.effect_statuses.append(
+                        (call.effect_status, invocation_id, step.step, call.call_id)
+                    )
+                else:  # its result came: the dispatched columns stay
+                    self.results.append(
+                        (*_result_columns(call), invocation_id, step.step, call.call_id)
+                    )
 
-    def write(self, cursor: SQLiteCursor) -> None:
-        """Write them: a start is an INSERT, so a second runner's start fails the batch."""
-        if self.started:
-            cursor.executemany(
-                f"INSERT INTO trajectory_invocations VALUES ({_marks(18)})", self.started
-            )
-        if self.heads:
-            # ``steps`` only grows: a trajectory read in part may not hold the last step.
-            cursor.executemany(
-                "UPDATE trajectory_invocations SET agent = ?, agent_version = ?, "
-                "task_class = ?, goal = ?, status = ?, reason = ?, answer = ?, detail = ?, "
-                "steps = MAX(steps, ?), tool_calls = ?, input_tokens = ?, output_tokens = ?, "
-                "cost = ?, started_at = ?, ended_at = ?, events = ? WHERE invocation_id = ?",
-                self.heads,
-            )
-        if self.steps:
-            cursor.executemany(
-                f"INSERT OR REPLACE INTO trajectory_steps VALUES ({_marks(10)})", self.steps
-            )
-        if self.calls:
-            cursor.executemany(
-                f"INSERT OR REPLACE INTO trajectory_calls VALUES ({_marks(14)})", self.calls
-            )
+    def write(self, cursor: ViewCursor) -> None:
+        """Write them: new rows are INSERTs (a second runner's start fails the batch).
+
+        The rows the fold changed exist (the batch read or cached them): UPDATEs of
+        the columns that changed.
+        """
+        cursor.insert_rows("trajectory_invocations", _HEAD_TABLE, self.started)
+        cursor.update_rows("trajectory_invocations", _HEAD_UPDATE, ("invocation_id",), self.heads)
+        cursor.insert_rows("trajectory_steps", _STEP_TABLE, self.steps)
+        cursor.insert_rows("trajectory_steps", _STEP_TABLE, self.changed_steps, key=_STEP_KEY)
+        cursor.insert_rows("trajectory_calls", _CALL_TABLE, self.calls)
+        cursor.insert_rows("trajectory_calls", _CALL_TABLE, self.changed_calls, key=_CALL_KEY)
+        cursor.update_rows("trajectory_calls", _CALL_RESULT, _CALL_KEY, self.results)
+        cursor.update_rows("trajectory_calls", ("effect_status",), _CALL_KEY, self.effect_statuses)
+
+
+_HEAD_TABLE = (
+    "invocation_id", "agent", "agent_version", "task_class", "goal", "status", "reason",
+    "answer", "detail", "steps", "tool_calls", "input_tokens", "output_tokens", "cost",
+    "started_at", "ended_at", "started_position", "events",
+)  # fmt: skip
+_HEAD_UPDATE = tuple(c for c in _HEAD_TABLE if c not in ("invocation_id", "started_position"))
+_STEP_KEY = ("invocation_id", "step")
+_CALL_KEY = ("invocation_id", "step", "call_id")
+_CALL_RESULT = (
+    "status", "error_class", "error_message", "output", "duration_ms", "effect_status",
+)  # fmt: skip
+_STEP_TABLE = (
+    "invocation_id",
+    "step",
+    "kind",
+    "summary",
+    "decision",
+    "rejection",
+    "input_tokens",
+    "output_tokens",
+    "cost",
+    "latency_ms",
+)
+_CALL_TABLE = (
+    "invocation_id",
+    "step",
+    "call_order",
+    "call_id",
+    "tool",
+    "arguments",
+    "effect",
+    "effect_key",
+    "status",
+    "error_class",
+    "error_message",
+    "output",
+    "duration_ms",
+    "effect_status",
+)
 
 
 def _read(query: Query, invocation_id: str) -> Trajectory | None:
@@ -741,8 +861,11 @@ def _iso(event: DomainEvent) -> str:
     return event.timestamp.isoformat()
 
 
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
 def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return None if value is None else _ENCODER.encode(value)
 
 
 def _loads(text: str | None) -> JsonValue:

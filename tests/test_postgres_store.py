@@ -39,6 +39,7 @@ from loop_actors import (
     tool,
 )
 from loop_actors._store import EventStore, StoreUrl
+from projections import list_invocations
 from tests.cli_support import run_cli
 from tests.conftest import postgres_admin_url
 
@@ -359,7 +360,7 @@ def test_the_cli_runs_resumes_and_shows_history_on_postgresql(
 
 
 @pytest.mark.parametrize("command", ["show", "list", "metrics", "effects"])
-def test_read_model_commands_on_postgresql_build_them_in_memory_and_say_so(
+def test_read_model_commands_on_postgresql_keep_them_in_the_stores_database(
     postgres_url: str, command: str
 ) -> None:
     done = Runtime(postgres_url).run_sync(AGENT, "g", invocation_id="one")
@@ -367,19 +368,32 @@ def test_read_model_commands_on_postgresql_build_them_in_memory_and_say_so(
     args = [command, "one"] if command == "show" else [command]
     shown = run_cli(*args, "--json", cwd=REPO, db=postgres_url)
     assert shown.returncode == 0, shown.stderr
-    assert "read models on PostgreSQL are not there yet" in shown.stderr
-    assert "building them in memory for this command" in shown.stderr
+    assert "in memory" not in shown.stderr
     if command in ("show", "list"):
         assert '"one"' in shown.stdout
+    with psycopg.connect(postgres_url) as connection:
+        positions = connection.execute(
+            "SELECT application_name, notification_id FROM read_model_tracking "
+            "WHERE application_name LIKE %s ORDER BY 1",
+            ["%:LoopActors"],
+        ).fetchall()
+    assert [name for name, _ in positions] == [
+        "metrics:LoopActors",
+        "open_effects:LoopActors",
+        "trajectory:LoopActors",
+    ]
+    assert len({position for _, position in positions}) == 1
 
 
-def test_projections_on_postgresql_need_a_views_file_and_work_with_one(
+def test_projections_on_postgresql_live_in_its_database_or_in_a_views_file(
     postgres_url: str, tmp_path: Path
 ) -> None:
     Runtime(postgres_url).run_sync(AGENT, "g", invocation_id="one")
-    refused = run_cli("projections", "status", cwd=REPO, db=postgres_url)
-    assert refused.returncode == 2
-    assert "give --views FILE" in refused.stderr
+    status = run_cli("projections", "status", "--json", cwd=REPO, db=postgres_url)
+    assert status.returncode == 0, status.stderr
+    assert all('"lag": ' in line for line in status.stdout.splitlines())
+    rebuilt = run_cli("projections", "rebuild", cwd=REPO, db=postgres_url)
+    assert rebuilt.returncode == 0, rebuilt.stderr
     views = str(tmp_path / "pg.views.db")
     built = run_cli("projections", "catch-up", "--views", views, cwd=REPO, db=postgres_url)
     assert built.returncode == 0, built.stderr
@@ -387,6 +401,18 @@ def test_projections_on_postgresql_need_a_views_file_and_work_with_one(
     assert listed.returncode == 0, listed.stderr
     assert '"one"' in listed.stdout
     assert "in memory" not in listed.stderr
+
+
+async def test_a_runtime_on_postgresql_follows_its_read_models(postgres_url: str) -> None:
+    async with Runtime(postgres_url, follow_projections=True) as runtime:
+        assert runtime.projections is not None
+        for i in range(3):
+            await runtime.run(AGENT, "g", invocation_id=f"live-{i}")
+        with trio.fail_after(20):
+            while any(s.lag for s in runtime.projections.status()):  # noqa: ASYNC110 - polls a database
+                await trio.sleep(0.01)
+        listed = list_invocations(runtime.projections)
+    assert sorted(row["invocation_id"] for row in listed) == ["live-0", "live-1", "live-2"]
 
 
 def _translated(cause: BaseException) -> BaseException:

@@ -6,6 +6,7 @@ import json
 import signal
 import sqlite3
 import subprocess
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,6 @@ from loop_actors import (
     tool,
 )
 from loop_actors._store import EventStore
-from loop_actors._views import open_runner
 from projections import (
     InvocationStatus,
     TrajectoryProjection,
@@ -43,6 +43,8 @@ from projections import (
 )
 from projections.trajectory import Trajectory, step_changed_by
 from tests.cli_support import run_cli
+from tests.conftest import postgres_admin_url
+from tests.read_model_stores import BACKENDS, ReadModelDatabases, dump_tables
 
 TABLES = [
     "trajectory_invocations",
@@ -53,6 +55,15 @@ TABLES = [
     "metrics_effects",
     "open_effects",
 ]
+
+
+@pytest.fixture(params=BACKENDS)
+def views(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ReadModelDatabases]:
+    """The test's read models on SQLite, then on PostgreSQL (in the store's own database)."""
+    admin = postgres_admin_url() if request.param == "postgresql" else None
+    databases = ReadModelDatabases(request.param, tmp_path, admin)
+    yield databases
+    databases.close()
 
 
 @tool
@@ -146,26 +157,29 @@ def dump(views: Path) -> dict[str, list[tuple[Any, ...]]]:
         connection.close()
 
 
-def test_rebuild_equals_incremental_on_thousands_of_mixed_invocations(tmp_path: Path) -> None:
+def test_rebuild_equals_incremental_on_thousands_of_mixed_invocations(
+    tmp_path: Path, views: ReadModelDatabases
+) -> None:
     url = f"sqlite:///{tmp_path / 'events.db'}"
-    store_views = tmp_path / "incremental.db"
     store = EventStore(url)
-    runner = open_runner(store, str(store_views), batch_size=97)  # built on an empty store
+    runner = views.open(store, "incremental", batch_size=97)  # built on an empty store
     total = 0
     for wave in range(3):
         trio.run(populate, url, total, 400)
         total += 400
+        views.sync(store)
         reports = runner.catch_up()
         assert all(r.events > 0 for r in reports), wave
+    incremental = dump_tables(runner, TABLES)
     runner.close()
-    runner = open_runner(store, str(tmp_path / "rebuilt.db"))
+    runner = views.open(store, "rebuilt")
     runner.rebuild()
     head = runner.head()
     assert [s.lag for s in runner.status()] == [0, 0, 0]
+    assert dump_tables(runner, TABLES) == incremental
     runner.close()
-    assert dump(store_views) == dump(tmp_path / "rebuilt.db")
 
-    runner = open_runner(store, str(store_views))
+    runner = views.open(store, "incremental")
     assert all(s.position == head for s in runner.status())
     by_reason = {row.group: row for row in metrics(runner, "reason")}
     assert by_reason["completed"].invocations == 400  # kinds 0 and 4
@@ -406,13 +420,11 @@ def test_the_histories_cover_every_way_a_trajectory_stands(mixed_store: Path) ->
 
 @pytest.mark.parametrize("batch_size", [1, 7, 500])
 def test_the_read_model_holds_the_fold_of_each_invocations_events(
-    mixed_store: Path, tmp_path: Path, batch_size: int
+    mixed_store: Path, views: ReadModelDatabases, batch_size: int
 ) -> None:
     """What `show` reads equals what `demo` folds, whatever the batches cut."""
     store = EventStore(f"sqlite:///{mixed_store}", create=False)
-    runner = open_runner(
-        store, str(tmp_path / "views.db"), [TrajectoryProjection()], batch_size=batch_size
-    )
+    runner = views.open(store, "views", [TrajectoryProjection()], batch_size=batch_size)
     try:
         runner.catch_up()
         for invocation_id, events in histories(store).items():
@@ -423,7 +435,7 @@ def test_the_read_model_holds_the_fold_of_each_invocations_events(
 
 
 def test_the_trajectory_rows_do_not_depend_on_where_the_batches_cut(
-    mixed_store: Path, tmp_path: Path
+    mixed_store: Path, views: ReadModelDatabases
 ) -> None:
     """Every stored column, started_position and the head's steps included, at any batch size."""
     store = EventStore(f"sqlite:///{mixed_store}", create=False)
@@ -431,23 +443,14 @@ def test_the_trajectory_rows_do_not_depend_on_where_the_batches_cut(
     rows: list[dict[str, list[tuple[Any, ...]]]] = []
     try:
         for batch_size in (1, 7, 500):
-            views = tmp_path / f"views-{batch_size}.db"
-            runner = open_runner(store, str(views), [TrajectoryProjection()], batch_size=batch_size)
+            runner = views.open(
+                store, f"views-{batch_size}", [TrajectoryProjection()], batch_size=batch_size
+            )
             try:
                 runner.catch_up()
+                rows.append(dump_tables(runner, tables))
             finally:
                 runner.close()
-            connection = sqlite3.connect(views)
-            try:
-                select = "SELECT * FROM {}"
-                rows.append(
-                    {
-                        t: sorted(connection.execute(select.format(t)).fetchall(), key=repr)
-                        for t in tables
-                    }
-                )
-            finally:
-                connection.close()
     finally:
         store.close()
     assert rows[0] == rows[1] == rows[2]

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from eventsourcing.sqlite import SQLiteCursor
 
 from aggregates.events import DomainEvent
 from aggregates.invocation import BatchDispatched, ResultsCommitted
@@ -32,6 +31,7 @@ from loop_actors import (
 from projections import (
     Projection,
     ProjectionRunner,
+    ViewCursor,
     list_invocations,
     list_open_effects,
     load_trajectory,
@@ -104,14 +104,14 @@ class ToolCallCounts(Projection):
     def tables(self) -> list[str]:
         return ["tool_call_counts"]
 
-    def apply(self, cursor: SQLiteCursor, event: DomainEvent, position: int) -> None:
+    def apply(self, cursor: ViewCursor, event: DomainEvent, position: int) -> None:
         # Called once per event, in order, inside the batch's transaction. Only the
         # event decides what changes: a rebuild from position 0 gives the same rows.
         if isinstance(event, BatchDispatched):
             for call in event.calls:
                 cursor.execute(
-                    "INSERT INTO tool_call_counts VALUES (?, 1, 0) "
-                    "ON CONFLICT (tool) DO UPDATE SET calls = calls + 1",
+                    "INSERT INTO tool_call_counts VALUES (?, 1, 0) ON CONFLICT (tool) "
+                    "DO UPDATE SET calls = tool_call_counts.calls + 1",  # qualified: portable
                     (call.name,),
                 )
         elif isinstance(event, ResultsCommitted):
