@@ -307,6 +307,8 @@ def test_run_writes_checkpoints_with_the_options_or_the_environment(tmp_path: Pa
         (["--checkpoint-key", "nope.key"], None, "needs a checkpoint directory"),
         ([], {"LOOP_ACTORS_CHECKPOINT_DIR": "cps", "LOOP_ACTORS_CHECKPOINT_EVERY": "x"}, "whole"),
     ):
+        # A subprocess: the agent module is this checkout's tests package.
+        env = {**(env or {}), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
         refused = run_cli(*agent, *args, cwd=tmp_path, db="sqlite:///new.db", env=env)
         assert refused.returncode == 2, (args, refused.stderr)
         assert message in refused.stderr
