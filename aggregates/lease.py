@@ -101,6 +101,8 @@ class Refuse(Frozen):
 
     holder: str
     expires_at: float
+    seconds_left: float
+    """How long the lease still runs, by the queue's clock."""
 
 
 def check_lease_s(lease_s: object) -> str | None:
@@ -172,7 +174,8 @@ def decide_acquire(
 
     - no row (an invocation from before the queue, or whose starter died before it
       wrote one): taken, and recorded, since nobody knows who may still drive it;
-    - a released row (no holder): taken, not recorded: its last holder stopped;
+    - a released row (no holder), or one of ``holder`` itself: taken, not recorded:
+      its last holder stopped;
     - a live lease of another holder: refused, unless ``take_over`` (deliberate) or
       its holder is gone (``previous_gone``);
     - otherwise (the lease ran out, or is taken over): taken with the next epoch and
@@ -180,10 +183,12 @@ def decide_acquire(
     """
     if row is None:
         return Take(epoch=1, record=True)
-    if row.holder is None:
+    if row.holder is None or row.holder == holder:
+        # Released, or held by this very holder, which drives it no more (its release
+        # may still be on its way): nobody to fence off.
         return Take(epoch=row.epoch + 1, record=False)
-    if lease_is_live(row, now) and row.holder != holder and not take_over and not previous_gone:
-        return Refuse(holder=row.holder, expires_at=row.due_at)
+    if lease_is_live(row, now) and not take_over and not previous_gone:
+        return Refuse(holder=row.holder, expires_at=row.due_at, seconds_left=row.due_at - now)
     return Take(epoch=row.epoch + 1, record=True, taken_from=row.holder)
 
 

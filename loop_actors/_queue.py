@@ -639,8 +639,14 @@ class _PgCursor:
         return int(self._cursor.rowcount)
 
 
-def open_queue(url_kind: str, target: str, *, read_only: bool = False) -> WorkQueue:
-    """The queue of a store: its SQLite file (``:memory:`` for memory://) or its PostgreSQL URL."""
+def open_queue(
+    url_kind: str, target: str, *, read_only: bool = False, lock_wait_s: float = 5.0
+) -> WorkQueue:
+    """The queue of a store: its SQLite file (``:memory:`` for memory://) or its PostgreSQL URL.
+
+    ``lock_wait_s``: how long a SQLite write waits for the database's lock (the
+    store's ``lock_timeout``).
+    """
     if url_kind == "postgresql":
         return PostgresQueue(target)
-    return SQLiteQueue(target, read_only=read_only)
+    return SQLiteQueue(target, read_only=read_only, timeout_s=lock_wait_s)
