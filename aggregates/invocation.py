@@ -577,7 +577,8 @@ class Invocation(ChainedAggregate):
             case LeaseAcquired():
                 if event.epoch <= self.lease_epoch:
                     raise self._refuse(
-                        event, f"the lease epoch must grow past {self.lease_epoch}, got {event.epoch}"
+                        event,
+                        f"the lease epoch must grow past {self.lease_epoch}, got {event.epoch}",
                     )
                 if not event.worker_id:
                     raise self._refuse(event, "a lease needs a worker id")

@@ -11,6 +11,7 @@ The rules are :mod:`aggregates.lease`'s; this module only does the I/O.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -41,7 +42,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class LeaseDrained(Exception):  # noqa: N818 - a signal to the holder, not an error of the run
+class LeaseDrained(Exception):
     """Raised by a run at a commit when its holder is shutting down: it stops there.
 
     Nothing is lost: the invocation stands at that commit, its lease is given
@@ -77,15 +78,11 @@ class HeldLease:
 def machine_identity() -> str:
     """Host, boot and pid namespace: processes with the same identity can see each other's pids."""
     boot = ""
-    try:
+    with contextlib.suppress(OSError):
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        pass
     namespace = ""
-    try:
+    with contextlib.suppress(OSError):
         namespace = str(os.stat("/proc/self/ns/pid").st_ino)
-    except OSError:
-        pass
     return f"{socket.gethostname()}/{boot}/{namespace}"
 
 

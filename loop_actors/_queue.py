@@ -70,7 +70,7 @@ CANDIDATES_PER_CLAIM = 4
 """A claim of n rows locks at most this many times n candidates (PostgreSQL)."""
 
 GoneCheck = Callable[[HolderRow | None, float], bool]
-"""Whether a registered holder is gone (``aggregates.lease.holder_gone`` with this machine's view)."""
+"""Whether a registered holder is gone (``aggregates.lease.holder_gone``, as seen from here)."""
 
 
 class Claimed(Take):
@@ -210,9 +210,7 @@ class WorkQueue:
             )
             return bool(cursor.rowcount == 1)
 
-    def hold_new(
-        self, invocation_id: str, agent_name: str, *, holder: str, lease_s: float
-    ) -> bool:
+    def hold_new(self, invocation_id: str, agent_name: str, *, holder: str, lease_s: float) -> bool:
         """Add the row of an invocation this holder just started, claimed (epoch 0).
 
         Returns False when a row exists already (another holder took it meanwhile).
@@ -246,7 +244,9 @@ class WorkQueue:
         """Take the lease of one invocation (``resume``), or say who holds it."""
         with self._tx() as (cursor, now):
             row = self._get(cursor, invocation_id, lock=True)
-            previous = None if row is None or row.holder is None else self._holder(cursor, row.holder)
+            previous = (
+                None if row is None or row.holder is None else self._holder(cursor, row.holder)
+            )
             verdict = decide_acquire(
                 row,
                 holder=holder,
@@ -275,7 +275,7 @@ class WorkQueue:
                 self._set_claimed(cursor, invocation_id, holder, verdict.epoch, now + lease_s, now)
             return verdict
 
-    def _set_claimed(
+    def _set_claimed(  # noqa: PLR0917 - one row's new lease, in the columns' order
         self, cursor: _Cursor, invocation_id: str, holder: str, epoch: int, due: float, now: float
     ) -> None:
         cursor.execute(
@@ -335,9 +335,7 @@ class WorkQueue:
                 )
             return claimed
 
-    def renew(
-        self, *, holder: str, leases: Sequence[tuple[str, int]], lease_s: float
-    ) -> set[str]:
+    def renew(self, *, holder: str, leases: Sequence[tuple[str, int]], lease_s: float) -> set[str]:
         """Extend this holder's leases (and its heartbeat); return the ids still held."""
         with self._tx() as (cursor, now):
             cursor.execute(
@@ -391,8 +389,9 @@ class WorkQueue:
         """
         with self._tx() as (cursor, now):
             cursor.execute(
-                f"UPDATE {QUEUE_TABLE} SET status = ?, due_at = ?, updated_at = ?, note = NULL "  # noqa: S608
-                f"WHERE invocation_id = ? AND holder IS NULL AND status IN ({_marks(len(only_from))})",
+                f"UPDATE {QUEUE_TABLE} SET status = ?, due_at = ?, updated_at = ?, "  # noqa: S608
+                "note = NULL WHERE invocation_id = ? AND holder IS NULL "
+                f"AND status IN ({_marks(len(only_from))})",
                 (status.value, now, now, invocation_id, *[s.value for s in only_from]),
             )
             return bool(cursor.rowcount == 1)
@@ -580,7 +579,7 @@ class PostgresQueue(WorkQueue):
         self._connect()
 
     def _connect(self) -> Any:
-        import psycopg  # the postgres extra
+        import psycopg  # noqa: PLC0415 - the postgres extra, needed only here
 
         if self._connection is not None and not self._connection.closed:
             return self._connection
@@ -596,7 +595,7 @@ class PostgresQueue(WorkQueue):
 
     @contextlib.contextmanager
     def _transaction(self, *, write: bool) -> Iterator[_Cursor]:
-        import psycopg
+        import psycopg  # noqa: PLC0415 - the postgres extra
 
         try:
             connection = self._connect()

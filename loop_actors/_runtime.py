@@ -1217,7 +1217,9 @@ class Runtime:
                 )
             existing = await self._reads().invocation(invocation.id)
             if existing.goal != goal or existing.agent_name != agent.name:
-                raise InvocationExistsError(invocation.id, "already exists for another goal or agent")
+                raise InvocationExistsError(
+                    invocation.id, "already exists for another goal or agent"
+                )
             if existing.phase is Phase.TERMINATED:
                 status = QueueStatus.ENDED
             elif existing.phase.paused:
@@ -1285,7 +1287,9 @@ class Runtime:
             raise
         if recorded is None:
             leases.forget(lease)
-            raise InvocationExistsError(invocation.id, "was taken over by another process meanwhile")
+            raise InvocationExistsError(
+                invocation.id, "was taken over by another process meanwhile"
+            )
         return recorded, lease
 
     async def _record_lease(
@@ -1301,7 +1305,9 @@ class Runtime:
                 return invocation
             if invocation.lease_epoch >= lease.epoch:
                 return None
-            invocation.acquire_lease(lease.holder, lease.epoch, at=self._now(), taken_from=taken_from)
+            invocation.acquire_lease(
+                lease.holder, lease.epoch, at=self._now(), taken_from=taken_from
+            )
             outcome = await journal.commit(invocation.take_events())
             if isinstance(outcome, Committed):
                 return invocation

@@ -1,4 +1,4 @@
-"""The Worker: claims runnable invocations from the queue and drives many at once, in one trio process."""
+"""The Worker: claims runnable invocations from the queue and drives many at once."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ class Worker:
         runtime._holder_concurrency = concurrency
         runtime._reap = True  # a worker expires the leases of holders that died on its machine
         self.worker_id = runtime.holder_id
-        """The worker's holder id (``worker:HOST:PID:RANDOM``), as ``loop-actors workers`` shows it."""
+        """Its holder id (``worker:HOST:PID:RANDOM``), as ``loop-actors workers`` shows it."""
         self._active: dict[str, HeldLease] = {}
         self._stopping = False
         self._stop_requested = trio.Event()
@@ -196,7 +196,9 @@ class Worker:
                 except StoreUnavailableError:
                     failures += 1
                     if failures == 1 or failures % 100 == 0:
-                        log.warning("cannot claim (%d failed polls); retrying", failures, exc_info=True)
+                        log.warning(
+                            "cannot claim (%d failed polls); retrying", failures, exc_info=True
+                        )
             for lease, claim in claims:
                 self._claimed += 1
                 self._active[claim.invocation_id] = lease

@@ -29,7 +29,6 @@ from aggregates import (
 )
 from aggregates.invocation import (
     EVENT_TYPES,
-    LeaseAcquired,
     TRANSITIONS,
     ApprovalDenied,
     ApprovalGranted,
@@ -41,6 +40,7 @@ from aggregates.invocation import (
     InvocationSnapshot,
     InvocationStarted,
     InvocationState,
+    LeaseAcquired,
     Paused,
     ResultsCommitted,
     SettingsChanged,

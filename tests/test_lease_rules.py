@@ -130,14 +130,16 @@ def test_what_a_holder_leaves_in_the_row_after_each_reason() -> None:
     for reason in TerminalReason:
         release = release_after(reason)
         if reason.pauses:
-            assert release is not None and release.status is QueueStatus.PAUSED
+            assert release is not None
+            assert release.status is QueueStatus.PAUSED
         elif reason is TerminalReason.LEASE_LOST:
             assert release is None  # the row is another holder's now
         elif reason is TerminalReason.CHECKPOINT_FAILED:
             assert release is not None
             assert (release.status, release.delay_s) == (QueueStatus.RUNNABLE, CHECKPOINT_RETRY_S)
         else:
-            assert release is not None and release.status is QueueStatus.ENDED
+            assert release is not None
+            assert release.status is QueueStatus.ENDED
 
 
 @pytest.mark.parametrize("bad", [0, 0.5, math.nan, math.inf, True, "30"])

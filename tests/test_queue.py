@@ -7,7 +7,7 @@ holder whose lease was taken over, a stale epoch, an acquire of a live lease.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,9 +23,11 @@ from aggregates.lease import (
 )
 from loop_actors._queue import PostgresQueue, SQLiteQueue, WorkQueue
 
+MakeQueue = Callable[[], WorkQueue]
+
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def make_queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[type[object]]:
+def make_queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeQueue]:
     """A factory of queue connections to one fresh database (each call: a new connection)."""
     opened: list[WorkQueue] = []
     if request.param == "sqlite":
@@ -43,7 +45,7 @@ def make_queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[type[
             opened.append(queue)
             return queue
 
-    yield make  # type: ignore[misc]
+    yield make
     for queue in opened:
         queue.close()
 
@@ -56,7 +58,9 @@ def always_gone(holder: HolderRow | None, now: float) -> bool:
     return holder is not None
 
 
-def test_claims_take_the_oldest_runnable_rows_of_the_served_agents_first(make_queue) -> None:
+def test_claims_take_the_oldest_runnable_rows_of_the_served_agents_first(
+    make_queue: MakeQueue,
+) -> None:
     queue = make_queue()
     for number in range(5):
         assert queue.enqueue(f"inv-{number}", "payments")
@@ -72,7 +76,7 @@ def test_claims_take_the_oldest_runnable_rows_of_the_served_agents_first(make_qu
     assert (row.status, row.holder, row.epoch) == (QueueStatus.CLAIMED, "w1", 1)
 
 
-def test_a_claim_of_nothing_or_for_no_agent_claims_nothing(make_queue) -> None:
+def test_a_claim_of_nothing_or_for_no_agent_claims_nothing(make_queue: MakeQueue) -> None:
     queue = make_queue()
     queue.enqueue("inv-0", "payments")
     assert queue.claim(holder="w1", agent_names=["payments"], limit=0, lease_s=30) == []
@@ -81,7 +85,7 @@ def test_a_claim_of_nothing_or_for_no_agent_claims_nothing(make_queue) -> None:
 
 
 def test_an_expired_lease_is_taken_over_with_the_next_epoch_and_fences_the_old_holder(
-    make_queue,
+    make_queue: MakeQueue,
 ) -> None:
     queue = make_queue()
     queue.enqueue("inv-0", "payments")
@@ -105,7 +109,7 @@ def test_an_expired_lease_is_taken_over_with_the_next_epoch_and_fences_the_old_h
 
 
 def test_acquiring_a_live_lease_is_refused_naming_its_holder_unless_taken_over(
-    make_queue,
+    make_queue: MakeQueue,
 ) -> None:
     queue = make_queue()
     assert queue.hold_new("inv-0", "payments", holder="run-a", lease_s=30)
@@ -122,7 +126,7 @@ def test_acquiring_a_live_lease_is_refused_naming_its_holder_unless_taken_over(
     assert taken == Take(epoch=1, record=True, taken_from="run-a")
 
 
-def test_a_released_lease_is_taken_without_fencing_anyone(make_queue) -> None:
+def test_a_released_lease_is_taken_without_fencing_anyone(make_queue: MakeQueue) -> None:
     queue = make_queue()
     queue.hold_new("inv-0", "payments", holder="run-a", lease_s=30)
     queue.release("inv-0", holder="run-a", epoch=0, release=DRAINED)
@@ -137,7 +141,7 @@ def test_a_released_lease_is_taken_without_fencing_anyone(make_queue) -> None:
     assert unknown == Take(epoch=1, record=True)
 
 
-def test_a_paused_row_is_not_claimed_until_made_runnable(make_queue) -> None:
+def test_a_paused_row_is_not_claimed_until_made_runnable(make_queue: MakeQueue) -> None:
     queue = make_queue()
     queue.enqueue("inv-0", "payments")
     (claim,) = queue.claim(holder="w1", agent_names=["payments"], limit=1, lease_s=30)
@@ -152,7 +156,7 @@ def test_a_paused_row_is_not_claimed_until_made_runnable(make_queue) -> None:
     assert (again.epoch, again.record) == (2, False)
 
 
-def test_a_gone_holder_is_reaped_and_its_leases_claimable_at_once(make_queue) -> None:
+def test_a_gone_holder_is_reaped_and_its_leases_claimable_at_once(make_queue: MakeQueue) -> None:
     queue = make_queue()
     holder = HolderRow(
         holder="w-dead",
@@ -177,7 +181,7 @@ def test_a_gone_holder_is_reaped_and_its_leases_claimable_at_once(make_queue) ->
     assert (taken.taken_from, taken.record) == ("w-dead", True)
 
 
-def test_concurrent_claims_never_hand_one_row_to_two_holders(make_queue) -> None:
+def test_concurrent_claims_never_hand_one_row_to_two_holders(make_queue: MakeQueue) -> None:
     setup = make_queue()
     total = 120
     for number in range(total):

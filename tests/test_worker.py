@@ -62,7 +62,9 @@ async def test_submitted_invocations_are_recorded_runnable_and_a_worker_drives_t
 ) -> None:
     with trio.fail_after(30):
         async with Runtime(db_url) as runtime:
-            ids = [await runtime.submit(AGENT, f"goal {n}", invocation_id=f"s-{n}") for n in range(6)]
+            ids = [
+                await runtime.submit(AGENT, f"goal {n}", invocation_id=f"s-{n}") for n in range(6)
+            ]
             assert ids == [f"s-{n}" for n in range(6)]
             assert [type(e).__name__ for e in await runtime.history("s-0")] == ["InvocationStarted"]
         assert (await queue_row(db_url, "s-0")).status is QueueStatus.RUNNABLE
@@ -148,7 +150,9 @@ class Gate:
             await self.release.wait()
             return {
                 "kind": "tool_calls",
-                "calls": [{"id": "c1", "name": "look", "arguments": {"item": "from-the-fenced-worker"}}],
+                "calls": [
+                    {"id": "c1", "name": "look", "arguments": {"item": "from-the-fenced-worker"}}
+                ],
             }
         return {"kind": "final", "answer": "finished"}
 
@@ -187,7 +191,9 @@ async def test_a_resume_is_refused_while_a_worker_holds_the_lease_and_take_over_
         history = await runtime.history("held")
     kinds = [type(event).__name__ for event in history]
     assert kinds[:2] == ["InvocationStarted", "LeaseAcquired"]
-    assert "from-the-fenced-worker" not in repr(history)  # nothing of the fenced-off worker was recorded
+    assert "from-the-fenced-worker" not in repr(
+        history
+    )  # nothing of the fenced-off worker was recorded
     assert kinds.count("LeaseAcquired") == 1  # the take-over (a first claim fences nobody)
 
 
