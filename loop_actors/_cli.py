@@ -1057,15 +1057,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _dispatch(args)
         except BaseExceptionGroup as group:
             raise single_exception(group) from None
+    except LeaseHeldError as error:
+        print(f"loop-actors: error: {terminal_safe(error)}", file=sys.stderr)
+        return EXIT_LEASE_HELD
     except UsageError as error:
         print(f"loop-actors: error: {terminal_safe(error)}", file=sys.stderr)
         return EXIT_USAGE
     except InconsistentHistoryError as error:
         print(f"loop-actors: error: {terminal_safe(error)}", file=sys.stderr)
         return EXIT_TAMPERED
-    except LeaseHeldError as error:
-        print(f"loop-actors: error: {terminal_safe(error)}", file=sys.stderr)
-        return EXIT_LEASE_HELD
     except BrokenPipeError:  # the reader (e.g. `head`) went away: not an error of ours
         sys.stderr.close()
         return 0

@@ -60,7 +60,7 @@ class InvocationExistsError(UsageError):
         self.invocation_id = invocation_id
 
 
-class LeaseHeldError(LoopActorsError):
+class LeaseHeldError(InvocationExistsError):
     """Raised when another process holds a live lease on the invocation: it is driving it now.
 
     Nothing was run or recorded. Wait for the lease to be released or to run out,
@@ -69,7 +69,8 @@ class LeaseHeldError(LoopActorsError):
     """
 
     def __init__(self, invocation_id: str, holder: str, expires_at: datetime, seconds_left: float):
-        super().__init__(
+        LoopActorsError.__init__(
+            self,
             f"invocation {invocation_id!r} is being driven by {holder}; its lease runs until "
             f"{expires_at:%Y-%m-%d %H:%M:%S} UTC (in {max(0.0, seconds_left):.0f} s): wait for "
             "it to stop, or resume with --take-over (take_over=True) to fence it off"
