@@ -73,7 +73,7 @@ class LeaseHeldError(InvocationExistsError):
             self,
             f"invocation {invocation_id!r} is being driven by {holder}; its lease runs until "
             f"{expires_at:%Y-%m-%d %H:%M:%S} UTC (in {max(0.0, seconds_left):.0f} s): wait for "
-            "it to stop, or resume with --take-over (take_over=True) to fence it off"
+            "it to stop, or resume with --take-over (take_over=True) to fence it off",
         )
         self.invocation_id = invocation_id
         self.holder = holder

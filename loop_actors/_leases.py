@@ -66,6 +66,8 @@ class HeldLease:
     """The holder shuts down: stop after the next commit."""
     abandoned: bool = False
     """The holder stops at once: a cancelled run records nothing (another takes it over)."""
+    row_written: trio.Event | None = None
+    """For a new invocation: set once its queue row was written (or could not be)."""
 
     def may_start_calls(self) -> bool:
         """Whether a tool call may start now: the lease is held and was renewed recently."""
@@ -191,14 +193,43 @@ class LeaseKeeper:
         self.held[invocation_id] = lease
         return lease
 
-    async def hold_new(self, invocation_id: str, agent_name: str) -> HeldLease | None:
-        """Hold the lease of an invocation this process just started (None: a row exists)."""
-        await self.register()
-        sent = time.monotonic()
-        made = await self.call(
-            self.queue.hold_new, invocation_id, agent_name, holder=self.holder, lease_s=self.lease_s
-        )
-        return self._hold(invocation_id, 0, sent) if made else None
+    def hold_new(self, invocation_id: str, agent_name: str) -> HeldLease:
+        """Hold the lease of an invocation this process just started; its row is written soon.
+
+        The run goes on at once. It is safe before the row exists: a process that finds
+        no row takes the lease and records ``LeaseAcquired``, which fences this run off
+        (its next append is refused). If the row cannot be written (another process
+        wrote one first), the lease is lost: the run commits nothing more.
+        """
+        lease = self._hold(invocation_id, 0, time.monotonic())
+        lease.row_written = trio.Event()
+        assert self.nursery is not None
+        self.nursery.start_soon(self._write_new_row, lease, agent_name)
+        return lease
+
+    async def _write_new_row(self, lease: HeldLease, agent_name: str) -> None:
+        assert lease.row_written is not None
+        try:
+            await self.register()
+            made = await self.call(
+                self.queue.hold_new,
+                lease.invocation_id,
+                agent_name,
+                holder=self.holder,
+                lease_s=self.lease_s,
+            )
+        except Exception:
+            log.warning(
+                "cannot write the queue row of %s; its run stops at its next commit",
+                lease.invocation_id,
+                exc_info=True,
+            )
+            made = False
+        finally:
+            lease.row_written.set()
+        if not made:
+            lease.lost = True
+            self.held.pop(lease.invocation_id, None)
 
     async def acquire(
         self, invocation_id: str, agent_name: str, *, take_over: bool
@@ -246,6 +277,8 @@ class LeaseKeeper:
         """Give a lease back (bounded, shielded); a failure leaves it to expire."""
         self.held.pop(lease.invocation_id, None)
         with trio.move_on_after(10, shield=True):
+            if lease.row_written is not None:
+                await lease.row_written.wait()  # the release comes after the row
             try:
                 released = await self.call(
                     self.queue.release,

@@ -215,18 +215,6 @@ def _queue_target(store: EventStore) -> str:
     return store.url.url
 
 
-def _stopped(invocation: Invocation, reason: TerminalReason, detail: str) -> Outcome:
-    """The outcome of a run that stopped before its controller ran (nothing recorded)."""
-    return Outcome(
-        invocation_id=invocation.id,
-        reason=reason,
-        answer=None,
-        steps=invocation.step,
-        tool_calls=invocation.tool_calls,
-        detail=detail,
-    )
-
-
 class Runtime:
     """Runs agents against an event store.
 
@@ -454,15 +442,7 @@ class Runtime:
             return await self._existing_outcome(invocation, created)
 
         fault_point(CrashPoint.AFTER_START_COMMIT)
-        leases = self._lease_keeper()
-        try:
-            lease = await leases.hold_new(invocation.id, agent.name)
-        except StoreUnavailableError as error:
-            return _stopped(invocation, TerminalReason.CHECKPOINT_FAILED, f"{error}; resume it")
-        if lease is None:
-            return _stopped(
-                invocation, TerminalReason.LEASE_LOST, "another process took it over first"
-            )
+        lease = self._lease_keeper().hold_new(invocation.id, agent.name)
         # A new invocation has no earlier cancel request; a later one reaches it through
         # this runtime's watcher.
         return await self._drive_leased(invocation, agent, journal, lease, fresh=True)

@@ -288,7 +288,8 @@ def test_cli_run_exits_2_when_the_agent_cannot_be_loaded(tmp_path: Path) -> None
 
 PAY_GOAL = "Pay bob 30 and carol 20"
 PAID = "bob 30 paid (R-0001); carol 20 paid (R-0002)"
-RESUMED = ["completed", PAID, "steps=2 tool_calls=2 events=6 id=pay-1"]
+RESUMED = ["completed", PAID, "steps=2 tool_calls=2 events=7 id=pay-1"]
+"""Seven events: the resume's ``LeaseAcquired`` took the killed run's lease over."""
 
 
 def _service(tmp_path: Path) -> list[tuple[str, int, int]]:
@@ -395,7 +396,7 @@ def test_cli_resume_pauses_while_the_service_is_down_and_the_sweeper_finishes(
         "the outcome of a write is unknown and its service cannot be asked: "
         f"eff-f3844000a0f768b7894886465c4e739b4c77b301 (pay): {down}; "
         f"eff-e23a744300dc855306aaee01ba1a426fe79a5003 (pay): {down}",
-        "steps=1 tool_calls=2 events=4 id=pay-2",
+        "steps=1 tool_calls=2 events=5 id=pay-2",  # with the resume's LeaseAcquired
     ]
 
     sweep = ("reconcile", "--agent", "payments_agent:agent")
