@@ -88,29 +88,39 @@ def machine_identity() -> str:
     return f"{socket.gethostname()}/{boot}/{namespace}"
 
 
-def process_start(pid: int) -> str | None:
-    """When a process started, as the kernel counts it (None where /proc does not say)."""
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (None where /proc does not say)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # The command name (field 2) is in parentheses and may hold spaces: split after it.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return fields[19] if len(fields) > 19 else None  # field 22, start time
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def process_start(pid: int) -> str | None:
+    """When a process started, as the kernel counts it (None where /proc does not say)."""
+    fields = _stat_fields(pid)
+    return fields[19] if fields is not None and len(fields) > 19 else None  # field 22
 
 
 def process_alive(pid: int, started: str | None) -> bool:
-    """Whether process ``pid`` (which started at ``started``, when known) still runs."""
+    """Whether process ``pid`` (which started at ``started``, when known) still runs.
+
+    A zombie (killed, not yet waited for by its parent) is not alive.
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         pass  # it exists, as another user
-    if started is None:
-        return True
-    now_started = process_start(pid)
-    return now_started is None or now_started == started
+    fields = _stat_fields(pid)
+    if fields is None:
+        return True  # no /proc: the signal check is all there is
+    if fields[0] in ("Z", "X"):  # field 3, the state: zombie or dead
+        return False
+    return started is None or len(fields) <= 19 or fields[19] == started
 
 
 def is_gone(holder: HolderRow | None, now: float) -> bool:

@@ -290,11 +290,19 @@ class WorkQueue:
         """Claim up to ``limit`` claimable rows of these agents, oldest ``due_at`` first."""
         if limit < 1 or not agent_names:
             return []
-        with self._tx() as (cursor, now):
-            names = list(agent_names)
-            claimable_where = (
-                f"agent_name IN ({_marks(len(names))}) AND status IN (?, ?) AND due_at <= ?"
+        names = list(agent_names)
+        claimable_where = (
+            f"agent_name IN ({_marks(len(names))}) AND status IN (?, ?) AND due_at <= ?"
+        )
+        # An idle worker polls often: look first without taking the write lock.
+        with self._tx(write=False) as (cursor, now):
+            cursor.execute(
+                f"SELECT 1 FROM {QUEUE_TABLE} WHERE {claimable_where} LIMIT 1",  # noqa: S608
+                (*names, QueueStatus.RUNNABLE.value, QueueStatus.CLAIMED.value, now),
             )
+            if cursor.fetchone() is None:
+                return []
+        with self._tx() as (cursor, now):
             params = [*names, QueueStatus.RUNNABLE.value, QueueStatus.CLAIMED.value, now]
             # First a fixed candidate set, without locks; then lock what is left of it
             # (skipping rows another claim holds). A LIMIT under SKIP LOCKED could slide

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CONCURRENCY = 8
 DEFAULT_GRACE_S = 30.0
-DEFAULT_POLL_S = 0.25
+DEFAULT_POLL_S = 0.1
 """How often an idle worker looks for runnable invocations (with jitter)."""
 
 

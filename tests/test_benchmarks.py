@@ -21,6 +21,11 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
         ("resume_long_history.py", ["--turns", "5", "--reps", "1"], "ratio replay/snapshot"),
         ("read_models.py", ["--n", "10", "--wave", "5", "--reps", "1"], "hash / encode"),
         ("mcp_sessions.py", ["--reps", "1"], "ratio per-call/one-session"),
+        (
+            "workers.py",
+            ["--n", "4", "--delay", "0.01", "--workers", "1", "--concurrency", "2", "--kill"],
+            "recovery after SIGKILL",
+        ),
     ],
 )
 def test_a_benchmark_runs_and_prints_its_figures(

@@ -1054,15 +1054,15 @@ def test_eval_example_passes_then_the_tight_agent_breaks_the_write_case(tmp_path
     assert diff["cases"][0]["flip"] == "broke"
 
 
-TESTED_EXAMPLES.add("workers.py")
+TESTED_EXAMPLES.add("ticket_workers.py")
 
 
 def test_two_workers_drive_every_submitted_job_once_and_a_second_run_claims_nothing(
     tmp_path: Path,
 ) -> None:
     expected = ["claimed by both workers: 20", "completed: 20", "ticket-03: ticket 3 is closed"]
-    assert _lines(_run_example("workers.py", tmp_path)) == expected
-    again = _lines(_run_example("workers.py", tmp_path))
+    assert _lines(_run_example("ticket_workers.py", tmp_path)) == expected
+    again = _lines(_run_example("ticket_workers.py", tmp_path))
     # Submitting the same ids records nothing new; every job has ended: nothing is claimed.
     assert again == ["claimed by both workers: 0", "completed: 0", "ticket-03: ticket 3 is closed"]
     with closing(sqlite3.connect(tmp_path / "docs.db")) as db:

@@ -10,14 +10,15 @@ import os
 from typing import Any
 
 import trio
-from payments_app import _decide, pay, read_balance
+from payments_app import _decide, pay, read_balance  # type: ignore[import-not-found]
 
 from loop_actors import Agent, Budget, ModelRequest, ScriptedModel
 
 
 async def _slow_decide(request: ModelRequest) -> dict[str, Any]:
     await trio.sleep(float(os.environ.get("WORKERS_MODEL_DELAY_S", "0.05")))
-    return _decide(request)
+    decision: dict[str, Any] = _decide(request)
+    return decision
 
 
 agent = Agent("payments", ScriptedModel(_slow_decide), [read_balance, pay], Budget(max_steps=6))

@@ -1,9 +1,10 @@
 """Submit invocations, then let two workers drive them, each under a lease.
 
-``python workers.py`` submits 20 jobs to the store (``$LOOP_ACTORS_DB``, else
-``loop-actors.db``), runs two workers in this process until nothing is left to
-run, and prints what each did. ``loop-actors worker --agent workers:agent`` runs
-the same agent as a worker process; submit with ``loop-actors submit workers:agent``.
+``python ticket_workers.py`` submits 20 jobs to the store (``$LOOP_ACTORS_DB``,
+else ``loop-actors.db``), runs two workers in this process until nothing is left
+to run, and prints what they did. ``loop-actors worker --agent
+ticket_workers:agent`` runs the same agent as a worker process; submit with
+``loop-actors submit ticket_workers:agent``.
 """
 
 from typing import Any
