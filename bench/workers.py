@@ -8,7 +8,9 @@ processes (``--concurrency C`` each) are started on a fresh store and register;
 then N invocations are submitted, and the script waits until every one has
 ended. It prints invocations/s and turns/s (from the first submit to the last
 end), the p50/p99 time from an invocation's submit (its ``InvocationStarted``)
-to its first turn (its first ``DecisionProposed``), and the ratio to one worker.
+to its first turn (its first ``DecisionProposed``) under that load (a backlog:
+every invocation is submitted at once), and the ratio to one worker. Then the same
+latency on an idle worker, submitting one invocation at a time.
 
 Then, with ``--kill``, it measures recovery: a worker takes C invocations (model
 delay at least 0.5 s), a second worker with room for C more starts, and the first
@@ -196,6 +198,35 @@ def throughput(args: argparse.Namespace, workers: int) -> dict[str, float]:
     }
 
 
+async def submit_paced(db: str, n: int, prefix: str, gap_s: float) -> None:
+    async with Runtime(db) as runtime:
+        for number in range(n):
+            await runtime.submit(agent, f"{prefix}{number}", invocation_id=f"{prefix}{number:05d}")
+            await trio.sleep(gap_s)
+
+
+def idle_latency(args: argparse.Namespace) -> dict[str, float]:
+    """Submit one invocation at a time to an idle worker: the latency without a backlog."""
+    db = fresh_db(args, f"bench-workers-idle-{os.getpid()}.db")
+    queue = Queue(db)
+    trio.run(submit, db, 0, "warm")
+    processes = [worker_process(db, args.concurrency, args.lease_s, args.delay)]
+    count = max(5, min(args.n, 40))
+    try:
+        wait_for(lambda: queue.holders() == 1, 60, "the worker to register")
+        trio.run(submit_paced, db, count, "i-", args.delay * T + 0.05)
+        wait_for(lambda: queue.not_ended() == 0, 600, "every invocation to end")
+    finally:
+        stop_all(processes)
+    latencies = first_turn_latencies(db, [f"i-{n:05d}" for n in range(count)])
+    quantiles = statistics.quantiles(latencies, n=100)
+    return {
+        "count": count,
+        "p50_ms": statistics.median(latencies) * 1000,
+        "p99_ms": quantiles[98] * 1000,
+    }
+
+
 def recovery(args: argparse.Namespace) -> dict[str, Any]:
     db = fresh_db(args, f"bench-workers-kill-{os.getpid()}.db")
     queue = Queue(db)
@@ -289,6 +320,12 @@ def main() -> None:
             f"ratio to 1 worker {figures['invocations_per_s'] / baseline:.2f} "
             f"({args.n}/{args.n} ended in {figures['seconds']:.1f} s)"
         )
+    idle = idle_latency(args)
+    print(
+        f"submit->first turn on an idle worker ({idle['count']} submitted one at a time): "
+        f"p50 {idle['p50_ms']:.0f} ms p99 {idle['p99_ms']:.0f} ms (model delay "
+        f"{args.delay * 1000:.0f} ms, poll every 100 ms)"
+    )
     if args.kill:
         figures = recovery(args)
         print(

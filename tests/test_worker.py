@@ -18,8 +18,10 @@ from loop_actors import (
     InvocationExistsError,
     LeaseHeldError,
     ModelRequest,
+    Reconciled,
     Runtime,
     ScriptedModel,
+    StoreUnavailableError,
     TerminalReason,
     UsageError,
     Worker,
@@ -228,3 +230,57 @@ async def test_a_stopped_worker_stops_its_runs_at_a_commit_and_another_finishes_
         kinds = [type(e).__name__ for e in await runtime.history("drain-0")]
     # A drained lease was given back: the second worker fenced nobody off.
     assert kinds.count("LeaseAcquired") == 0
+
+
+async def test_a_run_whose_lease_cannot_be_renewed_starts_no_write_and_records_nothing(
+    db_url: str,
+) -> None:
+    """Bad input: every heartbeat fails (the queue's database does not answer)."""
+    paid: list[str] = []
+
+    def ask_service(effect_key: str) -> Reconciled:
+        return (
+            Reconciled(status="committed", receipt="paid")
+            if paid
+            else Reconciled(status="not_found")
+        )
+
+    @tool(effect="write", reconcile=ask_service)
+    def pay(to: str) -> str:
+        """Pay someone."""
+        paid.append(to)
+        return "paid"
+
+    async def slow(request: ModelRequest) -> dict[str, Any]:
+        if request.step == 1:
+            await trio.sleep(1.2)  # longer than the lease: it cannot have been renewed
+            return {
+                "kind": "tool_calls",
+                "calls": [{"id": "p", "name": "pay", "arguments": {"to": "bob"}}],
+            }
+        return {"kind": "final", "answer": "done"}
+
+    agent = Agent("payer", ScriptedModel(slow), [pay])
+
+    def refuse(**_: Any) -> set[str]:
+        raise StoreUnavailableError("the queue's database does not answer")
+
+    with trio.fail_after(30):
+        async with Runtime(db_url, lease_s=1) as runtime:
+            runtime._lease_keeper().queue.renew = refuse  # type: ignore[method-assign]
+            outcome = await runtime.run(agent, "pay bob", invocation_id="unrenewed")
+            history = await runtime.history("unrenewed")
+    assert outcome.reason is TerminalReason.LEASE_LOST
+    assert paid == []  # the write never started
+    # The dispatch was committed (under the lease), nothing after it.
+    assert [type(e).__name__ for e in history] == [
+        "InvocationStarted",
+        "DecisionProposed",
+        "BatchDispatched",
+    ]
+    # Once the lease ran out, a resume takes it over and the write runs once.
+    await trio.sleep(0.2)
+    with trio.fail_after(30):
+        resumed = await Runtime(db_url).resume("unrenewed", agent)
+    assert resumed.reason is TerminalReason.COMPLETED
+    assert paid == ["bob"]
