@@ -460,7 +460,10 @@ def test_cli_resume_refuses_a_changed_tool_unless_allowed(tmp_path: Path) -> Non
     _crash("pay-1", PAY_GOAL, tmp_path, at="after_results_commit:1")
     (tmp_path / "changed_payments.py").write_text(CHANGED_AGENT)
     resume = ("resume", "pay-1", "--agent", "changed_payments:agent")
-    env = {"PYTHONPATH": str(tmp_path)}
+    # The changed agent's folder first; the code under test stays importable as it was.
+    env = {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    }
     refused = _cli(*resume, tmp_path=tmp_path, cwd=EXAMPLES, env=env)
     assert refused.returncode == 2
     assert refused.stderr == (
