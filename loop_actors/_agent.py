@@ -337,5 +337,42 @@ class Agent:
         object.__setattr__(copy, "model", model)
         return copy
 
+    def with_tools(self, *tools: Tool) -> Agent:
+        """The same agent with each of ``tools`` in place of its tool of the same name.
+
+        The tools keep the agent's order; the settings derived from them (approval
+        rules, per-tool failure limits) follow the new tools.
+
+        Raises:
+            UsageError: a tool is not a ``Tool``, or the agent has no tool of its name.
+        """
+        replacements: dict[str, Tool] = {}
+        for item in tools:
+            if not isinstance(item, Tool):
+                raise UsageError(f"agent {self.name}: with_tools takes tools, got {item!r}")
+            if item.name not in self.toolbox.tools:
+                raise UsageError(f"agent {self.name} has no tool {item.name!r} to replace")
+            replacements[item.name] = item
+        toolbox = Toolbox(
+            [replacements.get(name, current) for name, current in self.toolbox.tools.items()],
+            default_timeout_s=self.toolbox.default_timeout_s,
+        )
+        settings = self.settings.model_copy(
+            update={
+                "tool_failure_limits": {
+                    t.name: t.max_repeated_failures
+                    for t in toolbox.tools.values()
+                    if t.max_repeated_failures is not None
+                },
+                "approval_rules": approval_rules(toolbox),
+            }
+        )
+        copy = object.__new__(Agent)
+        for attribute in Agent.__slots__:
+            object.__setattr__(copy, attribute, getattr(self, attribute))
+        object.__setattr__(copy, "toolbox", toolbox)
+        object.__setattr__(copy, "settings", settings)
+        return copy
+
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, tools={sorted(self.toolbox.tools)})"

@@ -1,24 +1,31 @@
 """``loop-actors eval``: run a suite of cases as invocations and score their committed events.
 
-A cases file (JSON) names an agent (``MODULE:ATTR``) or a model spec and its
+A cases file (JSON or YAML) names an agent (``MODULE:ATTR``) or a model spec and its
 cases (:class:`Suite`). Each case and epoch is an ordinary invocation with a
 deterministic id (:func:`case_invocation_id`), so ``show``, ``history`` and the
 audit work on it, and running the same suite again reuses every run that has
 stopped (``Runtime.run`` of a stopped id returns its recorded outcome) and
-resumes one that was interrupted. Scoring is pure (``projections.evaluation``).
+resumes one that was interrupted; ``--rerun-failed`` runs a failed case again as a new
+attempt (:func:`attempt_id`). A case is a :class:`Job` with a driver: the built-in cases
+(``_eval_builtin``) bring drivers of their own. Scoring is pure (``projections.evaluation``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import math
+import os
 import re
-from collections.abc import Sequence
+import sys
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import trio
+import yaml
 from pydantic import Field, JsonValue, ValidationError, field_validator, model_validator
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -27,11 +34,20 @@ from rich.text import Text
 
 from aggregates.decisions import Frozen
 from loop_actors._agent import Agent
-from loop_actors._errors import InvocationExistsError, LoopActorsError, UsageError
+from loop_actors._errors import (
+    InvocationExistsError,
+    InvocationNotFoundError,
+    LoopActorsError,
+    UsageError,
+)
+from loop_actors._eval_fakes import ToolFake, unknown_fakes, with_fakes
+from loop_actors._eval_stats import paired_bootstrap
 from loop_actors._model import ScriptedModel
+from loop_actors._outcome import Outcome
 from loop_actors._render import terminal_safe
 from loop_actors._runtime import Runtime
 from projections.evaluation import (
+    AnswerCheck,
     CaseResult,
     CaseStatus,
     Expectations,
@@ -64,8 +80,13 @@ class Case(Frozen):
     model: list[dict[str, JsonValue]] | None = None
     """Scripted model turns (the ``ScriptedModel`` JSON shape, e.g.
     ``{"kind": "final", "answer": "hi"}``): they replace the agent's model."""
+    fakes: dict[str, ToolFake] = {}
+    """Tools of the agent answered by the file (``{"output": ...}`` or ``{"error": ...}``),
+    not run; the agent's other tools are its real ones."""
     epochs: int = Field(default=1, ge=1, le=1000)
     expect: Expectations = Expectations()
+    proves: str | None = None
+    """What passing this case proves (shown in the report)."""
 
     @field_validator("goal")
     @classmethod
@@ -137,30 +158,97 @@ def _problems(error: ValidationError) -> list[str]:
     return problems
 
 
+def _parse_yaml(source: str, text: str) -> object:
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
+        raise EvalInputError(
+            source, [f"{where}not YAML: {error.problem or error.context}"]
+        ) from None
+    except yaml.YAMLError as error:
+        raise EvalInputError(source, [f"not YAML: {error}"]) from None
+
+
 def load_suite(path: Path) -> Suite:
-    """Read and check a cases file (JSON).
+    """Read and check a cases file: JSON, or YAML for a ``.yaml`` or ``.yml`` file.
 
     Raises:
-        EvalInputError: the file cannot be read, is not JSON, or breaks the schema
+        EvalInputError: the file cannot be read, is not JSON (YAML), or breaks the schema
             (one problem per line, each with its location: ``cases[1].expect.reason: ...``).
     """
     source = str(path)
-    if path.suffix.lower() in (".yaml", ".yml"):
-        raise EvalInputError(source, ["YAML is not supported (PyYAML is not installed): use JSON"])
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise EvalInputError(source, [f"cannot read: {error}"]) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise EvalInputError(
-            source, [f"line {error.lineno} column {error.colno}: not JSON: {error.msg}"]
-        ) from None
+    data: object
+    if path.suffix.lower() in (".yaml", ".yml"):
+        data = _parse_yaml(source, text)
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise EvalInputError(
+                source, [f"line {error.lineno} column {error.colno}: not JSON: {error.msg}"]
+            ) from None
     try:
         return Suite.model_validate(data)
     except ValidationError as error:
         raise EvalInputError(source, _problems(error)) from None
+
+
+def _import_check(reference: str) -> AnswerCheck:
+    """Import an answer check's ``MODULE:ATTR`` (the current directory on the import path).
+
+    Raises:
+        ValueError: the module cannot be imported, lacks the attribute, or it is not callable.
+    """
+    module_name, _, attribute = reference.partition(":")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        value: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        raise ValueError(f"cannot import module {module_name!r}: {error}") from None
+    except Exception as error:  # the user's module failed to import: one located line
+        raise ValueError(
+            f"importing {module_name!r} failed: {type(error).__name__}: {error}"
+        ) from None
+    for part in attribute.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            raise ValueError(f"module {module_name!r} has no attribute {attribute!r}") from None
+    if not callable(value):
+        # a ValueError, like the others: the caller turns it into a located problem
+        raise ValueError(  # noqa: TRY004
+            f"{reference} is a {type(value).__name__}, not a callable"
+        )
+    check: AnswerCheck = value
+    return check
+
+
+def import_checks(suite: Suite, source: str) -> dict[str, AnswerCheck]:
+    """Import every case's ``expect.answer.check`` (before anything runs).
+
+    Raises:
+        EvalInputError: one located problem per check that cannot be imported.
+    """
+    checks: dict[str, AnswerCheck] = {}
+    problems: list[str] = []
+    for index, case in enumerate(suite.cases):
+        for reference in case.expect.checks():
+            if reference in checks:
+                continue
+            try:
+                checks[reference] = _import_check(reference)
+            except ValueError as error:
+                problems.append(f"cases[{index}].expect.answer.check: {error}")
+    if problems:
+        raise EvalInputError(source, problems)
+    return checks
 
 
 def suite_name(suite: Suite, path: Path) -> str:
@@ -181,59 +269,117 @@ def case_invocation_id(suite: str, case: Case, epoch: int, agent: Agent) -> str:
     """The run's invocation id: the same suite, case, epoch and agent give the same id.
 
     The digest covers the agent's name and version and what the run is given (the
-    goal, the task class and the scripted turns), not the expectations: editing an
-    expectation re-scores the recorded run; editing the goal makes a new run.
+    goal, the task class, the scripted turns and the tool fakes), not the expectations:
+    editing an expectation re-scores the recorded run; editing the goal makes a new run.
     """
-    inputs = json.dumps(
-        [suite, case.id, epoch, agent.name, agent.version, case.goal, case.task_class, case.model],
-        sort_keys=True,
-        separators=(",", ":"),
-    )
+    given: list[Any] = [
+        suite, case.id, epoch, agent.name, agent.version, case.goal, case.task_class, case.model
+    ]  # fmt: skip
+    if case.fakes:  # only then: the ids of cases without fakes stay as they were
+        given.append({name: fake.model_dump(mode="json") for name, fake in case.fakes.items()})
+    inputs = json.dumps(given, sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(inputs.encode()).hexdigest()[:16]
     return f"eval-{suite}-{case.id}-e{epoch}-{digest}"
 
 
+def attempt_id(invocation_id: str, attempt: int) -> str:
+    """The invocation id of an attempt: the first is the case's id, a later one ends ``-aN``."""
+    return invocation_id if attempt == 1 else f"{invocation_id}-a{attempt}"
+
+
 def _agent_for(agent: Agent, case: Case) -> Agent:
+    agent = with_fakes(agent, case.fakes)
     if case.model is None:
         return agent
     return agent.with_model(ScriptedModel(list(case.model)))
 
 
-async def _run_case(
-    runtime: Runtime,
-    *,
-    agent: Agent,
-    suite: str,
-    case: Case,
-    epoch: int,
-    limiter: trio.CapacityLimiter,
-) -> CaseResult:
-    invocation_id = case_invocation_id(suite, case, epoch, agent)
-    base: dict[str, Any] = {
-        "case_id": case.id,
-        "epoch": epoch,
-        "invocation_id": invocation_id,
-        "task_class": case.task_class,
-    }
-    async with limiter:
-        runner = _agent_for(agent, case)
+def check_fakes(suite: Suite, agent: Agent, source: str) -> None:
+    """Refuse fakes of tools the agent does not have (before anything runs).
+
+    Raises:
+        EvalInputError: one located problem per unknown tool.
+    """
+    problems = [
+        f"cases[{index}].fakes.{name}: the agent {agent.name} has no tool {name!r}"
+        for index, case in enumerate(suite.cases)
+        for name in unknown_fakes(agent, case.fakes)
+    ]
+    if problems:
+        raise EvalInputError(source, problems)
+
+
+Driver = Callable[[Runtime, Agent, Case, str], Awaitable[None]]
+"""``drive(runtime, agent, case, invocation_id)``: bring the case's run to a stop (an end
+or a pause). It starts the invocation, or continues it when it exists and has not stopped;
+the run is scored from its events afterwards."""
+
+
+async def drive_run(runtime: Runtime, agent: Agent, case: Case, invocation_id: str) -> None:
+    """The ordinary driver: run the case's goal; resume the run if it was interrupted.
+
+    Cancellation: as :meth:`Runtime.run`.
+    """
+    runner = _agent_for(agent, case)
+    try:
+        await runtime.run(
+            runner, case.goal, invocation_id=invocation_id, task_class=case.task_class
+        )
+    except InvocationExistsError:
+        # Interrupted earlier (killed midway): continue it from its events.
+        await runtime.resume(invocation_id, runner)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One case and epoch to run: the suite's name (part of the id), the agent, the driver."""
+
+    suite: str
+    case: Case
+    epoch: int
+    agent: Agent
+    drive: Driver = drive_run
+    checks: Mapping[str, AnswerCheck] = field(default_factory=dict)
+    """The answer checks of the suite (:func:`import_checks`), by ``MODULE:ATTR``."""
+
+
+def suite_jobs(
+    agent: Agent, suite: Suite, name: str, checks: Mapping[str, AnswerCheck] | None = None
+) -> list[Job]:
+    """Every case and epoch of a suite, in file order, run by ``agent``."""
+    return [
+        Job(suite=name, case=case, epoch=epoch, agent=agent, checks=checks or {})
+        for case in suite.cases
+        for epoch in range(1, case.epochs + 1)
+    ]
+
+
+async def _latest_attempt(runtime: Runtime, first_id: str) -> tuple[int, bool]:
+    """The latest attempt of a case that exists (0: none), and whether it has stopped."""
+    attempt, stopped = 0, False
+    while True:
         try:
-            try:
-                await runtime.run(
-                    runner, case.goal, invocation_id=invocation_id, task_class=case.task_class
-                )
-            except InvocationExistsError:
-                # Interrupted earlier (killed midway): continue it from its events.
-                await runtime.resume(invocation_id, runner)
-            events = await runtime.history(invocation_id)
-            score = score_events(events, case.expect)
-        except (LoopActorsError, ValueError) as error:
-            return CaseResult(
-                **base, status=CaseStatus.ERROR, error=f"{type(error).__name__}: {error}"
-            )
+            invocation = await runtime.load(attempt_id(first_id, attempt + 1))
+        except InvocationNotFoundError:
+            return attempt, stopped
+        attempt += 1
+        try:
+            Outcome.of(invocation)
+        except ValueError:
+            stopped = False
+        else:
+            stopped = True
+
+
+def _scored(job: Job, invocation_id: str, events: Sequence[Any]) -> CaseResult:
+    score = score_events(events, job.case.expect, job.checks)
     measures = score.measures
     return CaseResult(
-        **base,
+        case_id=job.case.id,
+        epoch=job.epoch,
+        invocation_id=invocation_id,
+        task_class=job.case.task_class,
+        proves=job.case.proves,
         status=CaseStatus.PASSED if score.passed else CaseStatus.FAILED,
         failures=score.failures,
         reason=measures.reason,
@@ -243,30 +389,107 @@ async def _run_case(
         tokens=measures.tokens,
         cost=measures.cost,
         latency_ms=measures.latency_ms,
+        effects_dispatched_twice=measures.effects_dispatched_twice,
+        effects_left_open=measures.effects_left_open,
+        approvals=score.approvals,
+        trajectory=score.trajectory,
     )
 
 
-async def run_suite(
-    runtime: Runtime, agent: Agent, suite: Suite, name: str, *, concurrency: int
+async def _run_case(
+    runtime: Runtime, job: Job, *, limiter: trio.CapacityLimiter, rerun_failed: bool
+) -> CaseResult:
+    first_id = case_invocation_id(job.suite, job.case, job.epoch, job.agent)
+    invocation_id = first_id
+    attempt = 1
+    async with limiter:
+        try:
+            latest, stopped = await _latest_attempt(runtime, first_id)
+            attempt = max(latest, 1)
+            invocation_id = attempt_id(first_id, attempt)
+            if rerun_failed and stopped:
+                earlier = _scored(job, invocation_id, await runtime.history(invocation_id))
+                if earlier.status is not CaseStatus.PASSED:
+                    attempt += 1  # a new invocation: a stopped one cannot run again
+                    invocation_id = attempt_id(first_id, attempt)
+            await job.drive(runtime, job.agent, job.case, invocation_id)
+            result = _scored(job, invocation_id, await runtime.history(invocation_id))
+        except (LoopActorsError, ValueError) as error:
+            return CaseResult(
+                case_id=job.case.id,
+                epoch=job.epoch,
+                invocation_id=invocation_id,
+                task_class=job.case.task_class,
+                proves=job.case.proves,
+                attempts=attempt,
+                status=CaseStatus.ERROR,
+                error=f"{type(error).__name__}: {error}",
+            )
+    return result.model_copy(update={"attempts": attempt})
+
+
+async def run_jobs(
+    runtime: Runtime,
+    jobs: Sequence[Job],
+    *,
+    concurrency: int,
+    rerun_failed: bool = False,
+    on_result: Callable[[CaseResult], None] | None = None,
 ) -> list[CaseResult]:
-    """Run every case and epoch (at most ``concurrency`` at once) in ``runtime``; results in order.
+    """Run every job (at most ``concurrency`` at once) in one open ``runtime``; results in order.
+
+    The runs share the runtime's Journal, so their commits share transactions (group
+    commit). Each job's latest attempt is reused when it has stopped and continued when
+    it has not; with ``rerun_failed`` one whose latest attempt stopped and did not pass
+    runs again as a new attempt (``attempts`` in its result).
+
+    ``checks`` are the suite's answer checks (:func:`import_checks`); ``on_result`` is
+    called with each result as it is scored (the progress bar).
 
     Cancellation: a checkpoint; the runs in flight are recorded ``cancelled`` by the
     runtime (they have stopped: running the suite again reports them as they ended).
     """
     limiter = trio.CapacityLimiter(concurrency)
-    jobs = [(case, epoch) for case in suite.cases for epoch in range(1, case.epochs + 1)]
     results: list[CaseResult | None] = [None] * len(jobs)
 
-    async def one(index: int, case: Case, epoch: int) -> None:
-        results[index] = await _run_case(
-            runtime, agent=agent, suite=name, case=case, epoch=epoch, limiter=limiter
-        )
+    async def one(index: int, job: Job) -> None:
+        result = await _run_case(runtime, job, limiter=limiter, rerun_failed=rerun_failed)
+        results[index] = result
+        if on_result is not None:
+            on_result(result)
 
     async with runtime, trio.open_nursery() as nursery:
-        for index, (case, epoch) in enumerate(jobs):
-            nursery.start_soon(one, index, case, epoch)
+        for index, job in enumerate(jobs):
+            nursery.start_soon(one, index, job)
     return [result for result in results if result is not None]
+
+
+async def run_suite(
+    runtime: Runtime,
+    agent: Agent,
+    suite: Suite,
+    name: str,
+    *,
+    concurrency: int,
+    rerun_failed: bool = False,
+    checks: Mapping[str, AnswerCheck] | None = None,
+    on_result: Callable[[CaseResult], None] | None = None,
+) -> list[CaseResult]:
+    """Run every case and epoch of ``suite`` with ``agent`` (see :func:`run_jobs`).
+
+    Cancellation: as :func:`run_jobs`.
+    """
+    return await run_jobs(
+        runtime,
+        suite_jobs(agent, suite, name, checks),
+        concurrency=concurrency,
+        rerun_failed=rerun_failed,
+        on_result=on_result,
+    )
+
+
+_REPORT_EXCLUDES: Any = {"trajectory": {"steps": {"__all__": {"decision"}}}}
+"""A step's decision repeats its summary and calls: the report keeps those."""
 
 
 def report(name: str, agent: Agent, results: Sequence[CaseResult]) -> dict[str, Any]:
@@ -276,7 +499,7 @@ def report(name: str, agent: Agent, results: Sequence[CaseResult]) -> dict[str, 
         "format": REPORT_FORMAT,
         "suite": name,
         "agent": {"name": agent.name, "version": agent.version},
-        "cases": [result.model_dump(mode="json") for result in results],
+        "cases": [result.model_dump(mode="json", exclude=_REPORT_EXCLUDES) for result in results],
         **summary.model_dump(mode="json"),
     }
 
@@ -297,8 +520,17 @@ def write_json(path: Path, document: dict[str, Any]) -> None:
     Raises:
         UsageError: the file cannot be written (the runs stay recorded: run again).
     """
+    write_text(path, json.dumps(document, indent=2) + "\n")
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write a report (JSON or HTML) as UTF-8.
+
+    Raises:
+        UsageError: the file cannot be written (the runs stay recorded: run again).
+    """
     try:
-        path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        path.write_text(text, encoding="utf-8")
     except OSError as error:
         raise UsageError(f"cannot write the report to {path}: {error}") from None
 
@@ -325,6 +557,13 @@ class ReportCase(Frozen):
     tokens: int = 0
     cost: float = 0.0
     latency_ms: float = 0.0
+    task_class: str = ""
+    answer: str | None = None
+    error: str | None = None
+    failures: list[dict[str, JsonValue]] = []
+    approvals: list[dict[str, JsonValue]] = []
+    trajectory: dict[str, JsonValue] | None = None
+    """Shown side by side by ``compare --html``; not compared."""
 
 
 class ReportFile(Frozen):
@@ -333,6 +572,8 @@ class ReportFile(Frozen):
     model_config = Frozen.model_config | {"extra": "ignore"}
 
     format: str
+    suite: str = ""
+    agent: dict[str, JsonValue] = {}
     cases: list[ReportCase]
 
     @field_validator("format")
@@ -383,6 +624,8 @@ def mcnemar_exact(b: int, c: int) -> float:
 
 
 _DELTAS = ("steps", "tool_calls", "tokens", "cost", "latency_ms")
+_BOOTSTRAPPED = ("cost", "latency_ms", "tokens", "steps")
+"""Measures given a paired bootstrap interval of their mean change."""
 
 
 def compare(a: ReportFile, b: ReportFile) -> dict[str, Any]:
@@ -413,6 +656,19 @@ def compare(a: ReportFile, b: ReportFile) -> dict[str, Any]:
     rate_b = (
         sum(after[k].status is CaseStatus.PASSED for k in paired) / len(paired) if paired else 0.0
     )
+    scored = [
+        key for key in paired if CaseStatus.ERROR not in (before[key].status, after[key].status)
+    ]
+    bootstrap = {
+        measure: interval.model_dump()
+        if (
+            interval := paired_bootstrap(
+                [getattr(after[k], measure) - getattr(before[k], measure) for k in scored]
+            )
+        )
+        else None
+        for measure in _BOOTSTRAPPED
+    }
     return {
         "format": "loop-actors-eval-compare/1",
         "paired": len(paired),
@@ -422,6 +678,7 @@ def compare(a: ReportFile, b: ReportFile) -> dict[str, Any]:
         "broke": broke,
         "fixed": fixed,
         "mcnemar_p": round(mcnemar_exact(broke, fixed), 6),
+        "bootstrap": bootstrap,
         "cases": rows,
     }
 
@@ -469,8 +726,9 @@ def eval_table(document: dict[str, Any]) -> Group:
     failures: list[Text] = []
     for case in document["cases"]:
         name = terminal_safe(f"{case['case_id']}#{case['epoch']}")
+        attempts = case.get("attempts", 1)
         table.add_row(
-            name,
+            name if attempts == 1 else f"{name} (attempt {attempts})",
             terminal_safe(case["task_class"]),
             Text(case["status"], style=_STATUS_STYLE[case["status"]]),
             case["reason"] or "-",
@@ -483,16 +741,28 @@ def eval_table(document: dict[str, Any]) -> Group:
         whys = [f"{f['expectation']}: {f['why']}" for f in case["failures"]]
         whys += [case["error"]] if case["error"] else []
         failures += [Text(terminal_safe(f"{case['status']} {name} {why}")) for why in whys]
+        if whys and case.get("proves"):
+            failures.append(Text(terminal_safe(f"  {name} proves: {case['proves']}")))
     totals = document["totals"]
     table.caption = (
         f"{totals['passed']}/{totals['cases']} passed, {totals['failed']} failed, "
         f"{totals['errored']} errored, {totals['false_success']} false success "
         f"(pass rate {totals['pass_rate']:.0%})"
     )
+    unsafe = [
+        f"{totals[key]} {words}"
+        for key, words in (
+            ("effects_dispatched_twice", "effect key(s) dispatched twice"),
+            ("effects_left_open", "write(s) left open"),
+        )
+        if totals[key]
+    ]
+    if unsafe:
+        failures.insert(0, Text(f"effect safety: {', '.join(unsafe)}", style="bold red"))
     return Group(table, *failures)
 
 
-def compare_table(comparison: dict[str, Any]) -> Table:
+def compare_table(comparison: dict[str, Any]) -> Group:
     """A comparison on the terminal: flips first, then per-case deltas (B minus A)."""
     table = _table(
         ["case"],
@@ -519,4 +789,12 @@ def compare_table(comparison: dict[str, Any]) -> Table:
         f"{comparison['broke']} broke, {comparison['fixed']} fixed; "
         f"McNemar exact p = {comparison['mcnemar_p']:.4g}"
     )
-    return table
+    intervals = [
+        Text(
+            f"mean Δ{measure} {interval['mean_delta']:+.4g}, 95% bootstrap interval "
+            f"{interval['low']:+.4g} to {interval['high']:+.4g} ({interval['pairs']} pairs)"
+        )
+        for measure, interval in comparison["bootstrap"].items()
+        if interval is not None and measure in ("cost", "latency_ms")
+    ]
+    return Group(table, *intervals)

@@ -1083,6 +1083,11 @@ class Runtime:
                     self.cancel(invocation_id, detail=detail)
 
     @property
+    def store_id(self) -> str | None:
+        """The identity of the open store (a UUID created with it); None while closed."""
+        return self._store.store_id if self._store is not None else None
+
+    @property
     def running(self) -> Sequence[str]:
         """The ids of invocations this runtime is driving now."""
         return list(self._running)

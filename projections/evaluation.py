@@ -12,19 +12,40 @@ groups of the report (``loop-actors eval``).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, model_validator
+import jsonschema
+from pydantic import (
+    BeforeValidator,
+    Field,
+    JsonValue,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from aggregates.decisions import EffectStatus, Frozen, TerminalReason
 from aggregates.events import DomainEvent
-from aggregates.invocation import BatchDispatched
-from projections.trajectory import Trajectory, build_trajectory
+from aggregates.invocation import (
+    ApprovalDenied,
+    ApprovalGranted,
+    BatchDispatched,
+    Paused,
+)
+from projections.trajectory import CallView, Trajectory, build_trajectory
+
+CHECK_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*$"
+"""``MODULE:ATTR`` of an answer check."""
+
+AnswerCheck = Callable[[str], object]
+"""An answer check (``expect.answer.check``): called with the final answer; ``True``
+holds, ``False`` or a string (why) fails; an exception fails with its message."""
 
 # --------------------------------------------------------------------------- expectations
 
@@ -36,6 +57,22 @@ class AnswerExpectation(Frozen):
     contains: str | None = None
     regex: str | None = None
     """A Python regular expression searched for in the answer (``re.search``)."""
+    schema_: dict[str, JsonValue] | None = Field(default=None, alias="schema")
+    """A JSON Schema (draft 2020-12 unless ``$schema`` says otherwise) the answer, parsed
+    as JSON, must be valid against."""
+    check: str | None = Field(default=None, pattern=CHECK_PATTERN)
+    """``MODULE:ATTR`` of a callable given the answer: ``True`` holds, ``False`` or a
+    string (why) fails (the return convention of a verifier)."""
+
+    @field_validator("schema_")
+    @classmethod
+    def _valid_schema(cls, value: dict[str, JsonValue] | None) -> dict[str, JsonValue] | None:
+        if value is not None:
+            try:
+                jsonschema.validators.validator_for(value).check_schema(value)
+            except jsonschema.SchemaError as error:
+                raise ValueError(f"not a valid JSON Schema: {error.message}") from None
+        return value
 
     @field_validator("regex")
     @classmethod
@@ -49,8 +86,9 @@ class AnswerExpectation(Frozen):
 
     @model_validator(mode="after")
     def _some_check(self) -> AnswerExpectation:
-        if self.equals is None and self.contains is None and self.regex is None:
-            raise ValueError("give at least one of equals, contains, regex")
+        checks = (self.equals, self.contains, self.regex, self.schema_, self.check)
+        if all(check is None for check in checks):
+            raise ValueError("give at least one of equals, contains, regex, schema, check")
         return self
 
 
@@ -86,6 +124,23 @@ class SequenceExpectation(Frozen):
     mode: SequenceMode = SequenceMode.EXACT
 
 
+class MatchMode(StrEnum):
+    """How a call's arguments are compared with the expected ones."""
+
+    EXACT = "exact"
+    SUBSET = "subset"
+
+
+class ArgumentMatch(Frozen):
+    """Some call of ``tool`` was made with these arguments."""
+
+    tool: str = Field(min_length=1)
+    arguments: dict[str, JsonValue]
+    mode: MatchMode = MatchMode.SUBSET
+    """``subset``: each expected key is there with a matching value (a nested object
+    matches by the same rule, any other value by equality); ``exact``: equal."""
+
+
 class ToolsExpectation(Frozen):
     """Which tools the run called."""
 
@@ -94,6 +149,8 @@ class ToolsExpectation(Frozen):
     forbidden: list[str] = []
     """None called (a denied call counts: it was proposed and dispatched)."""
     sequence: SequenceExpectation | None = None
+    match: list[ArgumentMatch] = []
+    """Each held by at least one call."""
 
     @model_validator(mode="after")
     def _consistent(self) -> ToolsExpectation:
@@ -111,6 +168,8 @@ class LimitsExpectation(Frozen):
     max_tokens: int | None = Field(default=None, ge=0)
     """Input plus output tokens, over every step."""
     max_cost: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    max_wall_time_ms: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """From the run's first committed event to its last (``latency_ms``)."""
 
 
 class EffectsExpectation(Frozen):
@@ -120,6 +179,33 @@ class EffectsExpectation(Frozen):
     """No effect key is in two ``BatchDispatched`` events."""
     no_outcome_unknown: bool = True
     """No write is left ``outcome_unknown`` (or dispatched with no result) at the end."""
+    committed: list[str] = []
+    """Write tools each with a call whose effect committed (or was reconciled as committed)."""
+    never_attempted: list[str] = []
+    """Write tools none of whose calls reached the service (denied or never proposed)."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EffectsExpectation:
+        both = sorted(set(self.committed) & set(self.never_attempted))
+        if both:
+            raise ValueError(f"both committed and never_attempted: {', '.join(both)}")
+        return self
+
+
+class ApprovalsExpectation(Frozen):
+    """Which calls paused the run for approval (by tool name)."""
+
+    required: list[str] = []
+    """Each tool had a call that paused for approval."""
+    forbidden: list[str] = []
+    """No call of these tools paused for approval."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ApprovalsExpectation:
+        both = sorted(set(self.required) & set(self.forbidden))
+        if both:
+            raise ValueError(f"both required and forbidden: {', '.join(both)}")
+        return self
 
 
 def _one_or_many(value: object) -> object:
@@ -149,6 +235,11 @@ class Expectations(Frozen):
     tools: ToolsExpectation | None = None
     limits: LimitsExpectation | None = None
     effects: EffectsExpectation | None = None
+    approvals: ApprovalsExpectation | None = None
+
+    def checks(self) -> list[str]:
+        """The ``MODULE:ATTR`` of the answer check, if any (to import before running)."""
+        return [self.answer.check] if self.answer and self.answer.check else []
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -173,6 +264,29 @@ class Measures(Frozen):
     cost: float
     latency_ms: float
     """From the first committed event to the last."""
+    effects_dispatched_twice: int = 0
+    """Effect keys in more than one ``BatchDispatched`` (a write that may have run twice)."""
+    effects_left_open: int = 0
+    """Writes left ``outcome_unknown``, or dispatched with no result, at the end."""
+
+
+class ApprovalOutcome(StrEnum):
+    """What became of a call that paused the run for approval."""
+
+    GRANTED = "granted"
+    DENIED = "denied"
+    PENDING = "pending"
+    """Still waiting when the run was scored."""
+
+
+class ApprovalView(Frozen):
+    """One call that paused the run for approval, and what a person decided."""
+
+    step: int
+    call_id: str
+    tool: str
+    outcome: ApprovalOutcome
+    by: str | None = None
 
 
 class Score(Frozen):
@@ -180,6 +294,8 @@ class Score(Frozen):
 
     verdicts: list[Verdict]
     measures: Measures
+    trajectory: Trajectory
+    approvals: list[ApprovalView] = []
 
     @property
     def passed(self) -> bool:
@@ -192,26 +308,66 @@ class Score(Frozen):
         return [verdict for verdict in self.verdicts if not verdict.passed]
 
 
-def score_events(events: Sequence[DomainEvent], expect: Expectations) -> Score:
-    """Score an invocation's committed events against ``expect``. Pure.
+def score_events(
+    events: Sequence[DomainEvent],
+    expect: Expectations,
+    checks: Mapping[str, AnswerCheck] | None = None,
+) -> Score:
+    """Score an invocation's committed events against ``expect``. Pure but for ``checks``.
+
+    ``checks`` maps each ``answer.check`` reference (``MODULE:ATTR``) to its callable,
+    imported by the caller; the scorer calls it with the answer.
 
     Raises:
-        ValueError: the events do not start with ``InvocationStarted``.
+        ValueError: the events do not start with ``InvocationStarted``, or an
+            ``answer.check`` is not in ``checks``.
     """
     trajectory = build_trajectory(events)
     measures = _measures(trajectory, events)
+    approvals = approvals_of(events)
     verdicts: list[Verdict] = []
     if expect.reason is not None:
         verdicts.append(_reason(trajectory, expect.reason))
     if expect.answer is not None:
-        verdicts.extend(_answer(trajectory.answer, expect.answer))
+        verdicts.extend(_answer(trajectory.answer, expect.answer, checks or {}))
     if expect.tools is not None:
         verdicts.extend(_tools(trajectory, expect.tools))
     if expect.limits is not None:
         verdicts.extend(_limits(measures, expect.limits))
     if expect.effects is not None:
         verdicts.extend(_effects(trajectory, events, expect.effects))
-    return Score(verdicts=verdicts, measures=measures)
+    if expect.approvals is not None:
+        verdicts.extend(_approvals(approvals, expect.approvals))
+    return Score(verdicts=verdicts, measures=measures, trajectory=trajectory, approvals=approvals)
+
+
+def approvals_of(events: Sequence[DomainEvent]) -> list[ApprovalView]:
+    """The calls that paused the run for approval, in order, with what was decided."""
+    views: list[ApprovalView] = []
+    waiting: dict[int, list[int]] = {}  # step -> indexes in views still pending
+    for event in events:
+        if isinstance(event, Paused) and event.reason is TerminalReason.APPROVAL_REQUIRED:
+            names = {call.call_id: call.name for call in event.calls or []}
+            waiting[event.step] = []
+            for call_id in event.needs_approval or []:
+                waiting[event.step].append(len(views))
+                views.append(
+                    ApprovalView(
+                        step=event.step,
+                        call_id=call_id,
+                        tool=names.get(call_id, "?"),
+                        outcome=ApprovalOutcome.PENDING,
+                    )
+                )
+        elif isinstance(event, ApprovalGranted | ApprovalDenied):
+            outcome = (
+                ApprovalOutcome.GRANTED
+                if isinstance(event, ApprovalGranted)
+                else ApprovalOutcome.DENIED
+            )
+            for index in waiting.pop(event.step, []):
+                views[index] = views[index].model_copy(update={"outcome": outcome, "by": event.by})
+    return views
 
 
 def _measures(trajectory: Trajectory, events: Sequence[DomainEvent]) -> Measures:
@@ -224,6 +380,8 @@ def _measures(trajectory: Trajectory, events: Sequence[DomainEvent]) -> Measures
         tokens=trajectory.input_tokens + trajectory.output_tokens,
         cost=trajectory.cost,
         latency_ms=round(latency, 3),
+        effects_dispatched_twice=len(dispatched_twice(events)),
+        effects_left_open=len(left_open(trajectory)),
     )
 
 
@@ -239,7 +397,9 @@ def _reason(trajectory: Trajectory, allowed: list[TerminalReason]) -> Verdict:
     )
 
 
-def _answer(answer: str | None, wanted: AnswerExpectation) -> list[Verdict]:
+def _answer(
+    answer: str | None, wanted: AnswerExpectation, callables: Mapping[str, AnswerCheck]
+) -> list[Verdict]:
     checks: list[tuple[str, str, bool]] = []
     if wanted.equals is not None:
         checks.append(("equals", f"expected {wanted.equals!r}", answer == wanted.equals))
@@ -259,7 +419,56 @@ def _answer(answer: str | None, wanted: AnswerExpectation) -> list[Verdict]:
             verdicts.append(
                 Verdict(expectation=f"answer.{name}", passed=False, why=f"{why}: {got}")
             )
+    if wanted.schema_ is not None:
+        verdicts.append(_answer_schema(answer, wanted.schema_))
+    if wanted.check is not None:
+        if wanted.check not in callables:
+            raise ValueError(f"the answer check {wanted.check} was not imported")
+        verdicts.append(_answer_check(answer, wanted.check, callables[wanted.check]))
     return verdicts
+
+
+def _answer_schema(answer: str | None, schema: dict[str, JsonValue]) -> Verdict:
+    name = "answer.schema"
+    if answer is None:
+        return Verdict(expectation=name, passed=False, why="no answer")
+    try:
+        document = json.loads(answer)
+    except json.JSONDecodeError as error:
+        return Verdict(
+            expectation=name, passed=False, why=f"not JSON ({error.msg}): got {_short(answer)!r}"
+        )
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    problems = sorted(validator.iter_errors(document), key=lambda e: list(e.absolute_path))
+    if not problems:
+        return Verdict(expectation=name, passed=True)
+    first = problems[0]
+    where = "".join(f"[{p!r}]" for p in first.absolute_path) or "the answer"
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return Verdict(expectation=name, passed=False, why=f"{where}: {first.message}{more}")
+
+
+def _answer_check(answer: str | None, reference: str, check: AnswerCheck) -> Verdict:
+    name = f"answer.check[{reference}]"
+    if answer is None:
+        return Verdict(expectation=name, passed=False, why="no answer")
+    try:
+        held = check(answer)
+    except Exception as error:  # the user's check failed: a failed expectation, said why
+        return Verdict(
+            expectation=name, passed=False, why=f"raised {type(error).__name__}: {error}"
+        )
+    if held is True:
+        return Verdict(expectation=name, passed=True)
+    if held is False:
+        return Verdict(expectation=name, passed=False, why=f"{reference} returned False")
+    if isinstance(held, str):
+        return Verdict(expectation=name, passed=False, why=held)
+    return Verdict(
+        expectation=name,
+        passed=False,
+        why=f"{reference} returned {type(held).__name__}, not a bool or a string",
+    )
 
 
 def _short(text: str, limit: int = 120) -> str:
@@ -294,7 +503,44 @@ def _tools(trajectory: Trajectory, wanted: ToolsExpectation) -> list[Verdict]:
         )
     if wanted.sequence is not None:
         verdicts.append(_sequence(tool_steps(trajectory), wanted.sequence))
+    calls = [call for step in trajectory.steps for call in step.calls]
+    verdicts.extend(_match(calls, match) for match in wanted.match)
     return verdicts
+
+
+def arguments_match(actual: JsonValue, expected: JsonValue, mode: MatchMode) -> bool:
+    """Whether a call's arguments match the expected ones (see :class:`ArgumentMatch`)."""
+    if mode is MatchMode.EXACT or not isinstance(expected, dict):
+        return actual == expected
+    if not isinstance(actual, dict):
+        return False
+    return all(
+        key in actual and arguments_match(actual[key], value, mode)
+        for key, value in expected.items()
+    )
+
+
+def _compact(value: JsonValue) -> str:
+    return _short(json.dumps(value, sort_keys=True, separators=(",", ":")), 200)
+
+
+def _match(calls: Sequence[CallView], wanted: ArgumentMatch) -> Verdict:
+    name = f"tools.match[{wanted.tool}]"
+    same_tool = [call for call in calls if call.name == wanted.tool]
+    if any(arguments_match(call.arguments, wanted.arguments, wanted.mode) for call in same_tool):
+        return Verdict(expectation=name, passed=True)
+    expected = f"{wanted.mode.value} {_compact(wanted.arguments)}"
+    if not same_tool:
+        return Verdict(
+            expectation=name, passed=False, why=f"{wanted.tool} was never called ({expected})"
+        )
+    seen = "; ".join(_compact(call.arguments) for call in same_tool[:3])
+    more = f" and {len(same_tool) - 3} more" if len(same_tool) > 3 else ""
+    return Verdict(
+        expectation=name,
+        passed=False,
+        why=f"no call matched {expected}: the calls had {seen}{more}",
+    )
 
 
 def _as_set(step: list[str]) -> frozenset[str]:
@@ -343,6 +589,7 @@ def _limits(measures: Measures, wanted: LimitsExpectation) -> list[Verdict]:
         ("max_tool_calls", wanted.max_tool_calls, measures.tool_calls),
         ("max_tokens", wanted.max_tokens, measures.tokens),
         ("max_cost", wanted.max_cost, measures.cost),
+        ("max_wall_time_ms", wanted.max_wall_time_ms, measures.latency_ms),
     ):
         if limit is None:
             continue
@@ -360,19 +607,34 @@ def _limits(measures: Measures, wanted: LimitsExpectation) -> list[Verdict]:
 _OPEN = {EffectStatus.DISPATCHED.value, EffectStatus.OUTCOME_UNKNOWN.value}
 
 
+def dispatched_twice(events: Sequence[DomainEvent]) -> list[str]:
+    """The effect keys held by more than one ``BatchDispatched``, sorted."""
+    keys = Counter(
+        call.effect_key
+        for event in events
+        if isinstance(event, BatchDispatched)
+        for call in event.calls
+        if call.effect_key
+    )
+    return sorted(key for key, count in keys.items() if count > 1)
+
+
+def left_open(trajectory: Trajectory) -> list[str]:
+    """The writes left open at the end (``KEY (STATUS)``), sorted."""
+    return sorted(
+        f"{call.effect_key} ({call.effect_status})"
+        for step in trajectory.steps
+        for call in step.calls
+        if call.effect_key and call.effect_status in _OPEN
+    )
+
+
 def _effects(
     trajectory: Trajectory, events: Sequence[DomainEvent], wanted: EffectsExpectation
 ) -> list[Verdict]:
     verdicts = []
     if wanted.no_duplicate_dispatch:
-        keys = Counter(
-            call.effect_key
-            for event in events
-            if isinstance(event, BatchDispatched)
-            for call in event.calls
-            if call.effect_key
-        )
-        twice = sorted(key for key, count in keys.items() if count > 1)
+        twice = dispatched_twice(events)
         verdicts.append(
             Verdict(
                 expectation="effects.no_duplicate_dispatch",
@@ -381,18 +643,90 @@ def _effects(
             )
         )
     if wanted.no_outcome_unknown:
-        open_keys = sorted(
-            f"{call.effect_key} ({call.effect_status})"
-            for step in trajectory.steps
-            for call in step.calls
-            if call.effect_key and call.effect_status in _OPEN
-        )
+        open_keys = left_open(trajectory)
         verdicts.append(
             Verdict(
                 expectation="effects.no_outcome_unknown",
                 passed=not open_keys,
                 why=f"left open: {', '.join(open_keys)}" if open_keys else None,
             )
+        )
+    calls = [call for step in trajectory.steps for call in step.calls]
+    for tool in wanted.committed:
+        verdicts.append(_committed(calls, tool))
+    for tool in wanted.never_attempted:
+        verdicts.append(_never_attempted(calls, tool))
+    return verdicts
+
+
+def _is_committed(call: CallView) -> bool:
+    if call.effect_status == EffectStatus.COMMITTED.value:
+        return True
+    return call.effect_status == EffectStatus.RECONCILED.value and call.status == "ok"
+
+
+_NOT_ATTEMPTED = {"denied", "invalid_arguments"}
+"""Call statuses of a write the service never saw: refused before it ran."""
+
+
+def _attempted(call: CallView) -> bool:
+    return call.status not in _NOT_ATTEMPTED
+
+
+def _describe(call: CallView) -> str:
+    return f"{call.call_id} {call.status}" + (
+        f" [effect {call.effect_status}]" if call.effect_status else ""
+    )
+
+
+def _committed(calls: Sequence[CallView], tool: str) -> Verdict:
+    name = f"effects.committed[{tool}]"
+    mine = [call for call in calls if call.name == tool]
+    if any(_is_committed(call) for call in mine):
+        return Verdict(expectation=name, passed=True)
+    if not mine:
+        return Verdict(expectation=name, passed=False, why=f"{tool} was never called")
+    return Verdict(
+        expectation=name,
+        passed=False,
+        why="no call committed: " + ", ".join(_describe(call) for call in mine),
+    )
+
+
+def _never_attempted(calls: Sequence[CallView], tool: str) -> Verdict:
+    name = f"effects.never_attempted[{tool}]"
+    attempted = [call for call in calls if call.name == tool and _attempted(call)]
+    if not attempted:
+        return Verdict(expectation=name, passed=True)
+    return Verdict(
+        expectation=name,
+        passed=False,
+        why="attempted: " + ", ".join(_describe(call) for call in attempted),
+    )
+
+
+def _approvals(approvals: Sequence[ApprovalView], wanted: ApprovalsExpectation) -> list[Verdict]:
+    paused = Counter(view.tool for view in approvals)
+    verdicts = []
+    for tool in wanted.required:
+        verdicts.append(
+            Verdict(expectation=f"approvals.required[{tool}]", passed=True)
+            if paused[tool]
+            else Verdict(
+                expectation=f"approvals.required[{tool}]",
+                passed=False,
+                why=f"no call of {tool} paused for approval",
+            )
+        )
+    for tool in wanted.forbidden:
+        verdicts.append(
+            Verdict(
+                expectation=f"approvals.forbidden[{tool}]",
+                passed=False,
+                why=f"{paused[tool]} call(s) of {tool} paused for approval",
+            )
+            if paused[tool]
+            else Verdict(expectation=f"approvals.forbidden[{tool}]", passed=True)
         )
     return verdicts
 
@@ -417,6 +751,10 @@ class CaseResult(Frozen):
     invocation_id: str
     task_class: str
     status: CaseStatus
+    proves: str | None = None
+    """What passing the case proves (from the case)."""
+    attempts: int = 1
+    """How many times the case was run (``--rerun-failed`` runs a failed one again)."""
     failures: list[Verdict] = []
     error: str | None = None
     reason: TerminalReason | None = None
@@ -426,6 +764,12 @@ class CaseResult(Frozen):
     tokens: int = 0
     cost: float = 0.0
     latency_ms: float = 0.0
+    effects_dispatched_twice: int = 0
+    effects_left_open: int = 0
+    approvals: list[ApprovalView] = []
+    """The calls that paused the run for approval."""
+    trajectory: Trajectory | None = None
+    """The run's steps, calls, results and effects (None for a run that could not be read)."""
 
     @property
     def false_success(self) -> bool:
@@ -450,6 +794,10 @@ class Group(Frozen):
     pass_rate: float
     """passed / cases: errored cases count in the denominator."""
     false_success: int
+    effects_dispatched_twice: int = 0
+    """Over the group's runs: effect keys dispatched more than once (each may have run twice)."""
+    effects_left_open: int = 0
+    """Over the group's runs: writes left ``outcome_unknown`` or with no result."""
     steps: Distribution | None
     tool_calls: Distribution | None
     tokens: Distribution | None
@@ -490,6 +838,8 @@ def group(results: Sequence[CaseResult]) -> Group:
         errored=errored,
         pass_rate=round(passed / len(results), 4) if results else 0.0,
         false_success=sum(r.false_success for r in results),
+        effects_dispatched_twice=sum(r.effects_dispatched_twice for r in results),
+        effects_left_open=sum(r.effects_left_open for r in results),
         steps=_distribution([r.steps for r in scored]),
         tool_calls=_distribution([r.tool_calls for r in scored]),
         tokens=_distribution([r.tokens for r in scored]),

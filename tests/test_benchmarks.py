@@ -21,6 +21,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
         ("resume_long_history.py", ["--turns", "5", "--reps", "1"], "ratio replay/snapshot"),
         ("read_models.py", ["--n", "10", "--wave", "5", "--reps", "1"], "hash / encode"),
         ("mcp_sessions.py", ["--reps", "1"], "ratio per-call/one-session"),
+        ("eval_report.py", ["--n", "3", "--reps", "1"], "ratio eval_html/report"),
         (
             "workers.py",
             ["--n", "4", "--delay", "0.01", "--workers", "1", "--concurrency", "2", "--kill"],

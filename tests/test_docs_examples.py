@@ -1030,6 +1030,7 @@ def test_verify_export_needs_nothing_of_loop_actors() -> None:
 # --------------------------------------------------------------------------- eval
 
 TESTED_EXAMPLES.add("eval_agent.py")
+TESTED_EXAMPLES.add("tune_agent.py")  # run by tests/test_docs_samples.py (the eval tutorial)
 
 
 def test_eval_example_passes_then_the_tight_agent_breaks_the_write_case(tmp_path: Path) -> None:

@@ -40,6 +40,8 @@ RUN = [
     "docs/how-to/resolve-an-effect-by-hand.md",
     "docs/how-to/keep-checkpoints-outside-the-store.md",
     "docs/how-to/evaluate-your-loop.md",
+    "docs/tutorial/evaluate-and-tune.md",
+    "docs/reference/eval-builtin.md",
 ]
 """Pages whose samples run from an empty folder, in the order they are written."""
 

@@ -279,14 +279,17 @@ def test_malformed_cases_files_exit_2_with_the_problem(
 
 
 def test_bad_command_lines_exit_2(project: Path) -> None:
-    """Bad inputs: a missing file, a YAML file, a zero concurrency, an agent that is not one,
-    a file whose name cannot name the suite (and no name given)."""
+    """Bad inputs: a missing file, a YAML file that is not YAML, a zero concurrency, an agent
+    that is not one, a file whose name cannot name the suite (and no name given)."""
     assert "cannot read" in _eval(project, "missing.json").stderr
     (project / "my cases.json").write_text(SMALLEST)
     unnamed = _eval(project, "my cases.json")
     assert (unnamed.returncode, "give a name" in unnamed.stderr) == (2, True)
-    (project / "cases.yaml").write_text("cases: []")
-    assert "YAML is not supported" in _eval(project, "cases.yaml").stderr
+    (project / "cases.yaml").write_text("cases: [\n  - id: x\n goal: y\n")
+    broken = _eval(project, "cases.yaml")
+    assert broken.returncode == 2
+    assert "cases.yaml: 1 problem(s)" in broken.stderr
+    assert "line 2 column 3: not YAML" in broken.stderr
     assert _eval(project, "cases.json", "--concurrency", "0").returncode == 2
     suite = json.loads(SMALLEST)
     suite["agent"] = "suite_agent:lookup"
