@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from aggregates.lease import (
     HolderKind,
@@ -581,7 +582,7 @@ class PostgresQueue(WorkQueue):
             StoreUnavailableError: the server cannot be reached or refuses the login.
         """
         super().__init__()
-        self._url = url
+        self._url = libpq_url(url)
         self._timeout = connect_timeout_s
         self._connection: Any = None
         self._connect()
@@ -624,6 +625,18 @@ class PostgresQueue(WorkQueue):
         """Close the connection."""
         if self._connection is not None:
             self._connection.close()
+
+
+LOOP_ACTORS_URL_OPTIONS = frozenset({"lock_timeout", "lock_retry", "mode"})
+"""Options of a store URL that are this runtime's, not PostgreSQL's (``StoreUrl``)."""
+
+
+def libpq_url(url: str) -> str:
+    """A store URL without the runtime's own options, as psycopg (libpq) takes it."""
+    parts = urlsplit(url)
+    kept = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)]
+    kept = [(k, v) for k, v in kept if k not in LOOP_ACTORS_URL_OPTIONS]
+    return urlunsplit(parts._replace(query=urlencode(kept)))
 
 
 class _PgCursor:

@@ -21,7 +21,7 @@ from aggregates.lease import (
     Release,
     Take,
 )
-from loop_actors._queue import PostgresQueue, SQLiteQueue, WorkQueue
+from loop_actors._queue import PostgresQueue, SQLiteQueue, WorkQueue, libpq_url
 
 MakeQueue = Callable[[], WorkQueue]
 
@@ -211,3 +211,9 @@ def test_concurrent_claims_never_hand_one_row_to_two_holders(make_queue: MakeQue
     every = [invocation for mine in claims.values() for invocation in mine]
     assert sorted(every) == [f"inv-{n:03}" for n in range(total)]
     assert len(set(every)) == total
+
+
+def test_the_runtime_s_own_url_options_are_not_handed_to_postgresql() -> None:
+    url = "postgresql://u:p@h:5432/db?lock_timeout=3&sslmode=require&lock_retry=1&mode=ro"
+    assert libpq_url(url) == "postgresql://u:p@h:5432/db?sslmode=require"
+    assert libpq_url("postgresql://h/db") == "postgresql://h/db"
