@@ -634,8 +634,8 @@ LOOP_ACTORS_URL_OPTIONS = frozenset({"lock_timeout", "lock_retry", "mode"})
 def libpq_url(url: str) -> str:
     """A store URL without the runtime's own options, as psycopg (libpq) takes it."""
     parts = urlsplit(url)
-    kept = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)]
-    kept = [(k, v) for k, v in kept if k not in LOOP_ACTORS_URL_OPTIONS]
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    kept = [(key, value) for key, value in query if key not in LOOP_ACTORS_URL_OPTIONS]
     return urlunsplit(parts._replace(query=urlencode(kept)))
 
 
