@@ -9,10 +9,8 @@ of idempotency keys, so "every payment exactly once" is checked where it counts.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
-import sqlite3
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -23,8 +21,11 @@ import pytest
 import trio
 
 from aggregates.audit import GENESIS
-from loop_actors import EventStore, Runtime
+from aggregates.lease import HolderRow, QueueRow
+from loop_actors import EventStore, Runtime, StoreUnavailableError, StoreUrlError
 from loop_actors._cli import event_record
+from loop_actors._queue import PostgresQueue, SQLiteQueue, WorkQueue
+from loop_actors._store import StoreUrl
 from tests.cli_support import CLI, cli_env, run_cli
 from tests.scenarios import payments_app
 from tests.scenarios.payments_app import PaymentService
@@ -37,11 +38,11 @@ AGENT_REF = "workers_app:agent"
 class Folder:
     """A workspace: the agent's modules, the store, the service's ledger, the workers."""
 
-    def __init__(self, path: Path, model_delay_s: float) -> None:
+    def __init__(self, path: Path, model_delay_s: float, db: str | None = None) -> None:
         self.path = path
         for name in ("payments_app.py", "workers_app.py"):
             shutil.copy(HERE / name, path / name)
-        self.db = f"sqlite:///{path / 'run.db'}"
+        self.db = db or f"sqlite:///{path / 'run.db'}"
         self.env = {
             "PAYMENTS_DB": str(path / "service.db"),
             "WORKERS_MODEL_DELAY_S": str(model_delay_s),
@@ -89,26 +90,33 @@ class Folder:
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return run_cli(*args, cwd=self.path, db=self.db, env=self.env)
 
-    def queue(self) -> list[tuple[str, str, str | None]]:
-        connection = sqlite3.connect(self.path / "run.db")
+    def _queue(self) -> WorkQueue:
+        if self.db.startswith("sqlite:///"):
+            return SQLiteQueue(self.db.removeprefix("sqlite:///"), read_only=True)
+        return PostgresQueue(self.db)
+
+    def _read(self) -> tuple[list[QueueRow], list[HolderRow]]:
+        """The queue's rows and holders, as another process sees them (none yet: empty)."""
         try:
-            return connection.execute(
-                "SELECT invocation_id, status, holder FROM loop_actors_queue ORDER BY invocation_id"
-            ).fetchall()
-        finally:
-            connection.close()
+            if self.db.startswith("sqlite:///"):
+                queue: WorkQueue = SQLiteQueue(self.db.removeprefix("sqlite:///"), read_only=True)
+            else:
+                queue = PostgresQueue(self.db)
+            try:
+                return queue.rows()[0], queue.holders()[0]
+            finally:
+                queue.close()
+        except StoreUnavailableError:
+            return [], []  # the store or its tables are not created yet
+
+    def queue(self) -> list[tuple[str, str, str | None]]:
+        """Every row: id, status (as stored), holder."""
+        rows, _ = self._read()
+        return sorted((row.invocation_id, row.status.value, row.holder) for row in rows)
 
     def holder_of(self, process: subprocess.Popen[str]) -> str | None:
-        connection = sqlite3.connect(self.path / "run.db")
-        try:
-            row = connection.execute(
-                "SELECT holder FROM loop_actors_holders WHERE pid = ?", (process.pid,)
-            ).fetchone()
-        except sqlite3.OperationalError:
-            return None  # the tables are not there yet
-        finally:
-            connection.close()
-        return None if row is None else str(row[0])
+        _, holders = self._read()
+        return next((h.holder for h in holders if h.pid == process.pid), None)
 
     def history(self, invocation_id: str) -> list[dict[str, Any]]:
         """The invocation's events as ``loop-actors history --json`` prints them (read here)."""
@@ -127,12 +135,25 @@ class Folder:
         return PaymentService(self.path / "service.db")
 
 
+@pytest.fixture(params=["sqlite"])
+def store(request: pytest.FixtureRequest) -> str | None:
+    """The store of a story: a SQLite file in its folder (None), or a PostgreSQL database."""
+    if request.param == "sqlite":
+        return None
+    url: str = request.getfixturevalue("postgres_url")
+    try:
+        StoreUrl.parse(url)
+    except StoreUrlError:
+        pytest.skip("this tree has no event store on PostgreSQL yet (only its work queue)")
+    return url
+
+
 @pytest.fixture
-def folder(tmp_path: Path) -> Iterator[Callable[[float], Folder]]:
+def folder(tmp_path: Path, store: str | None) -> Iterator[Callable[[float], Folder]]:
     made: list[Folder] = []
 
     def make(model_delay_s: float = 0.05) -> Folder:
-        made.append(Folder(tmp_path, model_delay_s))
+        made.append(Folder(tmp_path, model_delay_s, store))
         return made[-1]
 
     yield make
@@ -141,6 +162,10 @@ def folder(tmp_path: Path) -> Iterator[Callable[[float], Folder]]:
             if process.poll() is None:
                 process.kill()
             process.communicate(timeout=30)
+
+
+BOTH_STORES = pytest.mark.parametrize("store", ["sqlite", "postgresql"], indirect=True)
+"""A story told on a SQLite file and on a real PostgreSQL server."""
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -177,6 +202,7 @@ def assert_paid_exactly_once(folder: Folder, invocation_ids: list[str]) -> None:
     assert {key for key, _ in folder.service().attempts()} == set(keys)
 
 
+@BOTH_STORES
 def test_three_workers_one_killed_midway_finish_every_invocation_and_pay_each_once(
     folder: Callable[[float], Folder],
 ) -> None:
@@ -227,6 +253,7 @@ def test_three_workers_one_killed_midway_finish_every_invocation_and_pay_each_on
     assert len(ended.stdout.splitlines()) == len(ids)
 
 
+@BOTH_STORES
 def test_sigterm_during_load_exits_within_grace_leaves_nothing_claimed_and_another_finishes(
     folder: Callable[[float], Folder],
 ) -> None:
@@ -323,4 +350,3 @@ def test_the_workers_command_shows_a_live_worker_and_its_leases(
     ]
     assert work.cli("list", "--status", "runnable").returncode == 0
     assert stop(worker, timeout_s=30)[0] == 0
-    assert os.path.exists(work.path / "run.db")
