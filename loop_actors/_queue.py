@@ -159,9 +159,13 @@ class WorkQueue:
         if self._ready:
             return
         with self._transaction(write=True) as cursor:
+            self._lock_schema(cursor)
             for statement in _SCHEMA:
                 cursor.execute(statement)
         self._ready = True
+
+    def _lock_schema(self, cursor: _Cursor) -> None:
+        """Make processes that create the tables at once take turns (SQLite: its write lock)."""
 
     @contextlib.contextmanager
     def _tx(self, *, write: bool = True) -> Iterator[tuple[_Cursor, float]]:
@@ -616,6 +620,11 @@ class PostgresQueue(WorkQueue):
             raise StoreUnavailableError(
                 f"the work queue cannot be used: {str(error).strip()}"
             ) from error
+
+    def _lock_schema(self, cursor: _Cursor) -> None:
+        # Two CREATE TABLE IF NOT EXISTS at once can both miss the table and one then fails
+        # on the catalogue's unique index: a transaction-scoped advisory lock orders them.
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtext('loop_actors_queue'))")
 
     def _now(self, cursor: _Cursor) -> float:
         cursor.execute("SELECT extract(epoch FROM clock_timestamp())::float8")

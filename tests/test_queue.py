@@ -217,3 +217,25 @@ def test_the_runtime_s_own_url_options_are_not_handed_to_postgresql() -> None:
     url = "postgresql://u:p@h:5432/db?lock_timeout=3&sslmode=require&lock_retry=1&mode=ro"
     assert libpq_url(url) == "postgresql://u:p@h:5432/db?sslmode=require"
     assert libpq_url("postgresql://h/db") == "postgresql://h/db"
+
+
+def test_processes_racing_to_create_the_tables_all_succeed(make_queue: MakeQueue) -> None:
+    """Bad input: eight connections whose first operation comes at the same moment."""
+    queues = [make_queue() for _ in range(8)]
+    start = threading.Barrier(len(queues))
+    errors: list[BaseException] = []
+
+    def first_use(queue: WorkQueue, number: int) -> None:
+        start.wait()
+        try:
+            queue.enqueue(f"inv-{number}", "payments")
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=first_use, args=(q, n)) for n, q in enumerate(queues)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
+    assert len(queues[0].rows()[0]) == len(queues)
