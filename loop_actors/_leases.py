@@ -68,6 +68,9 @@ class HeldLease:
     """The holder stops at once: a cancelled run records nothing (another takes it over)."""
     row_written: trio.Event | None = None
     """For a new invocation: set once its queue row was written (or could not be)."""
+    row_missing: bool = False
+    """Its queue row could not be written yet (the store failed): the heartbeat tries again."""
+    agent_name: str = ""
 
     def may_start_calls(self) -> bool:
         """Whether a tool call may start now: the lease is held and was renewed recently."""
@@ -153,6 +156,8 @@ class LeaseKeeper:
     nursery: trio.Nursery | None = None
     """Where background releases run (the runtime's)."""
     _registered: bool = False
+    _unreleased: dict[str, tuple[HeldLease, Release, str | None]] = field(default_factory=dict)
+    """Releases that failed (the store did not answer): tried again at each heartbeat, at close."""
     _limiter: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(1))
     _failures: int = 0
 
@@ -182,7 +187,10 @@ class LeaseKeeper:
         self._registered = True
 
     async def aclose(self) -> None:
-        """Deregister (bounded, shielded: the process is stopping)."""
+        """Give back what could not be released yet, then deregister (bounded, shielded)."""
+        if self._unreleased:
+            with trio.move_on_after(10, shield=True):
+                await self._retry_releases()
         if not self._registered:
             return
         with trio.move_on_after(5, shield=True):
@@ -219,24 +227,32 @@ class LeaseKeeper:
 
     async def _write_new_row(self, lease: HeldLease, agent_name: str) -> None:
         assert lease.row_written is not None
+        lease.agent_name = agent_name
         try:
             await self.register()
-            made = await self.call(
-                self.queue.hold_new,
-                lease.invocation_id,
-                agent_name,
-                holder=self.holder,
-                lease_s=self.lease_s,
-            )
+            await self._insert_row(lease)
         except Exception:
+            # Not lost: whoever finds no row takes the lease and records it, which fences
+            # this run off; the heartbeat writes the row once the store answers.
+            lease.row_missing = True
             log.warning(
-                "cannot write the queue row of %s; its run stops at its next commit",
+                "cannot write the queue row of %s yet; the heartbeat tries again",
                 lease.invocation_id,
                 exc_info=True,
             )
-            made = False
         finally:
             lease.row_written.set()
+
+    async def _insert_row(self, lease: HeldLease) -> None:
+        """Write a new invocation's row; a row that exists already means the lease is lost."""
+        made = await self.call(
+            self.queue.hold_new,
+            lease.invocation_id,
+            lease.agent_name,
+            holder=self.holder,
+            lease_s=self.lease_s,
+        )
+        lease.row_missing = False
         if not made:
             lease.lost = True
             self.held.pop(lease.invocation_id, None)
@@ -290,24 +306,45 @@ class LeaseKeeper:
             if lease.row_written is not None:
                 await lease.row_written.wait()  # the release comes after the row
             try:
-                released = await self.call(
-                    self.queue.release,
-                    lease.invocation_id,
-                    holder=self.holder,
-                    epoch=lease.epoch,
-                    release=release,
-                    note=note,
-                )
+                released = await self._give_back(lease, release, note)
             except Exception:
                 log.warning(
-                    "cannot release the lease of %s; it expires in %g s",
+                    "cannot release the lease of %s; tried again at the next heartbeat "
+                    "(else it expires in %g s)",
                     lease.invocation_id,
                     self.lease_s,
                     exc_info=True,
                 )
+                self._unreleased[lease.invocation_id] = (lease, release, note)
                 return
             if not released:
                 log.info("the lease of %s was no longer held at release", lease.invocation_id)
+
+    async def _give_back(self, lease: HeldLease, release: Release, note: str | None) -> bool:
+        if lease.row_missing:
+            # Its row was never written: write it released, so that nobody needs to fence
+            # off a run that has stopped.
+            made = await self.call(
+                self.queue.enqueue,
+                lease.invocation_id,
+                lease.agent_name,
+                status=release.status,
+            )
+            lease.row_missing = False
+            return made
+        return await self.call(
+            self.queue.release,
+            lease.invocation_id,
+            holder=self.holder,
+            epoch=lease.epoch,
+            release=release,
+            note=note,
+        )
+
+    async def _retry_releases(self) -> None:
+        for invocation_id, (lease, release, note) in list(self._unreleased.items()):
+            await self._give_back(lease, release, note)
+            del self._unreleased[invocation_id]
 
     def forget(self, lease: HeldLease) -> None:
         """Stop renewing a lease that was lost (another holder owns the row)."""
@@ -325,11 +362,15 @@ class LeaseKeeper:
 
     async def beat(self) -> None:
         """One heartbeat: renew the held leases (and reap gone holders, for a worker)."""
-        if not self._registered:
+        if not self.held and not self._registered and not self._unreleased:
             return
-        leases = list(self.held.values())
         sent = time.monotonic()
         try:
+            await self.register()
+            await self._retry_releases()
+            for lease in [lease for lease in self.held.values() if lease.row_missing]:
+                await self._insert_row(lease)
+            leases = [lease for lease in self.held.values() if not lease.row_missing]
             kept = await self.call(
                 self.queue.renew,
                 holder=self.holder,
@@ -346,7 +387,7 @@ class LeaseKeeper:
                 log.warning(
                     "cannot renew %d lease(s) (%d failed heartbeats); no call starts on a "
                     "lease that may have run out",
-                    len(leases),
+                    len(self.held),
                     self._failures,
                     exc_info=True,
                 )

@@ -284,3 +284,21 @@ async def test_a_run_whose_lease_cannot_be_renewed_starts_no_write_and_records_n
         resumed = await Runtime(db_url).resume("unrenewed", agent)
     assert resumed.reason is TerminalReason.COMPLETED
     assert paid == ["bob"]
+
+
+async def test_a_run_whose_queue_row_could_not_be_written_leaves_it_released_at_its_end(
+    db_url: str,
+) -> None:
+    """Bad input: the queue's database fails just when a new run writes its row."""
+    with trio.fail_after(30):
+        async with Runtime(db_url) as runtime:
+            queue = runtime._lease_keeper().queue
+
+            def refuse(*_: Any, **__: Any) -> bool:
+                raise StoreUnavailableError("the queue's database does not answer")
+
+            queue.hold_new = refuse  # type: ignore[method-assign]
+            outcome = await runtime.run(AGENT, "g", invocation_id="rowless")
+        assert outcome.reason is TerminalReason.COMPLETED
+        row = await queue_row(db_url, "rowless")
+    assert (row.status, row.holder) == (QueueStatus.ENDED, None)
