@@ -724,8 +724,10 @@ class TurnCore:
             case _:
                 assert_never(decision)
 
+        # Built without validation: ids and names come from the validated decision,
+        # the arguments are the catalogue's normalised (checked storable) ones.
         planned = [
-            DispatchedCall(
+            DispatchedCall.model_construct(
                 call_id=call.id,
                 name=call.name,
                 arguments=self.catalogue.redact_arguments(call.name, arguments[call.id]),

@@ -12,7 +12,18 @@ script (the wrapper only counts; the library is not changed): each call is one
 transaction, and the commits it carries are the commit requests of the
 controllers (10 per invocation: start, dispatch + results in turns 1-4, final).
 
+Besides throughput it reports what decides how many invocations a process can
+host: the CPU time per turn (the process's user + system CPU over the timed run,
+all threads, divided by the turns; and the trio thread's alone), the time a turn
+adds beyond the model's latency (turn i of an invocation lasts from the start of
+its model call i to the start of model call i+1, turn 1 from the call of
+``Runtime.run`` and the last turn until ``run`` returns; what it adds is that
+length minus DELAY; p50 and p99 over every turn), and the RSS per in-flight
+invocation (peak RSS minus the RSS of the open runtime after the warm-up,
+divided by N).
+
     python bench/concurrency.py [--n 2000] [--delay 1.0] [--dir /tmp]
+    python bench/concurrency.py --n 10000 --delay 2.0
     python bench/concurrency.py --quick          # --n 200 --delay 0.2
 
 With ``--mode seq|conc --db FILE --out JSON`` it follows the script contract of
@@ -30,6 +41,8 @@ import time
 _T0 = time.perf_counter()  # before the runtime is imported, as the peers' common.py does
 
 import argparse  # noqa: E402
+import gc  # noqa: E402
+import itertools  # noqa: E402
 import json  # noqa: E402
 import resource  # noqa: E402
 import sqlite3  # noqa: E402
@@ -47,7 +60,7 @@ from turn_overhead import K, T, db_bytes, decide, lookup  # noqa: E402
 
 import loop_actors._journal as journal_module  # noqa: E402
 from aggregates.events import DomainEvent  # noqa: E402
-from loop_actors import Agent, Budget, Runtime, ScriptedModel  # noqa: E402
+from loop_actors import Agent, Budget, ModelReply, ModelRequest, Runtime, ScriptedModel  # noqa: E402
 from loop_actors._messages import CommitOutcome  # noqa: E402
 
 COMMITS_PER_INVOCATION = 1 + 2 * (T - 1) + 1
@@ -91,17 +104,66 @@ class Run:
     wall_s: float = 0.0
     ready_s: float = 0.0
     rss_after_setup_mb: float = 0.0
+    rss_before_mb: float = 0.0
+    """RSS after the warm-up, just before the timed invocations start."""
+    cpu_s: float = 0.0
+    """Process CPU (user + system, every thread) over the timed run."""
+    trio_cpu_s: float = 0.0
+    """CPU of the trio thread alone over the timed run."""
     latencies: list[float] = field(default_factory=list)
+    added: list[float] = field(default_factory=list)
+    """Per turn: its length minus the model's latency."""
     failures: list[str] = field(default_factory=list)
 
 
-def make_agent(delay_s: float) -> Agent:
+class CollectorClock:
+    """CPU time the cyclic garbage collector spends, by generation (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.collections = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self._started = 0.0
+        self.on = False
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if not self.on:
+            return
+        if phase == "start":
+            self._started = time.thread_time()
+            return
+        generation = info["generation"]
+        self.collections[generation] += 1
+        self.seconds[generation] += time.thread_time() - self._started
+
+
+COLLECTOR = CollectorClock()
+gc.callbacks.append(COLLECTOR)
+
+
+class TimedModel:
+    """The scripted model, noting when each of its calls starts (by goal)."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.inner = ScriptedModel(decide, delay_s=delay_s)
+        self.starts: dict[str, list[float]] = {}
+
+    async def decide(self, request: ModelRequest) -> ModelReply:
+        self.starts.setdefault(request.goal, []).append(time.perf_counter())
+        return await self.inner.decide(request)
+
+
+def make_agent(model: TimedModel) -> Agent:
     return Agent(
         "bench-concurrency",
-        ScriptedModel(decide, delay_s=delay_s),
+        model,
         [lookup],
         Budget(max_steps=T, max_tool_calls=K * (T - 1)),
     )
+
+
+def cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def peak_rss_mb() -> float:
@@ -119,26 +181,36 @@ async def run_all(
     path: Path, n: int, delay_s: float, counter: CommitCounter, at_once: bool = True
 ) -> Run:
     """Run n invocations, all at once (or one after another), after an untimed warm-up."""
-    agent = make_agent(delay_s)
+    model = TimedModel(delay_s)
+    agent = make_agent(model)
     run = Run()
 
     async def one(runtime: Runtime, goal: str, agent: Agent = agent) -> None:
         started = time.perf_counter()
         outcome = await runtime.run(agent, goal)
-        run.latencies.append(time.perf_counter() - started)
+        ended = time.perf_counter()
+        run.latencies.append(ended - started)
         expected = f"{goal}: n={K * (T - 1)}"
         if outcome.reason != "completed" or outcome.answer != expected:
             run.failures.append(f"{goal}: {outcome.reason} {outcome.answer!r}")
+        starts = model.starts.pop(goal, [])
+        bounds = [started, *starts[1:], ended]
+        run.added.extend(b - a - delay_s for a, b in itertools.pairwise(bounds))
 
     async with Runtime(f"sqlite:///{path}") as runtime:
         run.ready_s = time.perf_counter()
         run.rss_after_setup_mb = rss_now_mb()
         for i in range(WARMUP):
-            await one(runtime, f"warm-{i:05d}", make_agent(0.0))  # untimed: no model delay
+            # untimed: no model delay
+            await one(runtime, f"warm-{i:05d}", make_agent(TimedModel(0.0)))
         run.latencies.clear()
+        run.added.clear()
         if run.failures:
             return run
         counter.reset()
+        run.rss_before_mb = rss_now_mb()
+        cpu_before, trio_cpu_before = cpu_s(), time.thread_time()
+        COLLECTOR.on = True
         started = time.perf_counter()
         if at_once:
             async with trio.open_nursery() as nursery:
@@ -148,7 +220,15 @@ async def run_all(
             for i in range(n):
                 await one(runtime, f"g-{i:05d}")
         run.wall_s = time.perf_counter() - started
+        run.cpu_s = cpu_s() - cpu_before
+        run.trio_cpu_s = time.thread_time() - trio_cpu_before
+        COLLECTOR.on = False
     return run
+
+
+def percentile(ordered: Sequence[float], fraction: float) -> float:
+    """The value at ``fraction`` of a sorted list (nearest rank)."""
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 def peer_contract(args: argparse.Namespace, counter: CommitCounter) -> None:
@@ -180,6 +260,7 @@ def peer_contract(args: argparse.Namespace, counter: CommitCounter) -> None:
         "wrong": len(wrong),
         "errors": len(run.failures) - len(wrong),
         "error_sample": run.failures[:3],
+        "cpu_per_turn_us": run.cpu_s / (args.n * T) * 1e6,
         "commit_requests": counter.requests,
         "transactions": counter.transactions,
         "versions": {
@@ -247,6 +328,27 @@ def main() -> None:
         )
     print(f"turns per second: {turns / wall:,.0f}")
     print(
+        f"CPU per turn: {run.cpu_s / turns * 1e6:,.0f} us (process, all threads: "
+        f"{run.cpu_s:.2f} s for {turns:,} turns); "
+        f"trio thread {run.trio_cpu_s / turns * 1e6:,.0f} us"
+    )
+    print(
+        f"  of which the garbage collector: {sum(COLLECTOR.seconds) / turns * 1e6:,.0f} us "
+        f"({sum(COLLECTOR.seconds):.2f} s; collections by generation "
+        + ", ".join(
+            f"{count:,} in {seconds:.2f} s"
+            for count, seconds in zip(COLLECTOR.collections, COLLECTOR.seconds, strict=True)
+        )
+        + ")"
+    )
+    if run.added:
+        added = sorted(run.added)
+        print(
+            f"time a turn adds beyond the model's {delay:g} s: "
+            f"p50 {percentile(added, 0.5) * 1e3:,.1f} ms, "
+            f"p99 {percentile(added, 0.99) * 1e3:,.1f} ms, max {added[-1] * 1e3:,.1f} ms"
+        )
+    print(
         f"durable commits: {counter.requests:,} ({expected_requests:,} expected), "
         f"{counter.requests / wall:,.0f} per second (commit requests, each answered once durable)"
     )
@@ -266,9 +368,14 @@ def main() -> None:
             f"max {ordered[-1] * 1e3:.1f} ms"
         )
     print(f"bytes stored per invocation: {size / (n + WARMUP):,.0f}")
+    peak = peak_rss_mb()
     print(
-        f"peak RSS: {peak_rss_mb():.0f} MB ({run.rss_after_setup_mb:.0f} MB after the "
-        f"runtime opened)"
+        f"peak RSS: {peak:.0f} MB ({run.rss_after_setup_mb:.0f} MB after the "
+        f"runtime opened, {run.rss_before_mb:.0f} MB after the warm-up)"
+    )
+    print(
+        f"RSS per in-flight invocation: {(peak - run.rss_before_mb) * 1024 / n:,.1f} KB "
+        f"(peak minus the RSS after the warm-up, over {n:,})"
     )
     print(f"outcomes: {len(latencies) - len(run.failures)}/{n} completed with the right answer")
     if run.failures or len(latencies) != n or counter.requests != expected_requests:

@@ -42,6 +42,7 @@ from loop_actors._agent import Agent
 from loop_actors._errors import UsageError
 from loop_actors._outcome import Outcome
 from loop_actors._runtime import CancelResult, ReconcileReport, Runtime
+from loop_actors._store import redacted_url
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +156,7 @@ class AsyncioRuntime:
         self._thread = threading.Thread(
             target=self._run_thread,
             args=(loop, started, finished),
-            name=f"loop-actors trio ({self.db_url})",
+            name=f"loop-actors trio ({redacted_url(self.db_url)})",
             daemon=True,  # an unclosed runtime does not keep the interpreter alive
         )
         self._thread.start()

@@ -310,7 +310,12 @@ def verify_against(
     gap: int | None = None
     for notification_id, current in log_links(store.log_rows()):
         size += 1
-        if gap is None and size <= checkpoint.size and notification_id != previous_id + 1:
+        if (
+            gap is None
+            and store.contiguous_ids
+            and size <= checkpoint.size
+            and notification_id != previous_id + 1
+        ):
             gap = previous_id + 1
         previous_id = notification_id
         link = current

@@ -15,6 +15,7 @@ import importlib.metadata
 import json
 import os
 import sys
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -55,6 +56,7 @@ from loop_actors._cli_queue import (
     workers_command,
 )
 from loop_actors._controller import single_exception
+from loop_actors._copy import copy_store
 from loop_actors._demo import DEMO_GOAL, demo_agent
 from loop_actors._errors import (
     AgentLoadError,
@@ -62,6 +64,7 @@ from loop_actors._errors import (
     InconsistentHistoryError,
     InvocationNotFoundError,
     LeaseHeldError,
+    StoreUnavailableError,
     UsageError,
 )
 from loop_actors._eval_builtin import SUITE_NAME, Fault, builtin_jobs, crash_store_problem
@@ -76,8 +79,13 @@ from loop_actors._render import (
     terminal_safe,
 )
 from loop_actors._runtime import Runtime, check_invocation_id, unaskable_reason
-from loop_actors._store import EventStore, resolve_db_url
-from loop_actors._views import open_read_runner, open_writable_runner
+from loop_actors._store import (
+    EventStore,
+    read_models_unavailable,
+    redacted_url,
+    resolve_db_url,
+)
+from loop_actors._views import open_read_runner, open_runner, open_writable_runner
 from projections import (
     ProjectionRunner,
     build_trajectory,
@@ -121,6 +129,9 @@ def _positive_int(text: str) -> int:
     return value
 
 
+DB_HELP = "sqlite:///path.db, postgresql://user:password@host:port/dbname or memory://"
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="loop-actors",
@@ -133,7 +144,7 @@ def _build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def db_option(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--db", metavar="URL", help="sqlite:///path.db (or memory://)")
+        sub.add_argument("--db", metavar="URL", help=DB_HELP)
 
     demo = commands.add_parser("demo", help="run seed 000's example agent and show its trajectory")
     db_option(demo)
@@ -255,6 +266,17 @@ def _build_parser() -> argparse.ArgumentParser:
         "--name", default="loop-actors", help="the key's name (default: loop-actors)"
     )
 
+    store = commands.add_parser("store", help="copy a store (e.g. from SQLite to PostgreSQL)")
+    store_commands = store.add_subparsers(dest="store_command", required=True, parser_class=_Parser)
+    copy = store_commands.add_parser(
+        "copy",
+        help="copy every event (with its id, in order) and snapshot into an empty store, "
+        "then check that its audit and log head equal the source's",
+    )
+    copy.add_argument("--from", dest="source", metavar="URL", required=True, help=DB_HELP)
+    copy.add_argument("--to", dest="target", metavar="URL", required=True, help=DB_HELP)
+    copy.add_argument("--json", action="store_true", help="print the report as JSON")
+
     def views_option(sub: argparse.ArgumentParser) -> None:
         db_option(sub)
         sub.add_argument(
@@ -340,9 +362,7 @@ def _build_parser() -> argparse.ArgumentParser:
     resolve.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="print what was recorded"
     )
-    resolve.add_argument(
-        "--db", metavar="URL", default=argparse.SUPPRESS, help="sqlite:///path.db (or memory://)"
-    )
+    resolve.add_argument("--db", metavar="URL", default=argparse.SUPPRESS, help=DB_HELP)
 
     projections_cmd = commands.add_parser("projections", help="the read models")
     projection_actions = projections_cmd.add_subparsers(
@@ -434,9 +454,7 @@ def _effects_list_options(sub: argparse.ArgumentParser, views_option: Any, *, de
         views_option(sub)
         return
     sub.add_argument("--json", action="store_true", default=default, help="one JSON object a line")
-    sub.add_argument(
-        "--db", metavar="URL", default=default, help="sqlite:///path.db (or memory://)"
-    )
+    sub.add_argument("--db", metavar="URL", default=default, help=DB_HELP)
     sub.add_argument(
         "--views",
         metavar="FILE",
@@ -560,7 +578,9 @@ async def _demo(runtime: Runtime) -> int:
     # The same fold and the same tree as `loop-actors show` of this invocation.
     _console().print(render_tree(build_trajectory(events)))
     print()
-    print(f"history: loop-actors history {outcome.invocation_id} --db {runtime.db_url}")
+    print(
+        f"history: loop-actors history {outcome.invocation_id} --db {redacted_url(runtime.db_url)}"
+    )
     return outcome.exit_code
 
 
@@ -736,7 +756,18 @@ def _read_models(args: argparse.Namespace) -> int:
         raise UsageError("--batch-size must be at least 1")
     store = _open_for_reading(args.db)
     try:
-        if args.command == "projections":
+        # On PostgreSQL, read models are kept only in a SQLite file given with --views.
+        refusal = read_models_unavailable(store) if args.views is None else None
+        if refusal is not None and args.command == "projections":
+            raise StoreUnavailableError(
+                f"{refusal}: give --views FILE to keep them in a SQLite file; show, list, "
+                "metrics and effects build them in memory instead"
+            )
+        if refusal is not None:
+            _note(f"{refusal}: building them in memory for this command")
+            in_memory = f"file:loop-actors-views-{uuid.uuid4().hex}?mode=memory&cache=shared"
+            runner = open_runner(store, in_memory, batch_size=batch_size)
+        elif args.command == "projections":
             runner = open_writable_runner(store, args.views, batch_size=batch_size)
         else:
             runner = open_read_runner(store, args.views, batch_size=batch_size, note=_note)
@@ -959,6 +990,30 @@ def _audit_verify(args: argparse.Namespace) -> int:
     return EXIT_TAMPERED if broken or uncovered or found else 0
 
 
+def _store_copy(args: argparse.Namespace) -> int:
+    """``store copy --from URL --to URL``: exit 0 when the copy equals its source, else 4."""
+    report = copy_store(args.source, args.target, progress=None if args.json else _copied)
+    if args.json:
+        print(report.model_dump_json())
+    else:
+        print(
+            f"copied {report.copied} rows"
+            + (f" after the {report.already} already there" if report.already else "")
+            + f" and {report.snapshots} snapshots"
+            + (f" and {report.secrets} sealed secrets" if report.secrets else "")
+            + f" from {report.source} to {report.target}"
+        )
+        same = "the same as the source's" if report.same_as_source else "NOT the source's"
+        print(f"log: {report.size} rows, head {report.head} ({same})")
+        print(f"audit of the copy: {report.intact} intact, {report.broken} broken")
+    return 0 if report.ok else EXIT_TAMPERED
+
+
+def _copied(rows: int) -> None:
+    if rows % 10_000 == 0:
+        print(f"loop-actors: {rows} rows copied", file=sys.stderr)
+
+
 def _open_existing(db: str | None) -> Runtime:
     """A runtime on a database that must already exist (resume and reconcile create nothing)."""
     url = resolve_db_url(db)
@@ -1032,6 +1087,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             resolver = load_agent(agent_ref) if agent_ref else None
             parse_receipt(args.receipt)  # before the database: a bad receipt opens nothing
             return trio.run(_resolve_effect, _open_existing(args.db), resolver, args)
+        case "store":
+            return _store_copy(args)
         case "eval":
             return _eval_command(args)
         case "show" | "list" | "metrics" | "effects" | "projections":

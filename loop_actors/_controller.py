@@ -11,10 +11,11 @@ verify, commit.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar, assert_never
+from typing import TYPE_CHECKING, Any, assert_never
 
 import trio
 
@@ -23,7 +24,7 @@ from aggregates.effect import Effect
 from aggregates.invocation import DispatchedCall, Invocation, Phase, Turn
 from aggregates.lease import stop_for_lost_lease
 from aggregates.redaction import holds_redacted
-from aggregates.results import Interruption, arguments_gone_result, unreported_result
+from aggregates.results import Interruption, arguments_gone_result
 from aggregates.settings import RunSettings
 from aggregates.turn import (
     Action,
@@ -34,9 +35,9 @@ from aggregates.turn import (
     EffectObservation,
     Finished,
     LoadEffects,
-    ModelAnswered,
     ModelInterrupted,
     ModelObservation,
+    ModelTimedOut,
     Moment,
     PolicyVerdict,
     Reconcile,
@@ -47,31 +48,25 @@ from aggregates.turn import (
     record_outside_cancellation,
     stop_after_failed_commit,
 )
-from aggregates.turn import ModelFailed as CoreModelFailed
-from aggregates.turn import ModelTimedOut as CoreModelTimedOut
 from loop_actors._agent import run_verifier
 from loop_actors._faults import CrashPoint, fault_point
+from loop_actors._guard import is_cancellation
 from loop_actors._journal import Journal
 from loop_actors._leases import HeldLease, LeaseDrained
 from loop_actors._messages import (
     BatchExecuted,
-    CancelBatch,
     CommitFailed,
     Committed,
-    Decide,
-    Decided,
-    ExecuteBatch,
-    ModelOutcome,
     ModelRequest,
     ReconcileEffect,
 )
-from loop_actors._model import run_model_actor
+from loop_actors._model import model_answer, model_failure
 from loop_actors._outcome import Outcome
 from loop_actors._policy import AccessRequest, check_access
 from loop_actors._reader import StoreReader
 from loop_actors._reconciler import run_effect_reconciler
 from loop_actors._secrets import MISSING, Kind, SecretStore
-from loop_actors._tools import run_tool_actor
+from loop_actors._tools import BatchRun
 
 if TYPE_CHECKING:
     from loop_actors._agent import Agent
@@ -132,6 +127,9 @@ class Controller:
         self.cancel_requested = False
         self.cancel_detail: str | None = None
         self._wait_scope: trio.CancelScope | None = None
+        """The scope of the model call in flight (a cancel request cancels it)."""
+        self._batch: BatchRun | None = None
+        """The batch in flight (a cancel request stops it)."""
         self._nursery: trio.Nursery | None = None
         self._reconciler_send: trio.MemorySendChannel[ReconcileEffect] | None = None
         self._reconciler_replies: trio.MemoryReceiveChannel[ReconcileOutcome]
@@ -156,6 +154,8 @@ class Controller:
             self.cancel_detail = detail
         if self._wait_scope is not None:
             self._wait_scope.cancel()
+        if self._batch is not None:
+            self._batch.cancel()
 
     # ----------------------------------------------------------------- entry point
 
@@ -173,20 +173,10 @@ class Controller:
             raise single_exception(group) from None
 
     async def _run(self) -> Outcome:
-        model_send, model_inbox = trio.open_memory_channel[Decide](0)
-        # Replies have a buffer of one: an actor never blocks on a controller that left.
-        model_outbox, self._model_replies = trio.open_memory_channel[ModelOutcome](1)
-        tool_send, tool_inbox = trio.open_memory_channel[ExecuteBatch | CancelBatch](0)
-        tool_outbox, self._tool_replies = trio.open_memory_channel[BatchExecuted](1)
-        self._model_send, self._tool_send = model_send, tool_send
+        # The run's nursery holds the tasks of its tool calls (one per call in flight)
+        # and, once needed, the EffectReconciler. The model is called from this task.
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            # Not awaited until started: the first request handed to an actor waits
-            # for it to be ready (the channels have no buffer), which saves a
-            # scheduler trip per actor and invocation.
-            model, toolbox = self.agent.model, self.agent.toolbox
-            nursery.start_soon(partial(run_model_actor, model_inbox, model_outbox, model=model))
-            nursery.start_soon(partial(run_tool_actor, tool_inbox, tool_outbox, toolbox=toolbox))
             try:
                 return await self._drive()
             except trio.Cancelled:
@@ -198,8 +188,6 @@ class Controller:
                     await self._record_outside_cancellation()
                 raise
             finally:
-                model_send.close()
-                tool_send.close()
                 if self._reconciler_send is not None:
                     self._reconciler_send.close()
                 nursery.cancel_scope.cancel()  # nothing of this invocation outlives it
@@ -228,10 +216,9 @@ class Controller:
                     if self.lease is not None and not self.lease.may_start_calls():
                         # No write starts on a lease that may have run out.
                         return self._lease_lost()
-                    executed = await self._run_calls(action)
-                    action = core.on_executed(
-                        executed.results, executed.interruption, self._moment()
-                    )
+                    # Handed straight to the core: no local variable keeps the batch's
+                    # results alive while the next turn waits for the model.
+                    action = self._on_executed(await self._run_calls(action))
                 case LoadEffects():
                     action = core.on_effects_loaded(
                         await self._load_effects(action), self._moment()
@@ -271,9 +258,15 @@ class Controller:
     # ----------------------------------------------------------------- the model
 
     async def _ask_model(self, action: AskModel) -> ModelObservation:
-        """Ask for the next decision; interrupted by a cancel request."""
+        """Ask for the next decision, bounded by the deadline; interrupted by a cancel request.
+
+        One cancel scope bounds the call: the recorded deadline is its deadline, and a
+        cancel request (:meth:`request_cancel`) cancels it.
+        """
         inv = self.invocation
-        request = ModelRequest(
+        # Built without validation: every value comes from the core's validated state
+        # (its turns, its notices) and the agent's tool schemas.
+        request = ModelRequest.model_construct(
             invocation_id=inv.id,
             agent_name=inv.agent_name,
             goal=inv.goal,
@@ -282,20 +275,23 @@ class Controller:
             tools=self.agent.toolbox.schemas,
             notices=action.notices,
         )
-        with trio.CancelScope() as scope:
-            self._wait_scope = scope
-            await _hand_over(self._model_send, Decide(request=request, deadline=self._deadline()))
-            outcome = await self._model_replies.receive()
-        self._wait_scope = None
-        if scope.cancelled_caught:
-            return ModelInterrupted()
-        match outcome:
-            case Decided(reply=reply):
-                return ModelAnswered(proposal=reply.proposal, usage=reply.usage)
-            case CoreModelFailed() | CoreModelTimedOut():
-                return outcome
-            case _:
-                assert_never(outcome)
+        deadline = self._deadline()
+        scope = trio.CancelScope(deadline=math.inf if deadline is None else deadline)
+        if self.cancel_requested:
+            scope.cancel()
+        self._wait_scope = scope
+        try:
+            with scope:
+                try:
+                    reply = await self.agent.model.decide(request)
+                except BaseException as error:  # a provider's failure is data for the core
+                    if is_cancellation(error):
+                        raise
+                    return model_failure(error)
+                return model_answer(reply)
+        finally:
+            self._wait_scope = None
+        return ModelInterrupted() if self.cancel_requested else ModelTimedOut()
 
     # ----------------------------------------------------------------- the policy
 
@@ -328,6 +324,9 @@ class Controller:
 
     # ----------------------------------------------------------------- the tools
 
+    def _on_executed(self, executed: BatchExecuted) -> Action:
+        return self.core.on_executed(executed.results, executed.interruption, self._moment())
+
     async def _run_calls(self, action: RunCalls) -> BatchExecuted:
         """Run calls of the dispatched batch through the ToolActor; honour cancel requests.
 
@@ -352,35 +351,25 @@ class Controller:
         )
 
     async def _execute(self, action: RunCalls, calls: list[DispatchedCall]) -> BatchExecuted:
-        await _hand_over(
-            self._tool_send,
-            ExecuteBatch(
-                invocation_id=self.invocation.id,
-                step=action.step,
-                calls=calls,
-                plan=action.plan if len(calls) == len(action.calls) else self._plan(calls),
-                deadline=self._deadline(),
-                attempts=action.attempts,
-            ),
-        )
-        with trio.CancelScope() as scope:
-            self._wait_scope = scope
-            if self.cancel_requested:
-                scope.cancel()
-            executed = await self._tool_replies.receive()
-        self._wait_scope = None
-        if not scope.cancelled_caught:
-            return executed
-        # A cancel request: ask the actor to stop the batch, wait a bounded time for
-        # the calls that did finish, and only then give up on them.
-        await self._tool_send.send(CancelBatch())
-        with trio.move_on_after(CANCEL_GRACE_S):
-            return await self._tool_replies.receive()
-        return BatchExecuted(
+        """Run calls in the run's nursery; a cancel request stops them (see :class:`BatchRun`)."""
+        assert self._nursery is not None
+        batch = BatchRun(
+            self.agent.toolbox,
+            invocation_id=self.invocation.id,
             step=action.step,
-            results=[unreported_result(call) for call in calls],
-            interruption=Interruption.CANCELLED,
+            calls=calls,
+            plan=action.plan if len(calls) == len(action.calls) else self._plan(calls),
+            deadline=self._deadline(),
+            attempts=action.attempts,
+            grace_s=CANCEL_GRACE_S,
         )
+        if self.cancel_requested:
+            batch.cancel()  # it starts no call
+        self._batch = batch
+        try:
+            return await batch.run(self._nursery)
+        finally:
+            self._batch = None
 
     def _plan(self, calls: Sequence[DispatchedCall]) -> list[list[str]]:
         return self.agent.toolbox.plan(calls)
@@ -547,23 +536,6 @@ def _kept(secrets: SecretStore, invocation_id: str, step: int, call_id: str, kin
     """The real value the secret store holds (for the core's scrubbing), or None."""
     real = secrets.lookup(invocation_id, step, call_id, kind)
     return None if real is MISSING else real
-
-
-M = TypeVar("M")
-
-
-async def _hand_over(channel: trio.MemorySendChannel[M], message: M) -> None:
-    """Send a request to an actor that is waiting for it, without yielding if it is.
-
-    An actor serves one request of this controller at a time, so it is normally
-    already waiting in ``receive`` and the hand-over needs no trip through the
-    scheduler (the wait for the reply that follows is the checkpoint). Otherwise
-    (the actor has just started) this is an ordinary ``send``.
-    """
-    try:
-        channel.send_nowait(message)
-    except trio.WouldBlock:
-        await channel.send(message)
 
 
 def single_exception(group: BaseExceptionGroup[BaseException]) -> BaseException:

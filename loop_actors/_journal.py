@@ -37,11 +37,19 @@ MAX_BACKOFF_S = 0.5
 class _Waiter:
     """A task parked on a commit; ``abandoned`` once it stopped waiting (cancelled)."""
 
-    __slots__ = ("abandoned", "task")
+    __slots__ = ("abandon_on_cancel", "abandoned", "task")
 
-    def __init__(self, task: trio.lowlevel.Task) -> None:
+    def __init__(self, task: trio.lowlevel.Task, *, abandon_on_cancel: bool) -> None:
         self.task = task
+        self.abandon_on_cancel = abandon_on_cancel
         self.abandoned = False
+
+    def abort(self, _: object) -> trio.lowlevel.Abort:
+        """Whether the parked task may stop waiting when cancelled (trio's abort hook)."""
+        if not self.abandon_on_cancel:
+            return trio.lowlevel.Abort.FAILED
+        self.abandoned = True
+        return trio.lowlevel.Abort.SUCCEEDED
 
 
 _Pending = tuple[Sequence[DomainEvent], _Waiter]
@@ -77,16 +85,26 @@ class LockRetry:
         return cls(lock_wait_s=url.lock_wait_s, retry_s=url.lock_retry_s)
 
 
+POSTGRES_LOCK_FAILURES = frozenset({"55P03", "40P01", "40001"})
+"""PostgreSQL's SQLSTATEs for "wait and try again": lock_not_available (the events
+table's lock was not granted within ``lock_timeout``), deadlock_detected,
+serialization_failure. The transaction was rolled back: nothing of it was written."""
+
+
 def is_lock_failure(error: BaseException) -> bool:
     """Whether a store failure means "the database is locked or busy": worth waiting for.
 
-    eventsourcing's ``OperationalError`` (or sqlite3's) with SQLite's result code
-    ``SQLITE_BUSY`` or ``SQLITE_LOCKED``, or, where there is no code, a message
-    saying the database is locked or busy.
+    On SQLite: eventsourcing's ``OperationalError`` (or sqlite3's) with SQLite's
+    result code ``SQLITE_BUSY`` or ``SQLITE_LOCKED``, or, where there is no code,
+    a message saying the database is locked or busy. On PostgreSQL: psycopg's
+    error (the ``__cause__``) with a SQLSTATE of :data:`POSTGRES_LOCK_FAILURES`;
+    a lost connection is not one (the commit fails: ``checkpoint_failed``).
     """
     if not isinstance(error, OperationalError | sqlite3.OperationalError):
         return False
     cause = error if isinstance(error, sqlite3.Error) else error.__cause__
+    if type(cause).__module__.split(".")[0] in ("psycopg", "psycopg_pool"):
+        return getattr(cause, "sqlstate", None) in POSTGRES_LOCK_FAILURES
     code = getattr(cause, "sqlite_errorcode", None)  # set on errors SQLite raised
     if isinstance(code, int):
         return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
@@ -262,16 +280,9 @@ class Journal:
             return CommitFailed(
                 error_type="ClosedResourceError", message="the journal is closed", conflict=False
             )
-        waiter = _Waiter(trio.lowlevel.current_task())
+        waiter = _Waiter(trio.lowlevel.current_task(), abandon_on_cancel=abandon_on_cancel)
         self._queue.put((events, waiter))
-
-        def abort(_: object) -> trio.lowlevel.Abort:
-            if not abandon_on_cancel:
-                return trio.lowlevel.Abort.FAILED
-            waiter.abandoned = True
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        return await trio.lowlevel.wait_task_rescheduled(abort)  # type: ignore[no-any-return]
+        return await trio.lowlevel.wait_task_rescheduled(waiter.abort)  # type: ignore[no-any-return]
 
     async def aclose(self) -> None:
         """Answer every commit already handed over, then stop the thread.

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from aggregates.decisions import ToolResult, Usage
-from aggregates.invocation import DispatchedCall, Turn
+from aggregates.invocation import Turn
 from aggregates.results import Interruption
-from aggregates.turn import ModelFailed, ModelTimedOut
 
 
 class Message(BaseModel):
@@ -58,51 +58,17 @@ class ModelReply(Message):
     usage: Usage = Usage()
 
 
-class Decide(Message):
-    """Ask the model actor for the next decision."""
-
-    kind: Literal["decide"] = "decide"
-    request: ModelRequest
-    deadline: float | None
-    """trio clock time after which the model call is abandoned."""
-
-
-class Decided(Message):
-    """The model answered."""
-
-    kind: Literal["decided"] = "decided"
-    reply: ModelReply
-
-
-ModelOutcome = Decided | ModelFailed | ModelTimedOut
-
-
 # --------------------------------------------------------------------------- tools
 
 
-class ExecuteBatch(Message):
-    """Run a dispatched batch following its plan."""
+@dataclass(frozen=True, slots=True)
+class BatchExecuted:
+    """One result per call of a batch, in call order, and whether the batch was cut short.
 
-    kind: Literal["execute_batch"] = "execute_batch"
-    invocation_id: str
-    step: int
-    calls: list[DispatchedCall]
-    plan: list[list[str]]
-    deadline: float | None
-    attempts: dict[str, int] = {}
-    """Attempt number per write call id (1 when absent)."""
+    A plain dataclass: it only carries values the runtime made (results built by
+    the tool runner, which the core checks before anything is stored).
+    """
 
-
-class CancelBatch(Message):
-    """Stop the running batch: start no new call, answer unfinished calls ``cancelled``."""
-
-    kind: Literal["cancel_batch"] = "cancel_batch"
-
-
-class BatchExecuted(Message):
-    """One result per call, in call order."""
-
-    kind: Literal["batch_executed"] = "batch_executed"
     step: int
     results: list[ToolResult]
     interruption: Interruption

@@ -1,4 +1,4 @@
-"""Models: the ``Model`` protocol, ``ScriptedModel`` and the ModelActor."""
+"""Models: the ``Model`` protocol, ``ScriptedModel``, and what a model call gave."""
 
 from __future__ import annotations
 
@@ -11,17 +11,10 @@ import trio
 from pydantic import BaseModel
 
 from aggregates.decisions import Usage
-from aggregates.turn import ModelFailed, ModelTimedOut
+from aggregates.turn import ModelAnswered, ModelFailed
 from aggregates.values import safe_text
 from loop_actors._errors import ScriptExhaustedError
-from loop_actors._guard import is_cancellation
-from loop_actors._messages import (
-    Decide,
-    Decided,
-    ModelOutcome,
-    ModelReply,
-    ModelRequest,
-)
+from loop_actors._messages import ModelReply, ModelRequest
 
 ScriptEntry = BaseModel | Mapping[str, Any]
 ScriptFunction = Callable[[ModelRequest], ScriptEntry | Awaitable[ScriptEntry]]
@@ -100,59 +93,22 @@ class ScriptedModel:
         return ModelReply(proposal=proposal, usage=self.usage)
 
 
-async def ask_model(model: Model, message: Decide) -> ModelOutcome:
-    """Ask ``model`` once, bounded by the message's deadline; never raises for model errors.
+def model_failure(error: BaseException) -> ModelFailed:
+    """A model call that raised (anything but trio's cancellation): data for the core.
 
-    Cancellation: a checkpoint; re-raises ``trio.Cancelled``.
+    KeyboardInterrupt, SystemExit and the like from the model's code included; the
+    caller lets trio's cancellation pass (a deadline, a cancelled run).
     """
-    if message.deadline is None:
-        return await _decide(model, message.request)
-    with trio.CancelScope(deadline=message.deadline) as scope:
-        return await _decide(model, message.request)
-    assert scope.cancelled_caught
-    return ModelTimedOut()
+    return ModelFailed(
+        error_type=safe_text(type(error).__name__, limit=200), message=safe_text(error)
+    )
 
 
-async def _decide(model: Model, request: ModelRequest) -> ModelOutcome:
-    try:
-        reply = await model.decide(request)
-    except BaseException as error:  # a provider's failure is data for the controller
-        # KeyboardInterrupt, SystemExit and the like from the model's code included;
-        # only trio's cancellation passes (a deadline, a cancelled run).
-        if is_cancellation(error):
-            raise
-        return ModelFailed(
-            error_type=safe_text(type(error).__name__, limit=200), message=safe_text(error)
-        )
+def model_answer(reply: object) -> ModelAnswered | ModelFailed:
+    """What ``Model.decide`` returned, as the core's observation."""
     if not isinstance(reply, ModelReply):
         return ModelFailed(
             error_type="TypeError",
             message=f"decide() must return a ModelReply, got {safe_text(type(reply).__name__)}",
         )
-    return Decided(reply=reply)
-
-
-async def run_model_actor(
-    inbox: trio.MemoryReceiveChannel[Decide],
-    outbox: trio.MemorySendChannel[ModelOutcome],
-    *,
-    model: Model,
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Answer each ``Decide`` with ``Decided``, ``ModelFailed`` or ``ModelTimedOut``.
-
-    One invocation asks one decision at a time, so requests are served in order.
-
-    Cancellation: returns when cancelled; a request in flight gets no reply.
-    """
-    with inbox, outbox:  # closing needs no checkpoint: the synchronous form
-        task_status.started()
-        async for message in inbox:
-            outcome = await ask_model(model, message)
-            # The reply channel holds one and the controller asks one thing at a
-            # time, so this normally succeeds at once and the wait for the next
-            # request is the only yield; a reply still unread waits its turn.
-            try:
-                outbox.send_nowait(outcome)
-            except trio.WouldBlock:
-                await outbox.send(outcome)
+    return ModelAnswered(proposal=reply.proposal, usage=reply.usage)

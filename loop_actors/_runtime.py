@@ -71,7 +71,7 @@ from loop_actors._queue import Claimed, open_queue
 from loop_actors._reader import StoreReader
 from loop_actors._reconciler import reconcile_effect
 from loop_actors._secrets import SecretStore
-from loop_actors._store import EventStore, StoreUrl, resolve_db_url
+from loop_actors._store import EventStore, StoreUrl, read_models_unavailable, resolve_db_url
 from loop_actors._views import open_runner, run_projection_follower
 from projections import ProjectionRunner
 
@@ -288,10 +288,16 @@ class Runtime:
         stack = AsyncExitStack()
         try:
             stack.callback(store.close)
-            self._secrets.open(store.url.path, store.app.mapper.cipher)
+            cipher = store.app.mapper.cipher
+            self._secrets.open(store.sealed_table() if cipher else None, cipher)
             stack.callback(self._secrets.close)
             runner = None
             if self.follow_projections:
+                refusal = read_models_unavailable(store) if self.views is None else None
+                if refusal is not None:
+                    raise StoreUnavailableError(
+                        f"follow_projections: {refusal}; give views= a SQLite file to keep them in"
+                    )
                 runner = await trio.to_thread.run_sync(open_runner, store, self.views)
                 stack.callback(runner.close)  # after the nursery: the follower has stopped
             queue = await trio.to_thread.run_sync(

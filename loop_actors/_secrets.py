@@ -7,14 +7,14 @@ the model still needs to see what it was told. Those values are kept here,
 keyed by invocation, step and call, and deleted when the invocation ends.
 
 * With a cipher configured for the store (eventsourcing's ``CIPHER_TOPIC`` and
-  ``CIPHER_KEY``), a SQLite store keeps them in a table of its own in the same
-  file, each value sealed with that cipher: approve → resume works across
-  processes, and nothing is in clear on disk.
+  ``CIPHER_KEY``), a SQLite or PostgreSQL store keeps them in a table of its own
+  in the same database (``loop_actors_secrets``), each value sealed with that
+  cipher: approve → resume works across processes, and nothing is in clear on disk.
 * Without a cipher (or on ``memory://``), they are kept in the memory of the
   ``Runtime`` object only: a resume by the same runtime has them; one in another
   process does not, and such a call gets a result saying so instead of running.
 
-Every method blocks (the sealed table is SQLite): trio code calls them through
+Every method blocks (the sealed table is in the database): trio code calls them through
 ``trio.to_thread.run_sync``, except :meth:`SecretStore.keep` and
 :meth:`SecretStore.lookup`, which only touch memory.
 """
@@ -25,8 +25,9 @@ import json
 import logging
 import sqlite3
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 from aggregates.turn import KeptSecret
 
@@ -40,7 +41,7 @@ MISSING: Any = object()
 """What :meth:`SecretStore.lookup` returns for a value it does not hold."""
 
 TABLE = "loop_actors_secrets"
-"""The sealed table, in the store's SQLite file."""
+"""The sealed table, in the store's database."""
 
 
 class Cipher(Protocol):
@@ -53,36 +54,36 @@ class Cipher(Protocol):
         """Unseal."""
 
 
-class SecretStore:
-    """Real values of redacted data, by invocation; sealed on disk when a cipher is set."""
+class SealedTable(Protocol):
+    """The rows of sealed values in a store's database (SQLite here, PostgreSQL in ``_postgres``).
 
-    def __init__(self, path: Path | None = None, cipher: Cipher | None = None) -> None:
-        """Keep secrets in memory, or sealed in ``path`` (a SQLite file) with ``cipher``."""
-        self._values: dict[str, dict[SecretKey, Any]] = {}
-        self._unsaved: dict[str, list[KeptSecret]] = {}
-        self._loaded: set[str] = set()
-        self._lock = threading.Lock()
-        self._path = path if cipher is not None else None
-        self._cipher = cipher
+    Each method raises the database's error when it fails.
+    """
+
+    def select(self, invocation_id: str) -> list[tuple[int, str, str, bytes]]:
+        """(step, call id, kind, sealed value) of an invocation's rows."""
+
+    def upsert(self, rows: Sequence[tuple[str, int, str, str, bytes]]) -> None:
+        """Write rows (invocation id, step, call id, kind, sealed), replacing equal keys."""
+
+    def delete(self, invocation_id: str) -> None:
+        """Delete an invocation's rows."""
+
+    def close(self) -> None:
+        """Close what the table opened."""
+
+
+class SqliteSealedTable:
+    """The sealed rows in the store's SQLite file (none for ``memory://``: ``path`` None)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
         self._connection: sqlite3.Connection | None = None
 
-    @property
-    def sealed(self) -> bool:
-        """True when secrets outlive this process (sealed in the store's file)."""
-        return self._path is not None
-
-    def open(self, path: Path | None, cipher: Cipher | None) -> None:
-        """Point at a store (a Runtime opening its store); sealed when both are given."""
-        with self._lock:
-            self.close()
-            self._path = path if cipher is not None else None
-            self._cipher = cipher
-            self._loaded.clear()
-
     def _db(self) -> sqlite3.Connection:
-        assert self._path is not None
+        assert self.path is not None
         if self._connection is None:
-            connection = sqlite3.connect(self._path, check_same_thread=False, timeout=5.0)
+            connection = sqlite3.connect(self.path, check_same_thread=False, timeout=5.0)
             connection.execute(
                 "CREATE TABLE IF NOT EXISTS loop_actors_secrets (invocation_id TEXT NOT NULL, "
                 "step INTEGER NOT NULL, call_id TEXT NOT NULL, kind TEXT NOT NULL, "
@@ -91,6 +92,65 @@ class SecretStore:
             connection.commit()
             self._connection = connection
         return self._connection
+
+    def select(self, invocation_id: str) -> list[tuple[int, str, str, bytes]]:
+        """(step, call id, kind, sealed value) of an invocation's rows."""
+        rows = (
+            self._db()
+            .execute(
+                "SELECT step, call_id, kind, sealed FROM loop_actors_secrets "
+                "WHERE invocation_id = ?",
+                (invocation_id,),
+            )
+            .fetchall()
+        )
+        return [(int(a), str(b), str(c), bytes(d)) for a, b, c, d in rows]
+
+    def upsert(self, rows: Sequence[tuple[str, int, str, str, bytes]]) -> None:
+        """Write rows, replacing equal keys (one transaction)."""
+        with self._db() as connection:
+            connection.executemany(
+                "INSERT OR REPLACE INTO loop_actors_secrets VALUES (?, ?, ?, ?, ?)", rows
+            )
+
+    def delete(self, invocation_id: str) -> None:
+        """Delete an invocation's rows."""
+        with self._db() as connection:
+            connection.execute(
+                "DELETE FROM loop_actors_secrets WHERE invocation_id = ?", (invocation_id,)
+            )
+
+    def close(self) -> None:
+        """Close the file."""
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+
+class SecretStore:
+    """Real values of redacted data, by invocation; sealed in the database when a cipher is set."""
+
+    def __init__(self, table: SealedTable | None = None, cipher: Cipher | None = None) -> None:
+        """Keep secrets in memory, or sealed in ``table`` (the store's) with ``cipher``."""
+        self._values: dict[str, dict[SecretKey, Any]] = {}
+        self._unsaved: dict[str, list[KeptSecret]] = {}
+        self._loaded: set[str] = set()
+        self._lock = threading.Lock()
+        self._table = table if cipher is not None else None
+        self._cipher = cipher
+
+    @property
+    def sealed(self) -> bool:
+        """True when secrets outlive this process (sealed in the store's database)."""
+        return self._table is not None
+
+    def open(self, table: SealedTable | None, cipher: Cipher | None) -> None:
+        """Point at a store (a Runtime opening its store); sealed when both are given."""
+        with self._lock:
+            self.close()
+            self._table = table if cipher is not None else None
+            self._cipher = cipher
+            self._loaded.clear()
 
     # ----------------------------------------------------------------- memory
 
@@ -102,7 +162,7 @@ class SecretStore:
             values = self._values.setdefault(invocation_id, {})
             for secret in secrets:
                 values[(secret.step, secret.call_id, secret.kind)] = secret.value
-            if self._path is not None:
+            if self._table is not None:
                 self._unsaved.setdefault(invocation_id, []).extend(secrets)
 
     def lookup(self, invocation_id: str, step: int, call_id: str, kind: Kind) -> Any:
@@ -117,51 +177,43 @@ class SecretStore:
 
     def load(self, invocation_id: str) -> None:
         """Read an invocation's sealed secrets into memory (once per opening)."""
-        if self._path is None or invocation_id in self._loaded:
+        if self._table is None or invocation_id in self._loaded:
             return
         assert self._cipher is not None
         with self._lock:
-            rows = (
-                self._db()
-                .execute(
-                    "SELECT step, call_id, kind, sealed FROM loop_actors_secrets "
-                    "WHERE invocation_id = ?",
-                    (invocation_id,),
-                )
-                .fetchall()
-            )
+            rows = self._table.select(invocation_id)
             values = self._values.setdefault(invocation_id, {})
             for step, call_id, kind, sealed in rows:
-                values[(step, call_id, kind)] = json.loads(self._cipher.decrypt(sealed))
+                values[(step, call_id, cast("Kind", kind))] = json.loads(
+                    self._cipher.decrypt(sealed)
+                )
             self._loaded.add(invocation_id)
 
     def save(self, invocation_id: str) -> None:
         """Write the secrets held for an invocation, sealed (before the events that need them).
 
         Raises:
-            sqlite3.Error: the file cannot be written (the caller's commit then fails too).
+            sqlite3.Error | eventsourcing.persistence.PersistenceError: the database
+                cannot be written (the caller's commit then fails too).
         """
         with self._lock:
             pending = self._unsaved.pop(invocation_id, [])
-            if not pending or self._path is None:
+            if not pending or self._table is None:
                 return
             assert self._cipher is not None
-            connection = self._db()
             try:
-                with connection:
-                    connection.executemany(
-                        "INSERT OR REPLACE INTO loop_actors_secrets VALUES (?, ?, ?, ?, ?)",
-                        [
-                            (
-                                invocation_id,
-                                s.step,
-                                s.call_id,
-                                s.kind,
-                                self._cipher.encrypt(json.dumps(s.value).encode()),
-                            )
-                            for s in pending
-                        ],
-                    )
+                self._table.upsert(
+                    [
+                        (
+                            invocation_id,
+                            s.step,
+                            s.call_id,
+                            s.kind,
+                            self._cipher.encrypt(json.dumps(s.value).encode()),
+                        )
+                        for s in pending
+                    ]
+                )
             except BaseException:
                 self._unsaved.setdefault(invocation_id, [])[:0] = pending
                 raise
@@ -171,21 +223,17 @@ class SecretStore:
         with self._lock:
             self._values.pop(invocation_id, None)
             self._unsaved.pop(invocation_id, None)
-            if self._path is None:
+            if self._table is None:
                 return
             try:
-                with self._db() as connection:
-                    connection.execute(
-                        "DELETE FROM loop_actors_secrets WHERE invocation_id = ?", (invocation_id,)
-                    )
-            except sqlite3.Error:
+                self._table.delete(invocation_id)
+            except Exception:
                 # The values are sealed; a later end of the same invocation retries.
                 log.warning(
                     "could not delete the sealed secrets of %s", invocation_id, exc_info=True
                 )
 
     def close(self) -> None:
-        """Close the file (memory values stay: a runtime reopened in-process keeps them)."""
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+        """Close the table (memory values stay: a runtime reopened in-process keeps them)."""
+        if self._table is not None:
+            self._table.close()

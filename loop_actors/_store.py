@@ -1,4 +1,4 @@
-"""The event store: eventsourcing's Application on a SQLite file (default) or in-memory database.
+"""The event store: eventsourcing's Application on SQLite (default), in memory or on PostgreSQL.
 
 All methods here block; trio code reaches them through the Journal (writes) or
 ``trio.to_thread.run_sync`` (reads), never directly from the trio thread.
@@ -8,20 +8,23 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
+import re
 import shutil
 import sqlite3
 import stat
 import tempfile
 import threading
+import types
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache, lru_cache
 from pathlib import Path
-from typing import Any, ClassVar, cast
-from urllib.parse import parse_qs, urlsplit
+from typing import Any, ClassVar, Protocol, cast
+from urllib.parse import parse_qs, unquote, urlsplit
 from uuid import UUID, uuid4
 
 from eventsourcing.application import AggregateNotFoundError, Application
@@ -30,6 +33,7 @@ from eventsourcing.persistence import (
     IntegrityError,
     InterfaceError,
     Mapper,
+    Notification,
     NotSupportedError,
     OperationalError,
     PersistenceError,
@@ -65,17 +69,24 @@ from loop_actors._errors import (
     StoreUnavailableError,
     StoreUrlError,
 )
+from loop_actors._secrets import SealedTable, SqliteSealedTable
 
 DEFAULT_DB_URL = "sqlite:///loop-actors.db"
 """The embedded default: a SQLite file in the current directory."""
 
 DB_URL_ENV = "LOOP_ACTORS_DB"
 
+POSTGRES_FACTORY_TOPIC = "loop_actors._postgres:PostgresStoreFactory"
+"""eventsourcing's factory for a PostgreSQL store (resolved by eventsourcing when one opens:
+psycopg is imported only then)."""
+
 DEFAULT_SNAPSHOT_INTERVAL = 100
 """An invocation is snapshotted every this many events."""
 
 DEFAULT_LOCK_RETRY_S = 2.0
 """How long the Journal retries a commit that failed on a locked database (``lock_retry``)."""
+
+log = logging.getLogger(__name__)
 
 
 _IN_COLUMNS = {"originator_id", "originator_version"}
@@ -186,32 +197,99 @@ class InvocationApplication(Application[str]):
         )
 
 
+_PASSWORD_IN_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/@:?#]*:)[^/@?#]*@")
+
+
+def redacted_url(url: str) -> str:
+    """The URL with its password (if any) replaced by ``***``: what messages show."""
+    return _PASSWORD_IN_URL.sub(r"\1***@", url)
+
+
+_POSTGRES_OPTIONS = frozenset(
+    {"lock_timeout", "lock_retry", "mode", "connect_timeout", "pool_size"}
+)
+_SQLITE_OPTIONS = frozenset({"lock_timeout", "lock_retry", "mode"})
+
+DEFAULT_CONNECT_TIMEOUT_S = 5
+"""How long opening a PostgreSQL connection may take (``connect_timeout``)."""
+
+DEFAULT_POOL_SIZE = 10
+"""The most connections one PostgreSQL store opens (``pool_size``)."""
+
+
+def _whole_seconds(query: dict[str, list[str]], name: str, shown: str) -> int | None:
+    if name not in query:
+        return None
+    try:
+        value = int(query[name][-1])
+    except ValueError:
+        raise StoreUrlError(f"{name} must be whole seconds in {shown!r}") from None
+    if value < 1:
+        raise StoreUrlError(f"{name} must be at least 1 second in {shown!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class StoreUrl:
-    """A parsed database URL: ``sqlite:///relative.db``, ``sqlite:////abs.db`` or ``memory://``.
+    """A parsed database URL: a SQLite file, an in-memory database, or PostgreSQL.
 
-    Options: ``lock_timeout`` (whole seconds, at least 1; SQLite files only) is how
-    long one write waits for SQLite's lock (its busy timeout); ``lock_retry``
-    (seconds, fractions allowed, 0 for none) is how long the Journal goes on
-    retrying a commit that failed on a lock, with backoff, before it answers that
-    the commit failed.
+    ``sqlite:///relative.db``, ``sqlite:////abs.db``, ``memory://``, or
+    ``postgresql://user:password@host:port/dbname`` (also ``postgres://``).
+
+    Options: ``lock_timeout`` (whole seconds, at least 1; SQLite files and
+    PostgreSQL) is how long one write waits for the database's write lock
+    (SQLite's busy timeout; PostgreSQL's ``lock_timeout`` on the events table's
+    lock); ``lock_retry`` (seconds, fractions allowed, 0 for none) is how long the
+    Journal goes on retrying a commit that failed on a lock, with backoff, before
+    it answers that the commit failed.
     And ``mode=ro`` for a store that this
     process must only read (an auditor's evidence copy): read commands open it
     read-only, and every command that writes is refused.
+    PostgreSQL only: ``connect_timeout`` (whole seconds, default 5) bounds
+    opening a connection and waiting for one from the pool; ``pool_size`` (at
+    least 1, default 10) is the most connections the store opens.
+
+    The password is kept out of ``repr`` and of every message (see :attr:`display`).
     """
 
-    url: str
+    url: str = field(repr=False)
     kind: str
     path: Path | None = None
     lock_timeout_s: int | None = None
     lock_retry_s: float = DEFAULT_LOCK_RETRY_S
+    read_only: bool = False
+    host: str | None = None
+    port: int | None = None
+    dbname: str | None = None
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    connect_timeout_s: int = DEFAULT_CONNECT_TIMEOUT_S
+    pool_size: int = DEFAULT_POOL_SIZE
 
     @property
     def lock_wait_s(self) -> float:
         """How long one write waits for the lock: ``lock_timeout``, else eventsourcing's default."""
         return float(self.lock_timeout_s or SQLITE3_DEFAULT_LOCK_TIMEOUT)
 
-    read_only: bool = False
+    @property
+    def display(self) -> str:
+        """The URL as messages show it: without its password."""
+        return redacted_url(self.url)
+
+    @property
+    def server(self) -> str:
+        """``host:port/dbname`` of a PostgreSQL store (the URL for the others), for messages."""
+        if self.kind != "postgresql":
+            return self.display
+        host = f"[{self.host}]" if self.host and ":" in self.host else self.host
+        return f"{host}:{self.port}/{self.dbname}"
+
+    def scrub(self, text: str) -> str:
+        """``text`` with this URL's password (and any URL's) replaced by ``***``."""
+        text = redacted_url(text)
+        if self.password:
+            text = text.replace(self.password, "***")
+        return text
 
     @classmethod
     def parse(cls, url: str) -> StoreUrl:
@@ -220,50 +298,57 @@ class StoreUrl:
         Raises:
             StoreUrlError: when the URL is not one this runtime can open.
         """
+        shown = redacted_url(url)
         parts = urlsplit(url)
+        postgres = parts.scheme in ("postgresql", "postgres")
         query = parse_qs(parts.query, keep_blank_values=True)  # "lock_timeout=" is refused
-        unknown = set(query) - {"lock_timeout", "lock_retry", "mode"}
+        unknown = set(query) - (_POSTGRES_OPTIONS if postgres else _SQLITE_OPTIONS)
         if unknown:
-            raise StoreUrlError(f"unknown database URL option(s) {sorted(unknown)} in {url!r}")
+            raise StoreUrlError(f"unknown database URL option(s) {sorted(unknown)} in {shown!r}")
         lock_retry = DEFAULT_LOCK_RETRY_S
         if "lock_retry" in query:
             try:
                 lock_retry = float(query["lock_retry"][-1])
             except ValueError:
-                raise StoreUrlError(f"lock_retry must be a number of seconds in {url!r}") from None
+                raise StoreUrlError(
+                    f"lock_retry must be a number of seconds in {shown!r}"
+                ) from None
             if not math.isfinite(lock_retry) or lock_retry < 0:
-                raise StoreUrlError(f"lock_retry must be 0 or more seconds in {url!r}")
-        lock_timeout: int | None = None
-        if "lock_timeout" in query:
-            try:
-                lock_timeout = int(query["lock_timeout"][-1])
-            except ValueError:
-                raise StoreUrlError(f"lock_timeout must be whole seconds in {url!r}") from None
-            if lock_timeout < 1:
-                raise StoreUrlError(f"lock_timeout must be at least 1 second in {url!r}")
+                raise StoreUrlError(f"lock_retry must be 0 or more seconds in {shown!r}")
+        lock_timeout = _whole_seconds(query, "lock_timeout", shown)
         read_only = False
         if "mode" in query:
             if query["mode"] != ["ro"]:
-                raise StoreUrlError(f"the only database URL mode is mode=ro, in {url!r}")
+                raise StoreUrlError(f"the only database URL mode is mode=ro, in {shown!r}")
             read_only = True
         # urlsplit reads "sqlite:/x.db" and "sqlite:x.db" as paths too: refuse what
         # is not spelled with the two slashes, rather than guess which file was meant.
         spelled_with_slashes = url[len(parts.scheme) + 1 :].startswith("//")
+        if postgres:
+            return cls._parse_postgres(
+                url,
+                shown,
+                query,
+                spelled_with_slashes=spelled_with_slashes,
+                lock_timeout=lock_timeout,
+                lock_retry=lock_retry,
+                read_only=read_only,
+            )
         if parts.scheme == "memory":
             if not spelled_with_slashes or parts.netloc or parts.path:
-                raise StoreUrlError(f"an in-memory database is memory://, got {url!r}")
+                raise StoreUrlError(f"an in-memory database is memory://, got {shown!r}")
             if read_only:
-                raise StoreUrlError(f"an in-memory store cannot be read-only, in {url!r}")
+                raise StoreUrlError(f"an in-memory store cannot be read-only, in {shown!r}")
             return cls(url=url, kind="memory", lock_retry_s=lock_retry)
         if parts.scheme == "sqlite":
             if parts.netloc or not spelled_with_slashes:
                 raise StoreUrlError(
                     f"a SQLite URL has three slashes, sqlite:///relative.db or "
-                    f"sqlite:////absolute.db, got {url!r}"
+                    f"sqlite:////absolute.db, got {shown!r}"
                 )
             raw_path = parts.path[1:] if parts.path.startswith("/") else parts.path
             if not raw_path or raw_path.endswith("/"):
-                raise StoreUrlError(f"no database file in {url!r}")
+                raise StoreUrlError(f"no database file in {shown!r}")
             return cls(
                 url=url,
                 kind="sqlite",
@@ -273,16 +358,77 @@ class StoreUrl:
                 read_only=read_only,
             )
         raise StoreUrlError(
-            f"unsupported database URL {url!r}: use sqlite:///path/to/file.db or memory://"
+            f"unsupported database URL {shown!r}: use sqlite:///path/to/file.db, memory:// "
+            "or postgresql://user:password@host:port/dbname"
+        )
+
+    @classmethod
+    def _parse_postgres(
+        cls,
+        url: str,
+        shown: str,
+        query: dict[str, list[str]],
+        *,
+        spelled_with_slashes: bool,
+        lock_timeout: int | None,
+        lock_retry: float,
+        read_only: bool,
+    ) -> StoreUrl:
+        form = "postgresql://user:password@host:port/dbname"
+        parts = urlsplit(url)
+        if not spelled_with_slashes or not parts.netloc:
+            raise StoreUrlError(f"a PostgreSQL URL is {form}, got {shown!r}")
+        if parts.fragment:
+            raise StoreUrlError(f"a PostgreSQL URL has no #fragment, in {shown!r}")
+        try:
+            port = parts.port if parts.port is not None else 5432
+        except ValueError:
+            raise StoreUrlError(f"the port must be a number from 1 to 65535 in {shown!r}") from None
+        if port == 0:
+            raise StoreUrlError(f"the port must be a number from 1 to 65535 in {shown!r}")
+        host = parts.hostname
+        if not host:
+            raise StoreUrlError(f"no host in {shown!r} (a PostgreSQL URL is {form})")
+        user = unquote(parts.username) if parts.username else ""
+        if not user:
+            raise StoreUrlError(f"no user in {shown!r} (a PostgreSQL URL is {form})")
+        dbname = unquote(parts.path[1:]) if parts.path.startswith("/") else ""
+        if not dbname or "/" in dbname:
+            raise StoreUrlError(f"no database name in {shown!r} (a PostgreSQL URL is {form})")
+        password = unquote(parts.password) if parts.password is not None else None
+        pool_size = DEFAULT_POOL_SIZE
+        if "pool_size" in query:
+            try:
+                pool_size = int(query["pool_size"][-1])
+            except ValueError:
+                raise StoreUrlError(f"pool_size must be a whole number in {shown!r}") from None
+            if pool_size < 1:
+                raise StoreUrlError(f"pool_size must be at least 1 in {shown!r}")
+        connect_timeout = _whole_seconds(query, "connect_timeout", shown)
+        return cls(
+            url=url,
+            kind="postgresql",
+            lock_timeout_s=lock_timeout,
+            lock_retry_s=lock_retry,
+            read_only=read_only,
+            host=host,
+            port=port,
+            dbname=dbname,
+            user=user,
+            password=password,
+            connect_timeout_s=connect_timeout or DEFAULT_CONNECT_TIMEOUT_S,
+            pool_size=pool_size,
         )
 
     def environment(self) -> dict[str, str]:
-        """The eventsourcing environment for this URL: SQLite with the lean recorder.
+        """The eventsourcing environment for this URL: SQLite or PostgreSQL, with the lean recorder.
 
         For ``memory://``, each call names a new in-memory database, shared by
         the connections of one store and by no other store; it lasts until the
         store's last connection closes.
         """
+        if self.kind == "postgresql":
+            return self._postgres_environment(read_only=False)
         env = {
             "PERSISTENCE_MODULE": "eventsourcing.sqlite",
             "APPLICATION_RECORDER_TOPIC": get_topic(LeanSQLiteRecorder),
@@ -296,8 +442,46 @@ class StoreUrl:
             env["SQLITE_LOCK_TIMEOUT"] = str(self.lock_timeout_s)
         return env
 
-    def read_only_environment(self, db_uri: str) -> dict[str, str]:
-        """The environment that reads the SQLite database ``db_uri`` and creates no table."""
+    def _postgres_environment(self, *, read_only: bool) -> dict[str, str]:
+        """The PostgreSQL settings of eventsourcing, under the application's own prefix too.
+
+        The prefixed keys (``LOOPACTORS_POSTGRES_...``) are the ones eventsourcing
+        reads first, so a variable of that name in the process's environment cannot
+        point the store somewhere else or turn on ``POSTGRES_ENABLE_DB_FUNCTIONS``.
+        """
+        assert self.host is not None
+        assert self.dbname is not None
+        assert self.user is not None
+        password = self.password
+        if password is None:
+            password = os.environ.get("PGPASSWORD", "")  # libpq's own variable
+        settings = {
+            "PERSISTENCE_MODULE": POSTGRES_FACTORY_TOPIC,
+            "POSTGRES_HOST": self.host,
+            "POSTGRES_PORT": str(self.port),
+            "POSTGRES_DBNAME": self.dbname,
+            "POSTGRES_USER": self.user,
+            "POSTGRES_PASSWORD": password,
+            "POSTGRES_CONNECT_TIMEOUT": str(self.connect_timeout_s),
+            "POSTGRES_LOCK_TIMEOUT": str(self.lock_timeout_s or int(self.lock_wait_s)),
+            "POSTGRES_POOL_SIZE": str(min(2, self.pool_size)),
+            "POSTGRES_MAX_OVERFLOW": str(max(0, self.pool_size - 2)),
+            "POSTGRES_ENABLE_DB_FUNCTIONS": "n",
+            "POSTGRES_SCHEMA": "public",
+            "CREATE_TABLE": "n" if read_only else "y",
+            "POSTGRES_READ_ONLY": "y" if read_only else "n",
+        }
+        prefix = InvocationApplication.name.upper() + "_"
+        return {**settings, **{prefix + key: value for key, value in settings.items()}}
+
+    def read_only_environment(self, db_uri: str = "") -> dict[str, str]:
+        """The environment that reads the database and creates no table (SQLite: at ``db_uri``).
+
+        On PostgreSQL every transaction of the store's connections is read-only
+        (``default_transaction_read_only``).
+        """
+        if self.kind == "postgresql":
+            return self._postgres_environment(read_only=True)
         env = self.environment()
         env["SQLITE_DBNAME"] = db_uri
         env["CREATE_TABLE"] = "n"
@@ -597,9 +781,194 @@ class LeanSQLiteRecorder(SQLiteApplicationRecorder):
         ).fetchone()
         return row is not None
 
+    def has_table(self, name: str) -> bool:
+        """Whether the database has a table of that name."""
+        with self.datastore.transaction(commit=False) as cursor:
+            cursor.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,))
+            return cursor.fetchone() is not None
+
+    def aggregate_ids_in_first_row_order(self) -> list[str]:
+        """The id of every aggregate with a stored row, in the order of its first row."""
+        statement = (
+            f"SELECT originator_id FROM {self.events_table_name} "  # noqa: S608 (eventsourcing's table)
+            "GROUP BY originator_id ORDER BY MIN(rowid)"
+        )
+        with self.datastore.transaction(commit=False) as cursor:
+            cursor.execute(statement)
+            return [str(row[0]) for row in cursor.fetchall()]
+
+    def count_rows(self, table: str) -> int:
+        """How many rows a table of the store holds."""
+        with self.datastore.transaction(commit=False) as cursor:
+            cursor.execute(f"SELECT COUNT(*) FROM {table}")  # noqa: S608 (eventsourcing's tables)
+            return int(cursor.fetchone()[0])
+
+    def select_rows(
+        self, table: str, originator_id: str | None
+    ) -> list[tuple[str, int, str, bytes]]:
+        """(id, version, topic, state) of a snapshots table's rows (one aggregate's, or all)."""
+        where = "" if originator_id is None else "WHERE originator_id = ? "
+        statement = (
+            f"SELECT originator_id, originator_version, topic, state FROM {table} {where}"  # noqa: S608
+            "ORDER BY originator_id, originator_version"
+        )
+        with self.datastore.transaction(commit=False) as cursor:
+            cursor.execute(statement, () if originator_id is None else (originator_id,))
+            rows = cursor.fetchall()
+        return [(str(a), int(b), str(c), bytes(d)) for a, b, c, d in rows]
+
+    def insert_copied_rows(self, rows: Sequence[tuple[int, str, int, str, bytes]]) -> None:
+        """Write rows copied from another store, keeping their notification ids (one transaction).
+
+        Rows are (notification id, originator id, version, topic, state as stored).
+
+        Raises:
+            eventsourcing.persistence.IntegrityError: a position or an id is taken.
+            eventsourcing.persistence.OperationalError: the database is locked or broken.
+        """
+        statement = (
+            f"INSERT INTO {self.events_table_name} "  # noqa: S608 (eventsourcing's table)
+            "(rowid, originator_id, originator_version, topic, state) VALUES (?, ?, ?, ?, ?)"
+        )
+        with self._writer_slot():
+            try:
+                self._cursor.execute("BEGIN IMMEDIATE")
+                try:
+                    self._cursor.executemany(statement, rows)
+                    self._cursor.execute("COMMIT")
+                except BaseException:
+                    if self._connection.in_transaction:
+                        self._connection.rollback()
+                    raise
+            except sqlite3.IntegrityError as error:
+                raise IntegrityError(error) from error
+            except sqlite3.OperationalError as error:
+                raise OperationalError(error) from error
+
+    def select_sealed_rows(self) -> list[tuple[str, int, str, str, bytes]]:
+        """Every row of the sealed secrets' table, as stored (none when it has no such table)."""
+        if not self.has_table("loop_actors_secrets"):
+            return []
+        with self.datastore.transaction(commit=False) as cursor:
+            cursor.execute(
+                "SELECT invocation_id, step, call_id, kind, sealed FROM loop_actors_secrets "
+                "ORDER BY invocation_id, step, call_id, kind"
+            )
+            rows = cursor.fetchall()
+        return [(str(a), int(b), str(c), str(d), bytes(e)) for a, b, c, d, e in rows]
+
+    def replace_identity(self, store_id: str) -> None:
+        """Give the store another's identity (a copy of that store takes it over)."""
+        with self._writer_slot():
+            try:
+                self._connection.execute("UPDATE loop_actors_store SET store_id = ?", (store_id,))
+            except sqlite3.OperationalError as error:
+                raise OperationalError(error) from error
+
     def close(self) -> None:
         """Close the insert's connection (the pool's close with eventsourcing's factory)."""
         self._connection.close()
+
+
+class StoreRecorder(Protocol):
+    """What the store needs of its recorder: ``LeanSQLiteRecorder`` or ``LeanPostgresRecorder``."""
+
+    events_table_name: str
+
+    def insert_events(
+        self, stored_events: Sequence[StoredEvent], *, lock_wait_s: float | None = None
+    ) -> Sequence[int] | None:
+        """Insert rows in one transaction; return their notification ids."""
+
+    def select_events(self, originator_id: str) -> Sequence[StoredEvent]:
+        """An aggregate's rows, in version order."""
+
+    def select_notifications(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None = None,
+        topics: Sequence[str] = (),
+        *,
+        inclusive_of_start: bool = True,
+    ) -> Sequence[Notification]:
+        """Rows in notification order."""
+
+    def max_notification_id(self) -> int | None:
+        """The last notification id."""
+
+    def store_identity(self, *, create: bool) -> str | None:
+        """The store's identity (created first with ``create``)."""
+
+    def first_position_of(self, originator_id: str) -> int | None:
+        """The notification id of an aggregate's first row."""
+
+    def has_events_table(self) -> bool:
+        """Whether the events table exists."""
+
+    def has_table(self, name: str) -> bool:
+        """Whether a table exists."""
+
+    def aggregate_ids_in_first_row_order(self) -> list[str]:
+        """Every aggregate id, in the order of its first row."""
+
+    def count_rows(self, table: str) -> int:
+        """How many rows a table holds."""
+
+    def select_rows(
+        self, table: str, originator_id: str | None
+    ) -> list[tuple[str, int, str, bytes]]:
+        """A snapshots table's rows."""
+
+    def insert_copied_rows(self, rows: Sequence[tuple[int, str, int, str, bytes]]) -> None:
+        """Write rows copied from another store, keeping their notification ids."""
+
+    def replace_identity(self, store_id: str) -> None:
+        """Take another store's identity."""
+
+    def select_sealed_rows(self) -> list[tuple[str, int, str, str, bytes]]:
+        """Every row of the sealed secrets' table, as stored."""
+
+    def close(self) -> None:
+        """Close what the recorder opened itself."""
+
+
+def _postgres() -> types.ModuleType:
+    """The PostgreSQL recorders' module, imported when a store on PostgreSQL first opens.
+
+    Raises:
+        StoreUnavailableError: psycopg (the ``postgres`` extra) is not installed.
+    """
+    try:
+        from loop_actors import _postgres as module  # noqa: PLC0415 - psycopg is an extra
+    except ImportError as error:
+        raise StoreUnavailableError(
+            f"a PostgreSQL store needs psycopg ({error}): pip install 'loop-actors[postgres]'"
+        ) from None
+    return module
+
+
+def read_models_unavailable(store: EventStore) -> str | None:
+    """Why this store's read models cannot be kept (None when they can): PostgreSQL's are to come.
+
+    The read models live in a SQLite file next to a SQLite store (or in memory); a
+    store on PostgreSQL has no place for them yet, so the commands that read them
+    build them in memory for the one command, and those that keep them say so.
+    """
+    if store.url.kind != "postgresql":
+        return None
+    return f"read models on PostgreSQL are not there yet (the store is {store.url.server})"
+
+
+def _reads_as_json_object(state: bytes) -> bool:
+    """Whether a stored event's bytes are a JSON object, as an unencrypted store writes them.
+
+    Not just its first byte: a ciphertext starts with ``{`` once in 256 stores.
+    """
+    try:
+        return isinstance(json.loads(state), dict)
+    except (ValueError, UnicodeDecodeError):
+        return False
 
 
 def resolve_db_url(explicit: str | None) -> str:
@@ -654,6 +1023,7 @@ class EventStore:
         self.notes: list[str] = []
         self._copy: Path | None = None
         environment = self.url.environment()
+        shown = self.url.display
         if self.url.kind == "sqlite":
             assert self.url.path is not None
             path = self.url.path
@@ -661,7 +1031,9 @@ class EventStore:
                 raise StoreUnavailableError(f"no database at {path}")
             self._check_sqlite_path(path, create=create and not self.read_only)
             self.write_refusal = (
-                f"the URL {url} says mode=ro" if self.url.read_only else sqlite_write_refusal(path)
+                f"the URL {shown} says mode=ro"
+                if self.url.read_only
+                else sqlite_write_refusal(path)
             )
             if self.read_only:
                 environment = self.url.read_only_environment(self._read_only_uri(path))
@@ -670,29 +1042,100 @@ class EventStore:
                     f"cannot write to {path}: {self.write_refusal}; the commands that only "
                     "read (history, audit verify, show, list, metrics, effects) work on it"
                 )
+        elif self.url.kind == "postgresql":
+            environment = self._postgres_environment(create=create)
         else:
             self.read_only = False  # an in-memory store is this process's own
         try:
             self.app = InvocationApplication(env=environment)
         except (PersistenceError, sqlite3.Error, OSError) as error:
             self._remove_copy()
-            raise StoreUnavailableError(f"cannot open {url}: {error}") from error
+            raise StoreUnavailableError(self._cannot(f"cannot open {shown}", error)) from error
         recorder = self.app.recorder
-        assert isinstance(recorder, LeanSQLiteRecorder)  # the environment above names it
-        self._recorder = recorder
+        if self.url.kind == "postgresql":
+            # The environment names it.
+            assert isinstance(recorder, _postgres().LeanPostgresRecorder)
+        else:
+            assert isinstance(recorder, LeanSQLiteRecorder)  # the environment names it
+        self._recorder: StoreRecorder = recorder
         try:
-            if self.read_only and not recorder.has_events_table():
+            if (self.read_only or not create) and not recorder.has_events_table():
+                where = self.url.path if self.url.kind == "sqlite" else self.url.server
                 raise StoreUnavailableError(
-                    f"{self.url.path} is not a loop-actors store: it has no events table"
+                    f"{where} is not a loop-actors store: it has no events table"
                 )
             self.store_id = recorder.store_identity(create=not self.read_only)
             self._check_cipher()
         except (PersistenceError, sqlite3.Error) as error:
             self.close()
-            raise StoreUnavailableError(f"cannot open {url}: {error}") from error
+            raise StoreUnavailableError(self._cannot(f"cannot open {shown}", error)) from error
         except BaseException:
             self.close()
             raise
+
+    def _postgres_environment(self, *, create: bool) -> dict[str, str]:
+        """Check psycopg and the server, then the environment of a PostgreSQL store.
+
+        Raises:
+            StoreUnavailableError: psycopg is not installed, or the server cannot
+                be reached, refuses the credentials, or has no such database.
+            StoreReadOnlyError: a writing open of a URL that says ``mode=ro``.
+        """
+        url = self.url
+        if url.read_only:
+            self.write_refusal = f"the URL {url.display} says mode=ro"
+        if not self.read_only and self.write_refusal is not None:
+            raise StoreReadOnlyError(
+                f"cannot write to {url.server}: {self.write_refusal}; the commands that only "
+                "read (history, audit verify, show, list, metrics, effects) work on it"
+            )
+        postgres = _postgres()
+        environment = self.url.read_only_environment() if self.read_only else url.environment()
+        assert url.host is not None
+        assert url.port is not None
+        assert url.dbname is not None
+        assert url.user is not None
+        postgres.check_server(
+            host=url.host,
+            port=url.port,
+            dbname=url.dbname,
+            user=url.user,
+            password=environment["POSTGRES_PASSWORD"],
+            connect_timeout_s=url.connect_timeout_s,
+            where=url.server,
+        )
+        if not create:
+            environment["CREATE_TABLE"] = "n"
+        return environment
+
+    def _cannot(self, what: str, error: BaseException) -> str:
+        """``what: why`` in one line, naming the server and never the password."""
+        if self.url.kind == "postgresql" and isinstance(error, PersistenceError):
+            return self.url.scrub(f"{what}: {_postgres().translated(error, self.url.server)}")
+        return self.url.scrub(f"{what}: {error}")
+
+    @property
+    def contiguous_ids(self) -> bool:
+        """Whether notification ids have no holes unless rows were deleted.
+
+        True on SQLite (a row id is the largest so far plus one). False on
+        PostgreSQL: a transaction that rolls back (a conflict) has used values of
+        the ``notification_id`` sequence, which no row will have; the audit's
+        chain, not the ids, tells a deleted row there.
+        """
+        return self.url.kind != "postgresql"
+
+    def sealed_table(self) -> SealedTable:
+        """Where the secret store seals its values: a table of this store's own database."""
+        if self.url.kind == "postgresql":
+            datastore = getattr(self._recorder, "datastore", None)
+            assert datastore is not None
+            table: SealedTable = _postgres().PostgresSealedTable(datastore)
+            return table
+        if self.url.kind == "memory":
+            return SqliteSealedTable(None)
+        assert self.url.path is not None
+        return SqliteSealedTable(self.url.path)
 
     def _check_cipher(self) -> None:
         """Decode the first stored event: a wrong or missing key fails here, typed.
@@ -704,23 +1147,25 @@ class EventStore:
         try:
             first = self._recorder.select_notifications(start=None, limit=1)
         except (PersistenceError, sqlite3.Error) as error:
-            raise StoreUnavailableError(f"cannot read {self.url.url}: {error}") from error
+            raise StoreUnavailableError(
+                self._cannot(f"cannot read {self.url.display}", error)
+            ) from error
         if not first:
             return
         mapper = self.app.mapper
         try:
             mapper.to_domain_event(first[0])
         except Exception as error:
-            plain = first[0].state.lstrip().startswith(b"{")
+            plain = _reads_as_json_object(first[0].state)
             if mapper.cipher is not None:
                 raise StoreCipherError(
-                    f"cannot decrypt the events of {self.url.url} with this CIPHER_KEY "
+                    f"cannot decrypt the events of {self.url.display} with this CIPHER_KEY "
                     f"({type(error).__name__}: {error}): set the key the store was written "
                     + ("with" if not plain else "with, or unset CIPHER_TOPIC: it is not encrypted")
                 ) from error
             if not plain and mapper.compressor is None:
                 raise StoreCipherError(
-                    f"the events of {self.url.url} are encrypted (or compressed): set "
+                    f"the events of {self.url.display} are encrypted (or compressed): set "
                     "CIPHER_TOPIC and CIPHER_KEY (and COMPRESSOR_TOPIC) as when it was written"
                 ) from error
             # A readable-looking first row that does not decode is the audit's business.
@@ -784,7 +1229,9 @@ class EventStore:
             StoreReadOnlyError: the store is open read-only.
         """
         if self.read_only:
-            raise StoreReadOnlyError(f"{self.url.url} is open read-only: nothing can be appended")
+            raise StoreReadOnlyError(
+                f"{self.url.display} is open read-only: nothing can be appended"
+            )
         # Application.save would do the same after per-object runtime Protocol
         # checks, which cost more than the mapping itself.
         to_stored = self.app.mapper.to_stored_event
@@ -808,8 +1255,16 @@ class EventStore:
             if isinstance(event, InvocationEvent) and event.originator_version % interval == 0
         }
         for invocation_id, version in crossed.items():
-            with contextlib.suppress(PersistenceError):
+            try:
                 self.app.take_snapshot(invocation_id, version=version, projector_func=fold)
+            except PersistenceError as error:
+                log.warning(
+                    "no snapshot of %s at version %d (the events are committed; retried at "
+                    "the next interval): %s",
+                    invocation_id,
+                    version,
+                    error,
+                )
 
     # ----------------------------------------------------------------- reads
 
@@ -954,27 +1409,53 @@ class EventStore:
                 return
             position = notifications[-1].id
 
+    def copy_in(self, rows: Sequence[tuple[int, str, int, str, bytes]]) -> None:
+        """Write rows of another store's log as they were stored, with their ids (one transaction).
+
+        Raises:
+            StoreReadOnlyError: the store is open read-only.
+            eventsourcing.persistence.PersistenceError: the database failed, or an id
+                or position is taken.
+        """
+        if self.read_only:
+            raise StoreReadOnlyError(f"{self.url.display} is open read-only: nothing can be copied")
+        self._recorder.insert_copied_rows(rows)
+
+    def snapshot_rows(self) -> list[tuple[str, int, str, bytes]]:
+        """Every stored snapshot row as stored: (id, version, topic, state)."""
+        table = self._snapshot_table()
+        return [] if table is None else self._recorder.select_rows(table, None)
+
+    def copy_snapshots_in(self, rows: Sequence[tuple[str, int, str, bytes]]) -> None:
+        """Write another store's snapshot rows as they were stored."""
+        snapshots = self.app.snapshots
+        if snapshots is None or not rows:
+            return
+        snapshots.recorder.insert_events(
+            [
+                StoredEvent(originator_id=a, originator_version=b, topic=c, state=d)
+                for a, b, c, d in rows
+            ]
+        )
+
+    def sealed_rows(self) -> list[tuple[str, int, str, str, bytes]]:
+        """The sealed secrets of paused invocations, as stored (for ``store copy``)."""
+        return self._recorder.select_sealed_rows()
+
+    def adopt_identity(self, store_id: str) -> None:
+        """Take over another store's identity: this store is a copy of it (``store copy``)."""
+        self._recorder.replace_identity(store_id)
+        self.store_id = store_id
+
     def audit_aggregate_ids(self) -> list[str]:
         """The id of every aggregate with a stored row, in the order of its first row."""
-        statement = (
-            f"SELECT originator_id FROM {self._recorder.events_table_name} "  # noqa: S608 (eventsourcing's table)
-            "GROUP BY originator_id ORDER BY MIN(rowid)"
-        )
-        with self._recorder.datastore.transaction(commit=False) as cursor:
-            cursor.execute(statement)
-            return [str(row[0]) for row in cursor.fetchall()]
+        return self._recorder.aggregate_ids_in_first_row_order()
 
     def audit_row_counts(self) -> tuple[int, int]:
         """How many event rows and snapshot rows the store holds."""
-        events = f"SELECT COUNT(*) FROM {self._recorder.events_table_name}"  # noqa: S608
-        with self._recorder.datastore.transaction(commit=False) as cursor:
-            cursor.execute(events)
-            event_rows = int(cursor.fetchone()[0])
-            table = self._snapshot_table()
-            snapshot_rows = 0
-            if table is not None:
-                cursor.execute(f"SELECT COUNT(*) FROM {table}")  # noqa: S608
-                snapshot_rows = int(cursor.fetchone()[0])
+        event_rows = self._recorder.count_rows(self._recorder.events_table_name)
+        table = self._snapshot_table()
+        snapshot_rows = 0 if table is None else self._recorder.count_rows(table)
         return event_rows, snapshot_rows
 
     def _snapshot_table(self) -> str | None:
@@ -983,9 +1464,7 @@ class EventStore:
         if snapshots is None:
             return None
         name = str(getattr(snapshots.recorder, "events_table_name", "stored_snapshots"))
-        with self._recorder.datastore.transaction(commit=False) as cursor:
-            cursor.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,))
-            return name if cursor.fetchone() is not None else None
+        return name if self._recorder.has_table(name) else None
 
     def stored_snapshots(self, aggregate_id: str | None = None) -> dict[str, list[tuple[int, Any]]]:
         """Every stored snapshot (or one aggregate's) as {id: [(version, snapshot or exception)]}.
@@ -996,21 +1475,10 @@ class EventStore:
         table = self._snapshot_table()
         if table is None:
             return {}
-        where = "" if aggregate_id is None else "WHERE originator_id = ? "
-        statement = (
-            f"SELECT originator_id, originator_version, topic, state FROM {table} {where}"  # noqa: S608
-            "ORDER BY originator_id, originator_version"
-        )
-        with self._recorder.datastore.transaction(commit=False) as cursor:
-            cursor.execute(statement, () if aggregate_id is None else (aggregate_id,))
-            rows = cursor.fetchall()
         found: dict[str, list[tuple[int, Any]]] = {}
-        for originator_id, version, topic, state in rows:
+        for originator_id, version, topic, state in self._recorder.select_rows(table, aggregate_id):
             record = StoredEvent(
-                originator_id=str(originator_id),
-                originator_version=int(version),
-                topic=str(topic),
-                state=bytes(state),
+                originator_id=originator_id, originator_version=version, topic=topic, state=state
             )
             snapshot: Any
             if record.topic != _topic_of(InvocationSnapshot):
@@ -1020,7 +1488,7 @@ class EventStore:
                     snapshot = self.app.mapper.to_domain_event(record)
                 except Exception as error:  # a tampered row is reported, not raised
                     snapshot = error
-            found.setdefault(str(originator_id), []).append((record.originator_version, snapshot))
+            found.setdefault(originator_id, []).append((record.originator_version, snapshot))
         return found
 
     def events(self, invocation_id: str) -> list[InvocationEvent]:

@@ -11,7 +11,6 @@ import inspect
 import math
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from functools import partial
 from typing import Any, Literal, cast, overload
 
 import trio
@@ -31,17 +30,12 @@ from aggregates.digest import digest_of, sha256_hex
 from aggregates.effect import Resolution
 from aggregates.invocation import DispatchedCall, ToolSpec
 from aggregates.redaction import REDACTED
-from aggregates.results import Interruption, interrupted_result
+from aggregates.results import Interruption, interrupted_result, unreported_result
 from aggregates.values import check_json, describe_error, safe_text
 from loop_actors._errors import ToolDefinitionError, ToolError
 from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._guard import is_cancellation
-from loop_actors._messages import (
-    BatchExecuted,
-    CancelBatch,
-    ExecuteBatch,
-    ToolSchema,
-)
+from loop_actors._messages import BatchExecuted, ToolSchema
 
 DEFAULT_TOOL_TIMEOUT_S = 30.0
 
@@ -202,6 +196,23 @@ class Tool:
         """
         return self.arguments_model.model_validate(arguments)
 
+    def keyword_arguments(
+        self, arguments: dict[str, Any], context: ToolContext | None = None
+    ) -> dict[str, Any]:
+        """The function's keyword arguments: ``arguments`` validated, the context added.
+
+        Raises:
+            pydantic.ValidationError: when they do not match the schema.
+            ToolDefinitionError: the tool takes a ToolContext and none was given.
+        """
+        validated = self.validate(arguments)
+        kwargs = {field: getattr(validated, field) for field in self._fields}
+        if self.context_parameter is not None:
+            if context is None:
+                raise ToolDefinitionError(f"tool {self.name} needs a ToolContext to run")
+            kwargs[self.context_parameter] = context
+        return kwargs
+
     async def invoke(
         self,
         arguments: dict[str, Any],
@@ -219,12 +230,7 @@ class Tool:
         is abandoned on cancellation (it may finish in the background: ``running``
         says when); an async function is cancelled at its next checkpoint.
         """
-        validated = self.validate(arguments)
-        kwargs = {field: getattr(validated, field) for field in self._fields}
-        if self.context_parameter is not None:
-            if context is None:
-                raise ToolDefinitionError(f"tool {self.name} needs a ToolContext to run")
-            kwargs[self.context_parameter] = context
+        kwargs = self.keyword_arguments(arguments, context)
         if self.is_async or self.inline or running is None:
             try:
                 if self.is_async:
@@ -616,74 +622,50 @@ def _classify_write(ending: _Ending | None) -> tuple[EffectStatus, _Ending | Non
     return EffectStatus.REJECTED, ending
 
 
-async def _run_call(
-    toolbox: Toolbox, call: DispatchedCall, context: ToolContext | None
-) -> ToolResult:
-    started = trio.current_time()
-    ending: _Ending | None = None
-    output: Any = None
-    tool_ = toolbox.tools.get(call.name)
-    timeout_s = toolbox.timeout_for(call.name)
-    if tool_ is None:
-        ending = _Ending(
-            error_class=ErrorClass.UNAVAILABLE,
-            message=f"tool {call.name!r} is no longer in the agent's catalogue",
+def _failure(error: BaseException) -> _Ending:
+    """How a call ended that raised (anything but trio's cancellation)."""
+    if isinstance(error, ValidationError):
+        return _Ending(
+            error_class=ErrorClass.INVALID_ARGUMENTS,
+            message=validation_problems(error),
             retryable=False,
             ran=False,
         )
-    else:
-        with trio.move_on_after(timeout_s) as timeout_scope:
-            try:
-                running = (
-                    toolbox.attempt_started(call.effect_key)
-                    if call.effect_key is not None
-                    else None
-                )
-                returned = await tool_.invoke(call.arguments, context, running=running)
-            except ValidationError as error:
-                ending = _Ending(
-                    error_class=ErrorClass.INVALID_ARGUMENTS,
-                    message=validation_problems(error),
-                    retryable=False,
-                    ran=False,
-                )
-            except ToolError as error:
-                ending = _Ending(
-                    error_class=error.error_class,
-                    message=safe_text(error.message),
-                    retryable=error.retryable,
-                    deliberate=True,
-                )
-            except BaseException as error:
-                # A tool's own failure becomes its result, never a crash: KeyboardInterrupt,
-                # SystemExit and the like included. Only trio's cancellation passes.
-                if is_cancellation(error):
-                    raise
-                ending = _Ending(
-                    error_class=ErrorClass.TOOL_FAILED,
-                    message=describe_error(error),
-                    retryable=False,
-                )
-            else:
-                # Converted only: the turn core checks every output it is given with
-                # the same rule (TurnCore._admit_result, the same output_invalid error,
-                # the same message), before anything is stored; checking it here too
-                # walked every output twice.
-                output, problem = jsonable(returned)
-                if problem is not None:
-                    ending = _Ending(
-                        error_class=ErrorClass.OUTPUT_INVALID,
-                        message=f"the output cannot be stored faithfully: {problem}",
-                        retryable=False,
-                        deliberate=True,
-                    )
-        if timeout_scope.cancelled_caught:
-            ending = _Ending(
-                error_class=ErrorClass.TIMEOUT,
-                message=f"no result within {timeout_s:g} s",
-                retryable=True,
-            )
-    duration_ms = (trio.current_time() - started) * 1000.0
+    if isinstance(error, ToolError):
+        return _Ending(
+            error_class=error.error_class,
+            message=safe_text(error.message),
+            retryable=error.retryable,
+            deliberate=True,
+        )
+    # A tool's own failure becomes its result, never a crash: KeyboardInterrupt,
+    # SystemExit and the like included.
+    return _Ending(
+        error_class=ErrorClass.TOOL_FAILED, message=describe_error(error), retryable=False
+    )
+
+
+def _output(returned: Any) -> tuple[Any, _Ending | None]:
+    """A call's return value as JSON, or why it cannot be converted.
+
+    Converted only: the turn core checks every output it is given with the same
+    rule (TurnCore._admit_result, the same output_invalid error, the same message),
+    before anything is stored; checking it here too walked every output twice.
+    """
+    output, problem = jsonable(returned)
+    if problem is None:
+        return output, None
+    return None, _Ending(
+        error_class=ErrorClass.OUTPUT_INVALID,
+        message=f"the output cannot be stored faithfully: {problem}",
+        retryable=False,
+        deliberate=True,
+    )
+
+
+def _result(
+    call: DispatchedCall, output: Any, ending: _Ending | None, duration_ms: float
+) -> ToolResult:
     effect_status: EffectStatus | None = None
     if call.effect_key is not None:
         effect_status, ending = _classify_write(ending)
@@ -708,88 +690,196 @@ async def _run_call(
     )
 
 
-async def _execute_batch(
-    request: ExecuteBatch,
-    scope: trio.CancelScope,
-    *,
-    toolbox: Toolbox,
-    outbox: trio.MemorySendChannel[BatchExecuted],
-) -> None:
-    by_id = {call.call_id: call for call in request.calls}
-    results: dict[str, ToolResult] = {}
+class BatchRun:
+    """One dispatched batch of one invocation, run by its plan in the run's nursery.
 
-    started: set[str] = set()
-
-    async def run_one(call: DispatchedCall) -> None:
-        started.add(call.call_id)
-        tool_ = toolbox.tools.get(call.name)
-        context = None
-        if tool_ is not None and tool_.context_parameter is not None:
-            context = ToolContext(
-                invocation_id=request.invocation_id,
-                call_id=call.call_id,
-                effect_key=call.effect_key,
-                attempt=request.attempts.get(call.call_id, 1),
-            )
-        results[call.call_id] = await _run_call(toolbox, call, context)
-
-    with scope:
-        for group in request.plan:
-            if len(group) == 1:
-                await run_one(by_id[group[0]])
-                continue
-            async with trio.open_nursery() as nursery:
-                for call_id in group:
-                    nursery.start_soon(run_one, by_id[call_id])
-    interruption = Interruption.NONE
-    if scope.cancelled_caught:
-        deadline_hit = request.deadline is not None and trio.current_time() >= request.deadline
-        interruption = Interruption.DEADLINE if deadline_hit else Interruption.CANCELLED
-    ordered: list[ToolResult] = []
-    for call in request.calls:
-        result = results.get(call.call_id)
-        if result is None:
-            ordered.append(interrupted_result(call, interruption, started=call.call_id in started))
-        else:
-            ordered.append(result)
-    # The controller is waiting for exactly this reply (buffer 1, so this never blocks).
-    outbox.send_nowait(BatchExecuted(step=request.step, results=ordered, interruption=interruption))
-
-
-async def run_tool_actor(
-    inbox: trio.MemoryReceiveChannel[ExecuteBatch | CancelBatch],
-    outbox: trio.MemorySendChannel[BatchExecuted],
-    *,
-    toolbox: Toolbox,
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Run tool batches for one invocation until the inbox closes.
-
-    Each ``ExecuteBatch`` runs its plan (groups in order, calls of a group
-    concurrently, each under its timeout) and answers one ``BatchExecuted`` with
-    one result per call, in call order. ``CancelBatch`` stops the running batch:
-    no new call starts, unfinished calls are answered ``cancelled``.
-
-    Cancellation: returns when cancelled; a batch in flight is abandoned without a reply.
+    Groups run one after another; the calls of a group run concurrently, each in a
+    task of its own under one cancel scope that carries its timeout, the
+    invocation's deadline and a cancel request. :meth:`run` answers one result per
+    call, in call order; :meth:`cancel` stops the batch: no new call starts, the
+    calls in flight are cancelled, and :meth:`run` returns once they have stopped
+    (at most ``grace_s`` later), unfinished calls answered ``cancelled``.
     """
-    with inbox, outbox:  # closing needs no checkpoint: the synchronous form
-        async with trio.open_nursery() as nursery:
-            task_status.started()
-            running: trio.CancelScope | None = None
-            async for message in inbox:
-                match message:
-                    case ExecuteBatch():
-                        running = trio.CancelScope(
-                            deadline=message.deadline if message.deadline is not None else math.inf
-                        )
-                        nursery.start_soon(
-                            partial(
-                                _execute_batch, message, running, toolbox=toolbox, outbox=outbox
-                            )
-                        )
-                    case CancelBatch():
-                        if running is not None:
-                            running.cancel()
+
+    def __init__(
+        self,
+        toolbox: Toolbox,
+        *,
+        invocation_id: str,
+        step: int,
+        calls: Sequence[DispatchedCall],
+        plan: Sequence[Sequence[str]],
+        deadline: float | None,
+        attempts: dict[str, int],
+        grace_s: float,
+    ) -> None:
+        """Prepare the batch (nothing runs before :meth:`run`).
+
+        ``deadline`` is on the trio clock (None: none); ``attempts`` the attempt
+        number of each write by call id (1 when absent).
+        """
+        self.toolbox = toolbox
+        self.invocation_id = invocation_id
+        self.step = step
+        self.calls = calls
+        self.plan = plan
+        self.deadline = math.inf if deadline is None else deadline
+        self.attempts = attempts
+        self.grace_s = grace_s
+        self.cancelled = False
+        self.results: dict[str, ToolResult] = {}
+        self._started: set[str] = set()
+        self._stopped: set[str] = set()
+        """Calls that started and ended without a result (cut short)."""
+        self._scopes: dict[str, trio.CancelScope] = {}
+        """The scope of each call in flight."""
+        self._pending = 0
+        self._parked: trio.lowlevel.Task | None = None
+        """The runner's task while it waits for the calls of a group."""
+
+    def cancel(self) -> None:
+        """Stop the batch: start no new call, cancel the calls in flight (not a checkpoint)."""
+        if self.cancelled:
+            return
+        self.cancelled = True
+        for scope in self._scopes.values():
+            scope.cancel()
+        self._wake()  # the runner waits for the calls in flight with a bound
+
+    async def run(self, nursery: trio.Nursery) -> BatchExecuted:
+        """Run the plan's groups in ``nursery``; one result per call, in call order.
+
+        Cancellation: a checkpoint. Cancelled from outside, the calls in flight (in
+        ``nursery``, which the caller's cancellation reaches too) are abandoned.
+        """
+        by_id = {call.call_id: call for call in self.calls}
+        interruption = Interruption.NONE
+        for group in self.plan:
+            if self.cancelled:
+                interruption = Interruption.CANCELLED
+                break
+            if trio.current_time() >= self.deadline:
+                interruption = Interruption.DEADLINE
+                break
+            if not group:
+                continue
+            self._pending = len(group)
+            for call_id in group:
+                nursery.start_soon(self._run_one, by_id[call_id])
+            await self._wait()
+            if self.cancelled:
+                interruption = Interruption.CANCELLED
+                if self._pending:
+                    # Woken by the cancel request: wait a bounded time for the calls
+                    # in flight to stop, keeping the results of those that finish.
+                    with trio.move_on_after(self.grace_s):
+                        await self._wait()
+                break
+            if self._stopped:  # cut short by the deadline
+                interruption = Interruption.DEADLINE
+                break
+        ordered: list[ToolResult] = []
+        for call in self.calls:
+            result = self.results.get(call.call_id)
+            if result is not None:
+                ordered.append(result)
+            elif call.call_id in self._started and call.call_id not in self._stopped:
+                ordered.append(unreported_result(call))  # still running after the grace
+            else:
+                ordered.append(
+                    interrupted_result(call, interruption, started=call.call_id in self._started)
+                )
+        return BatchExecuted(step=self.step, results=ordered, interruption=interruption)
+
+    async def _run_one(self, call: DispatchedCall) -> None:
+        call_id = call.call_id
+        ending: _Ending | None = None
+        output: Any = None
+        try:
+            if self.cancelled:
+                return  # cancelled before this task ran: the call never starts
+            self._started.add(call_id)
+            started = trio.current_time()
+            toolbox = self.toolbox
+            tool_ = toolbox.tools.get(call.name)
+            if tool_ is None:
+                ending = _Ending(
+                    error_class=ErrorClass.UNAVAILABLE,
+                    message=f"tool {call.name!r} is no longer in the agent's catalogue",
+                    retryable=False,
+                    ran=False,
+                )
+                self.results[call_id] = _result(call, None, ending, 0.0)
+                return
+            context = None
+            if tool_.context_parameter is not None:
+                context = ToolContext(
+                    invocation_id=self.invocation_id,
+                    call_id=call_id,
+                    effect_key=call.effect_key,
+                    attempt=self.attempts.get(call_id, 1),
+                )
+            timeout_s = toolbox.timeout_for(call.name)
+            # One scope: the call's timeout, the invocation's deadline, a cancel request.
+            scope = trio.CancelScope(deadline=min(started + timeout_s, self.deadline))
+            self._scopes[call_id] = scope
+            with scope:
+                running = (
+                    toolbox.attempt_started(call.effect_key)
+                    if call.effect_key is not None
+                    else None
+                )
+                try:
+                    if tool_.is_async and type(tool_).invoke is Tool.invoke:
+                        # Awaited here (what Tool.invoke does): one coroutine less a call.
+                        try:
+                            kwargs = tool_.keyword_arguments(call.arguments, context)
+                            returned = await tool_.fn(**kwargs)
+                        finally:
+                            if running is not None:
+                                running.set()
+                    else:
+                        returned = await tool_.invoke(call.arguments, context, running=running)
+                except BaseException as error:
+                    if is_cancellation(error):
+                        raise
+                    ending = _failure(error)
+                else:
+                    output, ending = _output(returned)
+            if scope.cancelled_caught:
+                if self.cancelled or trio.current_time() >= self.deadline:
+                    self._stopped.add(call_id)  # cut short: the batch answers for it
+                    return
+                ending = _Ending(
+                    error_class=ErrorClass.TIMEOUT,
+                    message=f"no result within {timeout_s:g} s",
+                    retryable=True,
+                )
+                output = None
+            duration_ms = (trio.current_time() - started) * 1000.0
+            self.results[call_id] = _result(call, output, ending, duration_ms)
+        finally:
+            self._scopes.pop(call_id, None)
+            self._pending -= 1
+            if not self._pending:
+                self._wake()
+
+    async def _wait(self) -> None:
+        """Park until the group's calls have all ended, or a cancel request came.
+
+        Cancellation: a checkpoint (nothing changes when cancelled).
+        """
+        self._parked = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._abort)
+
+    def _abort(self, _: object) -> trio.lowlevel.Abort:
+        self._parked = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    def _wake(self) -> None:
+        task, self._parked = self._parked, None
+        if task is not None:
+            trio.lowlevel.reschedule(task)
 
 
-__all__ = ["Reconciled", "Tool", "ToolContext", "Toolbox", "ask_service", "run_tool_actor", "tool"]
+__all__ = ["BatchRun", "Reconciled", "Tool", "ToolContext", "Toolbox", "ask_service", "tool"]

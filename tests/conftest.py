@@ -34,7 +34,8 @@ REQUIRE_POSTGRES_ENV = "LOOP_ACTORS_REQUIRE_PG"
 """Set to 1 (``.ci/test`` does) to fail, not skip, PostgreSQL tests when no server answers."""
 
 
-def _postgres_admin_url() -> str:
+def postgres_admin_url() -> str:
+    """The admin URL of the tests' PostgreSQL server (skip, or fail when it is required)."""
     url = os.environ.get(POSTGRES_ENV)
     required = os.environ.get(REQUIRE_POSTGRES_ENV) == "1"
     if not url:
@@ -54,7 +55,7 @@ def postgres_url() -> Iterator[str]:
     """
     import psycopg
 
-    admin = _postgres_admin_url()
+    admin = postgres_admin_url()
     name = f"la_test_{uuid.uuid4().hex[:16]}"
     try:
         with psycopg.connect(admin, autocommit=True, connect_timeout=5) as connection:
@@ -67,3 +68,16 @@ def postgres_url() -> Iterator[str]:
     yield urlunsplit(parts._replace(path=f"/{name}"))
     with psycopg.connect(admin, autocommit=True, connect_timeout=5) as connection:
         connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A new, empty store on each kind of server: a SQLite file, and a PostgreSQL database.
+
+    The PostgreSQL one is a fresh database from :func:`postgres_url` (skipped
+    without a server, unless ``$LOOP_ACTORS_REQUIRE_PG=1``).
+    """
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'test.db'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url

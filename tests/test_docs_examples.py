@@ -1077,3 +1077,22 @@ def test_two_workers_drive_every_submitted_job_once_and_a_second_run_claims_noth
         statuses = db.execute("SELECT DISTINCT status FROM loop_actors_queue").fetchall()
     assert starts == (20, 20)
     assert statuses == [("ended",)]
+
+
+TESTED_EXAMPLES.add("move_to_postgresql.py")
+
+
+def test_move_to_postgresql_copies_a_sqlite_store_and_goes_on_there(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    lines = _lines(_run_example("move_to_postgresql.py", tmp_path, postgres_url))
+    assert lines == [
+        "completed",
+        "approval_required",
+        "loop-actors audit checkpoint: exit 0",
+        "loop-actors store copy: exit 0",
+        "the same as the source's",
+        "loop-actors audit verify: exit 0",
+        "completed - done: refund 1043",
+        "11 events of o-2 on PostgreSQL",
+    ]

@@ -27,6 +27,12 @@ from loop_actors import (
 from loop_actors._store import EventStore
 
 
+@pytest.fixture
+def db_url(store_url: str) -> str:
+    """This module's stores: each test runs on a SQLite file and on PostgreSQL."""
+    return store_url
+
+
 class FakeService:
     """An owning service in memory: receipts by key, with switches for failures."""
 

@@ -44,6 +44,13 @@ from loop_actors import (
 from loop_actors._store import EventStore
 from tests.cli_support import run_cli
 
+
+@pytest.fixture
+def db_url(store_url: str) -> str:
+    """This module's stores: each test runs on a SQLite file and on PostgreSQL."""
+    return store_url
+
+
 AGENTS = '''
 import json
 

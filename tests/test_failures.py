@@ -27,6 +27,12 @@ from loop_actors import (
 )
 
 
+@pytest.fixture
+def db_url(store_url: str) -> str:
+    """This module's stores: each test runs on a SQLite file and on PostgreSQL."""
+    return store_url
+
+
 def calls(*items: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
     return {
         "kind": "tool_calls",

@@ -184,6 +184,54 @@ def test_the_sealed_secrets_of_an_invocation_are_deleted_when_it_ends(payer: Pat
     assert sealed_secret_rows(payer / "run.db", "pay-1") == 0
 
 
+def test_on_postgresql_a_sealed_secret_lives_in_the_store_database_until_the_call_ran(
+    payer: Path, postgres_url: str
+) -> None:
+    """The same across processes on PostgreSQL: the sealed row is in the store's database
+    while the invocation waits, gone once it ended, and the card is in no row in clear."""
+    import psycopg
+
+    env = cipher_env()
+    digest = pause_for_approval(payer, postgres_url, env)
+    with psycopg.connect(postgres_url) as connection:
+        (kept,) = connection.execute(
+            "SELECT count(*) FROM loop_actors_secrets WHERE invocation_id = 'pay-1'"
+        ).fetchone() or (None,)
+    assert kept == 1
+
+    resumed = approve_then_resume(payer, postgres_url, env, digest)
+
+    assert resumed["reason"] == "completed"
+    assert paid_lines(payer) == [f"{CARD} 12"]
+    with psycopg.connect(postgres_url) as connection:
+        (left,) = connection.execute("SELECT count(*) FROM loop_actors_secrets").fetchone() or (
+            None,
+        )
+        (in_clear,) = connection.execute(
+            "SELECT count(*) FROM loopactors_events WHERE position(%s in state) > 0",
+            (CARD.encode(),),
+        ).fetchone() or (None,)
+    assert (left, in_clear) == (0, 0)
+
+
+def test_a_paused_invocations_sealed_secret_moves_with_store_copy_and_runs_there(
+    payer: Path, postgres_url: str
+) -> None:
+    """Paused on SQLite with a sealed card; copied to PostgreSQL; approved and resumed there."""
+    sqlite_db, env = f"sqlite:///{payer / 'run.db'}", cipher_env()
+    digest = pause_for_approval(payer, sqlite_db, env)
+    copied = run_cli(
+        "store", "copy", "--from", sqlite_db, "--to", postgres_url, "--json", cwd=payer, env=env
+    )
+    assert copied.returncode == 0, copied.stderr
+    assert json.loads(copied.stdout)["secrets"] == 1
+
+    resumed = approve_then_resume(payer, postgres_url, env, digest)
+
+    assert resumed["reason"] == "completed"
+    assert paid_lines(payer) == [f"{CARD} 12"]
+
+
 def test_without_a_cipher_a_call_resumed_in_a_new_process_does_not_run_and_says_why(
     payer: Path,
 ) -> None:

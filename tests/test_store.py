@@ -138,16 +138,20 @@ async def test_a_long_history_is_snapshotted_and_reads_back_the_same(db_url: str
 
 
 # --------------------------------------------------------------------------- appends
-# Every store, a SQLite file or memory://, appends through one recorder, LeanSQLiteRecorder
-# (its eventsourcing contract: tests/test_store_recorder_contract.py).
-# Bad inputs tried, on a file and in memory: a position already taken (alone, inside a
+# Every SQLite store, a file or memory://, appends through one recorder, LeanSQLiteRecorder;
+# a PostgreSQL store through LeanPostgresRecorder (their eventsourcing contract:
+# tests/test_store_recorder_contract.py). The tests on `store_url` run on all three.
+# Bad inputs tried, on a file, in memory and on PostgreSQL: a position already taken (alone, inside a
 # group, in the last rows of an append longer than one INSERT statement), a commit handed
 # to a Journal that has closed; on a file: a database locked by another connection.
 
 
-@pytest.fixture(params=["file", "memory"])
+@pytest.fixture(params=["file", "memory", "postgresql"])
 def store_url(request: pytest.FixtureRequest, db_url: str) -> str:
-    """A new, empty store: a SQLite file, or an in-memory database."""
+    """A new, empty store: a SQLite file, an in-memory database, or a PostgreSQL database."""
+    if request.param == "postgresql":
+        url: str = request.getfixturevalue("postgres_url")
+        return url
     return db_url if request.param == "file" else "memory://"
 
 
@@ -207,7 +211,8 @@ def _rows_per_insert(store: EventStore) -> int:
     from loop_actors._store import LeanSQLiteRecorder
 
     recorder = store.app.recorder  # how many rows one of its INSERT statements takes
-    assert isinstance(recorder, LeanSQLiteRecorder)
+    if not isinstance(recorder, LeanSQLiteRecorder):
+        return 128  # PostgreSQL inserts every row in one statement: any size will do
     return recorder.rows_per_insert
 
 
@@ -244,8 +249,9 @@ def test_a_large_append_with_a_taken_position_in_its_last_rows_writes_nothing(
     store.close()
 
 
+@pytest.mark.parametrize("kind", ["file", "memory"])
 def test_an_insert_statement_of_another_shape_is_refused_when_the_store_opens(
-    store_url: str, monkeypatch: pytest.MonkeyPatch
+    kind: str, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Guards an eventsourcing upgrade that changes its insert: rows are never
     # written with a statement the recorder does not understand.
@@ -261,7 +267,7 @@ def test_an_insert_statement_of_another_shape_is_refused_when_the_store_opens(
 
     monkeypatch.setattr(SQLiteAggregateRecorder, "__init__", upgraded)
     with pytest.raises(StoreUnavailableError, match="unexpected insert statement"):
-        EventStore(store_url)
+        EventStore(db_url if kind == "file" else "memory://")
 
 
 def test_a_memory_store_appends_through_the_same_recorder_as_a_file(db_url: str) -> None:

@@ -1,8 +1,10 @@
-"""The lean recorder keeps eventsourcing's recorder contract, on a SQLite file and in memory.
+"""The lean recorders keep eventsourcing's recorder contract: SQLite file, memory, PostgreSQL.
 
 eventsourcing's own recorder test cases run against ``LeanSQLiteRecorder`` as the
 store builds it (from ``StoreUrl.environment()``), for a file and for
-``memory://``, with the store's text ids and with eventsourcing's UUIDs.
+``memory://``, and against ``LeanPostgresRecorder`` on a real PostgreSQL server
+(plus eventsourcing's check that two concurrent inserts' notification ids do not
+interleave: the table lock), with the store's text ids and with eventsourcing's UUIDs.
 
 Bad inputs they try: a position already taken, alone and before a new row in the
 same insert, and one row twice in one insert (``IntegrityError``, nothing
@@ -26,6 +28,7 @@ from eventsourcing.sqlite import SQLiteFactory
 from eventsourcing.tests import persistence as contract
 from eventsourcing.utils import Environment, get_topic
 
+from loop_actors._postgres import LeanPostgresRecorder, PostgresStoreFactory
 from loop_actors._store import EventStore, LeanSQLiteRecorder, StoreUrl
 
 
@@ -110,6 +113,90 @@ class TestMemoryApplicationRecorderWithUuids(
 ):
     kind = "memory"
     originator_id_type = "uuid"
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+
+class _PostgresAsAggregateRecorder(LeanPostgresRecorder):
+    """The PostgreSQL insert under an aggregate recorder's contract, which returns no ids."""
+
+    def insert_events(self, stored_events: Any, **kwargs: Any) -> None:
+        super().insert_events(stored_events, **kwargs)
+
+
+class _PostgresRecorders(unittest.TestCase):
+    """Each ``create_recorder`` makes new, empty tables in one database per class."""
+
+    originator_id_type: ClassVar[str] = "text"
+    recorder_class: ClassVar[type[LeanPostgresRecorder]] = LeanPostgresRecorder
+    database_url: ClassVar[str]
+    admin_url: ClassVar[str]
+    database_name: ClassVar[str]
+    _numbers = count()
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        import psycopg
+
+        from tests.conftest import postgres_admin_url
+
+        admin = postgres_admin_url()
+        name = f"la_contract_{uuid4().hex[:12]}"
+        with psycopg.connect(admin, autocommit=True, connect_timeout=5) as connection:
+            connection.execute(f'CREATE DATABASE "{name}"')
+        cls.admin_url = admin
+        cls.database_name = name
+        cls.database_url = admin.rsplit("/", 1)[0] + f"/{name}"
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        import psycopg
+
+        with psycopg.connect(cls.admin_url, autocommit=True, connect_timeout=5) as connection:
+            connection.execute(f'DROP DATABASE IF EXISTS "{cls.database_name}" WITH (FORCE)')
+        super().tearDownClass()
+
+    def new_originator_id(self) -> UUID | str:
+        return uuid4() if self.originator_id_type == "uuid" else str(uuid4())
+
+    def create_recorder(self) -> LeanPostgresRecorder:
+        env = StoreUrl.parse(self.database_url).environment()
+        env["APPLICATION_RECORDER_TOPIC"] = get_topic(self.recorder_class)
+        env["ORIGINATOR_ID_TYPE"] = self.originator_id_type
+        # Only the unprefixed keys: the tables are named after this environment.
+        env = {key: value for key, value in env.items() if not key.startswith("LOOPACTORS_")}
+        factory = InfrastructureFactory.construct(
+            Environment(f"Contract{next(self._numbers)}", env)
+        )
+        self.addCleanup(factory.close)
+        assert isinstance(factory, PostgresStoreFactory)
+        recorder = factory.application_recorder()
+        assert type(recorder) is self.recorder_class
+        return recorder
+
+
+class TestPostgresAggregateRecorder(_PostgresRecorders, contract.AggregateRecorderTestCase):
+    recorder_class = _PostgresAsAggregateRecorder
+
+
+class TestPostgresApplicationRecorder(
+    _PostgresRecorders, contract.ApplicationRecorderTestCase[LeanPostgresRecorder]
+):
+    pass
+
+
+class TestPostgresApplicationRecorderWithUuids(
+    _PostgresRecorders, contract.ApplicationRecorderTestCase[LeanPostgresRecorder]
+):
+    originator_id_type = "uuid"
+
+
+class TestPostgresNotificationIdsDoNotInterleave(
+    _PostgresRecorders, contract.NonInterleavingNotificationIDsBaseCase
+):
+    pass
 
 
 def _rows(originator_id: str, versions: range) -> list[StoredEvent]:

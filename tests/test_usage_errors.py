@@ -255,6 +255,28 @@ def test_an_encrypted_store_without_its_key_is_a_clear_usage_error(
     assert _rows(project / "loop-actors.db") == before  # nothing written
 
 
+def test_a_ciphertext_that_starts_like_json_is_still_seen_as_encrypted(
+    project: Path, encrypted: dict[str, str]
+) -> None:
+    """Bad input: no cipher, and the first event's ciphertext happens to start with ``{``.
+
+    One store in 256 is written so (the first byte of a random nonce); the check
+    once looked at that byte alone, and the command then failed with an internal error.
+    """
+    db = project / "loop-actors.db"
+    with closing(sqlite3.connect(db)) as connection, connection:
+        rowid, state = connection.execute(
+            "SELECT rowid, state FROM stored_events ORDER BY rowid LIMIT 1"
+        ).fetchone()
+        connection.execute(
+            "UPDATE stored_events SET state = ? WHERE rowid = ?", (b"{" + state[1:], rowid)
+        )
+    result = _cli_with({}, "history", "e", cwd=project)
+    assert result.returncode == 2, result.stderr
+    assert "are encrypted" in result.stderr
+    assert "internal error" not in result.stderr
+
+
 def test_an_encrypted_store_opens_with_its_key(project: Path, encrypted: dict[str, str]) -> None:
     """The right key still reads everything (the check does not refuse a good store)."""
     result = _cli_with(encrypted, "history", "e", cwd=project)
