@@ -760,7 +760,9 @@ class Runtime:
                 )
             raise StoreUnavailableError(f"{outcome.error_type}: {outcome.message}")
         # A worker may take it now.
-        await self._queue_status(invocation_id, QueueStatus.RUNNABLE, [QueueStatus.PAUSED])
+        await self._queue_status(
+            invocation_id, QueueStatus.RUNNABLE, [QueueStatus.PAUSED], invocation.agent_name
+        )
 
     def resume_sync(
         self,
@@ -1044,6 +1046,7 @@ class Runtime:
                     invocation_id,
                     QueueStatus.ENDED,
                     [QueueStatus.PAUSED, QueueStatus.RUNNABLE],
+                    invocation.agent_name,
                 )
                 return CancelResult.ENDED
             if not ended.conflict:
@@ -1234,12 +1237,23 @@ class Runtime:
         return self._leases
 
     async def _queue_status(
-        self, invocation_id: str, status: QueueStatus, only_from: list[QueueStatus]
+        self,
+        invocation_id: str,
+        status: QueueStatus,
+        only_from: list[QueueStatus],
+        agent_name: str,
     ) -> None:
-        """Move the queue row of an invocation nobody drives (after an approval, a cancel)."""
+        """Move the queue row of an invocation nobody drives (after an approval, a cancel).
+
+        An invocation with no row yet (copied from another store, or recorded before the
+        queue) gets one, unheld: nobody drives a paused invocation, so a later resume or
+        worker has nobody to fence off.
+        """
         leases = self._lease_keeper()
+        queue = leases.queue
         try:
-            await leases.call(leases.queue.set_status, invocation_id, status, only_from=only_from)
+            if not await leases.call(queue.set_status, invocation_id, status, only_from=only_from):
+                await leases.call(queue.enqueue, invocation_id, agent_name, status=status)
         except StoreUnavailableError:
             log.warning(
                 "invocation %s is recorded, but its queue row could not be made %s; "
