@@ -179,6 +179,22 @@ class ContextCompacted(InvocationEvent):
     size_after: int
 
 
+class LeaseAcquired(InvocationEvent):
+    """A worker took the invocation over with a lease: from now on only its appends are its.
+
+    Recorded when a worker (or a ``resume``) takes an invocation whose previous holder
+    did not release it (its lease expired, its process died, or it was fenced off
+    deliberately). It moves the aggregate's version, so the previous holder's next
+    append is refused: the aggregate version is the fence (``aggregates.lease``).
+    """
+
+    worker_id: str
+    epoch: int
+    """The lease's epoch: larger than every earlier ``LeaseAcquired`` of this invocation."""
+    taken_from: str | None = None
+    """The holder whose lease was taken over, when one was known."""
+
+
 class Terminated(InvocationEvent):
     """The invocation is over for good, with a typed reason."""
 
@@ -201,6 +217,7 @@ EVENT_TYPES: tuple[type[InvocationEvent], ...] = (
     VerificationFailed,
     ContextCompacted,
     SettingsChanged,
+    LeaseAcquired,
     Terminated,
 )
 
@@ -247,16 +264,24 @@ PAUSED_PHASE: dict[TerminalReason, Phase] = {
 
 TRANSITIONS: dict[Phase, frozenset[type[InvocationEvent]]] = {
     Phase.NEW: frozenset({InvocationStarted}),
-    Phase.READY: frozenset({DecisionProposed, ContextCompacted, Terminated, SettingsChanged}),
-    Phase.CALLS_PROPOSED: frozenset({BatchDispatched, Paused, Terminated, SettingsChanged}),
-    Phase.DECIDED: frozenset({Paused, VerificationFailed, Terminated, SettingsChanged}),
-    Phase.DISPATCHED: frozenset({ResultsCommitted, Paused, SettingsChanged}),
-    Phase.AWAITING_APPROVAL: frozenset(
-        {ApprovalGranted, ApprovalDenied, Terminated, SettingsChanged}
+    Phase.READY: frozenset(
+        {DecisionProposed, ContextCompacted, Terminated, SettingsChanged, LeaseAcquired}
     ),
-    Phase.AWAITING_CLARIFICATION: frozenset({ClarificationProvided, Terminated, SettingsChanged}),
+    Phase.CALLS_PROPOSED: frozenset(
+        {BatchDispatched, Paused, Terminated, SettingsChanged, LeaseAcquired}
+    ),
+    Phase.DECIDED: frozenset(
+        {Paused, VerificationFailed, Terminated, SettingsChanged, LeaseAcquired}
+    ),
+    Phase.DISPATCHED: frozenset({ResultsCommitted, Paused, SettingsChanged, LeaseAcquired}),
+    Phase.AWAITING_APPROVAL: frozenset(
+        {ApprovalGranted, ApprovalDenied, Terminated, SettingsChanged, LeaseAcquired}
+    ),
+    Phase.AWAITING_CLARIFICATION: frozenset(
+        {ClarificationProvided, Terminated, SettingsChanged, LeaseAcquired}
+    ),
     # The batch is still dispatched: it ends with its results, never with a bare stop.
-    Phase.AWAITING_RECONCILIATION: frozenset({ResultsCommitted, SettingsChanged}),
+    Phase.AWAITING_RECONCILIATION: frozenset({ResultsCommitted, SettingsChanged, LeaseAcquired}),
     Phase.TERMINATED: frozenset(),
 }
 """Which events each phase accepts (the table of the turn protocol).
@@ -316,6 +341,9 @@ class Invocation(ChainedAggregate):
         self.failure_signature: str | None = None
         self.failure_streak = 0
         self.invalid_streak = 0
+        self.lease_holder: str | None = None
+        """The worker of the latest ``LeaseAcquired`` (None: never taken over)."""
+        self.lease_epoch = 0
 
     # ----------------------------------------------------------------- commands
 
@@ -464,6 +492,14 @@ class Invocation(ChainedAggregate):
         """Follow new settings from now on (a resume that was allowed to change them)."""
         self.trigger_event(SettingsChanged, timestamp=at, budget=budget, settings=settings, by=by)
 
+    def acquire_lease(
+        self, worker_id: str, epoch: int, *, at: datetime, taken_from: str | None = None
+    ) -> None:
+        """Record that ``worker_id`` took the invocation over with a lease of ``epoch``."""
+        self.trigger_event(
+            LeaseAcquired, timestamp=at, worker_id=worker_id, epoch=epoch, taken_from=taken_from
+        )
+
     def terminate(
         self,
         reason: TerminalReason,
@@ -538,6 +574,16 @@ class Invocation(ChainedAggregate):
             case SettingsChanged():
                 self.budget = event.budget
                 self.settings = event.settings
+            case LeaseAcquired():
+                if event.epoch <= self.lease_epoch:
+                    raise self._refuse(
+                        event,
+                        f"the lease epoch must grow past {self.lease_epoch}, got {event.epoch}",
+                    )
+                if not event.worker_id:
+                    raise self._refuse(event, "a lease needs a worker id")
+                self.lease_holder = event.worker_id
+                self.lease_epoch = event.epoch
             case Terminated():
                 self._on_terminate(event)
             case _:
@@ -787,6 +833,8 @@ class InvocationState(Frozen):
     failure_signature: str | None = None
     failure_streak: int = 0
     invalid_streak: int = 0
+    lease_holder: str | None = None
+    lease_epoch: int = 0
     last_hash: str
     created_on: datetime
     modified_on: datetime

@@ -40,6 +40,7 @@ from loop_actors._errors import EffectResolutionError as EffectResolutionError
 from loop_actors._errors import InconsistentHistoryError as InconsistentHistoryError
 from loop_actors._errors import InvocationExistsError as InvocationExistsError
 from loop_actors._errors import InvocationNotFoundError as InvocationNotFoundError
+from loop_actors._errors import LeaseHeldError as LeaseHeldError
 from loop_actors._errors import LoopActorsError as LoopActorsError
 from loop_actors._errors import NotWaitingError as NotWaitingError
 from loop_actors._errors import ScriptExhaustedError as ScriptExhaustedError
@@ -74,6 +75,8 @@ from loop_actors._tools import Tool as Tool
 from loop_actors._tools import ToolContext as ToolContext
 from loop_actors._tools import tool as tool
 from loop_actors._views import open_runner as open_runner
+from loop_actors._worker import Worker as Worker
+from loop_actors._worker import WorkerReport as WorkerReport
 
 __all__ = [
     "AccessRequest",
@@ -101,6 +104,7 @@ __all__ = [
     "InconsistentHistoryError",
     "InvocationExistsError",
     "InvocationNotFoundError",
+    "LeaseHeldError",
     "LoopActorsError",
     "McpServer",
     "McpTool",
@@ -142,6 +146,8 @@ __all__ = [
     "ToolResult",
     "Usage",
     "UsageError",
+    "Worker",
+    "WorkerReport",
     "mcp_tools",
     "mcp_tools_async",
     "model_from_name",

@@ -383,6 +383,7 @@ class AsyncioRuntime:
         *,
         allow_catalogue_change: bool = False,
         allow_settings_change: bool = False,
+        take_over: bool = False,
     ) -> Outcome:
         """:meth:`Runtime.resume`, awaited from asyncio. Cancellation: as :meth:`run`."""
         return await self._call(
@@ -391,6 +392,33 @@ class AsyncioRuntime:
                 agent,
                 allow_catalogue_change=allow_catalogue_change,
                 allow_settings_change=allow_settings_change,
+                take_over=take_over,
+            )
+        )
+
+    async def submit(
+        self,
+        agent: Agent,
+        goal: str,
+        *,
+        invocation_id: str | None = None,
+        task_class: str | None = None,
+        actor: str | None = None,
+        tenant: str | None = None,
+    ) -> str:
+        """:meth:`Runtime.submit`, awaited from asyncio.
+
+        Cancellation: cancelled, the invocation is recorded or not; submitting again with
+        the same id is safe.
+        """
+        return await self._call(
+            lambda runtime: runtime.submit(
+                agent,
+                goal,
+                invocation_id=invocation_id,
+                task_class=task_class,
+                actor=actor,
+                tenant=tenant,
             )
         )
 

@@ -1,8 +1,10 @@
 """The ``loop-actors`` command.
 
 Exit codes: 0 completed, 3 paused, 4 any other terminal reason, 2 bad usage or
-input (nothing written), 1 internal error; ``reconcile``: 0 nothing waits, 3 the
-sweeper will retry something, 5 an effect needs a person (``effects resolve``).
+input (nothing written), 1 internal error, 6 another process holds the
+invocation's lease (``resume --take-over`` fences it off); ``reconcile``: 0 nothing
+waits, 3 the sweeper will retry something, 5 an effect needs a person (``effects
+resolve``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from aggregates.audit import (
 from aggregates.decisions import TerminalReason
 from aggregates.effect import who_settles
 from aggregates.invocation import InvocationEvent
+from aggregates.lease import QueueRow
 from aggregates.values import describe_error
 from loop_actors import _eval as evaluation
 from loop_actors._adapters import model_from_name
@@ -62,6 +65,17 @@ from loop_actors._checkpointer import (
     DirectoryMark,
     verify_directory,
 )
+from loop_actors._cli_queue import (
+    QUEUE_STATUSES,
+    add_queue_commands,
+    check_submit,
+    make_worker,
+    queue_statuses,
+    status_of,
+    submit_command,
+    worker_command,
+    workers_command,
+)
 from loop_actors._controller import single_exception
 from loop_actors._copy import copy_store
 from loop_actors._demo import DEMO_GOAL, demo_agent
@@ -70,6 +84,7 @@ from loop_actors._errors import (
     EffectResolutionError,
     InconsistentHistoryError,
     InvocationNotFoundError,
+    LeaseHeldError,
     UsageError,
 )
 from loop_actors._eval_builtin import SUITE_NAME, Fault, builtin_jobs, crash_store_problem
@@ -108,6 +123,8 @@ from projections import (
 EXIT_USAGE = 2
 EXIT_INTERNAL = 1
 EXIT_NEEDS_PERSON = 5
+EXIT_LEASE_HELD = 6
+"""Another process holds a live lease on the invocation: nothing ran (``--take-over``)."""
 EXIT_TAMPERED = 4
 """The store's history is not the one written: audit verify found a break, or resume refused."""
 """``reconcile``: an open effect that only a person can settle is left (``effects resolve``)."""
@@ -188,8 +205,8 @@ def _build_parser() -> argparse.ArgumentParser:
         prog="loop-actors",
         description="Run, inspect and audit event-sourced agent loops.",
         epilog="Database: --db URL, else $LOOP_ACTORS_DB, else sqlite:///loop-actors.db. "
-        "Exit codes: 0 completed, 3 paused, 4 other terminal reason, 2 bad usage, 1 internal; "
-        "reconcile: 5 an effect needs a person.",
+        "Exit codes: 0 completed, 3 paused, 4 other terminal reason, 2 bad usage, 1 internal, "
+        "6 another process holds the lease; reconcile: 5 an effect needs a person.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -239,6 +256,12 @@ def _build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="use the agent's current budget and settings instead of the recorded ones "
         "(recorded as SettingsChanged)",
+    )
+    resume.add_argument(
+        "--take-over",
+        action="store_true",
+        help="resume even while another process holds its lease: that holder is fenced off "
+        "(LeaseAcquired is recorded; its next append is refused, it ends lease_lost)",
     )
     resume.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
     db_option(resume)
@@ -371,6 +394,11 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     listing.add_argument("--agent", help="only this agent")
     listing.add_argument(
+        "--status",
+        choices=QUEUE_STATUSES,
+        help="only invocations in this state of the work queue (runnable, claimed, paused, ended)",
+    )
+    listing.add_argument(
         "--limit", type=_positive_int, default=50, help="at most this many (default 50)"
     )
     listing.add_argument("--json", action="store_true", help="one JSON object a line")
@@ -501,6 +529,8 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     db_option(evaluate)
     checkpoint_options(evaluate)
+
+    add_queue_commands(commands, db_option, _positive_int)
 
     history = commands.add_parser("history", help="print an invocation's committed events")
     history.add_argument("invocation_id", metavar="ID")
@@ -671,6 +701,7 @@ async def _resume(runtime: Runtime, agent: Agent, args: argparse.Namespace) -> i
             agent,
             allow_catalogue_change=args.allow_catalogue_change,
             allow_settings_change=args.allow_settings_change,
+            take_over=args.take_over,
         )
         events = await runtime.history(outcome.invocation_id)
     return _report(outcome, len(events), as_json=args.json)
@@ -843,8 +874,11 @@ def _read_models(args: argparse.Namespace) -> int:
             runner = open_writable_runner(store, args.views, batch_size=batch_size)
         else:
             runner = open_read_runner(store, args.views, batch_size=batch_size, note=_note)
+        queue = None
+        if args.command == "list" and args.status is not None:
+            queue = queue_statuses(store)
         try:
-            return _read_model_command(runner, args)
+            return _read_model_command(runner, args, queue)
         finally:
             runner.close()
     finally:
@@ -856,7 +890,11 @@ def _console() -> Console:
     return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 
 
-def _read_model_command(runner: ProjectionRunner, args: argparse.Namespace) -> int:
+def _read_model_command(
+    runner: ProjectionRunner,
+    args: argparse.Namespace,
+    queue: tuple[dict[str, QueueRow], float] | None = None,
+) -> int:
     console = _console()
     if args.command == "projections":
         action = args.projections_command
@@ -895,7 +933,12 @@ def _read_model_command(runner: ProjectionRunner, args: argparse.Namespace) -> i
             else:
                 console.print(render_tree(trajectory))
         case "list":
-            rows = list_invocations(runner, reason=args.reason, agent=args.agent, limit=args.limit)
+            if queue is None:
+                rows = list_invocations(
+                    runner, reason=args.reason, agent=args.agent, limit=args.limit
+                )
+            else:
+                rows = _with_status(runner, args, *queue)
             if args.json:
                 for row in rows:
                     print(json.dumps(row))
@@ -918,6 +961,20 @@ def _read_model_command(runner: ProjectionRunner, args: argparse.Namespace) -> i
             else:
                 console.print(effects_table(effects))
     return 0
+
+
+def _with_status(
+    runner: ProjectionRunner, args: argparse.Namespace, rows: dict[str, QueueRow], now: float
+) -> list[dict[str, Any]]:
+    """``list --status``: the invocations in that queue state, newest first, with it."""
+    found: list[dict[str, Any]] = []
+    for row in list_invocations(runner, reason=args.reason, agent=args.agent, limit=2**62):
+        status = status_of(rows.get(row["invocation_id"]), row["status"], now)
+        if status == args.status:
+            found.append({**row, "queue_status": status})
+            if len(found) == args.limit:
+                break
+    return found
 
 
 def _who_settles_with(agent: Agent, effects: list[dict[str, Any]]) -> None:
@@ -1207,6 +1264,19 @@ def _dispatch(args: argparse.Namespace) -> int:
         case "resume":
             agent = load_agent(args.agent)
             return _trio_run(_resume, runtime_for(args, existing=True), agent, args)
+        case "submit":
+            check_submit(args)
+            agent = load_agent(args.agent)  # before the database: a bad agent writes nothing
+            return _trio_run(submit_command, Runtime(args.db), agent, args)
+        case "worker":
+            worker = make_worker(args, [load_agent(reference) for reference in args.agents])
+            return trio.run(worker_command, worker, args)
+        case "workers":
+            store = _open_for_reading(args.db)
+            try:
+                return workers_command(store, args)
+            finally:
+                store.close()
         case "cancel":
             return _trio_run(_cancel, runtime_for(args, existing=True), args)
         case "approve" | "deny" | "clarify":
@@ -1334,6 +1404,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _dispatch(args)
         except BaseExceptionGroup as group:
             raise single_exception(group) from None
+    except LeaseHeldError as error:
+        print(f"loop-actors: error: {terminal_safe(error)}", file=sys.stderr)
+        return EXIT_LEASE_HELD
     except UsageError as error:
         print(f"loop-actors: error: {terminal_safe(error)}", file=sys.stderr)
         return EXIT_USAGE

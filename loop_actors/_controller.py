@@ -21,7 +21,8 @@ import trio
 
 from aggregates.decisions import ToolCalls, ToolResult
 from aggregates.effect import Effect
-from aggregates.invocation import DispatchedCall, Invocation, Turn
+from aggregates.invocation import DispatchedCall, Invocation, Phase, Turn
+from aggregates.lease import stop_for_lost_lease
 from aggregates.redaction import holds_redacted
 from aggregates.results import Interruption, arguments_gone_result
 from aggregates.settings import RunSettings
@@ -51,6 +52,7 @@ from loop_actors._agent import run_verifier
 from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._guard import is_cancellation
 from loop_actors._journal import Journal
+from loop_actors._leases import HeldLease, LeaseDrained
 from loop_actors._messages import (
     BatchExecuted,
     CommitFailed,
@@ -94,11 +96,15 @@ class Controller:
         reads: StoreReader,
         secrets: SecretStore,
         now: Callable[[], datetime],
+        lease: HeldLease | None = None,
     ) -> None:
         """Prepare a controller for an invocation loaded from (or just saved to) the store.
 
         ``settings`` are the recorded ones; the agent gives the model, the tools, the
-        verifier and the policy (code, which the record cannot hold).
+        verifier and the policy (code, which the record cannot hold). ``lease`` is the
+        lease this process holds on the invocation: a lost one commits nothing more,
+        one that could not be renewed starts no call, and a draining one stops the run
+        after its next commit (:class:`LeaseDrained`).
         """
         self.core = TurnCore(
             invocation,
@@ -117,6 +123,7 @@ class Controller:
         self.reads = reads
         self.secrets = secrets
         self.now = now
+        self.lease = lease
         self.cancel_requested = False
         self.cancel_detail: str | None = None
         self._wait_scope: trio.CancelScope | None = None
@@ -173,6 +180,8 @@ class Controller:
             try:
                 return await self._drive()
             except trio.Cancelled:
+                if self.lease is not None and self.lease.abandoned:
+                    raise  # the holder stops at once: the next holder continues, nothing ends
                 # A real bound: what runs in here gives up when the bound passes
                 # (threads are abandoned, the Journal's wait is cancellable).
                 with trio.move_on_after(CLEANUP_S, shield=True):
@@ -204,6 +213,9 @@ class Controller:
                 case RunCalls():
                     if action.first_dispatch:
                         fault_point(CrashPoint.AFTER_DISPATCH_COMMIT)
+                    if self.lease is not None and not self.lease.may_start_calls():
+                        # No write starts on a lease that may have run out.
+                        return self._lease_lost()
                     # Handed straight to the core: no local variable keeps the batch's
                     # results alive while the next turn waits for the model.
                     action = self._on_executed(await self._run_calls(action))
@@ -412,10 +424,17 @@ class Controller:
                         error_type=type(error).__name__, message=str(error), conflict=False
                     )
                 )
+        if self.lease is not None and self.lease.lost:
+            self.core.take_events()  # never committed: the invocation is another holder's
+            return self._lease_lost()
         outcome = await self.journal.commit(self.core.take_events())
         match outcome:
             case Committed():
                 self._confirmed = (self.invocation.step, self.invocation.tool_calls)
+                phase = self.invocation.phase
+                stopped = phase is Phase.TERMINATED or phase.paused
+                if self.lease is not None and self.lease.draining and not stopped:
+                    raise LeaseDrained(self.invocation.id)
                 return None
             case CommitFailed():
                 return await self._checkpoint_failed(outcome)
@@ -440,6 +459,21 @@ class Controller:
             steps, tool_calls = self._confirmed
         else:
             steps, tool_calls = reloaded.step, reloaded.tool_calls
+        return Outcome(
+            invocation_id=self.invocation.id,
+            reason=reason,
+            answer=None,
+            steps=steps,
+            tool_calls=tool_calls,
+            detail=detail,
+        )
+
+    def _lease_lost(self) -> Outcome:
+        """This holder lost its lease (or could not renew it): stop, record nothing."""
+        assert self.lease is not None
+        self.lease.lost = True
+        reason, detail = stop_for_lost_lease(self.lease.holder)
+        steps, tool_calls = self._confirmed
         return Outcome(
             invocation_id=self.invocation.id,
             reason=reason,

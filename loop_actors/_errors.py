@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from aggregates.decisions import ErrorClass
 
 
@@ -56,6 +58,27 @@ class InvocationExistsError(UsageError):
     def __init__(self, invocation_id: str, why: str = "already exists") -> None:
         super().__init__(f"invocation {invocation_id!r} {why}")
         self.invocation_id = invocation_id
+
+
+class LeaseHeldError(InvocationExistsError):
+    """Raised when another process holds a live lease on the invocation: it is driving it now.
+
+    Nothing was run or recorded. Wait for the lease to be released or to run out,
+    or take it over deliberately (``take_over=True``, ``resume --take-over``): the
+    holder's next append is then refused and it stops with ``lease_lost``.
+    """
+
+    def __init__(self, invocation_id: str, holder: str, expires_at: datetime, seconds_left: float):
+        LoopActorsError.__init__(
+            self,
+            f"invocation {invocation_id!r} is being driven by {holder}; its lease runs until "
+            f"{expires_at:%Y-%m-%d %H:%M:%S} UTC (in {max(0.0, seconds_left):.0f} s): wait for "
+            "it to stop, or resume with --take-over (take_over=True) to fence it off",
+        )
+        self.invocation_id = invocation_id
+        self.holder = holder
+        self.expires_at = expires_at
+        self.seconds_left = seconds_left
 
 
 class ScriptExhaustedError(LoopActorsError):

@@ -27,6 +27,17 @@ from aggregates.effect import (
 from aggregates.errors import AggregateError
 from aggregates.ids import invocation_id_problem
 from aggregates.invocation import Invocation, InvocationEvent, Phase
+from aggregates.lease import (
+    DEFAULT_LEASE_S,
+    DRAINED,
+    HolderKind,
+    QueueStatus,
+    Refuse,
+    Release,
+    check_lease_s,
+    lease_is_live,
+    release_after,
+)
 from aggregates.requests import CancelRequest
 from aggregates.turn import EffectAnswered, KeptSecret, cancel_paused, settle_ended_effect
 from aggregates.values import check_text
@@ -43,12 +54,14 @@ from loop_actors._errors import (
     EffectResolutionError,
     InconsistentHistoryError,
     InvocationExistsError,
+    LeaseHeldError,
     NotWaitingError,
     StoreUnavailableError,
     UsageError,
 )
 from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._journal import Journal
+from loop_actors._leases import HeldLease, LeaseDrained, LeaseKeeper, new_holder_id
 from loop_actors._mcp import McpSessions, open_mcp_sessions, using_mcp_sessions
 from loop_actors._messages import (
     CommitFailed,
@@ -56,6 +69,7 @@ from loop_actors._messages import (
     ReconcileEffect,
 )
 from loop_actors._outcome import Outcome
+from loop_actors._queue import Claimed, open_queue
 from loop_actors._reader import StoreReader
 from loop_actors._reconciler import reconcile_effect
 from loop_actors._secrets import SecretStore
@@ -193,6 +207,22 @@ async def _close_checkpointer(checkpointer: Checkpointer) -> None:
         await trio.to_thread.run_sync(checkpointer.close)
 
 
+LEASE_RECORD_TRIES = 20
+"""How often a takeover tries to record ``LeaseAcquired`` while the previous holder appends."""
+
+LEASE_RECORD_BACKOFF_S = 0.05
+
+
+def _queue_target(store: EventStore) -> str:
+    """Where a store's work queue lives: its SQLite file, a private in-memory database, its URL."""
+    if store.url.kind == "sqlite":
+        assert store.url.path is not None
+        return str(store.url.path)
+    if store.url.kind == "memory":
+        return ":memory:"  # only this process sees a memory:// store, and its queue
+    return store.url.url
+
+
 class Runtime:
     """Runs agents against an event store.
 
@@ -212,6 +242,7 @@ class Runtime:
         checkpoint_dir: str | os.PathLike[str] | None = None,
         checkpoint_key: str | os.PathLike[str] | None = None,
         checkpoint_every: int | None = None,
+        lease_s: float = DEFAULT_LEASE_S,
     ) -> None:
         """Prepare a runtime on ``db_url`` (default: ``$LOOP_ACTORS_DB`` or ``sqlite:///loop-actors.db``).
 
@@ -223,10 +254,15 @@ class Runtime:
         file ``checkpoint_key`` (default ``$LOOP_ACTORS_CHECKPOINT_KEY``) when one is
         given. See docs/how-to/keep-checkpoints-outside-the-store.md.
 
+        ``lease_s``: how long the lease on an invocation this runtime drives lasts
+        without a heartbeat (renewed every third of it); another process may take the
+        invocation over once it ran out.
+
         Raises:
             StoreUrlError: the URL is malformed.
             UsageError: ``checkpoint_every`` is not a whole number of at least 1, or a
-                checkpoint key or interval is given without a directory.
+                checkpoint key or interval is given without a directory; ``lease_s``
+                is not a number of seconds, at least 1.
         """
         self.db_url = resolve_db_url(db_url)
         StoreUrl.parse(self.db_url)
@@ -236,6 +272,17 @@ class Runtime:
         """Where checkpoints are written (None: nowhere)."""
         self.checkpointer: Checkpointer | None = None
         """The checkpoint writer, while the runtime is open with checkpoints."""
+        problem = check_lease_s(lease_s)
+        if problem is not None:
+            raise UsageError(problem)
+        self.lease_s = float(lease_s)
+        self._holder_kind = HolderKind.RUN
+        self._holder_agents: list[str] = []
+        self._holder_concurrency = 1
+        self._reap = False
+        self.holder_id = new_holder_id(HolderKind.RUN)
+        """This runtime's name as a lease holder (``kind:host:pid:random``)."""
+        self._leases: LeaseKeeper | None = None
         self._now = now
         self._store: EventStore | None = None
         self._journal: Journal | None = None
@@ -275,7 +322,29 @@ class Runtime:
             if self.follow_projections:
                 runner = await trio.to_thread.run_sync(open_runner, store, self.views)
                 stack.callback(runner.close)  # after the nursery: the follower has stopped
+            queue = await trio.to_thread.run_sync(
+                partial(
+                    open_queue,
+                    store.url.kind,
+                    _queue_target(store),
+                    lock_wait_s=store.url.lock_wait_s,
+                )
+            )
+            stack.callback(queue.close)  # after the nursery: the heartbeat has stopped
             nursery = await stack.enter_async_context(trio.open_nursery())
+            leases = LeaseKeeper(
+                queue,
+                holder=self.holder_id,
+                kind=self._holder_kind,
+                lease_s=self.lease_s,
+                agents=self._holder_agents,
+                concurrency=self._holder_concurrency,
+                reap=self._reap,
+                nursery=nursery,
+            )
+            heartbeat: trio.CancelScope = await nursery.start(leases.run_heartbeat)
+            stack.callback(heartbeat.cancel)
+            stack.push_async_callback(leases.aclose)  # deregistered before the heartbeat stops
             committed: trio.MemorySendChannel[None] | None = None
             if runner is not None:
                 # A buffer of one: a pending wake-up already covers every later commit.
@@ -311,6 +380,7 @@ class Runtime:
         self._store, self._journal, self._exit_stack = store, journal, stack
         self.checkpointer = checkpointer
         self._reader = reads
+        self._leases = leases
         self._mcp = mcp_sessions
         return self
 
@@ -328,6 +398,7 @@ class Runtime:
         stack, self._exit_stack = self._exit_stack, None
         self._store = self._journal = None
         self._mcp = None
+        self._leases = None
         self.projections = None
         self.checkpointer = None
         if stack is None:
@@ -414,9 +485,10 @@ class Runtime:
             return await self._existing_outcome(invocation, created)
 
         fault_point(CrashPoint.AFTER_START_COMMIT)
+        lease = self._lease_keeper().hold_new(invocation.id, agent.name)
         # A new invocation has no earlier cancel request; a later one reaches it through
         # this runtime's watcher.
-        return await self._drive(invocation, agent, journal, fresh=True)
+        return await self._drive_leased(invocation, agent, journal, lease, fresh=True)
 
     async def resume(
         self,
@@ -425,8 +497,16 @@ class Runtime:
         *,
         allow_catalogue_change: bool = False,
         allow_settings_change: bool = False,
+        take_over: bool = False,
     ) -> Outcome:
         """Continue an invocation from its committed events, after a crash or a pause.
+
+        The resume holds the invocation's lease while it drives it. While another
+        process holds a live lease on it (a worker, or a run still going), the resume
+        is refused with :class:`LeaseHeldError`, unless ``take_over``: then the
+        holder is fenced off (``LeaseAcquired`` is recorded, so its next append is
+        refused and it stops ``lease_lost``). A holder whose process is gone from this
+        machine is taken over at once.
 
         A run that stopped ``checkpoint_failed`` recorded nothing after its last
         commit, so it is resumed like one that crashed there.
@@ -443,6 +523,7 @@ class Runtime:
         Raises:
             InvocationNotFoundError: no such invocation.
             UsageError: ``agent`` is not the agent that started it.
+            LeaseHeldError: another process holds a live lease on it (nothing ran).
             CatalogueChangedError: a tool it used was removed or its schema changed,
                 unless ``allow_catalogue_change``.
             SettingsChangedError: the agent's approval rules changed, unless
@@ -469,9 +550,12 @@ class Runtime:
                     agent,
                     allow_catalogue_change=allow_catalogue_change,
                     allow_settings_change=allow_settings_change,
+                    take_over=take_over,
                 )
         journal = self._journal
         assert journal is not None
+        if invocation_id in self._running:
+            raise InvocationExistsError(invocation_id, "is already running in this runtime")
         invocation = await self._reads().invocation(invocation_id)
         if invocation.agent_name != agent.name:
             raise UsageError(
@@ -484,8 +568,13 @@ class Runtime:
             return Outcome.of(invocation)
         if not allow_catalogue_change:
             check_catalogue(invocation.tools, agent.toolbox)
-        self._follow_settings(invocation, agent, allow_change=allow_settings_change)
-        return await self._drive(invocation, agent, journal)
+        invocation, lease = await self._take_lease(invocation, journal, take_over=take_over)
+        try:
+            self._follow_settings(invocation, agent, allow_change=allow_settings_change)
+        except BaseException:
+            await self._lease_keeper().release(lease, DRAINED)
+            raise
+        return await self._drive_leased(invocation, agent, journal, lease)
 
     def _follow_settings(self, invocation: Invocation, agent: Agent, *, allow_change: bool) -> None:
         """Check the agent against the recorded settings; record a change if it is allowed.
@@ -707,6 +796,10 @@ class Runtime:
                     f"invocation {invocation_id} changed meanwhile; look at it again"
                 )
             raise StoreUnavailableError(f"{outcome.error_type}: {outcome.message}")
+        # A worker may take it now.
+        await self._queue_status(
+            invocation_id, QueueStatus.RUNNABLE, [QueueStatus.PAUSED], invocation.agent_name
+        )
 
     def resume_sync(
         self,
@@ -715,6 +808,7 @@ class Runtime:
         *,
         allow_catalogue_change: bool = False,
         allow_settings_change: bool = False,
+        take_over: bool = False,
     ) -> Outcome:
         """Blocking :meth:`resume` for scripts (starts its own trio event loop).
 
@@ -728,6 +822,7 @@ class Runtime:
                 agent,
                 allow_catalogue_change=allow_catalogue_change,
                 allow_settings_change=allow_settings_change,
+                take_over=take_over,
             ),
             restrict_keyboard_interrupt_to_checkpoints=True,
         )
@@ -765,7 +860,12 @@ class Runtime:
             if invocation.phase is Phase.TERMINATED:
                 ended.add(invocation_id)
             if invocation.paused_for_reconciliation:
-                outcome = await self._drive(invocation, agent, journal)
+                try:
+                    invocation, lease = await self._take_lease(invocation, journal, take_over=False)
+                except LeaseHeldError:
+                    left_alone.append(invocation_id)  # another process is resuming it
+                    continue
+                outcome = await self._drive_leased(invocation, agent, journal, lease)
                 outcomes.append(outcome)
                 if not outcome.paused:
                     settled += len(effects)
@@ -840,6 +940,7 @@ class Runtime:
         journal: Journal,
         *,
         fresh: bool = False,
+        lease: HeldLease | None = None,
     ) -> Outcome:
         if not fresh:
             # A cut history would ask the model again for steps already taken: refuse.
@@ -858,6 +959,7 @@ class Runtime:
             reads=self._reads(),
             secrets=self._secrets,
             now=self._now,
+            lease=lease,
         )
         if invocation.id in self._running:
             raise InvocationExistsError(invocation.id, "is already running in this runtime")
@@ -977,6 +1079,12 @@ class Runtime:
             ended = await journal.commit(invocation.take_events())
             if isinstance(ended, Committed):
                 await self._forget_secrets(invocation_id)
+                await self._queue_status(
+                    invocation_id,
+                    QueueStatus.ENDED,
+                    [QueueStatus.PAUSED, QueueStatus.RUNNABLE],
+                    invocation.agent_name,
+                )
                 return CancelResult.ENDED
             if not ended.conflict:
                 raise StoreUnavailableError(
@@ -1058,6 +1166,275 @@ class Runtime:
                 return await self.load(invocation_id)
         return await self._reads().invocation(invocation_id)
 
+    # ----------------------------------------------------------------- submission
+
+    async def submit(
+        self,
+        agent: Agent,
+        goal: str,
+        *,
+        invocation_id: str | None = None,
+        task_class: str | None = None,
+        actor: str | None = None,
+        tenant: str | None = None,
+        agent_ref: str | None = None,
+    ) -> str:
+        """Record a new invocation of ``agent`` as runnable, without running it; return its id.
+
+        Its ``InvocationStarted`` is recorded with the agent's settings, as :meth:`run`
+        records it, and the work queue gets a runnable row, which a worker serving
+        the agent claims (:class:`loop_actors.Worker`). ``agent_ref`` is the
+        ``MODULE:ATTR`` the agent is loaded from, kept with the row for operators.
+        Submitting an id that exists for the same goal and agent returns that id and
+        records nothing new (a row missing after a crash is added).
+
+        Raises:
+            UsageError: a malformed argument (nothing is written).
+            InvocationExistsError: the id is taken by another goal or agent.
+            StoreUnavailableError: the store cannot be written; submitting again is safe.
+
+        Cancellation: a checkpoint until the start is handed to the Journal; after
+        that the commit is waited for. Cancelled, the invocation is recorded or not;
+        submitting again with the same id is safe.
+        """
+        if not isinstance(agent, Agent):
+            raise UsageError(f"submit() needs an Agent, got {type(agent).__name__}")
+        if not isinstance(goal, str) or not goal.strip():
+            raise UsageError("the goal must be a non-empty string")
+        if invocation_id is not None:
+            check_invocation_id(invocation_id)
+        _check_texts(
+            goal=goal,
+            invocation_id=invocation_id,
+            task_class=task_class,
+            actor=actor,
+            tenant=tenant,
+            agent_ref=agent_ref,
+        )
+        if self._exit_stack is None:
+            async with self:
+                return await self.submit(
+                    agent,
+                    goal,
+                    invocation_id=invocation_id,
+                    task_class=task_class,
+                    actor=actor,
+                    tenant=tenant,
+                    agent_ref=agent_ref,
+                )
+        journal = self._journal
+        assert journal is not None
+        invocation = Invocation.start(
+            invocation_id=invocation_id or uuid4().hex,
+            goal=goal,
+            agent_name=agent.name,
+            agent_version=agent.version,
+            catalogue_digest=agent.toolbox.catalogue_digest,
+            tools=agent.toolbox.specs,
+            budget=agent.budget,
+            settings=agent.settings,
+            task_class=task_class if task_class is not None else agent.task_class,
+            actor=actor,
+            tenant=tenant,
+            at=self._now(),
+        )
+        status = QueueStatus.RUNNABLE
+        created = await journal.commit(invocation.take_events())
+        if isinstance(created, CommitFailed):
+            if not created.conflict:
+                raise StoreUnavailableError(
+                    f"cannot record the invocation: {created.error_type}: {created.message}; "
+                    "nothing was recorded, submit again"
+                )
+            existing = await self._reads().invocation(invocation.id)
+            if existing.goal != goal or existing.agent_name != agent.name:
+                raise InvocationExistsError(
+                    invocation.id, "already exists for another goal or agent"
+                )
+            if existing.phase is Phase.TERMINATED:
+                status = QueueStatus.ENDED
+            elif existing.phase.paused:
+                status = QueueStatus.PAUSED
+        leases = self._lease_keeper()
+        try:
+            await leases.call(
+                leases.queue.enqueue, invocation.id, agent.name, agent_ref=agent_ref, status=status
+            )
+        except StoreUnavailableError as error:
+            raise StoreUnavailableError(
+                f"invocation {invocation.id} is recorded but not queued ({error}); submit it "
+                "again with the same id"
+            ) from error
+        return invocation.id
+
+    # ----------------------------------------------------------------- leases
+
+    def _lease_keeper(self) -> LeaseKeeper:
+        assert self._leases is not None, "the runtime is not open"
+        return self._leases
+
+    async def _queue_status(
+        self,
+        invocation_id: str,
+        status: QueueStatus,
+        only_from: list[QueueStatus],
+        agent_name: str,
+    ) -> None:
+        """Move the queue row of an invocation nobody drives (after an approval, a cancel).
+
+        An invocation with no row yet (copied from another store, or recorded before the
+        queue) gets one, unheld: nobody drives a paused invocation, so a later resume or
+        worker has nobody to fence off.
+        """
+        leases = self._lease_keeper()
+        queue = leases.queue
+        try:
+            if not await leases.call(queue.set_status, invocation_id, status, only_from=only_from):
+                await leases.call(queue.enqueue, invocation_id, agent_name, status=status)
+        except StoreUnavailableError:
+            log.warning(
+                "invocation %s is recorded, but its queue row could not be made %s; "
+                "submit it again with its id to queue it",
+                invocation_id,
+                status.value,
+                exc_info=True,
+            )
+
+    async def _take_lease(
+        self, invocation: Invocation, journal: Journal, *, take_over: bool
+    ) -> tuple[Invocation, HeldLease]:
+        """Take the lease of an invocation to drive it; record ``LeaseAcquired`` when it fences.
+
+        Raises:
+            LeaseHeldError: another process holds a live lease on it.
+            InvocationExistsError: another process took it over meanwhile.
+            StoreUnavailableError: the lease cannot be taken or recorded.
+        """
+        leases = self._lease_keeper()
+        taken = await leases.acquire(invocation.id, invocation.agent_name, take_over=take_over)
+        if isinstance(taken, Refuse):
+            raise LeaseHeldError(
+                invocation.id,
+                taken.holder,
+                datetime.fromtimestamp(taken.expires_at, UTC),
+                taken.seconds_left,
+            )
+        lease, verdict = taken
+        if not verdict.record:
+            return invocation, lease
+        try:
+            recorded = await self._record_lease(invocation, journal, lease, verdict.taken_from)
+        except BaseException:
+            await leases.release(lease, DRAINED)
+            raise
+        if recorded is None:
+            leases.forget(lease)
+            raise InvocationExistsError(
+                invocation.id, "was taken over by another process meanwhile"
+            )
+        return recorded, lease
+
+    async def _record_lease(
+        self, invocation: Invocation, journal: Journal, lease: HeldLease, taken_from: str | None
+    ) -> Invocation | None:
+        """Append ``LeaseAcquired``, reloading while the previous holder still appends.
+
+        Returns the invocation with it (or terminated meanwhile: nothing is recorded
+        then), or None when the stream already holds a newer lease (this one is lost).
+        """
+        for attempt in range(LEASE_RECORD_TRIES):
+            if invocation.phase is Phase.TERMINATED:
+                return invocation
+            if invocation.lease_epoch >= lease.epoch:
+                return None
+            invocation.acquire_lease(
+                lease.holder, lease.epoch, at=self._now(), taken_from=taken_from
+            )
+            outcome = await journal.commit(invocation.take_events())
+            if isinstance(outcome, Committed):
+                return invocation
+            if not outcome.conflict:
+                raise StoreUnavailableError(
+                    f"cannot record the lease of {invocation.id}: {outcome.error_type}: "
+                    f"{outcome.message}"
+                )
+            # The previous holder appended meanwhile; it stops at its next step.
+            await trio.sleep(LEASE_RECORD_BACKOFF_S * (attempt + 1))
+            invocation = await self._reads().invocation(invocation.id)
+        raise StoreUnavailableError(
+            f"cannot record the lease of {invocation.id}: its previous holder keeps appending"
+        )
+
+    async def _drive_leased(
+        self,
+        invocation: Invocation,
+        agent: Agent,
+        journal: Journal,
+        lease: HeldLease,
+        *,
+        fresh: bool = False,
+    ) -> Outcome:
+        """Drive an invocation under a held lease, and leave the queue row as the run ended."""
+        leases = self._lease_keeper()
+        if invocation.phase is Phase.TERMINATED:
+            leases.release_soon(lease, Release(status=QueueStatus.ENDED))
+            return Outcome.of(invocation)
+        if invocation.phase.paused and not invocation.paused_for_reconciliation:
+            leases.release_soon(lease, Release(status=QueueStatus.PAUSED))
+            return Outcome.of(invocation)
+        try:
+            outcome = await self._drive(invocation, agent, journal, fresh=fresh, lease=lease)
+        except LeaseDrained:
+            leases.release_soon(lease, DRAINED)
+            raise
+        except trio.Cancelled:
+            # Cancelled by the caller, the run recorded ``cancelled``; abandoned, nothing.
+            ended = Release(status=QueueStatus.ENDED)
+            leases.release_soon(lease, DRAINED if lease.abandoned else ended)
+            raise
+        except Exception as error:
+            # A person must look (a cut history, a bug): no worker takes it again by itself.
+            note = f"{type(error).__name__}: {error}"
+            leases.release_soon(lease, Release(status=QueueStatus.PAUSED), note=note)
+            raise
+        except BaseException:
+            leases.release_soon(lease, DRAINED)
+            raise
+        release = release_after(outcome.reason)
+        if release is None:
+            leases.forget(lease)
+        else:
+            detail = outcome.detail if release.status is QueueStatus.RUNNABLE else None
+            leases.release_soon(lease, release, note=detail)
+        return outcome
+
+    async def _drive_claim(self, lease: HeldLease, claim: Claimed, agent: Agent) -> Outcome | None:
+        """Drive an invocation a worker claimed (None: it could not be driven; its row says why)."""
+        journal = self._journal
+        assert journal is not None
+        leases = self._lease_keeper()
+        try:
+            invocation = await self._reads().invocation(claim.invocation_id)
+            if claim.record:
+                recorded = await self._record_lease(invocation, journal, lease, claim.taken_from)
+                if recorded is None:
+                    leases.forget(lease)
+                    return None
+                invocation = recorded
+            if invocation.agent_name != agent.name:
+                raise UsageError(
+                    f"invocation {invocation.id} was started by agent {invocation.agent_name!r}"
+                )
+            if invocation.phase is not Phase.TERMINATED:
+                check_catalogue(invocation.tools, agent.toolbox)
+                self._follow_settings(invocation, agent, allow_change=False)
+        except Exception as error:
+            log.warning("cannot drive %s: %s", claim.invocation_id, error)
+            note = f"{type(error).__name__}: {error}"
+            await leases.release(lease, Release(status=QueueStatus.PAUSED), note=note)
+            return None
+        return await self._drive_leased(invocation, agent, journal, lease)
+
     # ----------------------------------------------------------------- helpers
 
     def _reads(self) -> StoreReader:
@@ -1076,8 +1453,16 @@ class Runtime:
         try:
             return Outcome.of(existing)
         except ValueError:
-            raise InvocationExistsError(
-                requested.id,
-                "exists and has not stopped: it may still be running in another process; "
-                "resume it only if it is not (else wait for it to end, or cancel it)",
-            ) from None
+            pass
+        queue = self._lease_keeper().queue
+        row = await self._lease_keeper().call(queue.row, requested.id)
+        now = await self._lease_keeper().call(queue.now)
+        if row is not None and row.holder is not None and lease_is_live(row, now):
+            raise LeaseHeldError(
+                requested.id, row.holder, datetime.fromtimestamp(row.due_at, UTC), row.due_at - now
+            )
+        raise InvocationExistsError(
+            requested.id,
+            "exists and has not stopped, and no process holds its lease: resume it "
+            "(loop-actors resume ID --agent MODULE:ATTR)",
+        )

@@ -94,6 +94,22 @@ def test_a_run_completes_when_awaited_from_asyncio(tmp_path: Path) -> None:
     assert trio_threads() == []
 
 
+def test_an_invocation_submitted_from_asyncio_is_runnable_and_resumed_there(
+    tmp_path: Path,
+) -> None:
+    async def main() -> tuple[str, Outcome]:
+        async with asyncio.timeout(TIMEOUT_S), AsyncioRuntime(db(tmp_path)) as runtime:
+            submitted = await runtime.submit(doubling_agent(), "double 21", invocation_id="sub")
+            # Nothing holds its lease: a resume (or a worker) drives it.
+            outcome = await runtime.resume("sub", doubling_agent(), take_over=False)
+        return submitted, outcome
+
+    submitted, outcome = asyncio.run(main())
+    assert submitted == "sub"
+    assert (outcome.reason, outcome.answer) == (TerminalReason.COMPLETED, "42")
+    assert trio_threads() == []
+
+
 def test_many_concurrent_runs_complete_on_one_runtime(tmp_path: Path) -> None:
     async def main() -> list[Outcome]:
         async with asyncio.timeout(TIMEOUT_S), AsyncioRuntime(db(tmp_path)) as runtime:

@@ -308,8 +308,8 @@ def test_run_writes_checkpoints_with_the_options_or_the_environment(tmp_path: Pa
         ([], {"LOOP_ACTORS_CHECKPOINT_DIR": "cps", "LOOP_ACTORS_CHECKPOINT_EVERY": "x"}, "whole"),
     ):
         # A subprocess: the agent module is this checkout's tests package.
-        env = {**(env or {}), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-        refused = run_cli(*agent, *args, cwd=tmp_path, db="sqlite:///new.db", env=env)
+        here = {**(env or {}), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        refused = run_cli(*agent, *args, cwd=tmp_path, db="sqlite:///new.db", env=here)
         assert refused.returncode == 2, (args, refused.stderr)
         assert message in refused.stderr
         assert not (tmp_path / "new.db").exists()

@@ -24,6 +24,11 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
         ("resume_check.py", ["--writes", "3", "--others", "0,5", "--reps", "1"], "scan/indexed"),
         ("mcp_sessions.py", ["--reps", "1"], "ratio per-call/one-session"),
         ("eval_report.py", ["--n", "3", "--reps", "1"], "ratio eval_html/report"),
+        (
+            "workers.py",
+            ["--n", "4", "--delay", "0.01", "--workers", "1", "--concurrency", "2", "--kill"],
+            "recovery after SIGKILL",
+        ),
     ],
 )
 def test_a_benchmark_runs_and_prints_its_figures(

@@ -288,7 +288,8 @@ def test_cli_run_exits_2_when_the_agent_cannot_be_loaded(tmp_path: Path) -> None
 
 PAY_GOAL = "Pay bob 30 and carol 20"
 PAID = "bob 30 paid (R-0001); carol 20 paid (R-0002)"
-RESUMED = ["completed", PAID, "steps=2 tool_calls=2 events=6 id=pay-1"]
+RESUMED = ["completed", PAID, "steps=2 tool_calls=2 events=7 id=pay-1"]
+"""Seven events: the resume's ``LeaseAcquired`` took the killed run's lease over."""
 
 
 def _service(tmp_path: Path) -> list[tuple[str, int, int]]:
@@ -395,7 +396,7 @@ def test_cli_resume_pauses_while_the_service_is_down_and_the_sweeper_finishes(
         "the outcome of a write is unknown and its service cannot be asked: "
         f"eff-f3844000a0f768b7894886465c4e739b4c77b301 (pay): {down}; "
         f"eff-e23a744300dc855306aaee01ba1a426fe79a5003 (pay): {down}",
-        "steps=1 tool_calls=2 events=4 id=pay-2",
+        "steps=1 tool_calls=2 events=5 id=pay-2",  # with the resume's LeaseAcquired
     ]
 
     sweep = ("reconcile", "--agent", "payments_agent:agent")
@@ -459,7 +460,10 @@ def test_cli_resume_refuses_a_changed_tool_unless_allowed(tmp_path: Path) -> Non
     _crash("pay-1", PAY_GOAL, tmp_path, at="after_results_commit:1")
     (tmp_path / "changed_payments.py").write_text(CHANGED_AGENT)
     resume = ("resume", "pay-1", "--agent", "changed_payments:agent")
-    env = {"PYTHONPATH": str(tmp_path)}
+    # The changed agent's folder first; the code under test stays importable as it was.
+    env = {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    }
     refused = _cli(*resume, tmp_path=tmp_path, cwd=EXAMPLES, env=env)
     assert refused.returncode == 2
     assert refused.stderr == (
@@ -1060,6 +1064,27 @@ def test_eval_example_passes_then_the_tight_agent_breaks_the_write_case(tmp_path
     diff = json.loads((tmp_path / "diff.json").read_text())
     assert diff["cases"][0]["case_id"] == "tells-the-customer"
     assert diff["cases"][0]["flip"] == "broke"
+
+
+TESTED_EXAMPLES.add("ticket_workers.py")
+
+
+def test_two_workers_drive_every_submitted_job_once_and_a_second_run_claims_nothing(
+    tmp_path: Path,
+) -> None:
+    expected = ["claimed by both workers: 20", "completed: 20", "ticket-03: ticket 3 is closed"]
+    assert _lines(_run_example("ticket_workers.py", tmp_path)) == expected
+    again = _lines(_run_example("ticket_workers.py", tmp_path))
+    # Submitting the same ids records nothing new; every job has ended: nothing is claimed.
+    assert again == ["claimed by both workers: 0", "completed: 0", "ticket-03: ticket 3 is closed"]
+    with closing(sqlite3.connect(tmp_path / "docs.db")) as db:
+        starts = db.execute(
+            "SELECT COUNT(*), COUNT(DISTINCT originator_id) FROM stored_events"
+            " WHERE topic LIKE '%InvocationStarted'"
+        ).fetchone()
+        statuses = db.execute("SELECT DISTINCT status FROM loop_actors_queue").fetchall()
+    assert starts == (20, 20)
+    assert statuses == [("ended",)]
 
 
 TESTED_EXAMPLES.add("move_to_postgresql.py")

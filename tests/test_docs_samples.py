@@ -49,6 +49,8 @@ NOT_RUN = {
     "docs/how-to/query-read-models.md": "reads the store the other how-tos left behind",
     "docs/how-to/cancel-a-running-invocation.md": "cancels ask-4, started on another page",
     "docs/reference/cli.md": "a reference of outputs seen on other pages",
+    "docs/how-to/run-workers.md": "starts workers that run until stopped "
+    "(tests/scenarios/test_workers.py runs these stories)",
     "docs/reference/audit-format.md": "tampers with a store by hand first",
     "docs/reference/testing-crash-points.md": "runs the test suite",
     "README.md": "prints a random invocation id (the same command runs in the tutorial test)",

@@ -15,6 +15,7 @@ from loop_actors import (
     Agent,
     ErrorClass,
     InvocationExistsError,
+    LeaseHeldError,
     ModelRequest,
     Runtime,
     ScriptedModel,
@@ -260,7 +261,16 @@ async def test_the_slower_of_two_workers_on_one_invocation_ends_lease_lost_and_r
 
         nursery.start_soon(run_a)
         await a_is_asking.wait()
-        outcomes["b"] = await b.resume("one", Agent("w", ScriptedModel(fast)))
+        written = a._lease_keeper().held["one"].row_written
+        assert written is not None
+        await written.wait()  # A's queue row is written soon after its start
+        # A holds a live lease: a plain resume is refused, naming the holder.
+        with pytest.raises(LeaseHeldError) as refused:
+            await b.resume("one", Agent("w", ScriptedModel(fast)))
+        assert refused.value.holder == a.holder_id
+        assert 0 < refused.value.seconds_left <= a.lease_s
+        # Taken over deliberately: B fences A off and finishes first.
+        outcomes["b"] = await b.resume("one", Agent("w", ScriptedModel(fast)), take_over=True)
         release_a.set()
     assert outcomes["b"].reason is TerminalReason.COMPLETED
     assert outcomes["b"].answer == "from B"
@@ -270,9 +280,12 @@ async def test_the_slower_of_two_workers_on_one_invocation_ends_lease_lost_and_r
     history = await Runtime(db_url).history("one")
     assert [type(event).__name__ for event in history] == [
         "InvocationStarted",
+        "LeaseAcquired",
         "DecisionProposed",
         "Terminated",
     ]
+    assert history[1].worker_id == b.holder_id  # type: ignore[attr-defined]
+    assert history[1].taken_from == a.holder_id  # type: ignore[attr-defined]
     assert "from A" not in repr(history)
 
 

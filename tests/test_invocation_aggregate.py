@@ -40,6 +40,7 @@ from aggregates.invocation import (
     InvocationSnapshot,
     InvocationStarted,
     InvocationState,
+    LeaseAcquired,
     Paused,
     ResultsCommitted,
     SettingsChanged,
@@ -358,6 +359,8 @@ def _fire(inv: Invocation, event_type: type[InvocationEvent]) -> None:
         inv.fail_verification("wrong", at=AT)
     elif event_type is SettingsChanged:
         inv.change_settings(Budget(max_steps=9), RunSettings(), at=AT)
+    elif event_type is LeaseAcquired:
+        inv.acquire_lease("worker-b", inv.lease_epoch + 1, at=AT)
     elif event_type is Terminated:
         inv.terminate(TerminalReason.CANCELLED, at=AT)
     else:
@@ -520,3 +523,24 @@ def test_random_orders_of_every_kind_of_event_apply_or_change_nothing(
     assert rebuilt is not None
     assert snapshot(rebuilt)[:-1] == snapshot(inv)[:-1]
     assert rebuilt.phase is inv.phase
+
+
+def test_a_lease_epoch_that_does_not_grow_is_refused_and_changes_nothing() -> None:
+    inv = _in_phase(Phase.DISPATCHED)
+    inv.acquire_lease("worker-a", 3, at=AT)
+    before = snapshot(inv)
+    for stale in (3, 2, 0, -1):  # the same epoch again, older ones, nonsense
+        with pytest.raises(IllegalTransitionError):
+            inv.acquire_lease("worker-b", stale, at=AT)
+        assert snapshot(inv) == before
+    with pytest.raises(IllegalTransitionError):
+        inv.acquire_lease("", 4, at=AT)  # no worker id
+    inv.acquire_lease("worker-b", 4, at=AT, taken_from="worker-a")
+    assert (inv.lease_holder, inv.lease_epoch, inv.phase) == ("worker-b", 4, Phase.DISPATCHED)
+
+
+def test_a_lease_survives_a_snapshot() -> None:
+    inv = _in_phase(Phase.READY)
+    inv.acquire_lease("worker-a", 2, at=AT)
+    restored = InvocationSnapshot.take(inv).mutate(None)
+    assert (restored.lease_holder, restored.lease_epoch) == ("worker-a", 2)

@@ -390,7 +390,9 @@ def test_agent_tools_may_be_any_iterable_of_tools() -> None:
     assert sorted(agent.toolbox.tools) == ["_single_function", "lookup"]
 
 
-def test_starting_an_id_that_has_not_stopped_says_it_may_still_be_running(project: Path) -> None:
+def test_starting_an_id_that_has_not_stopped_and_nobody_drives_says_resume_it(
+    project: Path,
+) -> None:
     """Bad input: ``run --id X`` again while X never stopped (killed after its start)."""
     crashed = run_cli(
         "run", "agents:answering", "--goal", "g", "--id", "x",
@@ -400,8 +402,7 @@ def test_starting_an_id_that_has_not_stopped_says_it_may_still_be_running(projec
     assert crashed.returncode < 0  # killed
     again = run_cli("run", "agents:answering", "--goal", "g", "--id", "x", cwd=project)
     assert again.returncode == 2
-    assert "may still be running in another process" in again.stderr
-    assert "resume it only if it is not" in again.stderr
+    assert "no process holds its lease: resume it" in again.stderr
 
 
 async def test_run_of_an_id_another_runtime_is_driving_raises_invocation_exists(
@@ -417,11 +418,16 @@ async def test_run_of_an_id_another_runtime_is_driving_raises_invocation_exists(
         return {"kind": "final", "answer": "done"}
 
     agent = Agent("slow", ScriptedModel(slow))
+    first = Runtime(db_url)
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(lambda: Runtime(db_url).run(agent, "g", invocation_id="x"))
+            nursery.start_soon(lambda: first.run(agent, "g", invocation_id="x"))
             await started.wait()
-            with pytest.raises(InvocationExistsError, match="may still be running"):
+            written = first._lease_keeper().held["x"].row_written
+            assert written is not None
+            await written.wait()  # its queue row is written soon after its start
+            # A LeaseHeldError, which is an InvocationExistsError naming the holder.
+            with pytest.raises(InvocationExistsError, match="is being driven by run:"):
                 await Runtime(db_url).run(agent, "g", invocation_id="x")
             release.set()
 

@@ -1,0 +1,405 @@
+"""Holding leases from trio: the queue's one thread, the heartbeat, and what a run is told.
+
+A :class:`LeaseKeeper` belongs to one Runtime (a worker's, or a plain run's). It
+registers the process as a holder, takes and gives back leases, and renews them
+on a heartbeat. Each lease it holds is a :class:`HeldLease`, which the
+Controller of that invocation consults: before each commit (a lost lease
+commits nothing), before starting tool calls (a lease that could not be renewed
+starts no write) and after each commit (a holder that shuts down stops there).
+The rules are :mod:`aggregates.lease`'s; this module only does the I/O.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache, partial
+from pathlib import Path
+from typing import Any, TypeVar
+from uuid import uuid4
+
+import trio
+
+from aggregates.lease import (
+    HolderKind,
+    HolderRow,
+    Refuse,
+    Release,
+    Take,
+    heartbeat_every,
+    holder_gone,
+    may_start_calls,
+)
+from loop_actors._queue import Claimed, WorkQueue
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class LeaseDrained(Exception):
+    """Raised by a run at a commit when its holder is shutting down: it stops there.
+
+    Nothing is lost: the invocation stands at that commit, its lease is given
+    back, and another worker (or a resume) continues from there.
+    """
+
+
+@dataclass
+class HeldLease:
+    """One lease this process holds, as the run of that invocation sees it."""
+
+    invocation_id: str
+    holder: str
+    epoch: int
+    lease_s: float
+    valid_until: float
+    """Until when the lease surely runs (this process's monotonic clock)."""
+    lost: bool = False
+    """The heartbeat found it taken over (or the row gone): commit nothing more."""
+    draining: bool = False
+    """The holder shuts down: stop after the next commit."""
+    abandoned: bool = False
+    """The holder stops at once: a cancelled run records nothing (another takes it over)."""
+    row_written: trio.Event | None = None
+    """For a new invocation: set once its queue row was written (or could not be)."""
+    row_missing: bool = False
+    """Its queue row could not be written yet (the store failed): the heartbeat tries again."""
+    agent_name: str = ""
+
+    def may_start_calls(self) -> bool:
+        """Whether a tool call may start now: the lease is held and was renewed recently."""
+        return not self.lost and may_start_calls(
+            now=time.monotonic(), valid_until=self.valid_until, lease_s=self.lease_s
+        )
+
+
+@cache
+def machine_identity() -> str:
+    """Host, boot and pid namespace: processes with the same identity can see each other's pids."""
+    boot = ""
+    with contextlib.suppress(OSError):
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    namespace = ""
+    with contextlib.suppress(OSError):
+        namespace = str(os.stat("/proc/self/ns/pid").st_ino)
+    return f"{socket.gethostname()}/{boot}/{namespace}"
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (None where /proc does not say)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces: split after it.
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def process_start(pid: int) -> str | None:
+    """When a process started, as the kernel counts it (None where /proc does not say)."""
+    fields = _stat_fields(pid)
+    return fields[19] if fields is not None and len(fields) > 19 else None  # field 22
+
+
+def process_alive(pid: int, started: str | None) -> bool:
+    """Whether process ``pid`` (which started at ``started``, when known) still runs.
+
+    A zombie (killed, not yet waited for by its parent) is not alive.
+    """
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, as another user
+    fields = _stat_fields(pid)
+    if fields is None:
+        return True  # no /proc: the signal check is all there is
+    if fields[0] in ("Z", "X"):  # field 3, the state: zombie or dead
+        return False
+    return started is None or len(fields) <= 19 or fields[19] == started
+
+
+def is_gone(holder: HolderRow | None, now: float) -> bool:
+    """Whether a registered holder is gone, as this machine can tell."""
+    if holder is None:
+        return False
+    same = holder.machine == machine_identity()
+    alive = process_alive(holder.pid, holder.pid_start) if same else True
+    return holder_gone(holder, now=now, same_machine=same, process_alive=alive)
+
+
+def new_holder_id(kind: HolderKind) -> str:
+    """A holder id that says where it runs: ``worker:HOST:PID:RANDOM``."""
+    return f"{kind.value}:{socket.gethostname()}:{os.getpid()}:{uuid4().hex[:8]}"
+
+
+@dataclass
+class LeaseKeeper:
+    """The leases of one Runtime: taken, renewed on a heartbeat, given back."""
+
+    queue: WorkQueue
+    holder: str
+    kind: HolderKind
+    lease_s: float
+    agents: list[str] = field(default_factory=list)
+    concurrency: int = 1
+    held: dict[str, HeldLease] = field(default_factory=dict)
+    reap: bool = False
+    """Expire the leases of holders that are gone, at each heartbeat (workers do)."""
+    nursery: trio.Nursery | None = None
+    """Where background releases run (the runtime's)."""
+    _registered: bool = False
+    _unreleased: dict[str, tuple[HeldLease, Release, str | None]] = field(default_factory=dict)
+    """Releases that failed (the store did not answer): tried again at each heartbeat, at close."""
+    _limiter: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(1))
+    _failures: int = 0
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a queue operation in the queue's one thread."""
+        return await trio.to_thread.run_sync(partial(fn, *args, **kwargs), limiter=self._limiter)
+
+    async def register(self) -> None:
+        """Register this process as a holder (once)."""
+        if self._registered:
+            return
+        pid = os.getpid()
+        row = HolderRow(
+            holder=self.holder,
+            kind=self.kind,
+            host=socket.gethostname(),
+            machine=machine_identity(),
+            pid=pid,
+            pid_start=process_start(pid),
+            started_at=0.0,
+            heartbeat_at=0.0,
+            lease_s=self.lease_s,
+            agents=self.agents,
+            concurrency=self.concurrency,
+        )
+        await self.call(self.queue.register, row)
+        self._registered = True
+
+    async def aclose(self) -> None:
+        """Give back what could not be released yet, then deregister (bounded, shielded)."""
+        if self._unreleased:
+            with trio.move_on_after(10, shield=True):
+                await self._retry_releases()
+        if not self._registered:
+            return
+        with trio.move_on_after(5, shield=True):
+            try:
+                await self.call(self.queue.deregister, self.holder)
+            except Exception:
+                log.warning("cannot deregister holder %s", self.holder, exc_info=True)
+        self._registered = False
+
+    def _hold(self, invocation_id: str, epoch: int, sent: float) -> HeldLease:
+        lease = HeldLease(
+            invocation_id=invocation_id,
+            holder=self.holder,
+            epoch=epoch,
+            lease_s=self.lease_s,
+            valid_until=sent + self.lease_s,
+        )
+        self.held[invocation_id] = lease
+        return lease
+
+    def hold_new(self, invocation_id: str, agent_name: str) -> HeldLease:
+        """Hold the lease of an invocation this process just started; its row is written soon.
+
+        The run goes on at once. It is safe before the row exists: a process that finds
+        no row takes the lease and records ``LeaseAcquired``, which fences this run off
+        (its next append is refused). If the row cannot be written (another process
+        wrote one first), the lease is lost: the run commits nothing more.
+        """
+        lease = self._hold(invocation_id, 0, time.monotonic())
+        lease.row_written = trio.Event()
+        assert self.nursery is not None
+        self.nursery.start_soon(self._write_new_row, lease, agent_name)
+        return lease
+
+    async def _write_new_row(self, lease: HeldLease, agent_name: str) -> None:
+        assert lease.row_written is not None
+        lease.agent_name = agent_name
+        try:
+            await self.register()
+            await self._insert_row(lease)
+        except Exception:
+            # Not lost: whoever finds no row takes the lease and records it, which fences
+            # this run off; the heartbeat writes the row once the store answers.
+            lease.row_missing = True
+            log.warning(
+                "cannot write the queue row of %s yet; the heartbeat tries again",
+                lease.invocation_id,
+                exc_info=True,
+            )
+        finally:
+            lease.row_written.set()
+
+    async def _insert_row(self, lease: HeldLease) -> None:
+        """Write a new invocation's row; a row that exists already means the lease is lost."""
+        made = await self.call(
+            self.queue.hold_new,
+            lease.invocation_id,
+            lease.agent_name,
+            holder=self.holder,
+            lease_s=self.lease_s,
+        )
+        lease.row_missing = False
+        if not made:
+            lease.lost = True
+            self.held.pop(lease.invocation_id, None)
+
+    async def acquire(
+        self, invocation_id: str, agent_name: str, *, take_over: bool
+    ) -> tuple[HeldLease, Take] | Refuse:
+        """Take the lease of an existing invocation, or say who holds it."""
+        await self.register()
+        sent = time.monotonic()
+        verdict = await self.call(
+            self.queue.acquire,
+            invocation_id,
+            agent_name,
+            holder=self.holder,
+            lease_s=self.lease_s,
+            take_over=take_over,
+            gone=is_gone,
+        )
+        if isinstance(verdict, Refuse):
+            return verdict
+        return self._hold(invocation_id, verdict.epoch, sent), verdict
+
+    async def claim(self, agent_names: list[str], limit: int) -> list[tuple[HeldLease, Claimed]]:
+        """Claim up to ``limit`` runnable invocations of these agents."""
+        await self.register()
+        sent = time.monotonic()
+        claimed = await self.call(
+            self.queue.claim,
+            holder=self.holder,
+            agent_names=agent_names,
+            limit=limit,
+            lease_s=self.lease_s,
+        )
+        return [(self._hold(c.invocation_id, c.epoch, sent), c) for c in claimed]
+
+    def release_soon(self, lease: HeldLease, release: Release, note: str | None = None) -> None:
+        """Stop renewing a lease and give it back in the background (the caller goes on).
+
+        A release that waits for a locked store does not hold up the run's outcome;
+        the runtime waits for it when it closes.
+        """
+        self.held.pop(lease.invocation_id, None)
+        assert self.nursery is not None
+        self.nursery.start_soon(partial(self.release, lease, release, note))
+
+    async def release(self, lease: HeldLease, release: Release, note: str | None = None) -> None:
+        """Give a lease back (bounded, shielded); a failure leaves it to expire."""
+        self.held.pop(lease.invocation_id, None)
+        with trio.move_on_after(10, shield=True):
+            if lease.row_written is not None:
+                await lease.row_written.wait()  # the release comes after the row
+            try:
+                released = await self._give_back(lease, release, note)
+            except Exception:
+                log.warning(
+                    "cannot release the lease of %s; tried again at the next heartbeat "
+                    "(else it expires in %g s)",
+                    lease.invocation_id,
+                    self.lease_s,
+                    exc_info=True,
+                )
+                self._unreleased[lease.invocation_id] = (lease, release, note)
+                return
+            if not released:
+                log.info("the lease of %s was no longer held at release", lease.invocation_id)
+
+    async def _give_back(self, lease: HeldLease, release: Release, note: str | None) -> bool:
+        if lease.row_missing:
+            # Its row was never written: write it released, so that nobody needs to fence
+            # off a run that has stopped.
+            made = await self.call(
+                self.queue.enqueue,
+                lease.invocation_id,
+                lease.agent_name,
+                status=release.status,
+            )
+            lease.row_missing = False
+            return made
+        return await self.call(
+            self.queue.release,
+            lease.invocation_id,
+            holder=self.holder,
+            epoch=lease.epoch,
+            release=release,
+            note=note,
+        )
+
+    async def _retry_releases(self) -> None:
+        for invocation_id, (lease, release, note) in list(self._unreleased.items()):
+            await self._give_back(lease, release, note)
+            del self._unreleased[invocation_id]
+
+    def forget(self, lease: HeldLease) -> None:
+        """Stop renewing a lease that was lost (another holder owns the row)."""
+        self.held.pop(lease.invocation_id, None)
+
+    async def run_heartbeat(
+        self, *, task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Renew every held lease each third of a lease; mark those found taken over lost."""
+        with trio.CancelScope() as scope:
+            task_status.started(scope)
+            while True:
+                await trio.sleep(heartbeat_every(self.lease_s))
+                await self.beat()
+
+    async def beat(self) -> None:
+        """One heartbeat: renew the held leases (and reap gone holders, for a worker)."""
+        if not self.held and not self._registered and not self._unreleased:
+            return
+        sent = time.monotonic()
+        try:
+            await self.register()
+            await self._retry_releases()
+            for lease in [lease for lease in self.held.values() if lease.row_missing]:
+                await self._insert_row(lease)
+            leases = [lease for lease in self.held.values() if not lease.row_missing]
+            kept = await self.call(
+                self.queue.renew,
+                holder=self.holder,
+                leases=[(lease.invocation_id, lease.epoch) for lease in leases],
+                lease_s=self.lease_s,
+            )
+            if self.reap:
+                reaped = await self.call(self.queue.reap, is_gone)
+                if reaped:
+                    log.warning("holders gone, their leases expired: %s", ", ".join(reaped))
+        except Exception:
+            self._failures += 1
+            if self._failures == 1 or self._failures % 30 == 0:
+                log.warning(
+                    "cannot renew %d lease(s) (%d failed heartbeats); no call starts on a "
+                    "lease that may have run out",
+                    len(self.held),
+                    self._failures,
+                    exc_info=True,
+                )
+            return
+        self._failures = 0
+        for lease in leases:
+            if lease.invocation_id in kept:
+                lease.valid_until = sent + self.lease_s
+            elif self.held.get(lease.invocation_id) is lease:
+                lease.lost = True
+                log.warning(
+                    "the lease of %s (epoch %d) was taken over; its run stops at its next step",
+                    lease.invocation_id,
+                    lease.epoch,
+                )

@@ -1,0 +1,681 @@
+"""The work queue: which invocations are runnable, who holds a lease on which, who is alive.
+
+Two tables in the store's own database, next to the events:
+
+- ``loop_actors_queue``: one row per invocation (status, holder, epoch, ``due_at``:
+  when a runnable row may be claimed, or when a claimed row's lease runs out);
+- ``loop_actors_holders``: the processes holding leases (workers and plain runs),
+  with host, pid and last heartbeat.
+
+One interface, two implementations: :class:`SQLiteQueue` (claims under SQLite's
+write lock, ``BEGIN IMMEDIATE``) and :class:`PostgresQueue` (psycopg 3, sync API;
+claims lock a fixed candidate set with ``FOR UPDATE SKIP LOCKED``). Both hand
+their rows to the rules of :mod:`aggregates.lease`; times are seconds since the
+epoch, from the database's own clock on PostgreSQL (many machines share it) and
+from this machine's on SQLite (one machine).
+
+Every method blocks: trio code reaches them through one thread (``_leases``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from aggregates.lease import (
+    HolderKind,
+    HolderRow,
+    QueueRow,
+    QueueStatus,
+    Refuse,
+    Release,
+    Take,
+    claimable,
+    decide_acquire,
+)
+from loop_actors._errors import StoreUnavailableError
+
+QUEUE_TABLE = "loop_actors_queue"
+HOLDERS_TABLE = "loop_actors_holders"
+
+_QUEUE_COLUMNS = (
+    "invocation_id, agent_name, agent_ref, status, holder, epoch, due_at, submitted_at, "
+    "updated_at, note"
+)
+_HOLDER_COLUMNS = (
+    "holder, kind, host, machine, pid, pid_start, started_at, heartbeat_at, lease_s, agents, "
+    "concurrency"
+)
+_SCHEMA = (
+    f"CREATE TABLE IF NOT EXISTS {QUEUE_TABLE} ("
+    "invocation_id TEXT PRIMARY KEY, agent_name TEXT NOT NULL, agent_ref TEXT, "
+    "status TEXT NOT NULL, holder TEXT, epoch INTEGER NOT NULL DEFAULT 0, "
+    "due_at DOUBLE PRECISION NOT NULL, submitted_at DOUBLE PRECISION NOT NULL, "
+    "updated_at DOUBLE PRECISION NOT NULL, note TEXT)",
+    f"CREATE INDEX IF NOT EXISTS {QUEUE_TABLE}_due ON {QUEUE_TABLE} (status, due_at)",
+    f"CREATE INDEX IF NOT EXISTS {QUEUE_TABLE}_holder ON {QUEUE_TABLE} (holder)",
+    f"CREATE TABLE IF NOT EXISTS {HOLDERS_TABLE} ("
+    "holder TEXT PRIMARY KEY, kind TEXT NOT NULL, host TEXT NOT NULL, machine TEXT NOT NULL, "
+    "pid INTEGER NOT NULL, pid_start TEXT, started_at DOUBLE PRECISION NOT NULL, "
+    "heartbeat_at DOUBLE PRECISION NOT NULL, lease_s DOUBLE PRECISION NOT NULL, "
+    "agents TEXT NOT NULL, concurrency INTEGER NOT NULL)",
+)
+
+CANDIDATES_PER_CLAIM = 4
+"""A claim of n rows locks at most this many times n candidates (PostgreSQL)."""
+
+GoneCheck = Callable[[HolderRow | None, float], bool]
+"""Whether a registered holder is gone (``aggregates.lease.holder_gone``, as seen from here)."""
+
+
+class Claimed(Take):
+    """A row this holder just claimed, with the lease it took."""
+
+    invocation_id: str
+    agent_name: str
+    agent_ref: str | None = None
+
+
+class _Cursor(Protocol):
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
+    def fetchall(self) -> list[Any]: ...
+    def fetchone(self) -> Any: ...
+
+    @property
+    def rowcount(self) -> int: ...
+
+
+def _queue_row(row: Sequence[Any]) -> QueueRow:
+    return QueueRow(
+        invocation_id=row[0],
+        agent_name=row[1],
+        agent_ref=row[2],
+        status=QueueStatus(row[3]),
+        holder=row[4],
+        epoch=int(row[5]),
+        due_at=float(row[6]),
+        submitted_at=float(row[7]),
+        updated_at=float(row[8]),
+        note=row[9],
+    )
+
+
+def _holder_row(row: Sequence[Any]) -> HolderRow:
+    return HolderRow(
+        holder=row[0],
+        kind=HolderKind(row[1]),
+        host=row[2],
+        machine=row[3],
+        pid=int(row[4]),
+        pid_start=row[5],
+        started_at=float(row[6]),
+        heartbeat_at=float(row[7]),
+        lease_s=float(row[8]),
+        agents=json.loads(row[9]),
+        concurrency=int(row[10]),
+    )
+
+
+def _marks(count: int) -> str:
+    return ",".join(["?"] * count)
+
+
+class WorkQueue:
+    """The queue's operations, written once over a small SQL dialect (``?`` placeholders).
+
+    Subclasses give a connection, transactions, the clock, and the locking of claims.
+    """
+
+    lock_for_update = ""
+    """What a transaction appends to a SELECT of rows it is about to change."""
+    skip_locked = ""
+    """What a claim appends to its SELECT of candidates."""
+
+    def __init__(self) -> None:
+        """Prepare the queue (subclasses connect)."""
+        self._lock = threading.Lock()
+        self._ready = False
+
+    # ----------------------------------------------------------------- plumbing
+
+    @contextlib.contextmanager
+    def _transaction(self, *, write: bool) -> Iterator[_Cursor]:
+        raise NotImplementedError
+
+    def _now(self, cursor: _Cursor) -> float:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Close the connection."""
+        raise NotImplementedError
+
+    def _ensure(self) -> None:
+        if self._ready:
+            return
+        with self._transaction(write=True) as cursor:
+            self._lock_schema(cursor)
+            for statement in _SCHEMA:
+                cursor.execute(statement)
+        self._ready = True
+
+    def _lock_schema(self, cursor: _Cursor) -> None:
+        """Make processes that create the tables at once take turns (SQLite: its write lock)."""
+
+    @contextlib.contextmanager
+    def _tx(self, *, write: bool = True) -> Iterator[tuple[_Cursor, float]]:
+        with self._lock:
+            self._ensure()
+            with self._transaction(write=write) as cursor:
+                yield cursor, self._now(cursor)
+
+    def _get(self, cursor: _Cursor, invocation_id: str, *, lock: bool) -> QueueRow | None:
+        cursor.execute(
+            f"SELECT {_QUEUE_COLUMNS} FROM {QUEUE_TABLE} WHERE invocation_id = ?"  # noqa: S608
+            + (self.lock_for_update if lock else ""),
+            (invocation_id,),
+        )
+        found = cursor.fetchone()
+        return None if found is None else _queue_row(found)
+
+    def _holder(self, cursor: _Cursor, holder: str) -> HolderRow | None:
+        cursor.execute(
+            f"SELECT {_HOLDER_COLUMNS} FROM {HOLDERS_TABLE} WHERE holder = ?",  # noqa: S608
+            (holder,),
+        )
+        found = cursor.fetchone()
+        return None if found is None else _holder_row(found)
+
+    # ----------------------------------------------------------------- rows
+
+    def now(self) -> float:
+        """The queue's clock (seconds since the epoch)."""
+        with self._tx(write=False) as (_, now):
+            return now
+
+    def enqueue(
+        self,
+        invocation_id: str,
+        agent_name: str,
+        *,
+        agent_ref: str | None = None,
+        status: QueueStatus = QueueStatus.RUNNABLE,
+    ) -> bool:
+        """Add a row (runnable from now); False when the invocation already has one."""
+        with self._tx() as (cursor, now):
+            cursor.execute(
+                f"INSERT INTO {QUEUE_TABLE} ({_QUEUE_COLUMNS}) "  # noqa: S608
+                "VALUES (?, ?, ?, ?, NULL, 0, ?, ?, ?, NULL) ON CONFLICT DO NOTHING",
+                (invocation_id, agent_name, agent_ref, status.value, now, now, now),
+            )
+            return bool(cursor.rowcount == 1)
+
+    def hold_new(self, invocation_id: str, agent_name: str, *, holder: str, lease_s: float) -> bool:
+        """Add the row of an invocation this holder just started, claimed (epoch 0).
+
+        Returns False when a row exists already (another holder took it meanwhile).
+        """
+        with self._tx() as (cursor, now):
+            cursor.execute(
+                f"INSERT INTO {QUEUE_TABLE} ({_QUEUE_COLUMNS}) "  # noqa: S608
+                "VALUES (?, ?, NULL, ?, ?, 0, ?, ?, ?, NULL) ON CONFLICT DO NOTHING",
+                (
+                    invocation_id,
+                    agent_name,
+                    QueueStatus.CLAIMED.value,
+                    holder,
+                    now + lease_s,
+                    now,
+                    now,
+                ),
+            )
+            return bool(cursor.rowcount == 1)
+
+    def acquire(
+        self,
+        invocation_id: str,
+        agent_name: str,
+        *,
+        holder: str,
+        lease_s: float,
+        take_over: bool,
+        gone: GoneCheck,
+    ) -> Take | Refuse:
+        """Take the lease of one invocation (``resume``), or say who holds it."""
+        with self._tx() as (cursor, now):
+            row = self._get(cursor, invocation_id, lock=True)
+            previous = (
+                None if row is None or row.holder is None else self._holder(cursor, row.holder)
+            )
+            verdict = decide_acquire(
+                row,
+                holder=holder,
+                now=now,
+                take_over=take_over,
+                previous_gone=row is not None and row.holder is not None and gone(previous, now),
+            )
+            if isinstance(verdict, Refuse):
+                return verdict
+            if row is None:
+                cursor.execute(
+                    f"INSERT INTO {QUEUE_TABLE} ({_QUEUE_COLUMNS}) "  # noqa: S608
+                    "VALUES (?, ?, NULL, ?, ?, ?, ?, ?, ?, NULL)",
+                    (
+                        invocation_id,
+                        agent_name,
+                        QueueStatus.CLAIMED.value,
+                        holder,
+                        verdict.epoch,
+                        now + lease_s,
+                        now,
+                        now,
+                    ),
+                )
+            else:
+                self._set_claimed(cursor, invocation_id, holder, verdict.epoch, now + lease_s, now)
+            return verdict
+
+    def _set_claimed(  # noqa: PLR0917 - one row's new lease, in the columns' order
+        self, cursor: _Cursor, invocation_id: str, holder: str, epoch: int, due: float, now: float
+    ) -> None:
+        cursor.execute(
+            f"UPDATE {QUEUE_TABLE} SET status = ?, holder = ?, epoch = ?, due_at = ?, "  # noqa: S608
+            "updated_at = ?, note = NULL WHERE invocation_id = ?",
+            (QueueStatus.CLAIMED.value, holder, epoch, due, now, invocation_id),
+        )
+
+    def claim(
+        self, *, holder: str, agent_names: Sequence[str], limit: int, lease_s: float
+    ) -> list[Claimed]:
+        """Claim up to ``limit`` claimable rows of these agents, oldest ``due_at`` first."""
+        if limit < 1 or not agent_names:
+            return []
+        names = list(agent_names)
+        claimable_where = (
+            f"agent_name IN ({_marks(len(names))}) AND status IN (?, ?) AND due_at <= ?"
+        )
+        # An idle worker polls often: look first without taking the write lock.
+        with self._tx(write=False) as (cursor, now):
+            cursor.execute(
+                f"SELECT 1 FROM {QUEUE_TABLE} WHERE {claimable_where} LIMIT 1",  # noqa: S608
+                (*names, QueueStatus.RUNNABLE.value, QueueStatus.CLAIMED.value, now),
+            )
+            if cursor.fetchone() is None:
+                return []
+        with self._tx() as (cursor, now):
+            params = [*names, QueueStatus.RUNNABLE.value, QueueStatus.CLAIMED.value, now]
+            # First a fixed candidate set, without locks; then lock what is left of it
+            # (skipping rows another claim holds). A LIMIT under SKIP LOCKED could slide
+            # past a locked head; this never admits a younger row before an older one
+            # that is free.
+            cursor.execute(
+                f"SELECT invocation_id FROM {QUEUE_TABLE} WHERE {claimable_where} "  # noqa: S608
+                "ORDER BY due_at, invocation_id LIMIT ?",
+                (*params, limit * CANDIDATES_PER_CLAIM),
+            )
+            candidates = [str(found[0]) for found in cursor.fetchall()]
+            if not candidates:
+                return []
+            cursor.execute(
+                f"SELECT {_QUEUE_COLUMNS} FROM {QUEUE_TABLE} "  # noqa: S608
+                f"WHERE invocation_id IN ({_marks(len(candidates))}) AND {claimable_where} "
+                "ORDER BY due_at, invocation_id" + self.skip_locked,
+                (*candidates, *params),
+            )
+            rows = [_queue_row(found) for found in cursor.fetchall()]
+            claimed: list[Claimed] = []
+            for row in rows:
+                if len(claimed) == limit:
+                    break
+                if not claimable(row, now):  # pragma: no cover - the WHERE says the same
+                    continue
+                epoch = row.epoch + 1
+                self._set_claimed(cursor, row.invocation_id, holder, epoch, now + lease_s, now)
+                claimed.append(
+                    Claimed(
+                        invocation_id=row.invocation_id,
+                        agent_name=row.agent_name,
+                        agent_ref=row.agent_ref,
+                        epoch=epoch,
+                        record=row.holder is not None,
+                        taken_from=row.holder,
+                    )
+                )
+            return claimed
+
+    def renew(self, *, holder: str, leases: Sequence[tuple[str, int]], lease_s: float) -> set[str]:
+        """Extend this holder's leases (and its heartbeat); return the ids still held."""
+        with self._tx() as (cursor, now):
+            cursor.execute(
+                f"UPDATE {HOLDERS_TABLE} SET heartbeat_at = ? WHERE holder = ?",  # noqa: S608
+                (now, holder),
+            )
+            kept: set[str] = set()
+            for invocation_id, epoch in leases:
+                cursor.execute(
+                    f"UPDATE {QUEUE_TABLE} SET due_at = ?, updated_at = ? "  # noqa: S608
+                    "WHERE invocation_id = ? AND holder = ? AND epoch = ? AND status = ?",
+                    (now + lease_s, now, invocation_id, holder, epoch, QueueStatus.CLAIMED.value),
+                )
+                if cursor.rowcount == 1:
+                    kept.add(invocation_id)
+            return kept
+
+    def release(
+        self,
+        invocation_id: str,
+        *,
+        holder: str,
+        epoch: int,
+        release: Release,
+        note: str | None = None,
+    ) -> bool:
+        """Give a lease back, leaving the row as ``release`` says; False if it was not held."""
+        with self._tx() as (cursor, now):
+            cursor.execute(
+                f"UPDATE {QUEUE_TABLE} SET status = ?, holder = NULL, due_at = ?, "  # noqa: S608
+                "updated_at = ?, note = ? WHERE invocation_id = ? AND holder = ? AND epoch = ?",
+                (
+                    release.status.value,
+                    now + release.delay_s,
+                    now,
+                    note,
+                    invocation_id,
+                    holder,
+                    epoch,
+                ),
+            )
+            return bool(cursor.rowcount == 1)
+
+    def set_status(
+        self, invocation_id: str, status: QueueStatus, *, only_from: Sequence[QueueStatus]
+    ) -> bool:
+        """Move an unheld row to ``status`` (runnable from now) if it is in ``only_from``.
+
+        For what others record between runs: an approval makes a paused row runnable,
+        a cancel of a paused invocation ends it.
+        """
+        with self._tx() as (cursor, now):
+            cursor.execute(
+                f"UPDATE {QUEUE_TABLE} SET status = ?, due_at = ?, updated_at = ?, "  # noqa: S608
+                "note = NULL WHERE invocation_id = ? AND holder IS NULL "
+                f"AND status IN ({_marks(len(only_from))})",
+                (status.value, now, now, invocation_id, *[s.value for s in only_from]),
+            )
+            return bool(cursor.rowcount == 1)
+
+    def row(self, invocation_id: str) -> QueueRow | None:
+        """The row of one invocation (None: it has none)."""
+        with self._tx(write=False) as (cursor, _):
+            return self._get(cursor, invocation_id, lock=False)
+
+    def rows(
+        self, *, holder: str | None = None, limit: int = 10_000
+    ) -> tuple[list[QueueRow], float]:
+        """Rows (of one holder, or all), newest first, and the queue's time of reading."""
+        where = "" if holder is None else "WHERE holder = ? "
+        with self._tx(write=False) as (cursor, now):
+            cursor.execute(
+                f"SELECT {_QUEUE_COLUMNS} FROM {QUEUE_TABLE} {where}"  # noqa: S608
+                "ORDER BY submitted_at DESC, invocation_id LIMIT ?",
+                ((holder,) if holder is not None else ()) + (limit,),
+            )
+            return [_queue_row(found) for found in cursor.fetchall()], now
+
+    # ----------------------------------------------------------------- holders
+
+    def register(self, row: HolderRow) -> float:
+        """Register (or re-register) a holder; returns the queue's time."""
+        with self._tx() as (cursor, now):
+            cursor.execute(
+                f"DELETE FROM {HOLDERS_TABLE} WHERE holder = ?",  # noqa: S608
+                (row.holder,),
+            )
+            cursor.execute(
+                f"INSERT INTO {HOLDERS_TABLE} ({_HOLDER_COLUMNS}) "  # noqa: S608
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    row.holder,
+                    row.kind.value,
+                    row.host,
+                    row.machine,
+                    row.pid,
+                    row.pid_start,
+                    now,
+                    now,
+                    row.lease_s,
+                    json.dumps(row.agents),
+                    row.concurrency,
+                ),
+            )
+            return now
+
+    def deregister(self, holder: str) -> None:
+        """Remove a holder's registration (its leases are released by their runs)."""
+        with self._tx() as (cursor, _):
+            cursor.execute(
+                f"DELETE FROM {HOLDERS_TABLE} WHERE holder = ?",  # noqa: S608
+                (holder,),
+            )
+
+    def holders(self) -> tuple[list[HolderRow], float]:
+        """Every registered holder, oldest first, and the queue's time of reading."""
+        with self._tx(write=False) as (cursor, now):
+            cursor.execute(
+                f"SELECT {_HOLDER_COLUMNS} FROM {HOLDERS_TABLE} ORDER BY started_at, holder"  # noqa: S608
+            )
+            return [_holder_row(found) for found in cursor.fetchall()], now
+
+    def reap(self, gone: GoneCheck) -> list[str]:
+        """Expire the leases of holders that are gone and forget them; return their ids."""
+        with self._tx() as (cursor, now):
+            cursor.execute(f"SELECT {_HOLDER_COLUMNS} FROM {HOLDERS_TABLE}")  # noqa: S608
+            dead = [row for row in map(_holder_row, cursor.fetchall()) if gone(row, now)]
+            for row in dead:
+                cursor.execute(
+                    f"UPDATE {QUEUE_TABLE} SET due_at = ?, updated_at = ? "  # noqa: S608
+                    "WHERE holder = ? AND status = ? AND due_at > ?",
+                    (now, now, row.holder, QueueStatus.CLAIMED.value, now),
+                )
+                cursor.execute(
+                    f"DELETE FROM {HOLDERS_TABLE} WHERE holder = ?",  # noqa: S608
+                    (row.holder,),
+                )
+            return [row.holder for row in dead]
+
+
+class SQLiteQueue(WorkQueue):
+    """The queue in a SQLite file (the store's own), or in a private in-memory database.
+
+    Writes take SQLite's write lock first (``BEGIN IMMEDIATE``): two claims never
+    read the same free rows, whichever process they come from.
+    """
+
+    def __init__(self, path: str, *, timeout_s: float = 5.0, read_only: bool = False) -> None:
+        """Open ``path`` (``:memory:`` for a store only this process sees).
+
+        Raises:
+            StoreUnavailableError: the database cannot be opened.
+        """
+        super().__init__()
+        self._read_only = read_only
+        try:
+            if read_only:
+                self._connection = sqlite3.connect(
+                    f"file:{path}?mode=ro", uri=True, isolation_level=None,
+                    check_same_thread=False, timeout=timeout_s,
+                )  # fmt: skip
+            else:
+                self._connection = sqlite3.connect(
+                    path, isolation_level=None, check_same_thread=False, timeout=timeout_s
+                )
+        except sqlite3.Error as error:
+            raise StoreUnavailableError(f"cannot open the queue in {path}: {error}") from error
+        if read_only:
+            self._ready = True  # nothing is created: a missing table reads as empty
+
+    @contextlib.contextmanager
+    def _transaction(self, *, write: bool) -> Iterator[_Cursor]:
+        cursor = self._connection.cursor()
+        try:
+            cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                yield cursor
+            except BaseException:
+                self._connection.rollback()
+                raise
+            cursor.execute("COMMIT")
+        except sqlite3.OperationalError as error:
+            if self._connection.in_transaction:
+                self._connection.rollback()
+            if "no such table" in str(error) and self._read_only:
+                raise _NoQueue from error
+            raise StoreUnavailableError(f"the work queue cannot be used: {error}") from error
+        finally:
+            cursor.close()
+
+    def _now(self, cursor: _Cursor) -> float:
+        return time.time()
+
+    def rows(
+        self, *, holder: str | None = None, limit: int = 10_000
+    ) -> tuple[list[QueueRow], float]:
+        """As :meth:`WorkQueue.rows`; a store without a queue has no rows."""
+        try:
+            return super().rows(holder=holder, limit=limit)
+        except _NoQueue:
+            return [], time.time()
+
+    def holders(self) -> tuple[list[HolderRow], float]:
+        """As :meth:`WorkQueue.holders`; a store without a queue has no holders."""
+        try:
+            return super().holders()
+        except _NoQueue:
+            return [], time.time()
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._connection.close()
+
+
+class _NoQueue(Exception):
+    """Raised when a store opened read-only has no queue tables (it never had a queue)."""
+
+
+class PostgresQueue(WorkQueue):
+    """The queue in a PostgreSQL database, for many workers on many machines.
+
+    psycopg 3's sync API on one connection (its async layer is asyncio-only). A
+    claim locks a fixed candidate set with ``FOR UPDATE SKIP LOCKED``: two claims
+    never take one row, and neither waits for the other. The clock is the server's.
+    A broken connection is opened again at the next call.
+    """
+
+    lock_for_update = " FOR UPDATE"
+    skip_locked = " FOR UPDATE SKIP LOCKED"
+
+    def __init__(self, url: str, *, connect_timeout_s: int = 5) -> None:
+        """Connect to ``url`` (a ``postgresql://`` URL).
+
+        Raises:
+            StoreUnavailableError: the server cannot be reached or refuses the login.
+        """
+        super().__init__()
+        self._url = libpq_url(url)
+        self._timeout = connect_timeout_s
+        self._connection: Any = None
+        self._connect()
+
+    def _connect(self) -> Any:
+        import psycopg  # noqa: PLC0415 - the postgres extra, needed only here
+
+        if self._connection is not None and not self._connection.closed:
+            return self._connection
+        try:
+            self._connection = psycopg.connect(
+                self._url, autocommit=True, connect_timeout=self._timeout
+            )
+        except psycopg.Error as error:
+            raise StoreUnavailableError(
+                f"cannot reach the work queue's database: {str(error).strip()}"
+            ) from error
+        return self._connection
+
+    @contextlib.contextmanager
+    def _transaction(self, *, write: bool) -> Iterator[_Cursor]:
+        import psycopg  # noqa: PLC0415 - the postgres extra
+
+        try:
+            connection = self._connect()
+            with connection.transaction(), connection.cursor() as cursor:
+                yield _PgCursor(cursor)
+        except psycopg.Error as error:
+            if self._connection is not None and self._connection.broken:
+                self._connection = None
+            raise StoreUnavailableError(
+                f"the work queue cannot be used: {str(error).strip()}"
+            ) from error
+
+    def _lock_schema(self, cursor: _Cursor) -> None:
+        # Two CREATE TABLE IF NOT EXISTS at once can both miss the table and one then fails
+        # on the catalogue's unique index: a transaction-scoped advisory lock orders them.
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtext('loop_actors_queue'))")
+
+    def _now(self, cursor: _Cursor) -> float:
+        cursor.execute("SELECT extract(epoch FROM clock_timestamp())::float8")
+        return float(cursor.fetchone()[0])
+
+    def close(self) -> None:
+        """Close the connection."""
+        if self._connection is not None:
+            self._connection.close()
+
+
+LOOP_ACTORS_URL_OPTIONS = frozenset({"lock_timeout", "lock_retry", "mode"})
+"""Options of a store URL that are this runtime's, not PostgreSQL's (``StoreUrl``)."""
+
+
+def libpq_url(url: str) -> str:
+    """A store URL without the runtime's own options, as psycopg (libpq) takes it."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    kept = [(key, value) for key, value in query if key not in LOOP_ACTORS_URL_OPTIONS]
+    return urlunsplit(parts._replace(query=urlencode(kept)))
+
+
+class _PgCursor:
+    """A psycopg cursor that takes the queue's ``?`` placeholders."""
+
+    def __init__(self, cursor: Any) -> None:
+        self._cursor = cursor
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self._cursor.execute(sql.replace("?", "%s"), tuple(params))
+
+    def fetchall(self) -> list[Any]:
+        return list(self._cursor.fetchall())
+
+    def fetchone(self) -> Any:
+        return self._cursor.fetchone()
+
+    @property
+    def rowcount(self) -> int:
+        return int(self._cursor.rowcount)
+
+
+def open_queue(
+    url_kind: str, target: str, *, read_only: bool = False, lock_wait_s: float = 5.0
+) -> WorkQueue:
+    """The queue of a store: its SQLite file (``:memory:`` for memory://) or its PostgreSQL URL.
+
+    ``lock_wait_s``: how long a SQLite write waits for the database's lock (the
+    store's ``lock_timeout``).
+    """
+    if url_kind == "postgresql":
+        return PostgresQueue(target)
+    return SQLiteQueue(target, read_only=read_only, timeout_s=lock_wait_s)

@@ -1,0 +1,352 @@
+"""Worker processes on one store: real subprocesses, real SIGKILL and SIGTERM, a real service.
+
+Each story copies the payment agent (``payments_app``, with a slower model in
+``workers_app``) into a folder, submits invocations, and runs ``loop-actors
+worker`` processes on one SQLite file. The payment service keeps its own ledger
+of idempotency keys, so "every payment exactly once" is checked where it counts.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from aggregates.audit import GENESIS
+from aggregates.lease import HolderRow, QueueRow
+from loop_actors import EventStore, Runtime, StoreUnavailableError, StoreUrlError
+from loop_actors._cli import event_record
+from loop_actors._queue import PostgresQueue, SQLiteQueue, WorkQueue
+from loop_actors._store import StoreUrl
+from tests.cli_support import CLI, cli_env, run_cli
+from tests.scenarios import payments_app
+from tests.scenarios.payments_app import PaymentService
+from tests.scenarios.test_crash_resume import assert_history_is_whole
+
+HERE = Path(__file__).parent
+AGENT_REF = "workers_app:agent"
+
+
+class Folder:
+    """A workspace: the agent's modules, the store, the service's ledger, the workers."""
+
+    def __init__(self, path: Path, model_delay_s: float, db: str | None = None) -> None:
+        self.path = path
+        for name in ("payments_app.py", "workers_app.py"):
+            shutil.copy(HERE / name, path / name)
+        self.db = db or f"sqlite:///{path / 'run.db'}"
+        self.env = {
+            "PAYMENTS_DB": str(path / "service.db"),
+            "WORKERS_MODEL_DELAY_S": str(model_delay_s),
+        }
+        self.workers: list[subprocess.Popen[str]] = []
+
+    def submit(self, count: int, prefix: str = "inv") -> list[str]:
+        async def submit_all() -> list[str]:
+            async with Runtime(self.db) as runtime:
+                return [
+                    await runtime.submit(
+                        payments_app.agent, "pay bob and carol", invocation_id=f"{prefix}-{n:03}"
+                    )
+                    for n in range(count)
+                ]
+
+        return trio.run(submit_all)
+
+    def start_worker(
+        self, *extra: str, lease_s: float = 2, grace_s: float = 10
+    ) -> subprocess.Popen[str]:
+        process = subprocess.Popen(
+            [
+                *CLI,
+                "worker",
+                "--agent",
+                AGENT_REF,
+                "--lease-s",
+                str(lease_s),
+                "--grace-s",
+                str(grace_s),
+                "--db",
+                self.db,
+                *extra,
+            ],
+            cwd=self.path,
+            env=cli_env(**self.env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.workers.append(process)
+        return process
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return run_cli(*args, cwd=self.path, db=self.db, env=self.env)
+
+    def _queue(self) -> WorkQueue:
+        if self.db.startswith("sqlite:///"):
+            return SQLiteQueue(self.db.removeprefix("sqlite:///"), read_only=True)
+        return PostgresQueue(self.db)
+
+    def _read(self) -> tuple[list[QueueRow], list[HolderRow]]:
+        """The queue's rows and holders, as another process sees them (none yet: empty)."""
+        try:
+            if self.db.startswith("sqlite:///"):
+                queue: WorkQueue = SQLiteQueue(self.db.removeprefix("sqlite:///"), read_only=True)
+            else:
+                queue = PostgresQueue(self.db)
+            try:
+                return queue.rows()[0], queue.holders()[0]
+            finally:
+                queue.close()
+        except StoreUnavailableError:
+            return [], []  # the store or its tables are not created yet
+
+    def queue(self) -> list[tuple[str, str, str | None]]:
+        """Every row: id, status (as stored), holder."""
+        rows, _ = self._read()
+        return sorted((row.invocation_id, row.status.value, row.holder) for row in rows)
+
+    def holder_of(self, process: subprocess.Popen[str]) -> str | None:
+        _, holders = self._read()
+        return next((h.holder for h in holders if h.pid == process.pid), None)
+
+    def history(self, invocation_id: str) -> list[dict[str, Any]]:
+        """The invocation's events as ``loop-actors history --json`` prints them (read here)."""
+        store = EventStore(self.db, read_only=True)
+        try:
+            events = store.events(invocation_id)
+        finally:
+            store.close()
+        records, previous = [], GENESIS
+        for event in events:
+            records.append(json.loads(json.dumps(event_record(event, previous))))
+            previous = event.chain_hash
+        return records
+
+    def service(self) -> PaymentService:
+        return PaymentService(self.path / "service.db")
+
+
+@pytest.fixture(params=["sqlite"])
+def store(request: pytest.FixtureRequest) -> str | None:
+    """The store of a story: a SQLite file in its folder (None), or a PostgreSQL database."""
+    if request.param == "sqlite":
+        return None
+    url: str = request.getfixturevalue("postgres_url")
+    try:
+        StoreUrl.parse(url)
+    except StoreUrlError:
+        pytest.skip("this tree has no event store on PostgreSQL yet (only its work queue)")
+    return url
+
+
+@pytest.fixture
+def folder(tmp_path: Path, store: str | None) -> Iterator[Callable[[float], Folder]]:
+    made: list[Folder] = []
+
+    def make(model_delay_s: float = 0.05) -> Folder:
+        made.append(Folder(tmp_path, model_delay_s, store))
+        return made[-1]
+
+    yield make
+    for each in made:
+        for process in each.workers:
+            if process.poll() is None:
+                process.kill()
+            process.communicate(timeout=30)
+
+
+BOTH_STORES = pytest.mark.parametrize("store", ["sqlite", "postgresql"], indirect=True)
+"""A story told on a SQLite file and on a real PostgreSQL server."""
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def stop(process: subprocess.Popen[str], timeout_s: float = 30) -> tuple[int, str, str]:
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=timeout_s)
+    return process.returncode, out, err
+
+
+def assert_paid_exactly_once(folder: Folder, invocation_ids: list[str]) -> None:
+    """Each invocation paid bob 30 and carol 20 once: one service row per effect key."""
+    payments = folder.service().payments()
+    assert len(payments) == 2 * len(invocation_ids)
+    keys = [key for key, _, _ in payments]
+    assert len(set(keys)) == len(keys)
+    for invocation_id in invocation_ids:
+        dispatched = {
+            call["effect_key"]
+            for record in folder.history(invocation_id)
+            if record["type"] == "BatchDispatched"
+            for call in record["data"]["calls"]
+            if call.get("effect_key")
+        }
+        assert len(dispatched) == 2
+        assert dispatched <= set(keys)
+    # Every request the service saw used a key of a dispatched payment.
+    assert {key for key, _ in folder.service().attempts()} == set(keys)
+
+
+@BOTH_STORES
+def test_three_workers_one_killed_midway_finish_every_invocation_and_pay_each_once(
+    folder: Callable[[float], Folder],
+) -> None:
+    work = folder(0.05)
+    ids = work.submit(30)
+    workers = [work.start_worker("--concurrency", "4") for _ in range(3)]
+    victim = workers[0]
+    wait_until(lambda: work.holder_of(victim) is not None, 30, "the first worker to register")
+    victim_id = work.holder_of(victim)
+    held: list[str] = []
+
+    def victim_holds_leases() -> bool:
+        held[:] = [
+            i for i, status, holder in work.queue() if holder == victim_id and status == "claimed"
+        ]
+        return bool(held)
+
+    wait_until(victim_holds_leases, 30, "the first worker to hold leases")
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=10)
+    assert victim.returncode == -signal.SIGKILL
+    late = work.start_worker("--concurrency", "4")  # another worker joins later
+    wait_until(
+        lambda: all(status == "ended" for _, status, _ in work.queue()),
+        90,
+        "every invocation to end",
+    )
+    for process in (*workers[1:], late):
+        code, _, err = stop(process)
+        assert code == 0, err
+
+    assert [(i, s, h) for i, s, h in work.queue()] == [(i, "ended", None) for i in ids]
+    for invocation_id in ids:
+        records = work.history(invocation_id)
+        assert_history_is_whole(records)
+        assert records[-1]["data"]["reason"] == "completed"
+        takeovers = [r["data"] for r in records if r["type"] == "LeaseAcquired"]
+        # Only the killed worker's invocations were taken over, each from it, once.
+        if invocation_id in held:
+            assert [t["taken_from"] for t in takeovers] == [victim_id]
+        else:
+            assert all(t["taken_from"] == victim_id for t in takeovers)
+    assert_paid_exactly_once(work, ids)
+    audit = work.cli("audit", "verify")
+    assert audit.returncode == 0, audit.stdout
+    ended = work.cli("list", "--status", "ended", "--json", "--limit", "1000")
+    assert ended.returncode == 0, ended.stderr
+    assert len(ended.stdout.splitlines()) == len(ids)
+
+
+@BOTH_STORES
+def test_sigterm_during_load_exits_within_grace_leaves_nothing_claimed_and_another_finishes(
+    folder: Callable[[float], Folder],
+) -> None:
+    work = folder(0.4)  # slow decisions: the worker is mid-step when told to stop
+    ids = work.submit(8)
+    first = work.start_worker("--concurrency", "4", grace_s=5)
+    wait_until(lambda: sum(1 for _, s, _ in work.queue() if s == "claimed") == 4, 30, "four claims")
+    asked = time.monotonic()
+    code, out, err = stop(first)
+    took = time.monotonic() - asked
+    assert code == 0, err
+    assert took < 5 + 2  # the grace period, and the process's own exit
+    assert "stopped: claimed=" in out
+    assert all(status != "claimed" for _, status, _ in work.queue())
+    second = work.start_worker("--concurrency", "4")
+    wait_until(
+        lambda: all(status == "ended" for _, status, _ in work.queue()), 60, "the rest to end"
+    )
+    assert stop(second)[0] == 0
+    for invocation_id in ids:
+        records = work.history(invocation_id)
+        assert_history_is_whole(records)
+        # A drained lease was given back: the second worker fenced nobody off.
+        assert not [r for r in records if r["type"] == "LeaseAcquired"]
+    assert_paid_exactly_once(work, ids)
+
+
+def test_two_workers_racing_for_one_invocation_drive_each_step_once(
+    folder: Callable[[float], Folder],
+) -> None:
+    work = folder(0.05)
+    (only,) = work.submit(1)
+    racers = [work.start_worker("--concurrency", "1") for _ in range(2)]
+    wait_until(lambda: work.queue()[0][1] == "ended", 60, "the invocation to end")
+    reports = [stop(r) for r in racers]
+    assert all(code == 0 for code, _, _ in reports)
+    claimed = [out for _, out, _ in reports if "claimed=1" in out]
+    assert len(claimed) == 1  # one worker claimed it; the other never did
+    records = work.history(only)
+    assert_history_is_whole(records)
+    assert not [r for r in records if r["type"] == "LeaseAcquired"]
+    assert_paid_exactly_once(work, [only])
+
+
+def test_resume_is_refused_while_a_worker_holds_the_lease_and_take_over_fences_it(
+    folder: Callable[[float], Folder],
+) -> None:
+    work = folder(3.0)  # the worker waits for its model a long time
+    (only,) = work.submit(1)
+    worker = work.start_worker("--concurrency", "1", "--json", lease_s=30)
+    wait_until(lambda: work.queue()[0][1] == "claimed", 30, "the claim")
+    holder = work.holder_of(worker)
+    refused = work.cli("resume", only, "--agent", "payments_app:agent", "--json")
+    assert refused.returncode == 6, refused.stderr
+    assert f"is being driven by {holder}" in refused.stderr
+    assert "--take-over" in refused.stderr
+    assert refused.stdout == ""
+    taken = work.cli("resume", only, "--agent", "payments_app:agent", "--json", "--take-over")
+    assert taken.returncode == 0, taken.stderr
+    assert json.loads(taken.stdout)["reason"] == "completed"
+    code, out, err = stop(worker)
+    assert code == 0, err
+    report = json.loads(out.splitlines()[-1])
+    assert report["outcomes"] == {"lease_lost": 1}  # its late append was refused
+    records = work.history(only)
+    assert_history_is_whole(records)
+    (takeover,) = [r["data"] for r in records if r["type"] == "LeaseAcquired"]
+    assert takeover["taken_from"] == holder
+    assert_paid_exactly_once(work, [only])
+    listing = work.cli("workers", "--json")
+    assert listing.returncode == 0
+    assert listing.stdout == ""  # the worker deregistered when it stopped
+
+
+def test_the_workers_command_shows_a_live_worker_and_its_leases(
+    folder: Callable[[float], Folder],
+) -> None:
+    work = folder(3.0)
+    work.submit(2)
+    worker = work.start_worker("--concurrency", "2", lease_s=30)
+    wait_until(lambda: all(s == "claimed" for _, s, _ in work.queue()), 30, "both claims")
+    listing = work.cli("workers", "--json")
+    assert listing.returncode == 0, listing.stderr
+    (record,) = [json.loads(line) for line in listing.stdout.splitlines()]
+    assert record["holder"] == work.holder_of(worker)
+    assert (record["kind"], record["pid"], record["alive"]) == ("worker", worker.pid, True)
+    assert record["agents"] == ["payments"]
+    assert sorted(lease["invocation_id"] for lease in record["leases"]) == ["inv-000", "inv-001"]
+    assert all(0 < lease["expires_in_s"] <= 30 for lease in record["leases"])
+    claimed = work.cli("list", "--status", "claimed", "--json")
+    assert [json.loads(line)["queue_status"] for line in claimed.stdout.splitlines()] == [
+        "claimed",
+        "claimed",
+    ]
+    assert work.cli("list", "--status", "runnable").returncode == 0
+    assert stop(worker, timeout_s=30)[0] == 0

@@ -1,0 +1,241 @@
+"""The work queue on SQLite and on a real PostgreSQL server: claims, leases, epochs, holders.
+
+Bad inputs tried: a claim of 0 rows or for no agent, a renewal and a release by a
+holder whose lease was taken over, a stale epoch, an acquire of a live lease.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from aggregates.lease import (
+    DRAINED,
+    HolderKind,
+    HolderRow,
+    QueueStatus,
+    Refuse,
+    Release,
+    Take,
+)
+from loop_actors._queue import PostgresQueue, SQLiteQueue, WorkQueue, libpq_url
+
+MakeQueue = Callable[[], WorkQueue]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def make_queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeQueue]:
+    """A factory of queue connections to one fresh database (each call: a new connection)."""
+    opened: list[WorkQueue] = []
+    if request.param == "sqlite":
+        path = str(tmp_path / "queue.db")
+
+        def make() -> WorkQueue:
+            queue = SQLiteQueue(path)
+            opened.append(queue)
+            return queue
+    else:
+        url = request.getfixturevalue("postgres_url")
+
+        def make() -> WorkQueue:
+            queue = PostgresQueue(url)
+            opened.append(queue)
+            return queue
+
+    yield make
+    for queue in opened:
+        queue.close()
+
+
+def never_gone(holder: HolderRow | None, now: float) -> bool:
+    return False
+
+
+def always_gone(holder: HolderRow | None, now: float) -> bool:
+    return holder is not None
+
+
+def test_claims_take_the_oldest_runnable_rows_of_the_served_agents_first(
+    make_queue: MakeQueue,
+) -> None:
+    queue = make_queue()
+    for number in range(5):
+        assert queue.enqueue(f"inv-{number}", "payments")
+    queue.enqueue("other-0", "another-agent")
+    first = queue.claim(holder="w1", agent_names=["payments"], limit=2, lease_s=30)
+    second = queue.claim(holder="w2", agent_names=["payments"], limit=10, lease_s=30)
+    assert [c.invocation_id for c in first] == ["inv-0", "inv-1"]
+    assert [c.invocation_id for c in second] == ["inv-2", "inv-3", "inv-4"]
+    assert all(c.epoch == 1 and not c.record for c in first + second)
+    assert queue.claim(holder="w3", agent_names=["payments"], limit=10, lease_s=30) == []
+    row = queue.row("inv-0")
+    assert row is not None
+    assert (row.status, row.holder, row.epoch) == (QueueStatus.CLAIMED, "w1", 1)
+
+
+def test_a_claim_of_nothing_or_for_no_agent_claims_nothing(make_queue: MakeQueue) -> None:
+    queue = make_queue()
+    queue.enqueue("inv-0", "payments")
+    assert queue.claim(holder="w1", agent_names=["payments"], limit=0, lease_s=30) == []
+    assert queue.claim(holder="w1", agent_names=[], limit=5, lease_s=30) == []
+    assert not queue.enqueue("inv-0", "payments")  # a second enqueue adds nothing
+
+
+def test_an_expired_lease_is_taken_over_with_the_next_epoch_and_fences_the_old_holder(
+    make_queue: MakeQueue,
+) -> None:
+    queue = make_queue()
+    queue.enqueue("inv-0", "payments")
+    (old,) = queue.claim(holder="w1", agent_names=["payments"], limit=1, lease_s=1)
+    # Not yet expired: nobody else can claim it.
+    assert queue.claim(holder="w2", agent_names=["payments"], limit=1, lease_s=30) == []
+    # Let it run out by renewing it to a lease that ended a second ago.
+    assert queue.renew(holder="w1", leases=[("inv-0", old.epoch)], lease_s=-1) == {"inv-0"}
+    (new,) = queue.claim(holder="w2", agent_names=["payments"], limit=1, lease_s=30)
+    assert (new.epoch, new.record, new.taken_from) == (2, True, "w1")
+    # The old holder can neither renew nor release any more; the new one can.
+    assert queue.renew(holder="w1", leases=[("inv-0", old.epoch)], lease_s=30) == set()
+    assert not queue.release("inv-0", holder="w1", epoch=old.epoch, release=DRAINED)
+    assert not queue.release("inv-0", holder="w2", epoch=old.epoch, release=DRAINED)
+    assert queue.release(
+        "inv-0", holder="w2", epoch=new.epoch, release=Release(status=QueueStatus.ENDED)
+    )
+    row = queue.row("inv-0")
+    assert row is not None
+    assert (row.status, row.holder) == (QueueStatus.ENDED, None)
+
+
+def test_acquiring_a_live_lease_is_refused_naming_its_holder_unless_taken_over(
+    make_queue: MakeQueue,
+) -> None:
+    queue = make_queue()
+    assert queue.hold_new("inv-0", "payments", holder="run-a", lease_s=30)
+    assert not queue.hold_new("inv-0", "payments", holder="run-b", lease_s=30)
+    refused = queue.acquire(
+        "inv-0", "payments", holder="run-b", lease_s=30, take_over=False, gone=never_gone
+    )
+    assert isinstance(refused, Refuse)
+    assert refused.holder == "run-a"
+    assert refused.expires_at > queue.now() + 20
+    taken = queue.acquire(
+        "inv-0", "payments", holder="run-b", lease_s=30, take_over=True, gone=never_gone
+    )
+    assert taken == Take(epoch=1, record=True, taken_from="run-a")
+
+
+def test_a_released_lease_is_taken_without_fencing_anyone(make_queue: MakeQueue) -> None:
+    queue = make_queue()
+    queue.hold_new("inv-0", "payments", holder="run-a", lease_s=30)
+    queue.release("inv-0", holder="run-a", epoch=0, release=DRAINED)
+    taken = queue.acquire(
+        "inv-0", "payments", holder="run-b", lease_s=30, take_over=False, gone=never_gone
+    )
+    assert taken == Take(epoch=1, record=False)
+    # An invocation with no row yet (its starter died first) is taken and recorded.
+    unknown = queue.acquire(
+        "inv-9", "payments", holder="run-b", lease_s=30, take_over=False, gone=never_gone
+    )
+    assert unknown == Take(epoch=1, record=True)
+
+
+def test_a_paused_row_is_not_claimed_until_made_runnable(make_queue: MakeQueue) -> None:
+    queue = make_queue()
+    queue.enqueue("inv-0", "payments")
+    (claim,) = queue.claim(holder="w1", agent_names=["payments"], limit=1, lease_s=30)
+    queue.release(
+        "inv-0", holder="w1", epoch=claim.epoch, release=Release(status=QueueStatus.PAUSED)
+    )
+    assert queue.claim(holder="w1", agent_names=["payments"], limit=1, lease_s=30) == []
+    # Only from the named statuses: an ended row stays ended.
+    assert not queue.set_status("inv-0", QueueStatus.RUNNABLE, only_from=[QueueStatus.ENDED])
+    assert queue.set_status("inv-0", QueueStatus.RUNNABLE, only_from=[QueueStatus.PAUSED])
+    (again,) = queue.claim(holder="w2", agent_names=["payments"], limit=1, lease_s=30)
+    assert (again.epoch, again.record) == (2, False)
+
+
+def test_a_gone_holder_is_reaped_and_its_leases_claimable_at_once(make_queue: MakeQueue) -> None:
+    queue = make_queue()
+    holder = HolderRow(
+        holder="w-dead",
+        kind=HolderKind.WORKER,
+        host="h",
+        machine="m",
+        pid=1,
+        started_at=0,
+        heartbeat_at=0,
+        lease_s=30,
+        agents=["payments"],
+        concurrency=4,
+    )
+    queue.register(holder)
+    queue.enqueue("inv-0", "payments")
+    queue.claim(holder="w-dead", agent_names=["payments"], limit=1, lease_s=300)
+    assert queue.reap(never_gone) == []
+    assert [h.holder for h in queue.holders()[0]] == ["w-dead"]
+    assert queue.reap(always_gone) == ["w-dead"]
+    assert queue.holders()[0] == []
+    (taken,) = queue.claim(holder="w2", agent_names=["payments"], limit=1, lease_s=30)
+    assert (taken.taken_from, taken.record) == ("w-dead", True)
+
+
+def test_concurrent_claims_never_hand_one_row_to_two_holders(make_queue: MakeQueue) -> None:
+    setup = make_queue()
+    total = 120
+    for number in range(total):
+        setup.enqueue(f"inv-{number:03}", "payments")
+    claims: dict[str, list[str]] = {}
+    errors: list[BaseException] = []
+
+    def claimer(name: str) -> None:
+        queue = make_queue()  # a connection of its own, as a worker process has
+        mine: list[str] = []
+        try:
+            while True:
+                batch = queue.claim(holder=name, agent_names=["payments"], limit=3, lease_s=60)
+                if not batch:
+                    break
+                mine += [c.invocation_id for c in batch]
+        except BaseException as error:  # reported below
+            errors.append(error)
+        claims[name] = mine
+
+    threads = [threading.Thread(target=claimer, args=(f"w{n}",)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors
+    every = [invocation for mine in claims.values() for invocation in mine]
+    assert sorted(every) == [f"inv-{n:03}" for n in range(total)]
+    assert len(set(every)) == total
+
+
+def test_the_runtime_s_own_url_options_are_not_handed_to_postgresql() -> None:
+    url = "postgresql://u:p@h:5432/db?lock_timeout=3&sslmode=require&lock_retry=1&mode=ro"
+    assert libpq_url(url) == "postgresql://u:p@h:5432/db?sslmode=require"
+    assert libpq_url("postgresql://h/db") == "postgresql://h/db"
+
+
+def test_processes_racing_to_create_the_tables_all_succeed(make_queue: MakeQueue) -> None:
+    """Bad input: eight connections whose first operation comes at the same moment."""
+    queues = [make_queue() for _ in range(8)]
+    start = threading.Barrier(len(queues))
+    errors: list[BaseException] = []
+
+    def first_use(queue: WorkQueue, number: int) -> None:
+        start.wait()
+        try:
+            queue.enqueue(f"inv-{number}", "payments")
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=first_use, args=(q, n)) for n, q in enumerate(queues)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
+    assert len(queues[0].rows()[0]) == len(queues)
