@@ -531,6 +531,7 @@ def _build_parser() -> argparse.ArgumentParser:
     checkpoint_options(evaluate)
 
     add_queue_commands(commands, db_option, _positive_int)
+    checkpoint_options(commands.choices["worker"])
 
     history = commands.add_parser("history", help="print an invocation's committed events")
     history.add_argument("invocation_id", metavar="ID")
@@ -1270,6 +1271,9 @@ def _dispatch(args: argparse.Namespace) -> int:
             return _trio_run(submit_command, Runtime(args.db), agent, args)
         case "worker":
             worker = make_worker(args, [load_agent(reference) for reference in args.agents])
+            checkpoints = worker.runtime.checkpoints
+            if checkpoints is not None and checkpoints.key_file is not None:
+                load_signing_key(checkpoints.key_file)  # before anything runs
             return trio.run(worker_command, worker, args)
         case "workers":
             store = _open_for_reading(args.db)

@@ -126,6 +126,9 @@ def make_worker(args: argparse.Namespace, agents: Sequence[Agent]) -> Worker:
         concurrency=args.concurrency,
         lease_s=args.lease_s,
         grace_s=args.grace_s,
+        checkpoint_dir=getattr(args, "checkpoint_dir", None),
+        checkpoint_key=getattr(args, "checkpoint_key", None),
+        checkpoint_every=getattr(args, "checkpoint_every", None),
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -66,8 +67,15 @@ class Worker:
         grace_s: float = DEFAULT_GRACE_S,
         poll_s: float = DEFAULT_POLL_S,
         now: Callable[[], datetime] = _utc_now,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
+        checkpoint_key: str | os.PathLike[str] | None = None,
+        checkpoint_every: int | None = None,
     ) -> None:
         """Prepare a worker for ``agents`` on the store at ``db_url``.
+
+        The checkpoint options are the :class:`Runtime`'s (and default to the same
+        environment variables): the worker's runtime writes checkpoints of the log
+        outside the store.
 
         Raises:
             UsageError: no agent, two agents of one name, something that is not an
@@ -95,7 +103,14 @@ class Worker:
         self.concurrency = concurrency
         self.grace_s = float(grace_s)
         self.poll_s = float(poll_s)
-        self.runtime = Runtime(db_url, now=now, lease_s=lease_s)
+        self.runtime = Runtime(
+            db_url,
+            now=now,
+            lease_s=lease_s,
+            checkpoint_dir=checkpoint_dir,
+            checkpoint_key=checkpoint_key,
+            checkpoint_every=checkpoint_every,
+        )
         runtime = self.runtime
         runtime._holder_kind = HolderKind.WORKER
         runtime.holder_id = new_holder_id(HolderKind.WORKER)

@@ -548,3 +548,36 @@ def test_a_damaged_last_checkpoint_does_not_stop_the_runtime(
     code, reports = verify(folder, "--no-state")
     assert code == 4
     assert ("checkpoint_chain", "checkpoint_edited", len(files)) in findings(reports)
+
+
+def test_a_worker_writes_checkpoints_of_what_it_drives(tmp_path: Path) -> None:
+    """A Worker given a checkpoint directory leaves a chain that covers every row it wrote."""
+    from loop_actors import Worker
+
+    db = tmp_path / "audit.db"
+
+    async def go() -> None:
+        with trio.fail_after(60):
+            async with Runtime(f"sqlite:///{db}") as runtime:
+                for n in range(3):
+                    await runtime.submit(AGENT, "refund", invocation_id=f"w-{n}")
+            worker = Worker(AGENT, f"sqlite:///{db}", poll_s=0.05, checkpoint_dir=tmp_path / "cps")
+            report = await worker.run(until_idle=True)
+            assert report.claimed == 3
+
+    trio.run(go)
+    assert size_of(notes(tmp_path)[-1]) == rows(db)
+    code, reports = verify(tmp_path)
+    assert (code, findings(reports)) == (0, [])
+
+
+def test_the_worker_command_refuses_a_checkpoint_key_it_cannot_read(tmp_path: Path) -> None:
+    """Bad input: ``worker --checkpoint-dir cps --checkpoint-key nope.key`` (exit 2, nothing run)."""
+    here = {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    refused = run_cli(
+        "worker", "--agent", "tests.audit_support:AGENT", "--checkpoint-dir", "cps",
+        "--checkpoint-key", "nope.key", cwd=tmp_path, db="sqlite:///new.db", env=here,
+    )  # fmt: skip
+    assert refused.returncode == 2, refused.stderr
+    assert "cannot read" in refused.stderr
+    assert not (tmp_path / "cps").exists()
