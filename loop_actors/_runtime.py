@@ -119,6 +119,38 @@ def _check_texts(**texts: str | None) -> None:
             raise UsageError(f"{name} cannot be stored: it holds {problem}")
 
 
+def _check_start(
+    caller: str,
+    agent: object,
+    goal: object,
+    *,
+    invocation_id: str | None,
+    task_class: str | None,
+    actor: str | None,
+    tenant: str | None,
+    agent_ref: str | None = None,
+) -> None:
+    """Refuse malformed arguments of ``run`` / ``submit`` before anything is written.
+
+    Raises:
+        UsageError: what is wrong with them.
+    """
+    if not isinstance(agent, Agent):
+        raise UsageError(f"{caller}() needs an Agent, got {type(agent).__name__}")
+    if not isinstance(goal, str) or not goal.strip():
+        raise UsageError("the goal must be a non-empty string")
+    if invocation_id is not None:
+        check_invocation_id(invocation_id)
+    _check_texts(
+        goal=goal,
+        invocation_id=invocation_id,
+        task_class=task_class,
+        actor=actor,
+        tenant=tenant,
+        agent_ref=agent_ref,
+    )
+
+
 def _requested_by(by: str | None, reason: str | None) -> str:
     return "requested" + (f" by {by}" if by else "") + (f" ({reason})" if reason else "")
 
@@ -412,6 +444,32 @@ class Runtime:
 
     # ----------------------------------------------------------------- runs
 
+    def _started(
+        self,
+        agent: Agent,
+        goal: str,
+        *,
+        invocation_id: str | None,
+        task_class: str | None,
+        actor: str | None,
+        tenant: str | None,
+    ) -> Invocation:
+        """A new invocation of ``agent`` on ``goal``, its ``InvocationStarted`` pending."""
+        return Invocation.start(
+            invocation_id=invocation_id or uuid4().hex,
+            goal=goal,
+            agent_name=agent.name,
+            agent_version=agent.version,
+            catalogue_digest=agent.toolbox.catalogue_digest,
+            tools=agent.toolbox.specs,
+            budget=agent.budget,
+            settings=agent.settings,
+            task_class=task_class if task_class is not None else agent.task_class,
+            actor=actor,
+            tenant=tenant,
+            at=self._now(),
+        )
+
     async def run(
         self,
         agent: Agent,
@@ -440,14 +498,10 @@ class Runtime:
         Cancellation: cancelling the calling scope records the invocation as
         ``cancelled`` (unfinished calls get ``cancelled`` results) and re-raises.
         """
-        if not isinstance(agent, Agent):
-            raise UsageError(f"run() needs an Agent, got {type(agent).__name__}")
-        if not isinstance(goal, str) or not goal.strip():
-            raise UsageError("the goal must be a non-empty string")
-        if invocation_id is not None:
-            check_invocation_id(invocation_id)
-        _check_texts(
-            goal=goal,
+        _check_start(
+            "run",
+            agent,
+            goal,
             invocation_id=invocation_id,
             task_class=task_class,
             actor=actor,
@@ -466,19 +520,13 @@ class Runtime:
         journal = self._journal
         assert journal is not None
 
-        invocation = Invocation.start(
-            invocation_id=invocation_id or uuid4().hex,
-            goal=goal,
-            agent_name=agent.name,
-            agent_version=agent.version,
-            catalogue_digest=agent.toolbox.catalogue_digest,
-            tools=agent.toolbox.specs,
-            budget=agent.budget,
-            settings=agent.settings,
-            task_class=task_class if task_class is not None else agent.task_class,
+        invocation = self._started(
+            agent,
+            goal,
+            invocation_id=invocation_id,
+            task_class=task_class,
             actor=actor,
             tenant=tenant,
-            at=self._now(),
         )
         created = await journal.commit(invocation.take_events())
         if isinstance(created, CommitFailed):
@@ -1197,14 +1245,10 @@ class Runtime:
         that the commit is waited for. Cancelled, the invocation is recorded or not;
         submitting again with the same id is safe.
         """
-        if not isinstance(agent, Agent):
-            raise UsageError(f"submit() needs an Agent, got {type(agent).__name__}")
-        if not isinstance(goal, str) or not goal.strip():
-            raise UsageError("the goal must be a non-empty string")
-        if invocation_id is not None:
-            check_invocation_id(invocation_id)
-        _check_texts(
-            goal=goal,
+        _check_start(
+            "submit",
+            agent,
+            goal,
             invocation_id=invocation_id,
             task_class=task_class,
             actor=actor,
@@ -1224,19 +1268,13 @@ class Runtime:
                 )
         journal = self._journal
         assert journal is not None
-        invocation = Invocation.start(
-            invocation_id=invocation_id or uuid4().hex,
-            goal=goal,
-            agent_name=agent.name,
-            agent_version=agent.version,
-            catalogue_digest=agent.toolbox.catalogue_digest,
-            tools=agent.toolbox.specs,
-            budget=agent.budget,
-            settings=agent.settings,
-            task_class=task_class if task_class is not None else agent.task_class,
+        invocation = self._started(
+            agent,
+            goal,
+            invocation_id=invocation_id,
+            task_class=task_class,
             actor=actor,
             tenant=tenant,
-            at=self._now(),
         )
         status = QueueStatus.RUNNABLE
         created = await journal.commit(invocation.take_events())
