@@ -162,6 +162,26 @@ class _RetriesStaleConnections:
             and attempt + 1 < self.datastore.pool.max_size + self._RECONNECTS
         )
 
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        """Read an aggregate's rows, events or snapshots (eventsourcing's query; see ``_read``)."""
+        rows: Sequence[StoredEvent] = self._read(
+            PostgresAggregateRecorder.select_events.__wrapped__,
+            originator_id,
+            gt=gt,
+            lte=lte,
+            desc=desc,
+            limit=limit,
+        )
+        return rows
+
     def _read(self, read: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run one of eventsourcing's undecorated methods; again at once on a stale connection."""
         attempt = 0
@@ -198,26 +218,6 @@ class SnapshotRecorder(_RetriesStaleConnections, _CreatesTablesOnce, PostgresAgg
         """Write snapshot rows (a duplicate is eventsourcing's ``IntegrityError``)."""
         self._read(PostgresAggregateRecorder.insert_events.__wrapped__, stored_events, **kwargs)
         return None
-
-    def select_events(
-        self,
-        originator_id: UUID | str,
-        *,
-        gt: int | None = None,
-        lte: int | None = None,
-        desc: bool = False,
-        limit: int | None = None,
-    ) -> Sequence[StoredEvent]:
-        """Read an aggregate's snapshot rows (eventsourcing's query; see :meth:`_read`)."""
-        rows: Sequence[StoredEvent] = self._read(
-            PostgresAggregateRecorder.select_events.__wrapped__,
-            originator_id,
-            gt=gt,
-            lte=lte,
-            desc=desc,
-            limit=limit,
-        )
-        return rows
 
 
 class LeanPostgresRecorder(
@@ -338,25 +338,6 @@ class LeanPostgresRecorder(
         return ids
 
     # ----------------------------------------------------------------- reads
-
-    def select_events(
-        self,
-        originator_id: UUID | str,
-        *,
-        gt: int | None = None,
-        lte: int | None = None,
-        desc: bool = False,
-        limit: int | None = None,
-    ) -> Sequence[StoredEvent]:
-        """Read an aggregate's rows (eventsourcing's query; see :meth:`_read`)."""
-        return self._read(
-            PostgresApplicationRecorder.select_events.__wrapped__,
-            originator_id,
-            gt=gt,
-            lte=lte,
-            desc=desc,
-            limit=limit,
-        )
 
     def select_notifications(
         self,
