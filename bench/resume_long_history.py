@@ -102,12 +102,11 @@ def main() -> None:
     full_ms, full_cpu = medians(full_replay)
     check_ms, check_cpu = medians(checks)
     print(f"history: {events} events ({args.turns} turns), built in {built_s:.1f} s")
-    print(
-        f"load from newest snapshot : {snap_ms:8.2f} ms, CPU {snap_cpu:8.2f} ms (median of {args.reps})"
-    )
-    print(
-        f"replay every event        : {full_ms:8.2f} ms, CPU {full_cpu:8.2f} ms (median of {args.reps})"
-    )
+    for name, (wall, cpu), reps in (
+        ("load from newest snapshot", (snap_ms, snap_cpu), args.reps),
+        ("replay every event", (full_ms, full_cpu), args.reps),
+    ):
+        print(f"{name:26}: {wall:8.2f} ms, CPU {cpu:8.2f} ms (median of {reps})")
     print(
         f"ratio replay/snapshot     : {full_ms / snap_ms:8.1f}      CPU {full_cpu / snap_cpu:8.1f}"
     )

@@ -89,6 +89,15 @@ async def _write(url: str) -> None:
         await runtime.resume("snap-done", AGENT)
 
 
+def restore(dump: Path, path: Path) -> Path:
+    """A SQLite store at ``path`` made from a fixture's SQL dump, in WAL mode as every store is."""
+    connection = sqlite3.connect(path)
+    connection.executescript(dump.read_text())
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.close()
+    return path
+
+
 def main(path: Path) -> None:
     """Write the fixture's store at ``path`` (a new SQLite file) and dump it next to it."""
     url = f"sqlite:///{path}"

@@ -25,7 +25,7 @@ from aggregates.events import fold
 from aggregates.invocation import LAZY_TURNS, Invocation, InvocationSnapshot, Turns
 from loop_actors import Agent, InconsistentHistoryError, ModelRequest, Runtime, ScriptedModel
 from loop_actors._store import EventStore
-from tests.snapshot_support import SNAPSHOT_EVERY, decide, fail, lookup, main, refund
+from tests.snapshot_support import SNAPSHOT_EVERY, decide, fail, lookup, main, refund, restore
 from tests.test_invocation_aggregate import RICH_COMMANDS, apply_rich, new
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "snapshots-main.sql"
@@ -45,12 +45,7 @@ def watched_agent(seen: list[list[int]]) -> Agent:
 @pytest.fixture
 def old_store(tmp_path: Path) -> Path:
     """The store of snapshots the code before turns were stored as text wrote."""
-    path = tmp_path / "old.db"
-    connection = sqlite3.connect(path)
-    connection.executescript(FIXTURE.read_text())
-    connection.execute("PRAGMA journal_mode=WAL")  # as every store is
-    connection.close()
-    return path
+    return restore(FIXTURE, tmp_path / "old.db")
 
 
 @pytest.fixture
