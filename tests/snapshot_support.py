@@ -8,6 +8,7 @@ clarification), each with a snapshot after every few events.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import sys
 from pathlib import Path
@@ -91,10 +92,8 @@ async def _write(url: str) -> None:
 
 def restore(dump: Path, path: Path) -> Path:
     """A SQLite store at ``path`` made from a fixture's SQL dump, in WAL mode as every store is."""
-    connection = sqlite3.connect(path)
-    connection.executescript(dump.read_text())
-    connection.execute("PRAGMA journal_mode=WAL")
-    connection.close()
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        connection.executescript(f"{dump.read_text()}\nPRAGMA journal_mode=WAL;")
     return path
 
 

@@ -19,7 +19,6 @@ from loop_actors import Runtime
 from loop_actors._store import EventStore
 from tests.audit_support import AGENT
 from tests.cli_support import run_cli
-from tests.snapshot_support import restore
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "audit-format-1.sql"
 VERIFY_EXPORT = Path(__file__).resolve().parent.parent / "docs" / "examples" / "verify_export.py"
@@ -28,7 +27,12 @@ VERIFY_EXPORT = Path(__file__).resolve().parent.parent / "docs" / "examples" / "
 @pytest.fixture
 def old_store(tmp_path: Path) -> Path:
     """The store the code before format 2 wrote (tests/fixtures/audit-format-1.sql)."""
-    return restore(FIXTURE, tmp_path / "audit.db")
+    path = tmp_path / "audit.db"
+    connection = sqlite3.connect(path)
+    connection.executescript(FIXTURE.read_text())
+    connection.execute("PRAGMA journal_mode=WAL")  # as every store is
+    connection.close()
+    return path
 
 
 def verify(db: Path) -> tuple[int, list[dict[str, object]]]:
