@@ -40,6 +40,7 @@ from eventsourcing.persistence import (
     StoredEvent,
     Transcoder,
 )
+from eventsourcing.persistence import EventStore as SnapshotStore
 from eventsourcing.sqlite import (
     SQLITE3_DEFAULT_LOCK_TIMEOUT,
     SQLiteApplicationRecorder,
@@ -54,6 +55,7 @@ from aggregates.effect import Effect, EffectPrepared
 from aggregates.events import DomainEvent, fold, stored_body
 from aggregates.ids import CANCEL_REQUEST_PREFIX
 from aggregates.invocation import (
+    LAZY_TURNS,
     Invocation,
     InvocationEvent,
     InvocationSnapshot,
@@ -168,9 +170,27 @@ class PydanticEventMapper(Mapper[str]):
                 b"%d" % stored_event.originator_version,
             )
         )
-        rest = state.strip()[1:]
-        joined = envelope + (b"," + rest if rest.strip() != b"}" else b"}")
-        return _class_of(stored_event.topic).model_validate_json(joined)
+        body = state.strip()
+        if len(body) < 64 and body[1:].strip() == b"}":  # an empty object
+            joined = envelope + b"}"
+        else:
+            # One copy of the state (a snapshot's is hundreds of KB: each copy costs).
+            joined = b"".join((envelope, b",", memoryview(body)[1:]))
+        return _class_of(stored_event.topic).model_validate_json(joined, context=self.context)
+
+    context: ClassVar[str | None] = None
+    """The validation context events are decoded with (see ``_SnapshotMapper``)."""
+
+
+class _SnapshotMapper(PydanticEventMapper):
+    """The mapper of the snapshots an invocation is loaded from: its turns stay as stored.
+
+    Each turn is validated when it is first read (``aggregates.invocation.Turns``);
+    everything else is validated now. ``audit verify`` and resume's check read
+    snapshots with the application's own mapper, which validates every turn.
+    """
+
+    context = LAZY_TURNS
 
 
 class _UnusedTranscoder(Transcoder):
@@ -213,6 +233,15 @@ class InvocationApplication(Application[str]):
             cipher=cipher,
             compressor=self.factory.compressor(),
         )
+
+    def construct_snapshot_store(self) -> SnapshotStore[str]:
+        """The snapshots' store, read with :class:`_SnapshotMapper` (turns read when needed)."""
+        store = super().construct_snapshot_store()
+        mapper = self.mapper
+        store.mapper = _SnapshotMapper(
+            transcoder=mapper.transcoder, cipher=mapper.cipher, compressor=mapper.compressor
+        )
+        return store
 
 
 _PASSWORD_IN_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/@:?#]*:)[^/@?#]*@")
@@ -1569,16 +1598,29 @@ class EventStore:
             record = StoredEvent(
                 originator_id=originator_id, originator_version=version, topic=topic, state=state
             )
-            snapshot: Any
-            if record.topic != _topic_of(InvocationSnapshot):
-                snapshot = ValueError(f"its topic {record.topic!r} is not an invocation snapshot's")
-            else:
-                try:
-                    snapshot = self.app.mapper.to_domain_event(record)
-                except Exception as error:  # a tampered row is reported, not raised
-                    snapshot = error
-            found.setdefault(originator_id, []).append((record.originator_version, snapshot))
+            found.setdefault(originator_id, []).append((version, self._decoded_snapshot(record)))
         return found
+
+    def newest_snapshot(self, invocation_id: str) -> list[tuple[int, Any]]:
+        """The snapshot loading the invocation starts from, as [(version, snapshot or exception)].
+
+        Empty when it has none. Decoded as :meth:`stored_snapshots` decodes them (every
+        turn validated).
+        """
+        snapshots = self.app.snapshots
+        if snapshots is None or self._snapshot_table() is None:
+            return []
+        rows = snapshots.recorder.select_events(invocation_id, desc=True, limit=1)
+        return [(record.originator_version, self._decoded_snapshot(record)) for record in rows]
+
+    def _decoded_snapshot(self, record: StoredEvent) -> Any:
+        """A stored snapshot, or the exception that decoding it raised (a tampered row)."""
+        if record.topic != _topic_of(InvocationSnapshot):
+            return ValueError(f"its topic {record.topic!r} is not an invocation snapshot's")
+        try:
+            return self.app.mapper.to_domain_event(record)
+        except Exception as error:  # a tampered row is reported, not raised
+            return error
 
     def events(self, invocation_id: str) -> list[InvocationEvent]:
         """Every committed event of an invocation, in order.

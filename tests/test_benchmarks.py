@@ -19,7 +19,11 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
         ("turn_breakdown.py", ["--n", "3", "--reps", "1"], "scheduler passes per turn"),
         ("turn_floor.py", ["--n", "3", "--reps", "1"], "floor, Journal thread"),
         ("concurrency.py", ["--n", "5", "--delay", "0.01"], "5/5 completed"),
-        ("resume_long_history.py", ["--turns", "5", "--reps", "1"], "ratio replay/snapshot"),
+        (
+            "resume_long_history.py",
+            ["--turns", "5", "--reps", "1", "--check-reps", "1"],
+            "history check",
+        ),
         ("read_models.py", ["--n", "10", "--wave", "5", "--reps", "1"], "format 2 / encode"),
         ("resume_check.py", ["--writes", "3", "--others", "0,5", "--reps", "1"], "scan/indexed"),
         ("mcp_sessions.py", ["--reps", "1"], "ratio per-call/one-session"),
