@@ -18,6 +18,9 @@ separators=(",", ":"), ensure_ascii=True)`` (``topic`` the stored topic, e.g.
 ``aggregates.invocation:Terminated``) and ``body`` is the stored state with its
 first member (``"chain_hash":"…",``) taken out: a verifier cuts 80 bytes and hashes.
 In an encrypted or compressed store, the state is the plaintext the cipher gives back.
+Most rows hold that JSON state *packed* (:func:`pack_state`): one byte, the hash in 32
+bytes, and the body, compressed with a preset dictionary; unpacked, it is the JSON
+state byte for byte, so packing changes nothing the hash covers.
 
 **Format 1** (events without ``audit_format``): the hash covers a canonical form,
 rebuilt from the decoded event:
@@ -200,14 +203,28 @@ def pack_state(state: bytes, *, deflate: bool) -> bytes:
     split = split_stored(state)
     if split is None:
         return state
-    digest, body = split
-    head = bytes.fromhex(digest)
+    packed = pack_body(*split, deflate=deflate)
+    assert packed is not None  # split_stored checked the hash
+    return packed
+
+
+def pack_body(chain_hash: str, body: bytes, *, deflate: bool) -> bytes | None:
+    """The packed state of ``stored_state(chain_hash, body)``, built from its two parts.
+
+    None when the hash is not 64 lower-case hex digits (the JSON state is stored then).
+    """
+    try:
+        head = bytes.fromhex(chain_hash)
+    except ValueError:
+        return None
+    if len(head) != _DIGEST_BYTES or head.hex() != chain_hash:
+        return None
     if deflate:
         compressor = _PACKER.copy()
         packed = compressor.compress(body) + compressor.flush()
         if len(packed) < len(body):
-            return bytes((PACKED_DEFLATE,)) + head + packed
-    return bytes((PACKED_PLAIN,)) + head + body
+            return b"\x02" + head + packed
+    return b"\x01" + head + body
 
 
 def is_packed(state: bytes) -> bool:

@@ -52,7 +52,7 @@ from aggregates.audit import (
     AUDIT_FORMAT,
     StoredForm,
     event_body,
-    pack_state,
+    pack_body,
     stored_state,
     unpack_state,
 )
@@ -146,11 +146,13 @@ class PydanticEventMapper(Mapper[str]):
         topic = _topic_of(type(domain_event))
         if getattr(domain_event, "audit_format", None) == AUDIT_FORMAT:
             body = stored_body(domain_event) or event_body(domain_event)
-            state = stored_state(domain_event.chain_hash, body)
+            packed = None
             if topic not in _JSON_ROWS:
                 # Compressed only where nothing else does it, and never under a cipher
                 # (the length of a compressed body says something about its content).
-                state = pack_state(state, deflate=not (self.compressor or self.cipher))
+                deflate = not (self.compressor or self.cipher)
+                packed = pack_body(domain_event.chain_hash, body, deflate=deflate)
+            state = stored_state(domain_event.chain_hash, body) if packed is None else packed
         else:
             state = domain_event.model_dump_json(exclude=_IN_COLUMNS, exclude_none=True).encode()
         if self.compressor:
