@@ -186,6 +186,8 @@ PACK_DICTIONARY = b"".join(
 """The preset dictionary of :data:`PACKED_DEFLATE` states (``zlib``'s ``zdict``)."""
 
 _DIGEST_BYTES = 32
+_PLAIN_TAG = bytes((PACKED_PLAIN,))
+_DEFLATE_TAG = bytes((PACKED_DEFLATE,))
 
 _PACKER = zlib.compressobj(6, zlib.DEFLATED, -13, 4, zlib.Z_DEFAULT_STRATEGY, PACK_DICTIONARY)
 """A compressor with the dictionary loaded, copied for each row (loading it again costs
@@ -223,8 +225,8 @@ def pack_body(chain_hash: str, body: bytes, *, deflate: bool) -> bytes | None:
         compressor = _PACKER.copy()
         packed = compressor.compress(body) + compressor.flush()
         if len(packed) < len(body):
-            return b"\x02" + head + packed
-    return b"\x01" + head + body
+            return _DEFLATE_TAG + head + packed
+    return _PLAIN_TAG + head + body
 
 
 def is_packed(state: bytes) -> bool:

@@ -139,7 +139,8 @@ class PydanticEventMapper(Mapper[str]):
 
         An event of audit format 2 is stored as its hash, then the body it was hashed
         over, byte for byte (``aggregates.audit``): a new event's body is the one its
-        aggregate kept, so it is not encoded twice.
+        aggregate kept, so it is not encoded twice. Both are packed (the hash in 32
+        bytes, the body compressed) but in the rows SQL reads as JSON.
         """
         # The id and version live in their own columns, and every optional field
         # defaults to None (a test checks this), so neither is repeated in the state.

@@ -102,26 +102,9 @@ def test_a_store_written_in_format_1_verifies_and_grows_in_format_2(old_store: P
     assert code == 0
 
 
-def test_a_changed_byte_of_a_format_1_row_is_still_found(old_store: Path) -> None:
-    """Bad input: the answer in inv-b's Terminated (format 1) changed by hand."""
-    connection = sqlite3.connect(old_store)
-    with connection:
-        changed = connection.execute(
-            "UPDATE stored_events SET state = CAST(replace(CAST(state AS TEXT), 'refunded 40', "
-            "'refunded 90') AS BLOB) WHERE originator_id = 'inv-b' AND topic LIKE '%Terminated'"
-        ).rowcount
-    connection.close()
-    assert changed == 1
-    code, reports = verify(old_store)
-    assert code == 4
-    (broken,) = [r for r in reports if r.get("intact") is False]
-    assert broken["id"] == "inv-b"
-
-
 def test_a_store_of_format_2_as_json_verifies_loads_and_grows_packed(json_store: Path) -> None:
-    """Bad input: none. Its JSON rows verify and load (a paused then cancelled one too); a
-    new run adds packed rows; both verify together; an old invocation exports and verifies
-    with the standalone script."""
+    """Bad input: none. Its JSON rows verify and load (a paused then cancelled one too), a
+    finished one resumes to its outcome; a new run adds packed rows; both verify together."""
     assert all(state.startswith(b'{"chain_hash":"') for *_, state in states(json_store))
     code, reports = verify(json_store)
     assert code == 0, [r for r in reports if r.get("intact") is False]
@@ -141,24 +124,14 @@ def test_a_store_of_format_2_as_json_verifies_loads_and_grows_packed(json_store:
     assert all(state[0] == PACKED_DEFLATE for _, state in new)
     code, reports = verify(json_store)
     assert code == 0, [r for r in reports if r.get("intact") is False]
-    export = run_cli(
-        "history", "inv-a", "--json", cwd=json_store.parent, db=f"sqlite:///{json_store}"
-    )
-    records = [json.loads(line) for line in export.stdout.splitlines()]
-    assert [record["format"] for record in records] == [2] * 9
-    script = subprocess.run(
-        [sys.executable, str(VERIFY_EXPORT)],
-        input=export.stdout,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert script.returncode == 0, script.stdout + script.stderr
 
 
-def test_a_changed_byte_of_a_format_2_json_row_is_still_found(json_store: Path) -> None:
-    """Bad input: the answer in inv-b's Terminated (stored as JSON) changed by hand."""
-    connection = sqlite3.connect(json_store)
+@pytest.mark.parametrize("fixture", [FIXTURE, FIXTURE_2], ids=["format-1", "format-2-json"])
+def test_a_changed_byte_of_an_old_row_is_still_found(tmp_path: Path, fixture: Path) -> None:
+    """Bad input: the answer in inv-b's Terminated (format 1, or format 2 stored as JSON)
+    changed by hand."""
+    db = restored(fixture, tmp_path / "audit.db")
+    connection = sqlite3.connect(db)
     with connection:
         changed = connection.execute(
             "UPDATE stored_events SET state = CAST(replace(CAST(state AS TEXT), 'refunded 40', "
@@ -166,18 +139,22 @@ def test_a_changed_byte_of_a_format_2_json_row_is_still_found(json_store: Path) 
         ).rowcount
     connection.close()
     assert changed == 1
-    code, reports = verify(json_store)
+    code, reports = verify(db)
     assert code == 4
     (broken,) = [r for r in reports if r.get("intact") is False]
     assert (broken["id"], broken["broken_at"]) == ("inv-b", 9)
 
 
-def test_a_format_1_export_verifies_with_the_standalone_script(old_store: Path) -> None:
-    export = run_cli(
-        "history", "inv-a", "--json", cwd=old_store.parent, db=f"sqlite:///{old_store}"
-    )
+@pytest.mark.parametrize(
+    ("fixture", "audit_format"), [(FIXTURE, None), (FIXTURE_2, 2)], ids=["format-1", "format-2"]
+)
+def test_an_old_export_verifies_with_the_standalone_script(
+    tmp_path: Path, fixture: Path, audit_format: int | None
+) -> None:
+    db = restored(fixture, tmp_path / "audit.db")
+    export = run_cli("history", "inv-a", "--json", cwd=db.parent, db=f"sqlite:///{db}")
     records = [json.loads(line) for line in export.stdout.splitlines()]
-    assert all("format" not in record for record in records)
+    assert [record.get("format") for record in records] == [audit_format] * 9
     assert verify_records(records) is None
     script = subprocess.run(
         [sys.executable, str(VERIFY_EXPORT)],
