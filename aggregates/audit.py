@@ -245,21 +245,22 @@ def unpack_state(state: bytes) -> bytes:
         PackedStateError: the state is packed, and its body does not decompress to the
             end, or leaves bytes after its end.
     """
-    if not is_packed(state):
-        return state
-    digest = state[1 : 1 + _DIGEST_BYTES].hex().encode()
-    body = state[1 + _DIGEST_BYTES :]
-    if state[0] == PACKED_DEFLATE:
+    tag = state[0] if len(state) > _DIGEST_BYTES else None
+    if tag == PACKED_DEFLATE:
         decompressor = zlib.decompressobj(-15, zdict=PACK_DICTIONARY)
         try:
-            body = decompressor.decompress(body)
+            body = decompressor.decompress(state[1 + _DIGEST_BYTES :])
         except zlib.error as error:
             raise PackedStateError(f"its packed body does not decompress: {error}") from None
         if not decompressor.eof or decompressor.unused_data:
             raise PackedStateError("its packed body does not end where its row does")
-    if not body.startswith(b"{"):
+    elif tag == PACKED_PLAIN:
+        body = state[1 + _DIGEST_BYTES :]
+    else:
+        return state
+    if body[:1] != b"{":
         raise PackedStateError("its packed body is not a JSON object")
-    return STORED_PREFIX + digest + b'",' + body[1:]
+    return b"".join((STORED_PREFIX, state[1 : 1 + _DIGEST_BYTES].hex().encode(), b'",', body[1:]))
 
 
 _CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
