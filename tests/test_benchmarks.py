@@ -15,6 +15,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
     ("script", "arguments", "expected"),
     [
         ("turn_overhead.py", ["--n", "3", "--reps", "1"], "ratio loop-actors/raw"),
+        ("stored_bytes.py", ["--n", "3", "--reps", "1"], "ratio JSON/packed bytes"),
         ("store_backends.py", ["--n", "2", "--concurrent", "3", "--reps", "1"], "sqlite     "),
         ("turn_breakdown.py", ["--n", "3", "--reps", "1"], "scheduler passes per turn"),
         ("turn_floor.py", ["--n", "3", "--reps", "1"], "floor, Journal thread"),
