@@ -154,15 +154,27 @@ def evolve_trajectory(trajectory: Trajectory | None, event: DomainEvent) -> Traj
     if trajectory is None:
         if not isinstance(event, InvocationStarted):
             raise ValueError("a trajectory starts with InvocationStarted")
-        return Trajectory(
-            invocation_id=event.originator_id,
-            goal=event.goal,
-            agent_name=event.agent_name,
-            agent_version=event.agent_version,
-            steps=[],
-            task_class=event.task_class,
-            started_at=_iso(event),
-            events=event.originator_version,
+        return _build(
+            Trajectory,
+            {
+                "invocation_id": event.originator_id,
+                "goal": event.goal,
+                "agent_name": event.agent_name,
+                "agent_version": event.agent_version,
+                "steps": [],
+                "reason": None,
+                "answer": None,
+                "detail": None,
+                "tool_calls": 0,
+                "events": event.originator_version,
+                "status": InvocationStatus.RUNNING,
+                "task_class": event.task_class,
+                "started_at": _iso(event),
+                "ended_at": None,
+                "input_tokens": 0,
+                "output_tokens": 0,
+                "cost": 0.0,
+            },
         )
     if isinstance(event, EffectEvent):
         return _on_effect(trajectory, event)
@@ -296,9 +308,10 @@ def _replace(model: _Model, update: dict[str, Any]) -> _Model:
     """
     copied = object.__new__(type(model))
     object.__setattr__(copied, "__dict__", {**model.__dict__, **update})
-    object.__setattr__(
-        copied, "__pydantic_fields_set__", model.__pydantic_fields_set__ | update.keys()
-    )
+    fields_set = model.__pydantic_fields_set__
+    if not fields_set.issuperset(update):  # else shared: nothing changes a frozen model's
+        fields_set = fields_set | update.keys()
+    object.__setattr__(copied, "__pydantic_fields_set__", fields_set)
     object.__setattr__(copied, "__pydantic_extra__", None)
     object.__setattr__(copied, "__pydantic_private__", None)
     return copied
