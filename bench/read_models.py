@@ -207,7 +207,7 @@ def copy_invocations(store: EventStore, events: int) -> int:
             found = split_stored(notification.state)
             assert found is not None
             prepared = json.loads(found[1])
-            calls[notification.originator_id] = (
+            calls[str(notification.originator_id)] = (
                 prepared["invocation_id"],
                 prepared["step"],
                 prepared["call_id"],
@@ -226,7 +226,7 @@ def copy_invocations(store: EventStore, events: int) -> int:
         last: dict[str, str] = {}
         rows: list[StoredEvent] = []
         for notification in template[: events - total]:
-            old_id = notification.originator_id
+            old_id = str(notification.originator_id)
             invocation_id = calls[old_id][0] if old_id in calls else old_id
             new_id = renamed.get(old_id) or f"{old_id}{suffix}"
             found = split_stored(notification.state)

@@ -332,25 +332,11 @@ class ProjectionRunner:
         tracking = {p.name: self._tracking_name(p) for p in selected}
         positions = {p.name: self.position(p.name) for p in selected}
         applied = dict.fromkeys(positions, 0)
-        recorder = self.application.recorder
-        mapper = self.application.mapper
         while True:
             start = min(positions.values())
-            notifications = recorder.select_notifications(
-                start=start, limit=self.batch_size, inclusive_of_start=False
-            )
-            if not notifications:
-                break
-            last = notifications[-1].id
             try:
                 with collector_paused():
-                    # Decoded once, for every read model.
-                    events = [
-                        (cast("DomainEvent", mapper.to_domain_event(n)), n.id)
-                        for n in notifications
-                    ]
-                    done = self._apply(selected, tracking, events, last)
-                    del events
+                    done, read = self._read_and_apply(selected, tracking, start)
             except IntegrityError:
                 # Another runner (another process) applied these events first: its
                 # transaction won, ours rolled back whole. Go on from where it got.
@@ -362,7 +348,7 @@ class ProjectionRunner:
             for name, (count, reached) in done.items():
                 applied[name] += count
                 positions[name] = reached
-            if len(notifications) < self.batch_size:
+            if read < self.batch_size:
                 break
         seconds = time.perf_counter() - started
         return [
@@ -371,6 +357,28 @@ class ProjectionRunner:
             )
             for p in selected
         ]
+
+    def _read_and_apply(
+        self, selected: Sequence[Projection], tracking: dict[str, str], start: int
+    ) -> tuple[dict[str, tuple[int, int]], int]:
+        """Read the batch after ``start``, decode it once, and apply it (see ``_apply``).
+
+        Returns what ``_apply`` returns, and how many events were read. The batch's
+        notifications and events are all gone when it returns (the collector is
+        paused around it: they are freed here, never examined by it).
+        """
+        recorder, mapper = self.application.recorder, self.application.mapper
+        notifications = recorder.select_notifications(
+            start=start, limit=self.batch_size, inclusive_of_start=False
+        )
+        if not notifications:
+            return {}, 0
+        last = notifications[-1].id
+        # Decoded once, for every read model.
+        events = [(cast("DomainEvent", mapper.to_domain_event(n)), n.id) for n in notifications]
+        read = len(notifications)
+        del notifications
+        return self._apply(selected, tracking, events, last), read
 
     def _apply(
         self,
