@@ -26,6 +26,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
             "history check",
         ),
         ("read_models.py", ["--n", "10", "--wave", "5", "--reps", "1"], "format 2 / encode"),
+        ("read_models.py", ["--n", "12", "--rebuild-events", "200"], "rebuild of the three"),
         ("resume_check.py", ["--writes", "3", "--others", "0,5", "--reps", "1"], "scan/indexed"),
         ("mcp_sessions.py", ["--reps", "1"], "ratio per-call/one-session"),
         ("eval_report.py", ["--n", "3", "--reps", "1"], "ratio eval_html/report"),
