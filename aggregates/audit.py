@@ -186,6 +186,9 @@ PACK_DICTIONARY = b"".join(
 """The preset dictionary of :data:`PACKED_DEFLATE` states (``zlib``'s ``zdict``)."""
 
 _DIGEST_BYTES = 32
+MAX_DEFLATED_BODY = 64 * 1024 * 1024
+"""The largest body stored compressed (a larger one is stored as it is): a compressed body
+that inflates past this is damaged or forged, and is refused before it fills memory."""
 _PLAIN_TAG = bytes((PACKED_PLAIN,))
 _DEFLATE_TAG = bytes((PACKED_DEFLATE,))
 
@@ -221,7 +224,7 @@ def pack_body(chain_hash: str, body: bytes, *, deflate: bool) -> bytes | None:
         return None
     if len(head) != _DIGEST_BYTES or head.hex() != chain_hash:
         return None
-    if deflate:
+    if deflate and len(body) <= MAX_DEFLATED_BODY:
         compressor = _PACKER.copy()
         packed = compressor.compress(body) + compressor.flush()
         if len(packed) < len(body):
@@ -243,15 +246,21 @@ def unpack_state(state: bytes) -> bytes:
 
     Raises:
         PackedStateError: the state is packed, and its body does not decompress to the
-            end, or leaves bytes after its end.
+            end, leaves bytes after its end, or inflates past :data:`MAX_DEFLATED_BODY`
+            (a decompression bomb is refused before it fills memory).
     """
     tag = state[0] if len(state) > _DIGEST_BYTES else None
     if tag == PACKED_DEFLATE:
         decompressor = zlib.decompressobj(-15, zdict=PACK_DICTIONARY)
         try:
-            body = decompressor.decompress(state[1 + _DIGEST_BYTES :])
+            body = decompressor.decompress(state[1 + _DIGEST_BYTES :], MAX_DEFLATED_BODY + 1)
         except zlib.error as error:
             raise PackedStateError(f"its packed body does not decompress: {error}") from None
+        if len(body) > MAX_DEFLATED_BODY:
+            raise PackedStateError(
+                f"its packed body inflates past {MAX_DEFLATED_BODY:,} bytes (no body that large"
+                " is stored compressed)"
+            )
         if not decompressor.eof or decompressor.unused_data:
             raise PackedStateError("its packed body does not end where its row does")
     elif tag == PACKED_PLAIN:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aggregates.audit import (
+    MAX_DEFLATED_BODY,
     PACK_DICTIONARY,
     PACKED_DEFLATE,
     PACKED_PLAIN,
@@ -84,6 +86,26 @@ def test_a_damaged_packed_state_is_refused_typed(damage: Any, problem: str) -> N
     assert packed[0] == PACKED_DEFLATE
     with pytest.raises(PackedStateError, match=problem):
         unpack_state(damage(packed))
+
+
+def test_a_packed_body_that_inflates_past_the_cap_is_refused_not_inflated() -> None:
+    """Bad input: a forged row whose few KB inflate to more than any compressed body stored
+    (a decompression bomb): refused typed, without building the inflated body."""
+    head = b"ab" * 32
+    body = b'{"x":"' + b"y" * (MAX_DEFLATED_BODY + 10) + b'"}'
+    compressor = zlib.compressobj(
+        9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, PACK_DICTIONARY
+    )
+    bomb = bytes((PACKED_DEFLATE,)) + bytes.fromhex(head.decode()) + compressor.compress(body)
+    bomb += compressor.flush()
+    assert len(bomb) < 100_000
+    with pytest.raises(PackedStateError, match="inflates past"):
+        unpack_state(bomb)
+    # The writer never compresses a body that large: it is stored as it is, and reads back.
+    state = stored_state(head.decode(), body)
+    packed = pack_state(state, deflate=True)
+    assert packed[0] == PACKED_PLAIN
+    assert unpack_state(packed) == state
 
 
 def test_the_pack_dictionary_is_the_one_the_stored_rows_were_packed_with() -> None:
