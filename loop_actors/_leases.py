@@ -401,7 +401,14 @@ class LeaseKeeper:
             missing = [lease for lease in self.held.values() if lease.row_missing]
             if missing:
                 await self._insert_rows(missing)
-            leases = [lease for lease in self.held.values() if not lease.row_missing]
+            # A new run whose row is still being written is not renewed (nothing to renew
+            # yet): renewing it would find no row and take the lease for lost.
+            leases = [
+                lease
+                for lease in self.held.values()
+                if not lease.row_missing
+                and (lease.row_written is None or lease.row_written.is_set())
+            ]
             kept = await self.call(
                 self.queue.renew,
                 holder=self.holder,

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 import trio
 
-from aggregates.lease import QueueStatus
+from aggregates.lease import HolderKind, QueueStatus
 from loop_actors import Agent, Budget, Runtime, ScriptedModel
+from loop_actors._leases import LeaseKeeper
 from loop_actors._queue import SQLiteQueue, WorkQueue
 
 N = 200
@@ -56,3 +57,27 @@ async def test_runs_started_at_once_write_their_rows_in_a_few_transactions(
         queue.close()
     assert {row.status for row in rows} == {QueueStatus.ENDED}
     assert len(rows) == N
+
+
+async def test_a_heartbeat_before_a_new_runs_row_is_written_does_not_lose_its_lease(
+    tmp_path: Path,
+) -> None:
+    queue = SQLiteQueue(str(tmp_path / "queue.db"))
+    try:
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                keeper = LeaseKeeper(
+                    queue, holder="run:test", kind=HolderKind.RUN, lease_s=30, nursery=nursery
+                )
+                lease = keeper.hold_new("inv-0", "batches")
+                await keeper.beat()  # its row is written meanwhile, after the renewal
+                assert lease.row_written is not None
+                await lease.row_written.wait()
+                assert not lease.lost
+                await keeper.beat()
+                assert not lease.lost
+                row = queue.row("inv-0")
+                assert row is not None
+                assert row.holder == "run:test"
+    finally:
+        queue.close()
