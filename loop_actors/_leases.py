@@ -42,10 +42,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MAX_BATCH = 2_000
-"""The most new runs' queue rows written in one transaction.
+"""The most queue rows written or released in one transaction.
 
-With thousands of runs starting at once, a transaction per row queued them on the
-queue's one thread, and the heartbeat's renewal waited behind them until the
+With thousands of runs starting or ending at once, a transaction per row queued them
+on the queue's one thread, and the heartbeat's renewal waited behind them until the
 leases were too old to start a call (every run ended ``lease_lost``)."""
 
 
@@ -84,6 +84,10 @@ class HeldLease:
         return not self.lost and may_start_calls(
             now=time.monotonic(), valid_until=self.valid_until, lease_s=self.lease_s
         )
+
+
+_Release = tuple[HeldLease, Release, str | None]
+"""A lease to give back, how the row is left, and its note."""
 
 
 @cache
@@ -170,6 +174,9 @@ class LeaseKeeper:
     _new_rows: list[HeldLease] = field(default_factory=list)
     """New runs whose queue row is still to be written: one transaction for all of them."""
     _writing_rows: bool = False
+    _releases: list[_Release] = field(default_factory=list)
+    """Leases to give back in the background: one transaction for all of them."""
+    _releasing: bool = False
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a queue operation in the queue's one thread."""
@@ -323,58 +330,83 @@ class LeaseKeeper:
         """Stop renewing a lease and give it back in the background (the caller goes on).
 
         A release that waits for a locked store does not hold up the run's outcome;
-        the runtime waits for it when it closes.
+        the runtime waits for it when it closes. The leases of runs that end meanwhile
+        are given back together, in one transaction.
         """
         self.held.pop(lease.invocation_id, None)
-        assert self.nursery is not None
-        self.nursery.start_soon(partial(self.release, lease, release, note))
+        self._releases.append((lease, release, note))
+        if not self._releasing:
+            self._releasing = True
+            assert self.nursery is not None
+            self.nursery.start_soon(self._write_releases)
+
+    async def _write_releases(self) -> None:
+        try:
+            while self._releases:
+                batch, self._releases = self._releases[:MAX_BATCH], self._releases[MAX_BATCH:]
+                await self._release_all(batch)
+        finally:
+            self._releasing = False
 
     async def release(self, lease: HeldLease, release: Release, note: str | None = None) -> None:
         """Give a lease back (bounded, shielded); a failure leaves it to expire."""
         self.held.pop(lease.invocation_id, None)
+        await self._release_all([(lease, release, note)])
+
+    async def _release_all(self, batch: list[_Release]) -> None:
+        """Give leases back (bounded, shielded); those that fail wait for the next heartbeat."""
         with trio.move_on_after(10, shield=True):
-            if lease.row_written is not None:
-                await lease.row_written.wait()  # the release comes after the row
+            for lease, _, _ in batch:
+                if lease.row_written is not None:
+                    await lease.row_written.wait()  # the release comes after the row
             try:
-                released = await self._give_back(lease, release, note)
+                released = await self._give_back(batch)
             except Exception:
                 log.warning(
-                    "cannot release the lease of %s; tried again at the next heartbeat "
-                    "(else it expires in %g s)",
-                    lease.invocation_id,
+                    "cannot release %d lease(s) (the first: %s); tried again at the next "
+                    "heartbeat (else they expire in %g s)",
+                    len(batch),
+                    batch[0][0].invocation_id,
                     self.lease_s,
                     exc_info=True,
                 )
-                self._unreleased[lease.invocation_id] = (lease, release, note)
+                for item in batch:
+                    self._unreleased[item[0].invocation_id] = item
                 return
-            if not released:
-                log.info("the lease of %s was no longer held at release", lease.invocation_id)
+            for lease, _, _ in batch:
+                if lease.invocation_id not in released:
+                    log.info("the lease of %s was no longer held at release", lease.invocation_id)
 
-    async def _give_back(self, lease: HeldLease, release: Release, note: str | None) -> bool:
-        if lease.row_missing:
-            # Its row was never written: write it released, so that nobody needs to fence
-            # off a run that has stopped.
-            made = await self.call(
-                self.queue.enqueue,
-                lease.invocation_id,
-                lease.agent_name,
-                status=release.status,
-            )
-            lease.row_missing = False
-            return made
-        return await self.call(
-            self.queue.release,
-            lease.invocation_id,
-            holder=self.holder,
-            epoch=lease.epoch,
-            release=release,
-            note=note,
-        )
+    async def _give_back(self, batch: list[_Release]) -> set[str]:
+        """Release the leases (one transaction for those whose row exists); the ids released."""
+        released: set[str] = set()
+        written: list[tuple[str, int, Release, str | None]] = []
+        for lease, release, note in batch:
+            if lease.row_missing:
+                # Its row was never written: write it released, so that nobody needs to
+                # fence off a run that has stopped.
+                made = await self.call(
+                    self.queue.enqueue,
+                    lease.invocation_id,
+                    lease.agent_name,
+                    status=release.status,
+                )
+                lease.row_missing = False
+                if made:
+                    released.add(lease.invocation_id)
+            else:
+                written.append((lease.invocation_id, lease.epoch, release, note))
+        if written:
+            released |= await self.call(self.queue.release_many, written, holder=self.holder)
+        return released
 
     async def _retry_releases(self) -> None:
-        for invocation_id, (lease, release, note) in list(self._unreleased.items()):
-            await self._give_back(lease, release, note)
-            del self._unreleased[invocation_id]
+        if not self._unreleased:
+            return
+        batch = list(self._unreleased.values())
+        await self._give_back(batch)
+        for lease, _, _ in batch:
+            self._unreleased.pop(lease.invocation_id, None)
 
     def forget(self, lease: HeldLease) -> None:
         """Stop renewing a lease that was lost (another holder owns the row)."""

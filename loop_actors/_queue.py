@@ -390,21 +390,36 @@ class WorkQueue:
         note: str | None = None,
     ) -> bool:
         """Give a lease back, leaving the row as ``release`` says; False if it was not held."""
+        return invocation_id in self.release_many(
+            [(invocation_id, epoch, release, note)], holder=holder
+        )
+
+    def release_many(
+        self, leases: Sequence[tuple[str, int, Release, str | None]], *, holder: str
+    ) -> set[str]:
+        """:meth:`release` for many ``(invocation_id, epoch, release, note)`` in one transaction.
+
+        Returns the ids whose lease was given back (not those no longer held).
+        """
+        released: set[str] = set()
         with self._tx() as (cursor, now):
-            cursor.execute(
-                f"UPDATE {QUEUE_TABLE} SET status = ?, holder = NULL, due_at = ?, "  # noqa: S608
-                "updated_at = ?, note = ? WHERE invocation_id = ? AND holder = ? AND epoch = ?",
-                (
-                    release.status.value,
-                    now + release.delay_s,
-                    now,
-                    note,
-                    invocation_id,
-                    holder,
-                    epoch,
-                ),
-            )
-            return bool(cursor.rowcount == 1)
+            for invocation_id, epoch, release, note in leases:
+                cursor.execute(
+                    f"UPDATE {QUEUE_TABLE} SET status = ?, holder = NULL, due_at = ?, "  # noqa: S608
+                    "updated_at = ?, note = ? WHERE invocation_id = ? AND holder = ? AND epoch = ?",
+                    (
+                        release.status.value,
+                        now + release.delay_s,
+                        now,
+                        note,
+                        invocation_id,
+                        holder,
+                        epoch,
+                    ),
+                )
+                if cursor.rowcount == 1:
+                    released.add(invocation_id)
+        return released
 
     def set_status(
         self, invocation_id: str, status: QueueStatus, *, only_from: Sequence[QueueStatus]

@@ -1,4 +1,4 @@
-"""Runs started at once write their queue rows together, not one transaction each.
+"""Runs started (and ended) at once write their queue rows together, not one transaction each.
 
 With 10,000 runs at once, a transaction per row queued them on the queue's one thread
 and the heartbeat's renewal waited behind them, until every run ended ``lease_lost``
@@ -25,17 +25,20 @@ AGENT = Agent(
 )
 
 
-async def test_runs_started_at_once_write_their_rows_in_a_few_transactions(
+async def test_runs_started_and_ended_at_once_write_their_rows_in_a_few_transactions(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sizes: list[int] = []
-    original = SQLiteQueue.hold_new_many
+    sizes: dict[str, list[int]] = {"hold_new_many": [], "release_many": []}
+    for name, seen in sizes.items():
+        original = getattr(SQLiteQueue, name)
 
-    def counting(self: WorkQueue, rows: Any, **options: Any) -> set[str]:
-        sizes.append(len(rows))
-        return original(self, rows, **options)
+        def counting(
+            self: WorkQueue, rows: Any, _o: Any = original, _s: list[int] = seen, **options: Any
+        ) -> set[str]:
+            _s.append(len(rows))
+            return _o(self, rows, **options)  # type: ignore[no-any-return]
 
-    monkeypatch.setattr(SQLiteQueue, "hold_new_many", counting)
+        monkeypatch.setattr(SQLiteQueue, name, counting)
     url = f"sqlite:///{tmp_path / 'batches.db'}"
     outcomes = []
     with trio.fail_after(60):
@@ -48,8 +51,8 @@ async def test_runs_started_at_once_write_their_rows_in_a_few_transactions(
                 for i in range(N):
                     nursery.start_soon(one, i)
     assert [o.reason for o in outcomes] == ["completed"] * N
-    assert sum(sizes) == N
-    assert len(sizes) < N / 10
+    assert [sum(seen) for seen in sizes.values()] == [N, N]
+    assert all(len(seen) < N / 10 for seen in sizes.values())
     queue = SQLiteQueue(str(tmp_path / "batches.db"))
     try:
         rows, _ = queue.rows()

@@ -256,3 +256,19 @@ def test_new_rows_written_together_leave_a_row_that_exists_alone(make_queue: Mak
         "inv-1": "run-a",
         "inv-2": "run-b",
     }
+
+
+def test_leases_released_together_release_only_those_still_held(make_queue: MakeQueue) -> None:
+    queue = make_queue()
+    queue.hold_new_many([("inv-0", "payments"), ("inv-1", "payments")], holder="run-a", lease_s=30)
+    ended = Release(status=QueueStatus.ENDED)
+    released = queue.release_many(
+        [("inv-0", 0, ended, None), ("inv-1", 7, ended, None), ("inv-9", 0, ended, None)],
+        holder="run-a",
+    )
+    assert released == {"inv-0"}
+    row0, row1 = queue.row("inv-0"), queue.row("inv-1")
+    assert row0 is not None
+    assert row1 is not None
+    assert (row0.status, row0.holder) == (QueueStatus.ENDED, None)
+    assert (row1.status, row1.holder) == (QueueStatus.CLAIMED, "run-a")
