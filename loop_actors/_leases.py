@@ -281,7 +281,12 @@ class LeaseKeeper:
             self._new_rows = []
 
     async def _insert_rows(self, leases: list[HeldLease]) -> None:
-        """Write new invocations' rows; a row that exists already means that lease is lost."""
+        """Write new invocations' rows; a row that exists already means that lease is lost.
+
+        A row written is a lease until its write plus ``lease_s``: counted from when the
+        write was sent, as a renewal is (the runs may start calls that much longer).
+        """
+        sent = time.monotonic()
         made = await self.call(
             self.queue.hold_new_many,
             [(lease.invocation_id, lease.agent_name) for lease in leases],
@@ -290,7 +295,9 @@ class LeaseKeeper:
         )
         for lease in leases:
             lease.row_missing = False
-            if lease.invocation_id not in made:
+            if lease.invocation_id in made:
+                lease.valid_until = max(lease.valid_until, sent + self.lease_s)
+            else:
                 lease.lost = True
                 self.held.pop(lease.invocation_id, None)
 
@@ -415,12 +422,19 @@ class LeaseKeeper:
     async def run_heartbeat(
         self, *, task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Renew every held lease each third of a lease; mark those found taken over lost."""
+        """Renew every held lease each third of a lease; mark those found taken over lost.
+
+        Beats keep their cadence however long one takes (a renewal of thousands of
+        leases on a busy process takes seconds); one that ends late is followed at once.
+        """
         with trio.CancelScope() as scope:
             task_status.started(scope)
+            every = heartbeat_every(self.lease_s)
+            due = trio.current_time() + every
             while True:
-                await trio.sleep(heartbeat_every(self.lease_s))
+                await trio.sleep_until(due)
                 await self.beat()
+                due = max(due + every, trio.current_time())
 
     async def beat(self) -> None:
         """One heartbeat: renew the held leases (and reap gone holders, for a worker)."""

@@ -7,6 +7,7 @@ and the heartbeat's renewal waited behind them, until every run ended ``lease_lo
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -82,5 +83,25 @@ async def test_a_heartbeat_before_a_new_runs_row_is_written_does_not_lose_its_le
                 row = queue.row("inv-0")
                 assert row is not None
                 assert row.holder == "run:test"
+    finally:
+        queue.close()
+
+
+async def test_writing_a_new_runs_row_extends_its_lease_from_the_write(tmp_path: Path) -> None:
+    """The row holds the lease until its write plus ``lease_s``: a run may start calls till then."""
+    queue = SQLiteQueue(str(tmp_path / "queue.db"))
+    try:
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                keeper = LeaseKeeper(
+                    queue, holder="run:test", kind=HolderKind.RUN, lease_s=30, nursery=nursery
+                )
+                lease = keeper.hold_new("inv-0", "batches")
+                lease.valid_until = 0.0  # as if it had been held for long before its row
+                assert lease.row_written is not None
+                before = time.monotonic()
+                await lease.row_written.wait()
+                assert lease.valid_until >= before + 30
+                assert lease.may_start_calls()
     finally:
         queue.close()
