@@ -7,7 +7,9 @@ and the heartbeat's renewal waited behind them, until every run ended ``lease_lo
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -63,45 +65,47 @@ async def test_runs_started_and_ended_at_once_write_their_rows_in_a_few_transact
     assert len(rows) == N
 
 
+@contextlib.asynccontextmanager
+async def open_keeper(tmp_path: Path) -> AsyncIterator[tuple[LeaseKeeper, SQLiteQueue]]:
+    """A run's lease keeper on a fresh queue, with a nursery for its background writes."""
+    queue = SQLiteQueue(str(tmp_path / "queue.db"))
+    try:
+        async with trio.open_nursery() as nursery:
+            yield (
+                LeaseKeeper(
+                    queue, holder="run:test", kind=HolderKind.RUN, lease_s=30, nursery=nursery
+                ),
+                queue,
+            )
+    finally:
+        queue.close()
+
+
 async def test_a_heartbeat_before_a_new_runs_row_is_written_does_not_lose_its_lease(
     tmp_path: Path,
 ) -> None:
-    queue = SQLiteQueue(str(tmp_path / "queue.db"))
-    try:
-        with trio.fail_after(30):
-            async with trio.open_nursery() as nursery:
-                keeper = LeaseKeeper(
-                    queue, holder="run:test", kind=HolderKind.RUN, lease_s=30, nursery=nursery
-                )
-                lease = keeper.hold_new("inv-0", "batches")
-                await keeper.beat()  # its row is written meanwhile, after the renewal
-                assert lease.row_written is not None
-                await lease.row_written.wait()
-                assert not lease.lost
-                await keeper.beat()
-                assert not lease.lost
-                row = queue.row("inv-0")
-                assert row is not None
-                assert row.holder == "run:test"
-    finally:
-        queue.close()
+    with trio.fail_after(30):
+        async with open_keeper(tmp_path) as (keeper, queue):
+            lease = keeper.hold_new("inv-0", "batches")
+            await keeper.beat()  # its row is written meanwhile, after the renewal
+            assert lease.row_written is not None
+            await lease.row_written.wait()
+            assert not lease.lost
+            await keeper.beat()
+            assert not lease.lost
+            row = queue.row("inv-0")
+            assert row is not None
+            assert row.holder == "run:test"
 
 
 async def test_writing_a_new_runs_row_extends_its_lease_from_the_write(tmp_path: Path) -> None:
     """The row holds the lease until its write plus ``lease_s``: a run may start calls till then."""
-    queue = SQLiteQueue(str(tmp_path / "queue.db"))
-    try:
-        with trio.fail_after(30):
-            async with trio.open_nursery() as nursery:
-                keeper = LeaseKeeper(
-                    queue, holder="run:test", kind=HolderKind.RUN, lease_s=30, nursery=nursery
-                )
-                lease = keeper.hold_new("inv-0", "batches")
-                lease.valid_until = 0.0  # as if it had been held for long before its row
-                assert lease.row_written is not None
-                before = time.monotonic()
-                await lease.row_written.wait()
-                assert lease.valid_until >= before + 30
-                assert lease.may_start_calls()
-    finally:
-        queue.close()
+    with trio.fail_after(30):
+        async with open_keeper(tmp_path) as (keeper, _):
+            lease = keeper.hold_new("inv-0", "batches")
+            lease.valid_until = 0.0  # as if it had been held for long before its row
+            assert lease.row_written is not None
+            before = time.monotonic()
+            await lease.row_written.wait()
+            assert lease.valid_until >= before + 30
+            assert lease.may_start_calls()
