@@ -220,21 +220,35 @@ class WorkQueue:
 
         Returns False when a row exists already (another holder took it meanwhile).
         """
+        made = self.hold_new_many([(invocation_id, agent_name)], holder=holder, lease_s=lease_s)
+        return invocation_id in made
+
+    def hold_new_many(
+        self, rows: Sequence[tuple[str, str]], *, holder: str, lease_s: float
+    ) -> set[str]:
+        """:meth:`hold_new` for many ``(invocation_id, agent_name)`` in one transaction.
+
+        Returns the ids whose row was added (not those that had one already).
+        """
+        made: set[str] = set()
         with self._tx() as (cursor, now):
-            cursor.execute(
-                f"INSERT INTO {QUEUE_TABLE} ({_QUEUE_COLUMNS}) "  # noqa: S608
-                "VALUES (?, ?, NULL, ?, ?, 0, ?, ?, ?, NULL) ON CONFLICT DO NOTHING",
-                (
-                    invocation_id,
-                    agent_name,
-                    QueueStatus.CLAIMED.value,
-                    holder,
-                    now + lease_s,
-                    now,
-                    now,
-                ),
-            )
-            return bool(cursor.rowcount == 1)
+            for invocation_id, agent_name in rows:
+                cursor.execute(
+                    f"INSERT INTO {QUEUE_TABLE} ({_QUEUE_COLUMNS}) "  # noqa: S608
+                    "VALUES (?, ?, NULL, ?, ?, 0, ?, ?, ?, NULL) ON CONFLICT DO NOTHING",
+                    (
+                        invocation_id,
+                        agent_name,
+                        QueueStatus.CLAIMED.value,
+                        holder,
+                        now + lease_s,
+                        now,
+                        now,
+                    ),
+                )
+                if cursor.rowcount == 1:
+                    made.add(invocation_id)
+        return made
 
     def acquire(
         self,
@@ -376,21 +390,36 @@ class WorkQueue:
         note: str | None = None,
     ) -> bool:
         """Give a lease back, leaving the row as ``release`` says; False if it was not held."""
+        return invocation_id in self.release_many(
+            [(invocation_id, epoch, release, note)], holder=holder
+        )
+
+    def release_many(
+        self, leases: Sequence[tuple[str, int, Release, str | None]], *, holder: str
+    ) -> set[str]:
+        """:meth:`release` for many ``(invocation_id, epoch, release, note)`` in one transaction.
+
+        Returns the ids whose lease was given back (not those no longer held).
+        """
+        released: set[str] = set()
         with self._tx() as (cursor, now):
-            cursor.execute(
-                f"UPDATE {QUEUE_TABLE} SET status = ?, holder = NULL, due_at = ?, "  # noqa: S608
-                "updated_at = ?, note = ? WHERE invocation_id = ? AND holder = ? AND epoch = ?",
-                (
-                    release.status.value,
-                    now + release.delay_s,
-                    now,
-                    note,
-                    invocation_id,
-                    holder,
-                    epoch,
-                ),
-            )
-            return bool(cursor.rowcount == 1)
+            for invocation_id, epoch, release, note in leases:
+                cursor.execute(
+                    f"UPDATE {QUEUE_TABLE} SET status = ?, holder = NULL, due_at = ?, "  # noqa: S608
+                    "updated_at = ?, note = ? WHERE invocation_id = ? AND holder = ? AND epoch = ?",
+                    (
+                        release.status.value,
+                        now + release.delay_s,
+                        now,
+                        note,
+                        invocation_id,
+                        holder,
+                        epoch,
+                    ),
+                )
+                if cursor.rowcount == 1:
+                    released.add(invocation_id)
+        return released
 
     def set_status(
         self, invocation_id: str, status: QueueStatus, *, only_from: Sequence[QueueStatus]

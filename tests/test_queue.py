@@ -239,3 +239,36 @@ def test_processes_racing_to_create_the_tables_all_succeed(make_queue: MakeQueue
         thread.join(timeout=60)
     assert errors == []
     assert len(queues[0].rows()[0]) == len(queues)
+
+
+def test_new_rows_written_together_leave_a_row_that_exists_alone(make_queue: MakeQueue) -> None:
+    queue = make_queue()
+    assert queue.hold_new("inv-1", "payments", holder="run-a", lease_s=30)
+    made = queue.hold_new_many(
+        [("inv-0", "payments"), ("inv-1", "payments"), ("inv-2", "payments")],
+        holder="run-b",
+        lease_s=30,
+    )
+    assert made == {"inv-0", "inv-2"}
+    rows = {i: queue.row(i) for i in ("inv-0", "inv-1", "inv-2")}
+    assert {i: row.holder for i, row in rows.items() if row is not None} == {
+        "inv-0": "run-b",
+        "inv-1": "run-a",
+        "inv-2": "run-b",
+    }
+
+
+def test_leases_released_together_release_only_those_still_held(make_queue: MakeQueue) -> None:
+    queue = make_queue()
+    queue.hold_new_many([("inv-0", "payments"), ("inv-1", "payments")], holder="run-a", lease_s=30)
+    ended = Release(status=QueueStatus.ENDED)
+    released = queue.release_many(
+        [("inv-0", 0, ended, None), ("inv-1", 7, ended, None), ("inv-9", 0, ended, None)],
+        holder="run-a",
+    )
+    assert released == {"inv-0"}
+    row0, row1 = queue.row("inv-0"), queue.row("inv-1")
+    assert row0 is not None
+    assert row1 is not None
+    assert (row0.status, row0.holder) == (QueueStatus.ENDED, None)
+    assert (row1.status, row1.holder) == (QueueStatus.CLAIMED, "run-a")
