@@ -75,10 +75,12 @@ from aggregates.audit import (
     chain_hash_of,
     event_body,
     link,
+    pack_body,
     split_stored,
     stored_link,
     stored_state,
     topic_of,
+    unpack_state,
 )
 from aggregates.effect import effect_key
 from aggregates.events import DomainEvent
@@ -204,7 +206,7 @@ def copy_invocations(store: EventStore, events: int) -> int:
     calls: dict[str, tuple[str, int, str]] = {}  # effect key -> (invocation, step, call)
     for notification in template:
         if notification.topic.endswith(":EffectPrepared"):
-            found = split_stored(notification.state)
+            found = split_stored(unpack_state(notification.state))
             assert found is not None
             prepared = json.loads(found[1])
             calls[str(notification.originator_id)] = (
@@ -229,7 +231,7 @@ def copy_invocations(store: EventStore, events: int) -> int:
             old_id = str(notification.originator_id)
             invocation_id = calls[old_id][0] if old_id in calls else old_id
             new_id = renamed.get(old_id) or f"{old_id}{suffix}"
-            found = split_stored(notification.state)
+            found = split_stored(unpack_state(notification.state))
             assert found is not None, "events of audit format 2 only"
             body = found[1]
             for old in (invocation_id, *keys_of.get(invocation_id, ())):
@@ -246,7 +248,12 @@ def copy_invocations(store: EventStore, events: int) -> int:
                     originator_id=new_id,
                     originator_version=notification.originator_version,
                     topic=notification.topic,
-                    state=stored_state(digest, body),
+                    # Stored as the runtime stores it: packed, but EffectPrepared's JSON.
+                    state=(
+                        stored_state(digest, body)
+                        if notification.topic.endswith(":EffectPrepared")
+                        else cast(bytes, pack_body(digest, body, deflate=True))
+                    ),
                 )
             )
         for start in range(0, len(rows), 5_000):
