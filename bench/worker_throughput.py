@@ -39,9 +39,7 @@ import gc
 import json
 import math
 import os
-import resource
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -68,7 +66,7 @@ from turn_overhead import K, T  # noqa: E402
 from workers import Queue, wait_for  # noqa: E402
 
 import loop_actors._queue as queue_module  # noqa: E402
-from loop_actors import EventStore, Runtime, Worker  # noqa: E402
+from loop_actors import Agent, EventStore, Runtime, Worker  # noqa: E402
 from loop_actors._leases import LeaseKeeper  # noqa: E402
 
 EVENTS_PER_INVOCATION = 1 + 3 * (T - 1) + 2
@@ -87,6 +85,7 @@ class WorkerProbe:
         self.renewals = 0
         self.renewed_rows = 0
         self.releases = 0
+        self.release_calls = 0
         self.queue_writes = 0
         self.queue_reads = 0
         self.first_claim = 0.0
@@ -111,7 +110,7 @@ class WorkerProbe:
                     probe.cpu_first, probe.trio_first = cpu_s(), time.thread_time()
                     probe.commits.reset()
                     probe.queue_writes = probe.queue_reads = probe.renewals = 0
-                    probe.renewed_rows = probe.releases = 0
+                    probe.renewed_rows = probe.releases = probe.release_calls = 0
                     COLLECTOR.on = True
                     probe.gc_first = sum(COLLECTOR.seconds)
                 probe.claims += 1
@@ -119,7 +118,7 @@ class WorkerProbe:
                     probe.claimed_at[claimed.invocation_id] = now
             return got
 
-        LeaseKeeper.claim = counting_claim  # type: ignore[method-assign]
+        LeaseKeeper.claim = counting_claim  # type: ignore[assignment,method-assign]
 
         drive = Worker._drive
 
@@ -131,30 +130,28 @@ class WorkerProbe:
                 probe.cpu_last, probe.trio_last = cpu_s(), time.thread_time()
                 probe.gc_last = sum(COLLECTOR.seconds)
 
-        Worker._drive = timed_drive  # type: ignore[method-assign]
+        Worker._drive = timed_drive  # type: ignore[assignment,method-assign]
 
         renew = queue_module.WorkQueue.renew
 
-        def counting_renew(
-            queue: queue_module.WorkQueue,
-            *,
-            holder: str,
-            leases: Any,
-            lease_s: float,
-        ) -> set[str]:
+        def counting_renew(queue: queue_module.WorkQueue, **kwargs: Any) -> set[str]:
             probe.renewals += 1
-            probe.renewed_rows += len(leases)
-            return renew(queue, holder=holder, leases=leases, lease_s=lease_s)
+            probe.renewed_rows += len(kwargs["leases"])
+            return renew(queue, **kwargs)
 
-        queue_module.WorkQueue.renew = counting_renew  # type: ignore[method-assign]
+        queue_module.WorkQueue.renew = counting_renew  # type: ignore[assignment,method-assign]
 
-        release = queue_module.WorkQueue.release
+        # Releases: one row a call before the queue grouped them (release), many after.
+        grouped = hasattr(queue_module.WorkQueue, "release_many")
+        name = "release_many" if grouped else "release"
+        release = getattr(queue_module.WorkQueue, name)
 
         def counting_release(queue: queue_module.WorkQueue, *args: Any, **kwargs: Any) -> Any:
-            probe.releases += 1
+            probe.release_calls += 1
+            probe.releases += len(args[1]) if grouped else 1
             return release(queue, *args, **kwargs)
 
-        queue_module.WorkQueue.release = counting_release  # type: ignore[method-assign]
+        setattr(queue_module.WorkQueue, name, counting_release)
 
         tx = queue_module.WorkQueue._tx
 
@@ -179,6 +176,7 @@ class WorkerProbe:
             "renewals": self.renewals,
             "renewed_rows": self.renewed_rows,
             "releases": self.releases,
+            "release_calls": self.release_calls,
             "queue_writes": self.queue_writes,
             "queue_reads": self.queue_reads,
             "first_claim": self.first_claim,
@@ -193,7 +191,7 @@ class WorkerProbe:
         }
 
 
-async def serve(args: argparse.Namespace) -> None:
+async def serve(args: argparse.Namespace) -> dict[str, Any]:
     probe = WorkerProbe()
     probe.install()
     worker = Worker(
@@ -213,7 +211,7 @@ async def serve(args: argparse.Namespace) -> None:
             nursery.start_soon(on_signal)
             await worker.run()
             nursery.cancel_scope.cancel()
-    Path(args.report).write_text(json.dumps(probe.report(worker.worker_id)))
+    return probe.report(worker.worker_id)
 
 
 # --------------------------------------------------------------------------- the run
@@ -248,19 +246,20 @@ def start_worker(args: argparse.Namespace, db: str, concurrency: int, report: Pa
     ]
     if args.gc_threshold:
         command += ["--gc-threshold", args.gc_threshold]
-    return subprocess.Popen(command, cwd=HERE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # Its log goes to a file: a pipe nobody reads until the end could fill and block it.
+    log = report.with_suffix(".log").open("w")
+    return subprocess.Popen(command, cwd=HERE, stdout=subprocess.DEVNULL, stderr=log)
 
 
 async def submit_all(db: str, ids: list[str]) -> None:
     agent = make_agent(TimedModel(0.0))
     async with Runtime(db) as runtime, trio.open_nursery() as nursery:
         for invocation_id in ids:
-            nursery.start_soon(
-                partial_submit, runtime, agent, invocation_id
-            )
+            nursery.start_soon(submit_one, runtime, agent, invocation_id)
 
 
-async def partial_submit(runtime: Runtime, agent: Any, invocation_id: str) -> None:
+async def submit_one(runtime: Runtime, agent: Agent, invocation_id: str) -> None:
+    """Submit one invocation whose goal is its id (the scripted answer names it)."""
     await runtime.submit(agent, invocation_id, invocation_id=invocation_id)
 
 
@@ -311,9 +310,14 @@ def run_workers(args: argparse.Namespace, workers: int, n: int) -> dict[str, Any
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
         for process in processes:
-            _, err = process.communicate(timeout=120)
+            process.wait(timeout=120)
+        for process, report in zip(processes, reports, strict=True):
+            log = report.with_suffix(".log")
+            lines = log.read_text().splitlines()
+            log.unlink()
+            if lines:
+                print(f"  worker log ({len(lines)} lines): " + "\n".join(lines[:20]))
             if process.returncode != 0:
-                print(err.decode(), file=sys.stderr)
                 raise SystemExit(f"a worker exited with {process.returncode}")
     figures = [json.loads(report.read_text()) for report in reports]
     for report in reports:
@@ -358,15 +362,17 @@ def print_run(workers: int, n: int, run: dict[str, Any]) -> None:
     )
     if latencies:
         print(
-            f"  claim latency (submitted -> claimed): p50 {percentile(latencies, 0.5) * 1e3:,.0f} ms"
+            "  claim latency (submitted -> claimed): "
+            f"p50 {percentile(latencies, 0.5) * 1e3:,.0f} ms"
             f", p99 {percentile(latencies, 0.99) * 1e3:,.0f} ms, max {latencies[-1] * 1e3:,.0f} ms"
         )
     for number, f in enumerate(run["figures"]):
         driven = len(f["claimed_at"])
         wturns = max(driven * T, 1)
         print(
-            f"  worker {number}: {driven:,} invocations, busy {f['last_end'] - f['first_claim']:.2f}"
-            f" s; CPU per turn {f['cpu_s'] / wturns * 1e6:,.0f} us (trio thread "
+            f"  worker {number}: {driven:,} invocations, "
+            f"busy {f['last_end'] - f['first_claim']:.2f} s"
+            f"; CPU per turn {f['cpu_s'] / wturns * 1e6:,.0f} us (trio thread "
             f"{f['trio_cpu_s'] / wturns * 1e6:,.0f}, collector {f['gc_s'] / wturns * 1e6:,.0f}); "
             f"peak RSS {f['peak_rss_mb']:.0f} MB"
         )
@@ -376,7 +382,8 @@ def print_run(workers: int, n: int, run: dict[str, Any]) -> None:
             f"{f['largest']}); queue transactions {f['queue_writes']:,} write / "
             f"{f['queue_reads']:,} read; claims {f['claims']:,} "
             f"({driven / max(f['claims'], 1):.1f} invocations each); renewals "
-            f"{f['renewals']:,} ({f['renewed_rows']:,} rows); releases {f['releases']:,}"
+            f"{f['renewals']:,} ({f['renewed_rows']:,} rows); releases {f['releases']:,} in "
+            f"{f.get('release_calls', f['releases']):,} calls"
         )
     expected = n * (COMMITS_PER_INVOCATION - 1)
     commits = sum(f["commit_requests"] for f in run["figures"])
@@ -406,7 +413,8 @@ def main() -> None:
     if args.as_worker:
         if args.gc_threshold:
             gc.set_threshold(*gc_threshold)
-        trio.run(serve, args)
+        report = trio.run(serve, args)
+        Path(args.report).write_text(json.dumps(report))
         return
     n = args.n if args.n is not None else (200 if args.quick else 2000)
     args.delay = args.delay if args.delay is not None else (0.2 if args.quick else 1.0)

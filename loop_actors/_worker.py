@@ -216,6 +216,12 @@ class Worker:
                         )
             for lease, claim in claims:
                 self._claimed += 1
+                previous = self._active.get(claim.invocation_id)
+                if previous is not None:
+                    # Its lease ran out (a late renewal) while its run went on, and this
+                    # worker took it again: the new run fences the old one off, which
+                    # stops at its next step.
+                    previous.lost = True
                 self._active[claim.invocation_id] = lease
                 drives.start_soon(self._drive, lease, claim)
             if claims and len(self._active) < self.concurrency:
@@ -263,6 +269,7 @@ class Worker:
             self._failed += 1
             log.exception("the run of %s failed; its row is left paused", claim.invocation_id)
         finally:
-            del self._active[claim.invocation_id]
+            if self._active.get(claim.invocation_id) is lease:
+                del self._active[claim.invocation_id]
             self._wake.set()
             self._idle.set()
