@@ -63,7 +63,7 @@ from concurrency import (  # noqa: E402
     percentile,
 )
 from turn_overhead import K, T  # noqa: E402
-from workers import Queue, wait_for  # noqa: E402
+from workers import Queue, fresh_db, wait_for  # noqa: E402
 
 import loop_actors._queue as queue_module  # noqa: E402
 from loop_actors import Agent, EventStore, Runtime, Worker  # noqa: E402
@@ -215,17 +215,6 @@ async def serve(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- the run
-
-
-def fresh_db(args: argparse.Namespace, name: str) -> str:
-    if args.db and args.db.startswith("postgresql"):
-        import psycopg
-
-        with psycopg.connect(args.db, autocommit=True) as connection:
-            for table in ("loop_actors_queue", "loop_actors_holders"):
-                connection.execute(f"DROP TABLE IF EXISTS {table}")
-        return str(args.db)
-    return f"sqlite:///{Path(args.dir) / name}"
 
 
 def start_worker(args: argparse.Namespace, db: str, concurrency: int, report: Path) -> Any:

@@ -27,6 +27,7 @@ from aggregates.lease import (
 from loop_actors._queue import (
     CLAIM_AT_MOST,
     ROWS_PER_STATEMENT,
+    Claimed,
     GiveBack,
     NewRow,
     PostgresQueue,
@@ -236,6 +237,14 @@ MANY = ROWS_PER_STATEMENT * 2 + 5
 """More rows than two statements of a batch carry."""
 
 
+def claim_many(queue: WorkQueue) -> list[Claimed]:
+    """MANY new rows, all claimed by w1."""
+    queue.enqueue_many([NewRow(f"inv-{n:04}", "payments") for n in range(MANY)])
+    claimed = queue.claim(holder="w1", agent_names=["payments"], limit=MANY, lease_s=30)
+    assert len(claimed) == MANY
+    return claimed
+
+
 def test_a_batch_of_new_rows_adds_only_those_missing_and_says_which(
     make_queue: MakeQueue,
 ) -> None:
@@ -256,9 +265,7 @@ def test_a_batch_of_releases_gives_back_only_the_leases_still_held(
     make_queue: MakeQueue,
 ) -> None:
     queue = make_queue()
-    queue.enqueue_many([NewRow(f"inv-{n:04}", "payments") for n in range(MANY)])
-    claimed = queue.claim(holder="w1", agent_names=["payments"], limit=MANY, lease_s=30)
-    assert len(claimed) == MANY
+    claimed = claim_many(queue)
     ended, paused = Release(status=QueueStatus.ENDED), Release(status=QueueStatus.PAUSED)
     leases = [
         GiveBack(c.invocation_id, c.epoch, paused if n % 3 == 0 else ended, "why" if n else None)
@@ -283,9 +290,7 @@ def test_renewing_many_leases_keeps_those_held_and_drops_one_taken_over(
     make_queue: MakeQueue,
 ) -> None:
     queue = make_queue()
-    queue.enqueue_many([NewRow(f"inv-{n:04}", "payments") for n in range(MANY)])
-    claimed = queue.claim(holder="w1", agent_names=["payments"], limit=MANY, lease_s=30)
-    leases = [(c.invocation_id, c.epoch) for c in claimed]
+    leases = [(c.invocation_id, c.epoch) for c in claim_many(queue)]
     assert queue.renew(holder="w1", leases=leases[:1], lease_s=-1) == {"inv-0000"}
     (taken,) = queue.claim(holder="w2", agent_names=["payments"], limit=1, lease_s=30)
     assert taken.invocation_id == "inv-0000"
