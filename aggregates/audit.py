@@ -18,6 +18,9 @@ separators=(",", ":"), ensure_ascii=True)`` (``topic`` the stored topic, e.g.
 ``aggregates.invocation:Terminated``) and ``body`` is the stored state with its
 first member (``"chain_hash":"…",``) taken out: a verifier cuts 80 bytes and hashes.
 In an encrypted or compressed store, the state is the plaintext the cipher gives back.
+Most rows hold that JSON state *packed* (:func:`pack_state`): one byte, the hash in 32
+bytes, and the body, compressed with a preset dictionary; unpacked, it is the JSON
+state byte for byte, so packing changes nothing the hash covers.
 
 **Format 1** (events without ``audit_format``): the hash covers a canonical form,
 rebuilt from the decoded event:
@@ -47,6 +50,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -133,6 +137,139 @@ def split_stored(state: bytes) -> tuple[str, bytes] | None:
     if not all(c in b"0123456789abcdef" for c in digest):
         return None
     return digest.decode(), b"{" + state[_HASH_MEMBER:]
+
+
+# The packed layout: a lossless encoding of a format-2 state, for storage.
+
+PACKED_PLAIN = 0x01
+"""First byte of a packed state whose body follows its hash as it is."""
+
+PACKED_DEFLATE = 0x02
+"""First byte of a packed state whose body is raw DEFLATE with :data:`PACK_DICTIONARY`."""
+
+PACK_DICTIONARY = b"".join(
+    (
+        # What a body of each event class is made of (its keys, enum values and defaults),
+        # the rarest first: DEFLATE reaches the end of a preset dictionary most cheaply.
+        # Never change it: the rows packed with it are read with it (a test pins its hash);
+        # another dictionary needs another first byte.
+        b'"resolution":"committed","receipt":{"by":"","reason":"","attempt":1,',
+        b'"worker_id":"","epoch":1,"taken_from":"","dropped_steps":[],"kept_steps":[],',
+        b'"size_before":,"size_after":,"evidence":"","note":"","proposal_digest":"',
+        b'"reason":"approval_required","question":"","needs_approval":["","denied":"',
+        b'"rejection":{"rejection_class":"schema_invalid","problems":["","raw":',
+        b'"kind":"request_approval","summary":"","kind":"clarification","question":"',
+        b'"kind":"cannot_continue","reason":"","effect_key":"eff-","effect_status":"committed"',
+        b'"error":{"error_class":"tool_failed","retryable":false,"message":"","attempts":',
+        b'"originator_topic":"aggregates.invocation:Invocation","audit_format":2,"goal":"',
+        b'","agent_name":"","agent_version":"1","catalogue_digest":"","task_class":"',
+        b'","actor":"","tenant":"","tools":[{"name":"","effect":"write","schema_digest":"',
+        b'"},{"name":"","effect":"read","schema_digest":""}],"budget":{"max_steps":20,',
+        b'"max_tool_calls":50,"max_repeated_plan":1,"deadline_s":,"max_tokens":,"max_cost":,',
+        b'"wind_down_steps":},"settings":{"max_invalid_proposals":2,"max_verification_attempts":2,',
+        b'"max_repeated_failures":3,"tool_failure_limits":{},"price":{"input_per_million":',
+        b'"output_per_million":},"context_limit":,"keep_recent_turns":4,"wind_down_notice":',
+        b'"{steps_left} step(s) left: summarise what you have and stop.","approval_rules":{"',
+        b'":"always","":"never"},"max_output_bytes":1000000,"max_proposal_bytes":256000}}',
+        b'"reason":"completed","answer":"","detail":"","steps":,"tool_calls":}',
+        b'"kind":"final","answer":"","toolu_',
+        b'"calls":[{"call_id":"call_","name":"","arguments":{"},"effect":"read"},',
+        b'{"call_id":"call_","name":"","arguments":{"},"effect":"read"}],"plan":[["call_","call_"]]}',
+        b'"results":[{"call_id":"call_","name":"","output":{"},"duration_ms":0.0',
+        b'},{"call_id":"call_","name":"","output":{"},"duration_ms":0.0}]}',
+        b'"decision":{"schema_version":1,"kind":"tool_calls","calls":[{"id":"call_","name":"',
+        b'","arguments":{""}},{"id":"call_","name":"","arguments":{""}}]},"usage":{"input_tokens":',
+        b',"output_tokens":,"cost":0.0,"latency_ms":0.0}}',
+        b'{"timestamp":"20-01T00:00:00.000000Z","audit_format":2,"step":',
+    )
+)
+"""The preset dictionary of :data:`PACKED_DEFLATE` states (``zlib``'s ``zdict``)."""
+
+_DIGEST_BYTES = 32
+MAX_DEFLATED_BODY = 64 * 1024 * 1024
+"""The largest body stored compressed (a larger one is stored as it is): a compressed body
+that inflates past this is damaged or forged, and is refused before it fills memory."""
+_PLAIN_TAG = bytes((PACKED_PLAIN,))
+_DEFLATE_TAG = bytes((PACKED_DEFLATE,))
+
+_PACKER = zlib.compressobj(6, zlib.DEFLATED, -13, 4, zlib.Z_DEFAULT_STRATEGY, PACK_DICTIONARY)
+"""A compressor with the dictionary loaded, copied for each row (loading it again costs
+more than the copy). An 8 KB window and memLevel 4 instead of zlib's 32 KB and 8: a
+body of a few KB compresses as well, and the copy is smaller. Any inflater reads it."""
+
+
+def pack_state(state: bytes, *, deflate: bool) -> bytes:
+    """A format-2 state in the packed layout; another state unchanged.
+
+    The packed layout is one byte (:data:`PACKED_PLAIN` or :data:`PACKED_DEFLATE`),
+    the 32 bytes of the hash, and the body: as it is, or compressed when ``deflate``
+    and that makes it smaller. :func:`unpack_state` gives the state back byte for byte.
+    """
+    split = split_stored(state)
+    if split is None:
+        return state
+    packed = pack_body(*split, deflate=deflate)
+    assert packed is not None  # split_stored checked the hash
+    return packed
+
+
+def pack_body(chain_hash: str, body: bytes, *, deflate: bool) -> bytes | None:
+    """The packed state of ``stored_state(chain_hash, body)``, built from its two parts.
+
+    None when the hash is not 64 lower-case hex digits (the JSON state is stored then).
+    """
+    try:
+        head = bytes.fromhex(chain_hash)
+    except ValueError:
+        return None
+    if len(head) != _DIGEST_BYTES or head.hex() != chain_hash:
+        return None
+    if deflate and len(body) <= MAX_DEFLATED_BODY:
+        compressor = _PACKER.copy()
+        packed = compressor.compress(body) + compressor.flush()
+        if len(packed) < len(body):
+            return _DEFLATE_TAG + head + packed
+    return _PLAIN_TAG + head + body
+
+
+def is_packed(state: bytes) -> bool:
+    """Whether a state is in the packed layout (a JSON state begins with ``{``)."""
+    return len(state) > _DIGEST_BYTES and state[0] in (PACKED_PLAIN, PACKED_DEFLATE)
+
+
+class PackedStateError(ValueError):
+    """Raised when a packed state cannot be unpacked (its compressed body is damaged)."""
+
+
+def unpack_state(state: bytes) -> bytes:
+    """The format-2 state a packed state encodes; any other state unchanged.
+
+    Raises:
+        PackedStateError: the state is packed, and its body does not decompress to the
+            end, leaves bytes after its end, or inflates past :data:`MAX_DEFLATED_BODY`
+            (a decompression bomb is refused before it fills memory).
+    """
+    tag = state[0] if len(state) > _DIGEST_BYTES else None
+    if tag == PACKED_DEFLATE:
+        decompressor = zlib.decompressobj(-15, zdict=PACK_DICTIONARY)
+        try:
+            body = decompressor.decompress(state[1 + _DIGEST_BYTES :], MAX_DEFLATED_BODY + 1)
+        except zlib.error as error:
+            raise PackedStateError(f"its packed body does not decompress: {error}") from None
+        if len(body) > MAX_DEFLATED_BODY:
+            raise PackedStateError(
+                f"its packed body inflates past {MAX_DEFLATED_BODY:,} bytes (no body that large"
+                " is stored compressed)"
+            )
+        if not decompressor.eof or decompressor.unused_data:
+            raise PackedStateError("its packed body does not end where its row does")
+    elif tag == PACKED_PLAIN:
+        body = state[1 + _DIGEST_BYTES :]
+    else:
+        return state
+    if body[:1] != b"{":
+        raise PackedStateError("its packed body is not a JSON object")
+    return b"".join((STORED_PREFIX, state[1 : 1 + _DIGEST_BYTES].hex().encode(), b'",', body[1:]))
 
 
 _CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)

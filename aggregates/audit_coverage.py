@@ -107,6 +107,10 @@ def snapshot_problems(
     its stored snapshots as (version, snapshot or the exception that decoding raised).
     """
     problems: list[tuple[int, str]] = []
+    # One replay, in order: each snapshot is compared with the state at its version.
+    aggregate: Any = None
+    replayed_to = 0
+    unreplayable: Exception | None = None
     for version, snapshot in sorted(snapshots, key=lambda pair: pair[0]):
         if isinstance(snapshot, Exception):
             problems.append((version, f"the stored snapshot cannot be read: {snapshot}"))
@@ -119,10 +123,17 @@ def snapshot_problems(
                 (version, f"it is of version {version}, past the {len(events)} stored events")
             )
             continue
-        try:
-            replayed = InvocationSnapshot.take(fold(None, events[:version]))
-        except Exception as error:  # a tampered history is reported, not raised
-            problems.append((version, f"the events up to its version cannot be replayed: {error}"))
+        if unreplayable is None:
+            try:
+                aggregate = fold(aggregate, events[replayed_to:version])
+                replayed_to = version
+                replayed = InvocationSnapshot.take(aggregate)
+            except Exception as error:  # a tampered history is reported, not raised
+                unreplayable = error
+        if unreplayable is not None:
+            problems.append(
+                (version, f"the events up to its version cannot be replayed: {unreplayable}")
+            )
             continue
         if replayed != snapshot:
             problems.append(

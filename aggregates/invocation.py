@@ -10,14 +10,21 @@ a command or from a stored history being replayed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, assert_never, cast
+from typing import Any, assert_never, cast, overload
 
 from eventsourcing.domain import CanInitAggregate, CanSnapshotAggregate
 from eventsourcing.utils import get_topic
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    GetCoreSchemaHandler,
+    ValidationInfo,
+    model_validator,
+)
+from pydantic_core import core_schema
 
 from aggregates.decisions import (
     Budget,
@@ -306,6 +313,145 @@ class Turn(Frozen):
     """For a final answer the verifier refused: its evidence."""
 
 
+LAZY_TURNS = "loop-actors: turns as stored"
+"""The validation context that keeps a snapshot's turns as stored until each is read.
+
+``InvocationSnapshot.model_validate_json(data, context=LAZY_TURNS)`` validates
+everything but the turns, which it keeps in their stored form: :class:`Turns`
+validates each one, as :class:`Turn`, the first time it is read. What a load needs
+(the phase, the step, the totals and budgets, the pending batch, the last turn)
+then costs nothing per turn of history; the model's next request reads them all.
+"""
+
+_StoredTurn = Turn | str | dict[str, Any]
+"""A turn as :class:`Turns` holds it: validated, or as stored (its JSON text, or, in
+snapshots written before the turns were stored as text, its JSON object)."""
+
+_STORED = frozenset({str, dict, Turn})
+
+
+class Turns(Sequence[Turn]):
+    """An invocation's committed turns, oldest first (a read-only sequence of :class:`Turn`).
+
+    In a snapshot each turn is stored as its own JSON text (``Turn.model_dump_json``
+    with ``exclude_none``), so that a snapshot is read without building the turns,
+    and a turn read from one is written into the next as it was read. Snapshots
+    written before hold each turn as a JSON object; both are read.
+
+    Turns read from a snapshot with :data:`LAZY_TURNS` are validated the first time
+    each is read (a stored turn that is not a valid ``Turn`` raises
+    ``pydantic.ValidationError`` then); read without it, all are validated at once.
+    Equality compares the turns themselves.
+    """
+
+    __slots__ = ("_items",)
+
+    def __init__(self, turns: Iterable[Turn] = ()) -> None:
+        """Hold these turns (each already a ``Turn``)."""
+        self._items: list[_StoredTurn] = list(turns)
+
+    @classmethod
+    def _as_stored(cls, stored: list[_StoredTurn]) -> Turns:
+        turns = cls()
+        turns._items = stored
+        return turns
+
+    def copy(self) -> Turns:
+        """A new sequence of the same turns (each turn is frozen: they are shared)."""
+        return Turns._as_stored(list(self._items))
+
+    def append(self, turn: Turn) -> None:
+        """Add the turn of a new step (the aggregate's, in ``_evolve``)."""
+        self._items.append(turn)
+
+    def replace_last(self, turn: Turn) -> None:
+        """Put the latest turn, with what it was given since (the aggregate's, in ``_evolve``)."""
+        self._items[-1] = turn
+
+    def _turn(self, index: int) -> Turn:
+        item = self._items[index]
+        if type(item) is Turn:
+            return item
+        turn = Turn.model_validate_json(item) if type(item) is str else Turn.model_validate(item)
+        self._items[index] = turn
+        return turn
+
+    def _texts(self) -> list[str]:
+        """Each turn's JSON text, as a snapshot stores it (one read as text is not re-encoded)."""
+        return [
+            item if type(item) is str else self._turn(index).model_dump_json(exclude_none=True)
+            for index, item in enumerate(self._items)
+        ]
+
+    def __len__(self) -> int:
+        """How many turns."""
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> Turn: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Turn]: ...
+    def __getitem__(self, index: int | slice) -> Turn | list[Turn]:
+        """A turn (validated now if it is still as stored), or a list of them for a slice."""
+        if isinstance(index, slice):
+            return [self._turn(i) for i in range(*index.indices(len(self._items)))]
+        return self._turn(index)
+
+    def __iter__(self) -> Iterator[Turn]:
+        """The turns, oldest first."""
+        for index in range(len(self._items)):
+            yield self._turn(index)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a sequence of the same turns (a ``Turns`` or a list)."""
+        if not isinstance(other, Turns | list):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        """The turns as a list shows them."""
+        return f"Turns({list(self)!r})"
+
+    @classmethod
+    def __get_pydantic_core_schema__(
+        cls, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        """A list of turns (or of their JSON texts); dumped to JSON as texts, to Python as turns."""
+
+        def validate(
+            value: Any,
+            validate_list: core_schema.ValidatorFunctionWrapHandler,
+            info: ValidationInfo,
+        ) -> Turns:
+            if isinstance(value, Turns):
+                return value.copy()
+            lazy = info.context == LAZY_TURNS
+            if type(value) is not list or not set(map(type, value)) <= _STORED:
+                return cls(validate_list(value))  # it raises, saying which item is not a turn
+            if not lazy and str not in set(map(type, value)):
+                return cls(validate_list(value))  # turns, or turns as JSON objects
+            turns = cls._as_stored(list(value))
+            if not lazy:
+                for index in range(len(turns)):
+                    turns._turn(index)
+            return turns
+
+        def serialize(turns: Turns, info: core_schema.SerializationInfo) -> list[Turn] | list[str]:
+            return turns._texts() if info.mode_is_json() else list(turns)
+
+        return core_schema.with_info_wrap_validator_function(
+            validate,
+            handler.generate_schema(list[Turn]),
+            serialization=core_schema.plain_serializer_function_ser_schema(
+                serialize,
+                info_arg=True,
+                return_schema=handler.generate_schema(list[Turn | str]),
+            ),
+        )
+
+
 class Invocation(ChainedAggregate):
     """One agent invocation: an event-sourced state machine of the turn protocol."""
 
@@ -324,7 +470,7 @@ class Invocation(ChainedAggregate):
         self.phase = Phase.NEW
         self.step = 0
         self.tool_calls = 0
-        self.turns: list[Turn] = []
+        self.turns = Turns()
         self.pending_batch: BatchDispatched | None = None
         self.last_plan: str | None = None
         self.repeat_streak = 0
@@ -682,7 +828,7 @@ class Invocation(ChainedAggregate):
             raise self._refuse(
                 event, "one result per dispatched call id, exactly once, in call order"
             )
-        self.turns[-1] = self.turns[-1].model_copy(update={"results": list(event.results)})
+        self.turns.replace_last(self.turns[-1].model_copy(update={"results": list(event.results)}))
         calls = {call.call_id: call for call in self.pending_batch.calls}
         for result in event.results:
             if result.error is None:
@@ -739,7 +885,7 @@ class Invocation(ChainedAggregate):
             summary = f"approved by {event.by}{note}"
         else:
             summary = f"denied by {event.by}: {event.reason}"
-        self.turns[-1] = self.turns[-1].model_copy(update={"approval": summary})
+        self.turns.replace_last(self.turns[-1].model_copy(update={"approval": summary}))
         self.paused = None
         if paused.calls is None:
             # The model itself asked for approval of a proposal: it is told the
@@ -756,7 +902,7 @@ class Invocation(ChainedAggregate):
     def _on_clarification(self, event: ClarificationProvided) -> None:
         if event.step != self.step:
             raise self._refuse(event, f"step must be {self.step}, got {event.step}")
-        self.turns[-1] = self.turns[-1].model_copy(update={"reply": event.answer})
+        self.turns.replace_last(self.turns[-1].model_copy(update={"reply": event.answer}))
         self.paused = None
         self.phase = Phase.READY
 
@@ -765,7 +911,7 @@ class Invocation(ChainedAggregate):
             raise self._refuse(event, "only a proposed final answer is verified")
         if event.step != self.step or event.attempt != self.verification_failures + 1:
             raise self._refuse(event, "step and attempt must follow the history")
-        self.turns[-1] = self.turns[-1].model_copy(update={"verification": event.evidence})
+        self.turns.replace_last(self.turns[-1].model_copy(update={"verification": event.evidence}))
         self.verification_failures = event.attempt
         self.phase = Phase.READY
 
@@ -816,7 +962,7 @@ class InvocationState(Frozen):
     phase: Phase
     step: int
     tool_calls: int
-    turns: list[Turn]
+    turns: Turns
     pending_batch: BatchDispatched | None = None
     last_plan: str | None = None
     repeat_streak: int
@@ -882,7 +1028,9 @@ class InvocationSnapshot(BaseModel, CanSnapshotAggregate[str]):
         Invocation.__init__(invocation)
         for name in _STATE_FIELDS:
             value = getattr(self.state, name)
-            setattr(invocation, name, list(value) if isinstance(value, list) else value)
+            if isinstance(value, list | Turns):
+                value = value.copy()  # the aggregate changes its own; the snapshot is frozen
+            setattr(invocation, name, value)
         invocation.modified_on = self.state.modified_on
         return invocation
 

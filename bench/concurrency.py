@@ -49,6 +49,7 @@ import sqlite3  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
+from collections import Counter  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from importlib.metadata import version  # noqa: E402
@@ -320,6 +321,13 @@ def main() -> None:
         f"workload: {n} invocations at once x {T} turns, {K} parallel instant reads in "
         f"turns 1-{T - 1}, model latency {delay:g} s per decision (floor {floor:g} s)"
     )
+    if run.failures or len(latencies) != n:
+        reasons = Counter(line.split(": ", 1)[1].split(" ", 1)[0] for line in run.failures)
+        print(
+            f"NOT MEASURED: {len(latencies) - len(run.failures)}/{n} invocations completed "
+            f"({', '.join(f'{r} {c:,}' for r, c in reasons.most_common())}); the rates below "
+            f"count {turns:,} turns, and fewer ran"
+        )
     print(f"wall time: {wall:.2f} s ({wall - floor:+.2f} s over the floor)")
     if latencies:
         print(

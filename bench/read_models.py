@@ -32,8 +32,20 @@ end). Then, in one run:
 Each rate is given per second of wall time and per second of the process's CPU
 time (the second moves less when other work shares the machine).
 
+With ``--rebuild-events E`` it measures one thing instead: the rebuild of a store of
+at least E events. The runtime writes the N invocations as above; their stored
+events are then copied, in their order, under new ids (each invocation id with a
+suffix, each effect key derived again from the new id with
+``aggregates.effect.effect_key``, each event's audit hash chained again with
+``aggregates.audit.stored_link``) until the store holds E events: events a runtime
+would have written for those invocations, written straight through the recorder
+because running a million invocations would take the runtime far longer than the
+rebuild. Then the three read models are rebuilt into a fresh views file (or the
+``--views`` database) once: wall time, the process's CPU time, peak RSS.
+
     python bench/read_models.py [--n 2000] [--wave 200] [--reps 3] [--at-once 2000]
                                 [--dir /tmp] [--db URL] [--views URL]
+                                [--rebuild-events 1000000]
 
 ``--db`` is the event store (default: a new SQLite file in ``--dir``; a
 ``postgresql://`` URL of an empty database puts the store, and its read models,
@@ -44,6 +56,7 @@ PostgreSQL database for a SQLite store).
 from __future__ import annotations
 
 import argparse
+import json
 import resource
 import statistics
 import tempfile
@@ -54,6 +67,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import trio
+from eventsourcing.persistence import StoredEvent
 
 from aggregates.audit import (
     GENESIS,
@@ -61,9 +75,12 @@ from aggregates.audit import (
     chain_hash_of,
     event_body,
     link,
+    split_stored,
     stored_link,
+    stored_state,
     topic_of,
 )
+from aggregates.effect import effect_key
 from aggregates.events import DomainEvent
 from loop_actors import (
     Agent,
@@ -172,17 +189,134 @@ async def populate(url: str, start: int, count: int, at_once: int | None = None)
                     )
 
 
-def all_events(store: EventStore) -> list[DomainEvent]:
-    """Every event in the store, in notification order."""
+def copy_invocations(store: EventStore, events: int) -> int:
+    """Append copies of the store's invocations under new ids until it holds ``events``.
+
+    Each copy is every stored event of the store as it was, in its order, with each
+    invocation id ``inv-...`` given the suffix ``-cNNN``, each effect key derived again
+    from the new invocation id, and each event's format-2 audit hash chained again
+    over its new body. Returns the events in the store.
+    """
+    recorder, mapper = store.app.recorder, store.app.mapper
+    assert mapper.cipher is None, "a plain store only"
+    assert mapper.compressor is None, "a plain store only"
+    template = recorder.select_notifications(start=0, limit=10**9)
+    calls: dict[str, tuple[str, int, str]] = {}  # effect key -> (invocation, step, call)
+    for notification in template:
+        if notification.topic.endswith(":EffectPrepared"):
+            found = split_stored(notification.state)
+            assert found is not None
+            prepared = json.loads(found[1])
+            calls[str(notification.originator_id)] = (
+                prepared["invocation_id"],
+                prepared["step"],
+                prepared["call_id"],
+            )
+    keys_of: dict[str, list[str]] = {}
+    for key, (invocation_id, _, _) in calls.items():
+        keys_of.setdefault(invocation_id, []).append(key)
+    total, copy = len(template), 0
+    while total < events:
+        copy += 1
+        suffix = f"-c{copy:03d}"
+        renamed = {i: f"{i}{suffix}" for i in {c[0] for c in calls.values()}}
+        renamed.update(
+            (key, effect_key(f"{i}{suffix}", step, call)) for key, (i, step, call) in calls.items()
+        )
+        last: dict[str, str] = {}
+        rows: list[StoredEvent] = []
+        for notification in template[: events - total]:
+            old_id = str(notification.originator_id)
+            invocation_id = calls[old_id][0] if old_id in calls else old_id
+            new_id = renamed.get(old_id) or f"{old_id}{suffix}"
+            found = split_stored(notification.state)
+            assert found is not None, "events of audit format 2 only"
+            body = found[1]
+            for old in (invocation_id, *keys_of.get(invocation_id, ())):
+                body = body.replace(
+                    f'"{old}"'.encode(), f'"{renamed.get(old) or old + suffix}"'.encode()
+                )
+            digest = stored_link(
+                last.get(new_id, GENESIS), new_id, notification.originator_version,
+                notification.topic, body,
+            )  # fmt: skip
+            last[new_id] = digest
+            rows.append(
+                StoredEvent(
+                    originator_id=new_id,
+                    originator_version=notification.originator_version,
+                    topic=notification.topic,
+                    state=stored_state(digest, body),
+                )
+            )
+        for start in range(0, len(rows), 5_000):
+            recorder.insert_events(rows[start : start + 5_000])
+        total += len(rows)
+    return total
+
+
+def rebuild_large(args: argparse.Namespace) -> None:
+    """Build a store of ``--rebuild-events`` events and time one rebuild of the three."""
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        url = f"sqlite:///{Path(tmp) / 'events.db'}"
+        started = time.perf_counter()
+        trio.run(populate, url, 0, args.n, args.at_once)
+        built_s = time.perf_counter() - started
+        store = EventStore(url)
+        written = store.head()
+        started = time.perf_counter()
+        head = copy_invocations(store, args.rebuild_events)
+        copied_s = time.perf_counter() - started
+        _check_chains(all_events(store, start=written, limit=2_000))  # the first copy's
+        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        views = args.views or str(Path(tmp) / "views.db")
+        runner = open_runner(store, views, default_projections())
+        try:
+            events_applied, wall, cpu = timed(lambda: runner.rebuild()[0].events)
+            shown = runner.query("SELECT COUNT(*) AS n FROM trajectory_invocations")[0]["n"]
+        finally:
+            runner.close()
+        assert events_applied == head, (events_applied, head)
+        rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        store.close()
+    print(
+        f"store: sqlite, {args.n} invocations of {KINDS} kinds written by the runtime "
+        f"({written:,} events, {built_s:.1f} s), copied under new ids to {head:,} events "
+        f"({head / written:.0f} x, {copied_s:.1f} s)"
+    )
+    print(f"read models: {'PostgreSQL' if is_postgres_url(views) else 'SQLite'}")
+    print(
+        f"rebuild of the three read models: {wall:.1f} s wall, {cpu:.1f} s CPU "
+        f"({head / wall:,.0f} events/s, {head / cpu:,.0f} per CPU-second), "
+        f"{shown:,} trajectories"
+    )
+    print(f"peak RSS: {rss_before:.0f} MB before the rebuild, {rss_after:.0f} MB after")
+
+
+def _check_chains(events: Sequence[DomainEvent]) -> None:
+    """Every event's format-2 hash follows its aggregate's previous one (copies included)."""
+    last: dict[str, str] = {}
+    for event in events:
+        body = event_body(event)
+        digest = stored_link(
+            last.get(event.originator_id, GENESIS), event.originator_id,
+            event.originator_version, topic_of(type(event)), body,
+        )  # fmt: skip
+        assert digest == event.chain_hash, event
+        last[event.originator_id] = digest
+
+
+def all_events(store: EventStore, start: int = 0, limit: int | None = None) -> list[DomainEvent]:
+    """Every event in the store after position ``start`` (or ``limit`` of them), in order."""
     events: list[DomainEvent] = []
-    position = 0
+    position = start
     recorder, mapper = store.app.recorder, store.app.mapper
     while True:
         notifications = recorder.select_notifications(
             start=position, limit=500, inclusive_of_start=False
         )
         events.extend(cast("DomainEvent", mapper.to_domain_event(n)) for n in notifications)
-        if len(notifications) < 500:
+        if len(notifications) < 500 or (limit is not None and len(events) >= limit):
             return events
         position = notifications[-1].id
 
@@ -269,7 +403,16 @@ def main() -> None:
     parser.add_argument("--dir", default=None, help="where the database files go")
     parser.add_argument("--db", default=None, help="the event store (default: a new SQLite file)")
     parser.add_argument("--views", default=None, help="where the read models go")
+    parser.add_argument(
+        "--rebuild-events",
+        type=int,
+        default=0,
+        help="only time one rebuild of a store of this many events (copies of --n invocations)",
+    )
     args = parser.parse_args()
+    if args.rebuild_events:
+        rebuild_large(args)
+        return
 
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         url = args.db or f"sqlite:///{Path(tmp) / 'events.db'}"

@@ -2,17 +2,21 @@
 
 Builds one invocation of N turns (3 events a turn) on a SQLite file through the
 runtime, then times, in one run: loading it the way ``resume`` does (from the
-newest snapshot), and replaying every event from the start.
+newest snapshot), replaying every event from the start, and the check ``resume``
+makes before it runs anything for an invocation that has not ended (its snapshot
+against the replay of its events, and its effect ledger against its batches).
 
-    python bench/resume_long_history.py [--turns 1000] [--reps 20]
+    python bench/resume_long_history.py [--turns 1000] [--reps 20] [--check-reps 5]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +24,7 @@ import trio
 
 from aggregates.events import fold
 from loop_actors import Agent, Budget, ModelRequest, Runtime, ScriptedModel, tool
+from loop_actors._reader import StoreReader
 from loop_actors._store import EventStore
 
 
@@ -50,10 +55,27 @@ def build(path: Path, turns: int) -> int:
     return trio.run(go)
 
 
+@contextlib.contextmanager
+def timed(into: list[tuple[float, float]]) -> Iterator[None]:
+    """Append (wall s, process CPU s) of the block to ``into``."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    yield
+    into.append((time.perf_counter() - wall, time.process_time() - cpu))
+
+
+def medians(times: list[tuple[float, float]]) -> tuple[float, float]:
+    """Median wall and CPU time, in ms."""
+    return (
+        statistics.median(wall for wall, _ in times) * 1000,
+        statistics.median(cpu for _, cpu in times) * 1000,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=1000)
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--check-reps", type=int, default=5)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "long.db"
@@ -61,23 +83,37 @@ def main() -> None:
         events = build(path, args.turns)
         built_s = time.perf_counter() - started
         store = EventStore(f"sqlite:///{path}")
-        with_snapshot: list[float] = []
-        full_replay: list[float] = []
+        with_snapshot: list[tuple[float, float]] = []
+        full_replay: list[tuple[float, float]] = []
         for _ in range(args.reps):
-            started = time.perf_counter()
-            invocation = store.get("long")
-            with_snapshot.append(time.perf_counter() - started)
-            started = time.perf_counter()
-            replayed = fold(None, store.events("long"))
-            full_replay.append(time.perf_counter() - started)
+            with timed(with_snapshot):
+                invocation = store.get("long")
+            with timed(full_replay):
+                replayed = fold(None, store.events("long"))
             assert vars(replayed) == vars(invocation)
+        checks: list[tuple[float, float]] = []
+        reader = StoreReader(store)
+        for _ in range(args.check_reps):
+            with timed(checks):
+                problem = trio.run(reader.history_problem, "long")
+            assert problem is None, problem
         store.close()
-    snap_ms = statistics.median(with_snapshot) * 1000
-    full_ms = statistics.median(full_replay) * 1000
+    snap_ms, snap_cpu = medians(with_snapshot)
+    full_ms, full_cpu = medians(full_replay)
+    check_ms, check_cpu = medians(checks)
     print(f"history: {events} events ({args.turns} turns), built in {built_s:.1f} s")
-    print(f"load from newest snapshot : {snap_ms:8.2f} ms (median of {args.reps})")
-    print(f"replay every event        : {full_ms:8.2f} ms (median of {args.reps})")
-    print(f"ratio replay/snapshot     : {full_ms / snap_ms:8.1f}")
+    for name, (wall, cpu), reps in (
+        ("load from newest snapshot", (snap_ms, snap_cpu), args.reps),
+        ("replay every event", (full_ms, full_cpu), args.reps),
+    ):
+        print(f"{name:26}: {wall:8.2f} ms, CPU {cpu:8.2f} ms (median of {reps})")
+    print(
+        f"ratio replay/snapshot     : {full_ms / snap_ms:8.1f}      CPU {full_cpu / snap_cpu:8.1f}"
+    )
+    print(
+        f"resume's history check    : {check_ms:8.2f} ms, CPU {check_cpu:8.2f} ms "
+        f"(median of {args.check_reps})"
+    )
 
 
 if __name__ == "__main__":

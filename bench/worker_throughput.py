@@ -148,7 +148,7 @@ class WorkerProbe:
 
         def counting_release(queue: queue_module.WorkQueue, *args: Any, **kwargs: Any) -> Any:
             probe.release_calls += 1
-            probe.releases += len(args[1]) if grouped else 1
+            probe.releases += len(kwargs.get("leases", args[0] if args else ())) if grouped else 1
             return release(queue, *args, **kwargs)
 
         setattr(queue_module.WorkQueue, name, counting_release)

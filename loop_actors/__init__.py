@@ -51,6 +51,7 @@ from loop_actors._errors import StoreUrlError as StoreUrlError
 from loop_actors._errors import ToolDefinitionError as ToolDefinitionError
 from loop_actors._errors import ToolError as ToolError
 from loop_actors._errors import UsageError as UsageError
+from loop_actors._gc import GcPolicy as GcPolicy
 from loop_actors._mcp import HttpServer as HttpServer
 from loop_actors._mcp import McpServer as McpServer
 from loop_actors._mcp import McpTool as McpTool
@@ -100,6 +101,7 @@ __all__ = [
     "ErrorInfo",
     "EventStore",
     "Final",
+    "GcPolicy",
     "HttpServer",
     "InconsistentHistoryError",
     "InvocationExistsError",

@@ -36,12 +36,19 @@ from aggregates.lease import (
     holder_gone,
     may_start_calls,
 )
-from loop_actors._queue import Claimed, GiveBack, NewRow, WorkQueue
+from loop_actors._queue import Claimed, NewRow, WorkQueue
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+MAX_BATCH = 2_000
+"""The most queue rows written or released in one transaction.
+
+With thousands of runs starting or ending at once, a transaction per row queued them
+on the queue's one thread, and the heartbeat's renewal waited behind them until the
+leases were too old to start a call (every run ended ``lease_lost``)."""
 
 
 class LeaseDrained(Exception):
@@ -81,6 +88,10 @@ class HeldLease:
         )
 
 
+_Release = tuple[HeldLease, Release, str | None]
+"""A lease to give back, how the row is left, and its note."""
+
+
 @dataclass
 class _Waiting(Generic[R]):
     """One request in a :class:`_Grouped` batch, and its answer once written."""
@@ -95,9 +106,8 @@ class _Grouped(Generic[T, R]):
 
     Each caller waits for the next transaction that carries its request. One task
     writes, in the queue's thread: everything that arrived while the previous batch
-    was out goes in the next one. So under load a worker gives back hundreds of
-    leases (or a burst of submits adds hundreds of rows) with one transaction, and
-    one fsync, instead of one each; an idle one writes at once, as before.
+    was out goes in the next one. So a burst of submits adds hundreds of rows with one
+    transaction, and one fsync, instead of one each; one alone is written at once.
     """
 
     def __init__(
@@ -240,12 +250,16 @@ class LeaseKeeper:
     """Releases that failed (the store did not answer): tried again at each heartbeat, at close."""
     _limiter: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(1))
     _failures: int = 0
-    _releases: _Grouped[GiveBack, bool] = field(init=False)
+    _new_rows: list[HeldLease] = field(default_factory=list)
+    """New runs whose queue row is still to be written: one transaction for all of them."""
+    _writing_rows: bool = False
+    _releases: list[_Release] = field(default_factory=list)
+    """Leases to give back in the background: one transaction for all of them."""
+    _releasing: bool = False
     _enqueues: _Grouped[NewRow, bool] = field(init=False)
 
     def __post_init__(self) -> None:
-        """Group the releases and the new rows into shared transactions."""
-        self._releases = _Grouped(self, partial(self.queue.release_many, self.holder))
+        """Group the rows of submits that come together into shared transactions."""
         self._enqueues = _Grouped(self, self.queue.enqueue_many)
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -321,45 +335,72 @@ class LeaseKeeper:
         The run goes on at once. It is safe before the row exists: a process that finds
         no row takes the lease and records ``LeaseAcquired``, which fences this run off
         (its next append is refused). If the row cannot be written (another process
-        wrote one first), the lease is lost: the run commits nothing more.
+        wrote one first), the lease is lost: the run commits nothing more. The rows of
+        runs started meanwhile are written together, in one transaction.
         """
         lease = self._hold(invocation_id, 0, time.monotonic())
         lease.row_written = trio.Event()
-        assert self.nursery is not None
-        self.nursery.start_soon(self._write_new_row, lease, agent_name)
+        lease.agent_name = agent_name
+        self._new_rows.append(lease)
+        if not self._writing_rows:
+            self._writing_rows = True
+            assert self.nursery is not None
+            self.nursery.start_soon(self._write_new_rows)
         return lease
 
-    async def _write_new_row(self, lease: HeldLease, agent_name: str) -> None:
-        assert lease.row_written is not None
-        lease.agent_name = agent_name
+    async def _write_new_rows(self) -> None:
+        """Write the rows of the new runs waiting for theirs, many in one transaction."""
+        batch: list[HeldLease] = []
         try:
-            await self.register()
-            await self._insert_row(lease)
-        except Exception:
-            # Not lost: whoever finds no row takes the lease and records it, which fences
-            # this run off; the heartbeat writes the row once the store answers.
-            lease.row_missing = True
-            log.warning(
-                "cannot write the queue row of %s yet; the heartbeat tries again",
-                lease.invocation_id,
-                exc_info=True,
-            )
+            while self._new_rows:
+                batch, self._new_rows = self._new_rows[:MAX_BATCH], self._new_rows[MAX_BATCH:]
+                try:
+                    await self.register()
+                    await self._insert_rows(batch)
+                except Exception:
+                    # Not lost: whoever finds no row takes the lease and records it, which
+                    # fences these runs off; the heartbeat writes the rows once the store answers.
+                    for lease in batch:
+                        lease.row_missing = True
+                    log.warning(
+                        "cannot write the queue rows of %d new run(s) yet (the first: %s); "
+                        "the heartbeat tries again",
+                        len(batch),
+                        batch[0].invocation_id,
+                        exc_info=True,
+                    )
+                finally:
+                    for lease in batch:
+                        assert lease.row_written is not None
+                        lease.row_written.set()
         finally:
-            lease.row_written.set()
+            self._writing_rows = False
+            # Cancelled (the runtime closes): nobody waits for the rows not written.
+            for lease in self._new_rows:
+                assert lease.row_written is not None
+                lease.row_written.set()
+            self._new_rows = []
 
-    async def _insert_row(self, lease: HeldLease) -> None:
-        """Write a new invocation's row; a row that exists already means the lease is lost."""
+    async def _insert_rows(self, leases: list[HeldLease]) -> None:
+        """Write new invocations' rows; a row that exists already means that lease is lost.
+
+        A row written is a lease until its write plus ``lease_s``: counted from when the
+        write was sent, as a renewal is (the runs may start calls that much longer).
+        """
+        sent = time.monotonic()
         made = await self.call(
-            self.queue.hold_new,
-            lease.invocation_id,
-            lease.agent_name,
+            self.queue.hold_new_many,
+            [(lease.invocation_id, lease.agent_name) for lease in leases],
             holder=self.holder,
             lease_s=self.lease_s,
         )
-        lease.row_missing = False
-        if not made:
-            lease.lost = True
-            self._drop(lease)
+        for lease in leases:
+            lease.row_missing = False
+            if lease.invocation_id in made:
+                lease.valid_until = max(lease.valid_until, sent + self.lease_s)
+            else:
+                lease.lost = True
+                self._drop(lease)
 
     async def acquire(
         self, invocation_id: str, agent_name: str, *, take_over: bool
@@ -397,46 +438,83 @@ class LeaseKeeper:
         """Stop renewing a lease and give it back in the background (the caller goes on).
 
         A release that waits for a locked store does not hold up the run's outcome;
-        the runtime waits for it when it closes.
+        the runtime waits for it when it closes. The leases of runs that end meanwhile
+        are given back together, in one transaction.
         """
         self._drop(lease)
-        assert self.nursery is not None
-        self.nursery.start_soon(partial(self.release, lease, release, note))
+        self._releases.append((lease, release, note))
+        if not self._releasing:
+            self._releasing = True
+            assert self.nursery is not None
+            self.nursery.start_soon(self._write_releases)
+
+    async def _write_releases(self) -> None:
+        try:
+            while self._releases:
+                batch, self._releases = self._releases[:MAX_BATCH], self._releases[MAX_BATCH:]
+                await self._release_all(batch)
+        finally:
+            self._releasing = False
 
     async def release(self, lease: HeldLease, release: Release, note: str | None = None) -> None:
         """Give a lease back (bounded, shielded); a failure leaves it to expire."""
         self._drop(lease)
+        await self._release_all([(lease, release, note)])
+
+    async def _release_all(self, batch: list[_Release]) -> None:
+        """Give leases back (bounded, shielded); those that fail wait for the next heartbeat."""
         with trio.move_on_after(10, shield=True):
-            if lease.row_written is not None:
-                await lease.row_written.wait()  # the release comes after the row
+            for lease, _, _ in batch:
+                if lease.row_written is not None:
+                    await lease.row_written.wait()  # the release comes after the row
             try:
-                released = await self._give_back(lease, release, note)
+                released = await self._give_back(batch)
             except Exception:
                 log.warning(
-                    "cannot release the lease of %s; tried again at the next heartbeat "
-                    "(else it expires in %g s)",
-                    lease.invocation_id,
+                    "cannot release %d lease(s) (the first: %s); tried again at the next "
+                    "heartbeat (else they expire in %g s)",
+                    len(batch),
+                    batch[0][0].invocation_id,
                     self.lease_s,
                     exc_info=True,
                 )
-                self._unreleased[lease.invocation_id] = (lease, release, note)
+                for item in batch:
+                    self._unreleased[item[0].invocation_id] = item
                 return
-            if not released:
-                log.info("the lease of %s was no longer held at release", lease.invocation_id)
+            for lease, _, _ in batch:
+                if lease.invocation_id not in released:
+                    log.info("the lease of %s was no longer held at release", lease.invocation_id)
 
-    async def _give_back(self, lease: HeldLease, release: Release, note: str | None) -> bool:
-        if lease.row_missing:
-            # Its row was never written: write it released, so that nobody needs to fence
-            # off a run that has stopped.
-            made = await self.enqueue(lease.invocation_id, lease.agent_name, status=release.status)
-            lease.row_missing = False
-            return made
-        return await self._releases(GiveBack(lease.invocation_id, lease.epoch, release, note))
+    async def _give_back(self, batch: list[_Release]) -> set[str]:
+        """Release the leases (one transaction for those whose row exists); the ids released."""
+        released: set[str] = set()
+        written: list[tuple[str, int, Release, str | None]] = []
+        for lease, release, note in batch:
+            if lease.row_missing:
+                # Its row was never written: write it released, so that nobody needs to
+                # fence off a run that has stopped.
+                made = await self.call(
+                    self.queue.enqueue,
+                    lease.invocation_id,
+                    lease.agent_name,
+                    status=release.status,
+                )
+                lease.row_missing = False
+                if made:
+                    released.add(lease.invocation_id)
+            else:
+                written.append((lease.invocation_id, lease.epoch, release, note))
+        if written:
+            released |= await self.call(self.queue.release_many, written, holder=self.holder)
+        return released
 
     async def _retry_releases(self) -> None:
-        for invocation_id, (lease, release, note) in list(self._unreleased.items()):
-            await self._give_back(lease, release, note)
-            del self._unreleased[invocation_id]
+        if not self._unreleased:
+            return
+        batch = list(self._unreleased.values())
+        await self._give_back(batch)
+        for lease, _, _ in batch:
+            self._unreleased.pop(lease.invocation_id, None)
 
     def _drop(self, lease: HeldLease) -> None:
         """Stop renewing ``lease`` (not a newer lease of the same invocation)."""
@@ -450,12 +528,19 @@ class LeaseKeeper:
     async def run_heartbeat(
         self, *, task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Renew every held lease each third of a lease; mark those found taken over lost."""
+        """Renew every held lease each third of a lease; mark those found taken over lost.
+
+        Beats keep their cadence however long one takes (a renewal of thousands of
+        leases on a busy process takes seconds); one that ends late is followed at once.
+        """
         with trio.CancelScope() as scope:
             task_status.started(scope)
+            every = heartbeat_every(self.lease_s)
+            due = trio.current_time() + every
             while True:
-                await trio.sleep(heartbeat_every(self.lease_s))
+                await trio.sleep_until(due)
                 await self.beat()
+                due = max(due + every, trio.current_time())
 
     async def beat(self) -> None:
         """One heartbeat: renew the held leases (and reap gone holders, for a worker)."""
@@ -465,9 +550,17 @@ class LeaseKeeper:
         try:
             await self.register()
             await self._retry_releases()
-            for lease in [lease for lease in self.held.values() if lease.row_missing]:
-                await self._insert_row(lease)
-            leases = [lease for lease in self.held.values() if not lease.row_missing]
+            missing = [lease for lease in self.held.values() if lease.row_missing]
+            if missing:
+                await self._insert_rows(missing)
+            # A new run whose row is still being written is not renewed (nothing to renew
+            # yet): renewing it would find no row and take the lease for lost.
+            leases = [
+                lease
+                for lease in self.held.values()
+                if not lease.row_missing
+                and (lease.row_written is None or lease.row_written.is_set())
+            ]
             kept = await self.call(
                 self.queue.renew,
                 holder=self.holder,

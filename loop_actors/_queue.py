@@ -107,15 +107,6 @@ class NewRow(NamedTuple):
     status: QueueStatus = QueueStatus.RUNNABLE
 
 
-class GiveBack(NamedTuple):
-    """A lease to give back (:meth:`WorkQueue.release_many`)."""
-
-    invocation_id: str
-    epoch: int
-    release: Release
-    note: str | None = None
-
-
 def _chunks(items: Sequence[Any], size: int = ROWS_PER_STATEMENT) -> Iterator[Sequence[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
@@ -321,21 +312,40 @@ class WorkQueue:
 
         Returns False when a row exists already (another holder took it meanwhile).
         """
+        made = self.hold_new_many([(invocation_id, agent_name)], holder=holder, lease_s=lease_s)
+        return invocation_id in made
+
+    def hold_new_many(
+        self, rows: Sequence[tuple[str, str]], *, holder: str, lease_s: float
+    ) -> set[str]:
+        """:meth:`hold_new` for many ``(invocation_id, agent_name)`` in one transaction.
+
+        Returns the ids whose row was added (not those that had one already).
+        """
         with self._tx() as (cursor, now):
-            cursor.execute(
-                f"INSERT INTO {QUEUE_TABLE} ({_QUEUE_COLUMNS}) "  # noqa: S608
-                "VALUES (?, ?, NULL, ?, ?, 0, ?, ?, ?, NULL) ON CONFLICT DO NOTHING",
+            made = self._write_rows(
+                cursor,
                 (
-                    invocation_id,
-                    agent_name,
-                    QueueStatus.CLAIMED.value,
-                    holder,
-                    now + lease_s,
-                    now,
-                    now,
+                    f"INSERT INTO {QUEUE_TABLE} ({_QUEUE_COLUMNS}) VALUES ",  # noqa: S608
+                    "(?, ?, NULL, ?, ?, 0, ?, ?, ?, NULL)",
+                    " ON CONFLICT DO NOTHING",
                 ),
+                (),
+                [
+                    (
+                        name_id[0],
+                        name_id[1],
+                        QueueStatus.CLAIMED.value,
+                        holder,
+                        now + lease_s,
+                        now,
+                        now,
+                    )
+                    for name_id in rows
+                ],
+                "invocation_id",
             )
-            return bool(cursor.rowcount == 1)
+        return {str(found[0]) for found in made}
 
     def acquire(
         self,
@@ -489,13 +499,20 @@ class WorkQueue:
         note: str | None = None,
     ) -> bool:
         """Give a lease back, leaving the row as ``release`` says; False if it was not held."""
-        return self.release_many(holder, [GiveBack(invocation_id, epoch, release, note)])[0]
+        return invocation_id in self.release_many(
+            [(invocation_id, epoch, release, note)], holder=holder
+        )
 
-    def release_many(self, holder: str, leases: Sequence[GiveBack]) -> list[bool]:
-        """Give leases back in one transaction; for each, False if it was not held."""
-        alike: dict[tuple[Release, str | None], list[GiveBack]] = {}
-        for lease in leases:
-            alike.setdefault((lease.release, lease.note), []).append(lease)
+    def release_many(
+        self, leases: Sequence[tuple[str, int, Release, str | None]], *, holder: str
+    ) -> set[str]:
+        """:meth:`release` for many ``(invocation_id, epoch, release, note)`` in one transaction.
+
+        Returns the ids whose lease was given back (not those no longer held).
+        """
+        alike: dict[tuple[Release, str | None], list[tuple[str, int]]] = {}
+        for invocation_id, epoch, release, note in leases:
+            alike.setdefault((release, note), []).append((invocation_id, epoch))
         released: set[tuple[Any, ...]] = set()
         with self._tx() as (cursor, now):
             for (release, note), group in alike.items():
@@ -509,10 +526,10 @@ class WorkQueue:
                         ")",
                     ),
                     (release.status.value, now + release.delay_s, now, note, holder),
-                    [lease[:2] for lease in group],
-                    "invocation_id, epoch",
+                    group,
+                    "invocation_id",
                 )
-        return _first_only([(lease.invocation_id, lease.epoch) for lease in leases], released)
+        return {str(found[0]) for found in released}
 
     def set_status(
         self, invocation_id: str, status: QueueStatus, *, only_from: Sequence[QueueStatus]

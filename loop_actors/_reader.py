@@ -111,7 +111,8 @@ class StoreReader:
 
         def check() -> str | None:
             events = self.store.events(invocation_id)
-            snapshots = self.store.stored_snapshots(invocation_id).get(invocation_id, [])
+            # The snapshot the invocation was loaded from (``audit verify`` checks them all).
+            snapshots = self.store.newest_snapshot(invocation_id)
             for version, why in snapshot_problems(events, snapshots):
                 return (
                     f"invocation {invocation_id}'s snapshot at version {version} does not match "

@@ -60,6 +60,7 @@ from loop_actors._errors import (
     UsageError,
 )
 from loop_actors._faults import CrashPoint, fault_point
+from loop_actors._gc import GcHold, GcPolicy
 from loop_actors._journal import Journal
 from loop_actors._leases import HeldLease, LeaseDrained, LeaseKeeper, new_holder_id
 from loop_actors._mcp import McpSessions, open_mcp_sessions, using_mcp_sessions
@@ -275,6 +276,7 @@ class Runtime:
         checkpoint_key: str | os.PathLike[str] | None = None,
         checkpoint_every: int | None = None,
         lease_s: float = DEFAULT_LEASE_S,
+        gc_policy: GcPolicy | None = None,
     ) -> None:
         """Prepare a runtime on ``db_url`` (default: ``$LOOP_ACTORS_DB`` or ``sqlite:///loop-actors.db``).
 
@@ -290,11 +292,17 @@ class Runtime:
         without a heartbeat (renewed every third of it); another process may take the
         invocation over once it ran out.
 
+        ``gc_policy``: how Python's cyclic garbage collector runs while the runtime is
+        open (default ``$LOOP_ACTORS_GC``, else ``GcPolicy.HOSTING``: thresholds raised
+        so that it runs about a hundred times less often, put back when the runtime
+        closes; ``GcPolicy.UNCHANGED`` leaves them alone).
+
         Raises:
             StoreUrlError: the URL is malformed.
             UsageError: ``checkpoint_every`` is not a whole number of at least 1, or a
                 checkpoint key or interval is given without a directory; ``lease_s``
-                is not a number of seconds, at least 1.
+                is not a number of seconds, at least 1; ``gc_policy`` (or
+                ``$LOOP_ACTORS_GC``) names no policy.
         """
         self.db_url = resolve_db_url(db_url)
         StoreUrl.parse(self.db_url)
@@ -308,6 +316,8 @@ class Runtime:
         if problem is not None:
             raise UsageError(problem)
         self.lease_s = float(lease_s)
+        self.gc_policy = GcPolicy.resolve(gc_policy)
+        """How the garbage collector runs while the runtime is open."""
         self._holder_kind = HolderKind.RUN
         self._holder_agents: list[str] = []
         self._holder_concurrency = 1
@@ -346,6 +356,9 @@ class Runtime:
         store = await trio.to_thread.run_sync(EventStore, self.db_url)
         stack = AsyncExitStack()
         try:
+            gc_hold = GcHold(self.gc_policy)
+            gc_hold.take()
+            stack.callback(gc_hold.give_back)  # last: after everything else has closed
             stack.callback(store.close)
             cipher = store.app.mapper.cipher
             self._secrets.open(store.sealed_table() if cipher else None, cipher)

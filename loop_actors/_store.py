@@ -40,6 +40,7 @@ from eventsourcing.persistence import (
     StoredEvent,
     Transcoder,
 )
+from eventsourcing.persistence import EventStore as SnapshotStore
 from eventsourcing.sqlite import (
     SQLITE3_DEFAULT_LOCK_TIMEOUT,
     SQLiteApplicationRecorder,
@@ -48,12 +49,20 @@ from eventsourcing.sqlite import (
 from eventsourcing.utils import TopicError, get_topic, resolve_topic
 from pydantic_core import to_json
 
-from aggregates.audit import AUDIT_FORMAT, StoredForm, event_body, stored_state
+from aggregates.audit import (
+    AUDIT_FORMAT,
+    StoredForm,
+    event_body,
+    pack_body,
+    stored_state,
+    unpack_state,
+)
 from aggregates.audit_coverage import event_classes
 from aggregates.effect import Effect, EffectPrepared
 from aggregates.events import DomainEvent, fold, stored_body
 from aggregates.ids import CANCEL_REQUEST_PREFIX
 from aggregates.invocation import (
+    LAZY_TURNS,
     Invocation,
     InvocationEvent,
     InvocationSnapshot,
@@ -93,6 +102,8 @@ log = logging.getLogger(__name__)
 
 _IN_COLUMNS = {"originator_id", "originator_version"}
 _TOPICS: dict[type, str] = {}
+_JSON_ROWS = frozenset({get_topic(EffectPrepared)})
+"""Topics whose rows stay JSON: the effect index reads their ``invocation_id`` in SQL."""
 
 
 def _topic_of(cls: type) -> str:
@@ -118,6 +129,11 @@ class PydanticEventMapper(Mapper[str]):
 
     Honours eventsourcing's compressor and cipher settings (``COMPRESSOR_TOPIC``,
     ``CIPHER_TOPIC``/``CIPHER_KEY``) exactly as the default mapper does.
+
+    A state of audit format 2 is stored packed (``aggregates.audit.pack_state``: its
+    hash in 32 bytes, its body compressed with a preset dictionary), except the rows
+    SQL reads as JSON (:data:`_JSON_ROWS`); reading unpacks it back to the JSON state
+    its hash is documented over. See docs/reference/audit-format.md.
     """
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
@@ -125,13 +141,21 @@ class PydanticEventMapper(Mapper[str]):
 
         An event of audit format 2 is stored as its hash, then the body it was hashed
         over, byte for byte (``aggregates.audit``): a new event's body is the one its
-        aggregate kept, so it is not encoded twice.
+        aggregate kept, so it is not encoded twice. Both are packed (the hash in 32
+        bytes, the body compressed) but in the rows SQL reads as JSON.
         """
         # The id and version live in their own columns, and every optional field
         # defaults to None (a test checks this), so neither is repeated in the state.
+        topic = _topic_of(type(domain_event))
         if getattr(domain_event, "audit_format", None) == AUDIT_FORMAT:
             body = stored_body(domain_event) or event_body(domain_event)
-            state = stored_state(domain_event.chain_hash, body)
+            packed = None
+            if topic not in _JSON_ROWS:
+                # Compressed only where nothing else does it, and never under a cipher
+                # (the length of a compressed body says something about its content).
+                deflate = not (self.compressor or self.cipher)
+                packed = pack_body(domain_event.chain_hash, body, deflate=deflate)
+            state = stored_state(domain_event.chain_hash, body) if packed is None else packed
         else:
             state = domain_event.model_dump_json(exclude=_IN_COLUMNS, exclude_none=True).encode()
         if self.compressor:
@@ -141,18 +165,22 @@ class PydanticEventMapper(Mapper[str]):
         return StoredEvent(
             originator_id=domain_event.originator_id,
             originator_version=domain_event.originator_version,
-            topic=_topic_of(type(domain_event)),
+            topic=topic,
             state=state,
         )
 
     def plain_state(self, stored_event: StoredEvent) -> bytes:
-        """A row's state decrypted and decompressed: the bytes its audit hash covers."""
+        """A row's state decrypted, decompressed and unpacked: the bytes its audit hash covers.
+
+        Raises:
+            aggregates.audit.PackedStateError: the row is packed and its body is damaged.
+        """
         state = stored_event.state
         if self.cipher:
             state = self.cipher.decrypt(state)
         if self.compressor:
             state = self.compressor.decompress(state)
-        return state
+        return unpack_state(state)
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
         """Decode one event, validating it against its class."""
@@ -168,9 +196,27 @@ class PydanticEventMapper(Mapper[str]):
                 b"%d" % stored_event.originator_version,
             )
         )
-        rest = state.strip()[1:]
-        joined = envelope + (b"," + rest if rest.strip() != b"}" else b"}")
-        return _class_of(stored_event.topic).model_validate_json(joined)
+        body = state.strip()
+        if len(body) < 64 and body[1:].strip() == b"}":  # an empty object
+            joined = envelope + b"}"
+        else:
+            # One copy of the state (a snapshot's is hundreds of KB: each copy costs).
+            joined = b"".join((envelope, b",", memoryview(body)[1:]))
+        return _class_of(stored_event.topic).model_validate_json(joined, context=self.context)
+
+    context: ClassVar[str | None] = None
+    """The validation context events are decoded with (see ``_SnapshotMapper``)."""
+
+
+class _SnapshotMapper(PydanticEventMapper):
+    """The mapper of the snapshots an invocation is loaded from: its turns stay as stored.
+
+    Each turn is validated when it is first read (``aggregates.invocation.Turns``);
+    everything else is validated now. ``audit verify`` and resume's check read
+    snapshots with the application's own mapper, which validates every turn.
+    """
+
+    context = LAZY_TURNS
 
 
 class _UnusedTranscoder(Transcoder):
@@ -213,6 +259,15 @@ class InvocationApplication(Application[str]):
             cipher=cipher,
             compressor=self.factory.compressor(),
         )
+
+    def construct_snapshot_store(self) -> SnapshotStore[str]:
+        """The snapshots' store, read with :class:`_SnapshotMapper` (turns read when needed)."""
+        store = super().construct_snapshot_store()
+        mapper = self.mapper
+        store.mapper = _SnapshotMapper(
+            transcoder=mapper.transcoder, cipher=mapper.cipher, compressor=mapper.compressor
+        )
+        return store
 
 
 _PASSWORD_IN_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/@:?#]*:)[^/@?#]*@")
@@ -1024,10 +1079,11 @@ def _postgres() -> types.ModuleType:
 def _reads_as_json_object(state: bytes) -> bool:
     """Whether a stored event's bytes are a JSON object, as an unencrypted store writes them.
 
-    Not just its first byte: a ciphertext starts with ``{`` once in 256 stores.
+    Not just its first byte: a ciphertext starts with ``{`` once in 256 stores. A packed
+    state is read as the JSON state it encodes.
     """
     try:
-        return isinstance(json.loads(state), dict)
+        return isinstance(json.loads(unpack_state(state)), dict)
     except (ValueError, UnicodeDecodeError):
         return False
 
@@ -1569,16 +1625,29 @@ class EventStore:
             record = StoredEvent(
                 originator_id=originator_id, originator_version=version, topic=topic, state=state
             )
-            snapshot: Any
-            if record.topic != _topic_of(InvocationSnapshot):
-                snapshot = ValueError(f"its topic {record.topic!r} is not an invocation snapshot's")
-            else:
-                try:
-                    snapshot = self.app.mapper.to_domain_event(record)
-                except Exception as error:  # a tampered row is reported, not raised
-                    snapshot = error
-            found.setdefault(originator_id, []).append((record.originator_version, snapshot))
+            found.setdefault(originator_id, []).append((version, self._decoded_snapshot(record)))
         return found
+
+    def newest_snapshot(self, invocation_id: str) -> list[tuple[int, Any]]:
+        """The snapshot loading the invocation starts from, as [(version, snapshot or exception)].
+
+        Empty when it has none. Decoded as :meth:`stored_snapshots` decodes them (every
+        turn validated).
+        """
+        snapshots = self.app.snapshots
+        if snapshots is None or self._snapshot_table() is None:
+            return []
+        rows = snapshots.recorder.select_events(invocation_id, desc=True, limit=1)
+        return [(record.originator_version, self._decoded_snapshot(record)) for record in rows]
+
+    def _decoded_snapshot(self, record: StoredEvent) -> Any:
+        """A stored snapshot, or the exception that decoding it raised (a tampered row)."""
+        if record.topic != _topic_of(InvocationSnapshot):
+            return ValueError(f"its topic {record.topic!r} is not an invocation snapshot's")
+        try:
+            return self.app.mapper.to_domain_event(record)
+        except Exception as error:  # a tampered row is reported, not raised
+            return error
 
     def events(self, invocation_id: str) -> list[InvocationEvent]:
         """Every committed event of an invocation, in order.

@@ -16,6 +16,7 @@ from aggregates.decisions import Frozen
 from aggregates.lease import DEFAULT_LEASE_S, HolderKind, QueueStatus, Release
 from loop_actors._agent import Agent
 from loop_actors._errors import StoreUnavailableError, UsageError
+from loop_actors._gc import GcPolicy
 from loop_actors._leases import HeldLease, LeaseDrained, LeaseKeeper, new_holder_id
 from loop_actors._queue import Claimed
 from loop_actors._runtime import Runtime, _utc_now
@@ -70,12 +71,13 @@ class Worker:
         checkpoint_dir: str | os.PathLike[str] | None = None,
         checkpoint_key: str | os.PathLike[str] | None = None,
         checkpoint_every: int | None = None,
+        gc_policy: GcPolicy | None = None,
     ) -> None:
         """Prepare a worker for ``agents`` on the store at ``db_url``.
 
-        The checkpoint options are the :class:`Runtime`'s (and default to the same
-        environment variables): the worker's runtime writes checkpoints of the log
-        outside the store.
+        The checkpoint options and ``gc_policy`` are the :class:`Runtime`'s (and default
+        to the same environment variables): the worker's runtime writes checkpoints of
+        the log outside the store.
 
         Raises:
             UsageError: no agent, two agents of one name, something that is not an
@@ -110,6 +112,7 @@ class Worker:
             checkpoint_dir=checkpoint_dir,
             checkpoint_key=checkpoint_key,
             checkpoint_every=checkpoint_every,
+            gc_policy=gc_policy,
         )
         runtime = self.runtime
         runtime._holder_kind = HolderKind.WORKER

@@ -80,12 +80,16 @@ class MetricsProjection(Projection):
     def apply_batch(self, cursor: ViewCursor, events: Sequence[tuple[DomainEvent, int]]) -> None:
         """Fold a batch of events into the totals: each touched row read and written once."""
         held: dict[str, list[Any]] = cursor.cache.setdefault("invocations", {})
-        starts = {e.originator_id for e, _ in events if isinstance(e, InvocationStarted)}
-        missing = {
-            e.originator_id
-            for e, _ in events
-            if isinstance(e, InvocationEvent) and e.originator_id not in held
-        } - starts
+        starts: set[str] = set()
+        missing: set[str] = set()
+        for event, _ in events:
+            if isinstance(event, InvocationEvent):
+                invocation_id = event.originator_id
+                if isinstance(event, InvocationStarted):
+                    starts.add(invocation_id)
+                elif invocation_id not in held:
+                    missing.add(invocation_id)
+        missing -= starts
         for chunk in _chunks(sorted(missing)):
             for row in cursor.query(
                 f"SELECT * FROM metrics_invocations WHERE invocation_id IN ({marks(len(chunk))})",

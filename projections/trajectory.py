@@ -154,15 +154,27 @@ def evolve_trajectory(trajectory: Trajectory | None, event: DomainEvent) -> Traj
     if trajectory is None:
         if not isinstance(event, InvocationStarted):
             raise ValueError("a trajectory starts with InvocationStarted")
-        return Trajectory(
-            invocation_id=event.originator_id,
-            goal=event.goal,
-            agent_name=event.agent_name,
-            agent_version=event.agent_version,
-            steps=[],
-            task_class=event.task_class,
-            started_at=_iso(event),
-            events=event.originator_version,
+        return _build(
+            Trajectory,
+            {
+                "invocation_id": event.originator_id,
+                "goal": event.goal,
+                "agent_name": event.agent_name,
+                "agent_version": event.agent_version,
+                "steps": [],
+                "reason": None,
+                "answer": None,
+                "detail": None,
+                "tool_calls": 0,
+                "events": event.originator_version,
+                "status": InvocationStatus.RUNNING,
+                "task_class": event.task_class,
+                "started_at": _iso(event),
+                "ended_at": None,
+                "input_tokens": 0,
+                "output_tokens": 0,
+                "cost": 0.0,
+            },
         )
     if isinstance(event, EffectEvent):
         return _on_effect(trajectory, event)
@@ -296,9 +308,10 @@ def _replace(model: _Model, update: dict[str, Any]) -> _Model:
     """
     copied = object.__new__(type(model))
     object.__setattr__(copied, "__dict__", {**model.__dict__, **update})
-    object.__setattr__(
-        copied, "__pydantic_fields_set__", model.__pydantic_fields_set__ | update.keys()
-    )
+    fields_set = model.__pydantic_fields_set__
+    if not fields_set.issuperset(update):  # else shared: nothing changes a frozen model's
+        fields_set = fields_set | update.keys()
+    object.__setattr__(copied, "__pydantic_fields_set__", fields_set)
     object.__setattr__(copied, "__pydantic_extra__", None)
     object.__setattr__(copied, "__pydantic_private__", None)
     return copied
@@ -594,6 +607,10 @@ def _read_whole(cursor: ViewCursor, invocation_ids: Sequence[str]) -> dict[str, 
     return found
 
 
+_VALUES: dict[StrEnum, str] = {m: m.value for e in (InvocationStatus, TerminalReason) for m in e}
+"""Each status and reason's value (a dict lookup: an enum's ``value`` is a Python property)."""
+
+
 def _head_row(trajectory: Trajectory, *, started_position: int | None = None) -> tuple[Any, ...]:
     last_step = trajectory.steps[-1].step if trajectory.steps else 0
     return (
@@ -602,8 +619,8 @@ def _head_row(trajectory: Trajectory, *, started_position: int | None = None) ->
         trajectory.agent_version,
         trajectory.task_class,
         trajectory.goal,
-        trajectory.status.value,
-        trajectory.reason.value if trajectory.reason else None,
+        _VALUES[trajectory.status],
+        _VALUES[trajectory.reason] if trajectory.reason else None,
         trajectory.answer,
         trajectory.detail,
         last_step,
@@ -685,6 +702,7 @@ class _Rows:
     def __init__(self) -> None:
         self.started: list[tuple[Any, ...]] = []
         self.heads: list[tuple[Any, ...]] = []
+        self.changed_heads: list[tuple[Any, ...]] = []
         self.steps: list[tuple[Any, ...]] = []
         self.calls: list[tuple[Any, ...]] = []
         self.effect_statuses: list[tuple[Any, ...]] = []
@@ -701,7 +719,10 @@ class _Rows:
         if before is None:
             self.started.append(head)
         elif after.events != before.events or head != _head_row(before):
-            self.heads.append((*head[1:16], head[17], invocation_id))
+            if _same_fields(before, after, _HEAD_FIXED):  # what only its start sets: kept
+                self.heads.append((*head[5:14], head[15], head[17], invocation_id))
+            else:  # not done by today's fold
+                self.changed_heads.append((*head[1:16], head[17], invocation_id))
         # The fold keeps the steps it does not change, in place, and appends new ones.
         old_steps = before.steps if before else []
         for index, step in enumerate(after.steps):
@@ -737,7 +758,10 @@ class _Rows:
         the columns that changed.
         """
         cursor.insert_rows("trajectory_invocations", _HEAD_TABLE, self.started)
-        cursor.update_rows("trajectory_invocations", _HEAD_UPDATE, ("invocation_id",), self.heads)
+        cursor.update_rows("trajectory_invocations", _HEAD_MOVES, ("invocation_id",), self.heads)
+        cursor.update_rows(
+            "trajectory_invocations", _HEAD_UPDATE, ("invocation_id",), self.changed_heads
+        )
         cursor.insert_rows("trajectory_steps", _STEP_TABLE, self.steps)
         cursor.insert_rows("trajectory_steps", _STEP_TABLE, self.changed_steps, key=_STEP_KEY)
         cursor.insert_rows("trajectory_calls", _CALL_TABLE, self.calls)
@@ -752,6 +776,10 @@ _HEAD_TABLE = (
     "started_at", "ended_at", "started_position", "events",
 )  # fmt: skip
 _HEAD_UPDATE = tuple(c for c in _HEAD_TABLE if c not in ("invocation_id", "started_position"))
+_HEAD_FIXED = ("agent_name", "agent_version", "task_class", "goal", "started_at")
+"""The fields of the head that only ``InvocationStarted`` sets."""
+_HEAD_MOVES = (*_HEAD_TABLE[5:14], _HEAD_TABLE[15], _HEAD_TABLE[17])
+"""The head's columns that the events after the start change: status ... cost, ended_at, events."""
 _STEP_KEY = ("invocation_id", "step")
 _CALL_KEY = ("invocation_id", "step", "call_id")
 _CALL_RESULT = (
@@ -864,8 +892,29 @@ def _iso(event: DomainEvent) -> str:
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 
 
+def _unencodable(value: object) -> object:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+_C_ENCODER = (
+    None
+    if _make_encoder is None  # pragma: no cover - CPython has it
+    else _make_encoder(
+        None, _unencodable, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, True
+    )
+)
+"""``_ENCODER.encode``'s C encoder, made once (``encode`` makes one per call): the same text.
+
+No check for cycles (``markers=None``): the values come from JSON."""
+
+
 def _json(value: Any) -> str | None:
-    return None if value is None else _ENCODER.encode(value)
+    if value is None:
+        return None
+    if _C_ENCODER is None:  # pragma: no cover - CPython has it
+        return _ENCODER.encode(value)
+    return "".join(_C_ENCODER(value, 0))
 
 
 def _loads(text: str | None) -> JsonValue:

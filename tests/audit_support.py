@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import sqlite3
+from pathlib import Path
 from typing import Any
 
+from aggregates.audit import PACKED_DEFLATE, is_packed, pack_state, unpack_state
 from loop_actors import Agent, ModelRequest, Reconciled, ScriptedModel, ToolContext, tool
 
 RUNS: list[str] = []
@@ -38,3 +41,22 @@ def decide(request: ModelRequest) -> dict[str, Any]:
 
 
 AGENT = Agent("auditor", ScriptedModel(decide), [lookup, refund])
+
+
+def tamperable(path: Path) -> sqlite3.Connection:
+    """A connection to a store's file where SQL can edit a row as its JSON.
+
+    Most rows are stored packed (docs/reference/audit-format.md): ``plain(state)`` gives
+    a row's JSON state, ``repacked(state, plain)`` packs an edited JSON state the way
+    ``state`` was packed, so a test edits what a tamperer who knows the layout would.
+    """
+    connection = sqlite3.connect(path)
+    connection.create_function("plain", 1, unpack_state, deterministic=True)
+    connection.create_function("repacked", 2, _repacked, deterministic=True)
+    return connection
+
+
+def _repacked(old: bytes, plain: bytes) -> bytes:
+    if not is_packed(old):
+        return plain
+    return pack_state(plain, deflate=old[0] == PACKED_DEFLATE)

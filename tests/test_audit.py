@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from aggregates.audit import canonical_bytes, verify_records
 from loop_actors import Runtime
-from tests.audit_support import AGENT
+from tests.audit_support import AGENT, tamperable
 from tests.cli_support import run_cli
 
 
@@ -45,7 +45,7 @@ def verify(store: Path, *ids: str) -> tuple[int, list[dict[str, Any]]]:
 
 
 def sql(store: Path, statement: str, *params: Any) -> None:
-    connection = sqlite3.connect(store)
+    connection = tamperable(store)
     with connection:
         changed = connection.execute(statement, params).rowcount
     connection.close()
@@ -74,8 +74,8 @@ def test_an_untouched_store_verifies_and_names_every_head_hash(store: Path) -> N
 def test_an_edited_row_is_detected_at_its_position(store: Path) -> None:
     sql(
         store,
-        "UPDATE stored_events SET state = CAST(replace(CAST(state AS TEXT), "
-        "'refund-under-100', 'refund-under-999') AS BLOB) "
+        "UPDATE stored_events SET state = repacked(state, CAST(replace(CAST(plain(state) AS TEXT), "
+        "'refund-under-100', 'refund-under-999') AS BLOB)) "
         "WHERE originator_id = 'inv-a' AND originator_version = 4",
     )
     code, reports = verify(store)
@@ -133,9 +133,9 @@ def test_reordered_rows_are_detected(store: Path) -> None:
 def test_an_edited_effect_row_is_detected_in_the_effect_chain(store: Path) -> None:
     sql(
         store,
-        "UPDATE stored_events SET state = CAST(replace(CAST(state AS TEXT), "
-        "'\"amount\":40', '\"amount\":4000') AS BLOB) "
-        "WHERE originator_id LIKE 'eff-%' AND CAST(state AS TEXT) LIKE '%amount%'",
+        "UPDATE stored_events SET state = repacked(state, CAST(replace(CAST(plain(state) AS TEXT), "
+        "'\"amount\":40', '\"amount\":4000') AS BLOB)) "
+        "WHERE originator_id LIKE 'eff-%' AND CAST(plain(state) AS TEXT) LIKE '%amount%'",
     )
     code, reports = verify(store)
     assert code == 4

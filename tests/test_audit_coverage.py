@@ -28,7 +28,7 @@ from loop_actors import (
     ScriptedModel,
 )
 from loop_actors._store import EventStore
-from tests.audit_support import AGENT, RUNS
+from tests.audit_support import AGENT, RUNS, tamperable
 from tests.cli_support import run_cli
 
 ASKER = Agent("asker", ScriptedModel([{"kind": "clarification", "question": "Which one?"}]))
@@ -73,7 +73,7 @@ def verify(store: Path, *ids: str) -> tuple[int, list[dict[str, Any]], dict[str,
 
 
 def sql(store: Path, statement: str, *params: Any) -> int:
-    connection = sqlite3.connect(store)
+    connection = tamperable(store)
     with connection:
         changed = connection.execute(statement, params).rowcount
     connection.close()
@@ -298,8 +298,8 @@ def test_a_forged_originator_topic_of_a_first_event_is_reported(store: Path) -> 
     position 1, and the snapshot as uncheckable."""
     sql(
         store,
-        "UPDATE stored_events SET state = CAST(replace(CAST(state AS TEXT), "
-        "'aggregates.invocation:Invocation', 'aggregates.effect:Effect') AS BLOB) "
+        "UPDATE stored_events SET state = repacked(state, CAST(replace(CAST(plain(state) AS TEXT), "
+        "'aggregates.invocation:Invocation', 'aggregates.effect:Effect') AS BLOB)) "
         "WHERE originator_id = 'inv-a' AND originator_version = 1",
     )
     _, reports, _ = verify(store)

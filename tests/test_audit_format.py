@@ -7,6 +7,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -14,30 +15,61 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aggregates.audit import GENESIS, split_stored, stored_header, stored_link, verify_records
+from aggregates.audit import (
+    GENESIS,
+    PACK_DICTIONARY,
+    PACKED_DEFLATE,
+    split_stored,
+    stored_header,
+    stored_link,
+    unpack_state,
+    verify_records,
+)
 from loop_actors import Runtime
 from loop_actors._store import EventStore
 from tests.audit_support import AGENT
 from tests.cli_support import run_cli
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "audit-format-1.sql"
+FIXTURE_2 = Path(__file__).resolve().parent / "fixtures" / "audit-format-2.sql"
 VERIFY_EXPORT = Path(__file__).resolve().parent.parent / "docs" / "examples" / "verify_export.py"
 
 
-@pytest.fixture
-def old_store(tmp_path: Path) -> Path:
-    """The store the code before format 2 wrote (tests/fixtures/audit-format-1.sql)."""
-    path = tmp_path / "audit.db"
+def restored(fixture: Path, path: Path) -> Path:
     connection = sqlite3.connect(path)
-    connection.executescript(FIXTURE.read_text())
+    connection.executescript(fixture.read_text())
     connection.execute("PRAGMA journal_mode=WAL")  # as every store is
     connection.close()
     return path
 
 
+@pytest.fixture
+def old_store(tmp_path: Path) -> Path:
+    """The store the code before format 2 wrote (tests/fixtures/audit-format-1.sql)."""
+    return restored(FIXTURE, tmp_path / "audit.db")
+
+
+@pytest.fixture
+def json_store(tmp_path: Path) -> Path:
+    """A store of format 2 written before rows were packed (tests/fixtures/audit-format-2.sql)."""
+    return restored(FIXTURE_2, tmp_path / "audit.db")
+
+
 def verify(db: Path) -> tuple[int, list[dict[str, object]]]:
     result = run_cli("audit", "verify", "--json", "--no-state", cwd=db.parent, db=f"sqlite:///{db}")
     return result.returncode, [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def documented_hash_and_body(topic: str, state: bytes) -> tuple[str, bytes]:
+    """A stored state's hash and body, taken apart with zlib as the reference says."""
+    if topic == "aggregates.effect:EffectPrepared":
+        assert state.startswith(b'{"chain_hash":"')
+        return state[15:79].decode(), b"{" + state[81:]
+    assert state[0] in (1, 2), "every other row is packed"
+    digest, body = state[1:33].hex(), state[33:]
+    if state[0] == 2:
+        body = zlib.decompressobj(-15, zdict=PACK_DICTIONARY).decompress(body)
+    return digest, body
 
 
 def states(db: Path) -> list[tuple[str, int, str, bytes]]:
@@ -65,14 +97,41 @@ def test_a_store_written_in_format_1_verifies_and_grows_in_format_2(old_store: P
     trio.run(grow)
     new = [row for row in states(old_store) if row[0] == "inv-new"]
     assert new
-    assert all(split_stored(state) is not None for *_, state in new)
+    assert all(split_stored(unpack_state(state)) is not None for *_, state in new)
     code, _ = verify(old_store)
     assert code == 0
 
 
-def test_a_changed_byte_of_a_format_1_row_is_still_found(old_store: Path) -> None:
-    """Bad input: the answer in inv-b's Terminated (format 1) changed by hand."""
-    connection = sqlite3.connect(old_store)
+def test_a_store_of_format_2_as_json_verifies_loads_and_grows_packed(json_store: Path) -> None:
+    """Bad input: none. Its JSON rows verify and load (a paused then cancelled one too), a
+    finished one resumes to its outcome; a new run adds packed rows; both verify together."""
+    assert all(state.startswith(b'{"chain_hash":"') for *_, state in states(json_store))
+    code, reports = verify(json_store)
+    assert code == 0, [r for r in reports if r.get("intact") is False]
+
+    async def grow() -> None:
+        with trio.fail_after(60):
+            async with Runtime(f"sqlite:///{json_store}") as runtime:
+                await runtime.run(AGENT, "refund", invocation_id="inv-new")
+                assert (await runtime.load("inv-a")).phase.value == "terminated"
+                assert (await runtime.load("inv-c")).phase.value == "terminated"
+                again = await runtime.resume("inv-b", AGENT)
+                assert again.answer == "refunded 40 under refund-under-100"
+
+    trio.run(grow)
+    new = [(topic, state) for i, _, topic, state in states(json_store) if i == "inv-new"]
+    assert new
+    assert all(state[0] == PACKED_DEFLATE for _, state in new)
+    code, reports = verify(json_store)
+    assert code == 0, [r for r in reports if r.get("intact") is False]
+
+
+@pytest.mark.parametrize("fixture", [FIXTURE, FIXTURE_2], ids=["format-1", "format-2-json"])
+def test_a_changed_byte_of_an_old_row_is_still_found(tmp_path: Path, fixture: Path) -> None:
+    """Bad input: the answer in inv-b's Terminated (format 1, or format 2 stored as JSON)
+    changed by hand."""
+    db = restored(fixture, tmp_path / "audit.db")
+    connection = sqlite3.connect(db)
     with connection:
         changed = connection.execute(
             "UPDATE stored_events SET state = CAST(replace(CAST(state AS TEXT), 'refunded 40', "
@@ -80,18 +139,22 @@ def test_a_changed_byte_of_a_format_1_row_is_still_found(old_store: Path) -> Non
         ).rowcount
     connection.close()
     assert changed == 1
-    code, reports = verify(old_store)
+    code, reports = verify(db)
     assert code == 4
     (broken,) = [r for r in reports if r.get("intact") is False]
-    assert broken["id"] == "inv-b"
+    assert (broken["id"], broken["broken_at"]) == ("inv-b", 9)
 
 
-def test_a_format_1_export_verifies_with_the_standalone_script(old_store: Path) -> None:
-    export = run_cli(
-        "history", "inv-a", "--json", cwd=old_store.parent, db=f"sqlite:///{old_store}"
-    )
+@pytest.mark.parametrize(
+    ("fixture", "audit_format"), [(FIXTURE, None), (FIXTURE_2, 2)], ids=["format-1", "format-2"]
+)
+def test_an_old_export_verifies_with_the_standalone_script(
+    tmp_path: Path, fixture: Path, audit_format: int | None
+) -> None:
+    db = restored(fixture, tmp_path / "audit.db")
+    export = run_cli("history", "inv-a", "--json", cwd=db.parent, db=f"sqlite:///{db}")
     records = [json.loads(line) for line in export.stdout.splitlines()]
-    assert all("format" not in record for record in records)
+    assert [record.get("format") for record in records] == [audit_format] * 9
     assert verify_records(records) is None
     script = subprocess.run(
         [sys.executable, str(VERIFY_EXPORT)],
@@ -117,8 +180,7 @@ def test_a_format_2_hash_is_the_sha256_of_the_bytes_as_stored(tmp_path: Path) ->
     previous: dict[str, str] = {}
     rows = states(db)
     for originator_id, version, topic, state in rows:
-        assert state.startswith(b'{"chain_hash":"')
-        digest, body = state[15:79].decode(), b"{" + state[81:]
+        digest, body = documented_hash_and_body(topic, state)
         header = json.dumps([originator_id, version, topic], separators=(",", ":"))
         hashed = previous.get(originator_id, GENESIS).encode() + b"\n" + header.encode()
         assert hashlib.sha256(hashed + b"\n" + body).hexdigest() == digest

@@ -19,6 +19,7 @@ import pytest
 import trio
 from eventsourcing.persistence import IntegrityError
 
+from aggregates.audit import PACKED_DEFLATE, is_packed, pack_state, unpack_state
 from loop_actors import Runtime
 from tests.audit_support import AGENT
 from tests.cli_support import run_cli
@@ -65,15 +66,31 @@ def test_an_untouched_postgresql_store_verifies_every_row(store: str, tmp_path: 
     assert coverage["rows"] + coverage["snapshots"] == coverage["store_rows"]
 
 
+def test_rows_on_postgresql_are_packed_as_on_sqlite(store: str) -> None:
+    """The mapper is the same: every row packed and compressed, but EffectPrepared's (JSON)."""
+    with psycopg.connect(store, autocommit=True) as connection:
+        found = connection.execute(f"SELECT topic, state FROM {EVENTS}").fetchall()  # noqa: S608
+    assert len(found) == 24
+    for topic, state in found:
+        if topic == "aggregates.effect:EffectPrepared":
+            assert bytes(state).startswith(b'{"chain_hash":"')
+        else:
+            assert state[0] == PACKED_DEFLATE, topic
+
+
 def test_an_edited_row_on_postgresql_is_detected_at_its_position(
     store: str, tmp_path: Path
 ) -> None:
-    changed = sql(
-        store,
-        f"UPDATE {EVENTS} SET state = convert_to(replace(convert_from(state, 'UTF8'), "  # noqa: S608
-        "'refund-under-100', 'refund-under-999'), 'UTF8') "
-        "WHERE originator_id = 'inv-a' AND originator_version = 4",
-    )
+    where = "WHERE originator_id = 'inv-a' AND originator_version = 4"
+    with psycopg.connect(store, autocommit=True) as connection:
+        found = connection.execute(f"SELECT state FROM {EVENTS} {where}").fetchone()  # noqa: S608
+    assert found is not None
+    (state,) = found
+    # The row is packed (its body compressed), as on SQLite: edited as its JSON, packed again.
+    assert is_packed(state)
+    plain = unpack_state(state).replace(b"refund-under-100", b"refund-under-999")
+    edited = pack_state(plain, deflate=state[0] == PACKED_DEFLATE)
+    changed = sql(store, f"UPDATE {EVENTS} SET state = %s {where}", edited)  # noqa: S608
     assert changed == 1
     code, lines = reports(store, cwd=tmp_path)
     assert code == 4

@@ -20,6 +20,7 @@ from loop_actors import (
     tool,
 )
 from loop_actors._store import EventStore
+from tests.stored_bytes import readable_bytes
 
 CARD = "4111111111111111"
 TOKEN = "tok_live_9f8e7d6c5b4a"
@@ -65,7 +66,7 @@ AGENT = Agent("payer", ScriptedModel(decide), [tokenize, charge])
 
 
 def all_bytes(folder: Path) -> bytes:
-    return b"".join(path.read_bytes() for path in sorted(folder.iterdir()) if path.is_file())
+    return readable_bytes(path for path in sorted(folder.iterdir()) if path.is_file())
 
 
 def test_redacted_fields_never_appear_in_the_database_files(tmp_path: Path) -> None:

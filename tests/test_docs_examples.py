@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from tests.stored_bytes import readable_bytes
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "docs" / "examples"
 TESTED_EXAMPLES = {
@@ -876,7 +878,7 @@ def test_secrets_example_stores_redacted_values(tmp_path: Path) -> None:
         "stored arguments: {'card_number': '[redacted]'}",
         "stored output: {'token': '[redacted]', 'last4': '1111'}",
     ]
-    data = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
+    data = readable_bytes(p for p in tmp_path.iterdir() if p.is_file())
     assert b"4111111111111111" not in data
 
 
@@ -894,7 +896,7 @@ def test_secrets_example_drops_a_refused_calls_arguments_and_scrubs_an_error(
         "{'dropped': True, 'size': 34, 'sha256': '"
     )
     assert lines[2] == "stored error: ValueError: card [redacted] has expired"
-    data = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
+    data = readable_bytes(p for p in tmp_path.iterdir() if p.is_file())
     assert b"4111111111111111" not in data
 
 

@@ -182,8 +182,12 @@ def test_failed_expectations_exit_4_and_say_why(project: Path) -> None:
 
 def test_an_errored_case_is_counted_in_the_totals(project: Path) -> None:
     """A case that cannot be driven: killed after its dispatch, then its tool's schema
-    changed, so its resume is refused (CatalogueChangedError); the other case still runs."""
-    killed = _eval(project, "cases.json", LOOP_ACTORS_CRASH_AT="after_dispatch_commit")
+    changed, so its resume is refused (CatalogueChangedError); the other case still runs.
+    One case at a time, so that the first case has ended before the second one's dispatch
+    kills the process (run together, the first could be cut short too and be refused)."""
+    killed = _eval(
+        project, "cases.json", "--concurrency", "1", LOOP_ACTORS_CRASH_AT="after_dispatch_commit"
+    )
     assert killed.returncode == -9
     agent_file = project / "suite_agent.py"
     agent_file.write_text(agent_file.read_text().replace("key: str", "name: str"))

@@ -10,11 +10,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import trio
+import trio.testing
 
 from aggregates.lease import HolderKind, QueueStatus, Release
 from loop_actors._errors import StoreUnavailableError
 from loop_actors._leases import LeaseKeeper
-from loop_actors._queue import GiveBack, NewRow, SQLiteQueue
+from loop_actors._queue import NewRow, SQLiteQueue
 
 ENDED = Release(status=QueueStatus.ENDED)
 
@@ -28,12 +29,14 @@ class CountingQueue(SQLiteQueue):
         self.enqueue_batches: list[int] = []
         self.fail_first_release = fail_first_release
 
-    def release_many(self, holder: str, leases: Sequence[GiveBack]) -> list[bool]:
+    def release_many(
+        self, leases: Sequence[tuple[str, int, Release, str | None]], *, holder: str
+    ) -> set[str]:
         self.release_batches.append(len(leases))
         if self.fail_first_release:
             self.fail_first_release = False
             raise StoreUnavailableError("the work queue cannot be used: database is locked")
-        return super().release_many(holder, leases)
+        return super().release_many(leases, holder=holder)
 
     def enqueue_many(self, rows: Sequence[NewRow]) -> list[bool]:
         self.enqueue_batches.append(len(rows))
@@ -90,12 +93,14 @@ async def test_releases_of_a_failed_batch_are_given_back_at_the_next_heartbeat(
         async with trio.open_nursery() as nursery:
             keeper = keeper_on(queue, nursery)
             claimed = await keeper.claim(["payments"], 5)
-            async with trio.open_nursery() as releases:
-                for lease, _ in claimed:
-                    releases.start_soon(keeper.release, lease, ENDED)
+            for lease, _ in claimed:
+                keeper.release_soon(lease, ENDED)
+            await trio.testing.wait_all_tasks_blocked()
             rows, _ = queue.rows()
             assert {row.status for row in rows} == {QueueStatus.CLAIMED}
-            await keeper.beat()
+            while {row.status for row in queue.rows()[0]} != {QueueStatus.ENDED}:
+                await keeper.beat()  # the failed batch's leases are given back here
+                await trio.sleep(0.01)
     assert queue.release_batches[0] == 5
     rows, _ = queue.rows()
     assert {(row.status, row.holder) for row in rows} == {(QueueStatus.ENDED, None)}

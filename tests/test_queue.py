@@ -28,7 +28,6 @@ from loop_actors._queue import (
     CLAIM_AT_MOST,
     ROWS_PER_STATEMENT,
     Claimed,
-    GiveBack,
     NewRow,
     PostgresQueue,
     SQLiteQueue,
@@ -268,22 +267,19 @@ def test_a_batch_of_releases_gives_back_only_the_leases_still_held(
     claimed = claim_many(queue)
     ended, paused = Release(status=QueueStatus.ENDED), Release(status=QueueStatus.PAUSED)
     leases = [
-        GiveBack(c.invocation_id, c.epoch, paused if n % 3 == 0 else ended, "why" if n else None)
+        (c.invocation_id, c.epoch, paused if n % 3 == 0 else ended, "why" if n else None)
         for n, c in enumerate(claimed)
     ]
-    stale = GiveBack(claimed[0].invocation_id, claimed[0].epoch + 1, ended)
-    answers = queue.release_many("w1", [*leases, stale, leases[1]])
-    # A stale epoch and a second release of one lease give nothing back.
-    assert answers == [True] * MANY + [False, False]
-    assert queue.release_many("w2", leases[:3]) == [False] * 3  # not its leases
-    for n, lease in enumerate(leases):
-        row = queue.row(lease.invocation_id)
+    stale = (claimed[0].invocation_id, claimed[0].epoch + 1, ended, None)
+    # A stale epoch gives nothing back; the right one does.
+    assert queue.release_many([stale], holder="w1") == set()
+    assert queue.release_many(leases, holder="w1") == {c.invocation_id for c in claimed}
+    assert queue.release_many(leases[:3], holder="w1") == set()  # no longer held
+    assert queue.release_many(leases[:3], holder="w2") == set()  # never its leases
+    for n, (invocation_id, _, release, _) in enumerate(leases):
+        row = queue.row(invocation_id)
         assert row is not None
-        assert (row.status, row.holder, row.note) == (
-            lease.release.status,
-            None,
-            "why" if n else None,
-        )
+        assert (row.status, row.holder, row.note) == (release.status, None, "why" if n else None)
 
 
 def test_renewing_many_leases_keeps_those_held_and_drops_one_taken_over(
@@ -339,3 +335,36 @@ def test_processes_racing_to_create_the_tables_all_succeed(make_queue: MakeQueue
         thread.join(timeout=60)
     assert errors == []
     assert len(queues[0].rows()[0]) == len(queues)
+
+
+def test_new_rows_written_together_leave_a_row_that_exists_alone(make_queue: MakeQueue) -> None:
+    queue = make_queue()
+    assert queue.hold_new("inv-1", "payments", holder="run-a", lease_s=30)
+    made = queue.hold_new_many(
+        [("inv-0", "payments"), ("inv-1", "payments"), ("inv-2", "payments")],
+        holder="run-b",
+        lease_s=30,
+    )
+    assert made == {"inv-0", "inv-2"}
+    rows = {i: queue.row(i) for i in ("inv-0", "inv-1", "inv-2")}
+    assert {i: row.holder for i, row in rows.items() if row is not None} == {
+        "inv-0": "run-b",
+        "inv-1": "run-a",
+        "inv-2": "run-b",
+    }
+
+
+def test_leases_released_together_release_only_those_still_held(make_queue: MakeQueue) -> None:
+    queue = make_queue()
+    queue.hold_new_many([("inv-0", "payments"), ("inv-1", "payments")], holder="run-a", lease_s=30)
+    ended = Release(status=QueueStatus.ENDED)
+    released = queue.release_many(
+        [("inv-0", 0, ended, None), ("inv-1", 7, ended, None), ("inv-9", 0, ended, None)],
+        holder="run-a",
+    )
+    assert released == {"inv-0"}
+    row0, row1 = queue.row("inv-0"), queue.row("inv-1")
+    assert row0 is not None
+    assert row1 is not None
+    assert (row0.status, row0.holder) == (QueueStatus.ENDED, None)
+    assert (row1.status, row1.holder) == (QueueStatus.CLAIMED, "run-a")

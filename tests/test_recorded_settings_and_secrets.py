@@ -32,6 +32,7 @@ from loop_actors import (
     tool,
 )
 from tests.cli_support import run_cli
+from tests.stored_bytes import readable_bytes
 
 CARD = "4111111111111111"
 
@@ -90,7 +91,7 @@ def db_bytes(folder: Path) -> bytes:
     """Every byte of the database files (events, WAL, shared memory, read models)."""
     files = sorted(p for p in folder.iterdir() if p.is_file() and ".db" in p.name)
     assert files, "no database file to look into"
-    return b"".join(p.read_bytes() for p in files)
+    return readable_bytes(files)
 
 
 def sealed_secret_rows(db: Path, invocation_id: str) -> int:

@@ -65,6 +65,7 @@ from loop_actors import (
 )
 from loop_actors._store import EventStore
 from loop_actors._views import open_runner
+from tests.stored_bytes import readable_bytes
 
 CARD = "4111111111111111"
 TOKEN = "tok_live_9f8e7d6c5b4a"
@@ -174,7 +175,7 @@ def files(folder: Path) -> Iterator[Path]:
 
 def assert_no_secret(folder: Path) -> None:
     for path in files(folder):
-        data = path.read_bytes()
+        data = readable_bytes([path])
         for secret in SECRETS:
             assert secret not in data, f"{secret.decode()} found in {path.name}"
 

@@ -255,10 +255,12 @@ def test_an_encrypted_store_without_its_key_is_a_clear_usage_error(
     assert _rows(project / "loop-actors.db") == before  # nothing written
 
 
+@pytest.mark.parametrize("first", [b"{", b"\x01", b"\x02"])
 def test_a_ciphertext_that_starts_like_json_is_still_seen_as_encrypted(
-    project: Path, encrypted: dict[str, str]
+    project: Path, encrypted: dict[str, str], first: bytes
 ) -> None:
-    """Bad input: no cipher, and the first event's ciphertext happens to start with ``{``.
+    """Bad input: no cipher, and the first event's ciphertext happens to start with ``{``
+    (or with the first byte of a packed row).
 
     One store in 256 is written so (the first byte of a random nonce); the check
     once looked at that byte alone, and the command then failed with an internal error.
@@ -269,7 +271,7 @@ def test_a_ciphertext_that_starts_like_json_is_still_seen_as_encrypted(
             "SELECT rowid, state FROM stored_events ORDER BY rowid LIMIT 1"
         ).fetchone()
         connection.execute(
-            "UPDATE stored_events SET state = ? WHERE rowid = ?", (b"{" + state[1:], rowid)
+            "UPDATE stored_events SET state = ? WHERE rowid = ?", (first + state[1:], rowid)
         )
     result = _cli_with({}, "history", "e", cwd=project)
     assert result.returncode == 2, result.stderr
