@@ -1,5 +1,7 @@
 """The lease keeper's queue writes: what comes together shares one transaction.
 
+(Releases and new runs' rows given back or written together: tests/test_lease_batches.py.)
+
 Bad input tried: a batch whose transaction fails (each of its releases is given
 back at the next heartbeat).
 """
@@ -65,22 +67,6 @@ async def test_rows_added_together_share_one_transaction(tmp_path: Path) -> None
     assert queue.enqueue_batches == [31, 1]
     assert sorted(answers) == [False] + [True] * 30
     assert len(queue.rows()[0]) == 30
-    queue.close()
-
-
-async def test_leases_given_back_together_share_one_transaction(tmp_path: Path) -> None:
-    queue = CountingQueue(str(tmp_path / "queue.db"))
-    queue.enqueue_many([NewRow(f"inv-{number:02}", "payments") for number in range(20)])
-    with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-            keeper = keeper_on(queue, nursery)
-            claimed = await keeper.claim(["payments"], 20)
-            for lease, _ in claimed:
-                keeper.release_soon(lease, ENDED)
-            assert keeper.held == {}
-    assert queue.release_batches == [20]
-    rows, _ = queue.rows()
-    assert {(row.status, row.holder) for row in rows} == {(QueueStatus.ENDED, None)}
     queue.close()
 
 
