@@ -16,11 +16,11 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache, partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 from uuid import uuid4
 
 import trio
@@ -28,6 +28,7 @@ import trio
 from aggregates.lease import (
     HolderKind,
     HolderRow,
+    QueueStatus,
     Refuse,
     Release,
     Take,
@@ -35,11 +36,12 @@ from aggregates.lease import (
     holder_gone,
     may_start_calls,
 )
-from loop_actors._queue import Claimed, WorkQueue
+from loop_actors._queue import Claimed, NewRow, WorkQueue
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 MAX_BATCH = 2_000
 """The most queue rows written or released in one transaction.
@@ -88,6 +90,83 @@ class HeldLease:
 
 _Release = tuple[HeldLease, Release, str | None]
 """A lease to give back, how the row is left, and its note."""
+
+
+@dataclass
+class _Waiting(Generic[R]):
+    """One request in a :class:`_Grouped` batch, and its answer once written."""
+
+    done: trio.Event = field(default_factory=trio.Event)
+    result: R | None = None
+    error: Exception | None = None
+
+
+class _Grouped(Generic[T, R]):
+    """Queue writes of one kind that share a transaction: group commit for the queue.
+
+    Each caller waits for the next transaction that carries its request. One task
+    writes, in the queue's thread: everything that arrived while the previous batch
+    was out goes in the next one. So a burst of submits adds hundreds of rows with one
+    transaction, and one fsync, instead of one each; one alone is written at once.
+    """
+
+    def __init__(
+        self,
+        keeper: LeaseKeeper,
+        write: Callable[[Sequence[T]], list[R]],
+        *,
+        most: int = 1024,
+    ) -> None:
+        self._keeper = keeper
+        self._write = write
+        self._most = most
+        self._waiting: list[tuple[T, _Waiting[R]]] = []
+        self._writing = False
+
+    async def __call__(self, request: T) -> R:
+        """Write ``request`` with the next batch and return its answer.
+
+        Raises:
+            Exception: whatever the batch's write raised (no request of it was written).
+
+        Cancellation: a checkpoint; cancelled, the request may still be written.
+        """
+        waiting: _Waiting[R] = _Waiting()
+        self._waiting.append((request, waiting))
+        if not self._writing:
+            self._writing = True
+            nursery = self._keeper.nursery
+            assert nursery is not None
+            nursery.start_soon(self._write_batches)
+        await waiting.done.wait()
+        if waiting.error is not None:
+            raise waiting.error
+        return waiting.result  # type: ignore[return-value]
+
+    async def _write_batches(self) -> None:
+        try:
+            # Shielded: a closing runtime still writes what its runs handed over (each
+            # write is bounded by the store's own timeouts).
+            with trio.CancelScope(shield=True):
+                while self._waiting:
+                    batch, self._waiting = (
+                        self._waiting[: self._most],
+                        self._waiting[self._most :],
+                    )
+                    try:
+                        answers = await self._keeper.call(
+                            self._write, [request for request, _ in batch]
+                        )
+                    except Exception as error:  # each caller handles it, as for its own write
+                        for _, waiting in batch:
+                            waiting.error = error
+                    else:
+                        for (_, waiting), answer in zip(batch, answers, strict=True):
+                            waiting.result = answer
+                    for _, waiting in batch:
+                        waiting.done.set()
+        finally:
+            self._writing = False
 
 
 @cache
@@ -177,6 +256,11 @@ class LeaseKeeper:
     _releases: list[_Release] = field(default_factory=list)
     """Leases to give back in the background: one transaction for all of them."""
     _releasing: bool = False
+    _enqueues: _Grouped[NewRow, bool] = field(init=False)
+
+    def __post_init__(self) -> None:
+        """Group the rows of submits that come together into shared transactions."""
+        self._enqueues = _Grouped(self, self.queue.enqueue_many)
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a queue operation in the queue's one thread."""
@@ -216,6 +300,23 @@ class LeaseKeeper:
             except Exception:
                 log.warning("cannot deregister holder %s", self.holder, exc_info=True)
         self._registered = False
+
+    async def enqueue(
+        self,
+        invocation_id: str,
+        agent_name: str,
+        *,
+        agent_ref: str | None = None,
+        status: QueueStatus = QueueStatus.RUNNABLE,
+    ) -> bool:
+        """Add an invocation's row (with others added at the same time); False if it had one.
+
+        Raises:
+            StoreUnavailableError: the queue cannot be written; adding again is safe.
+
+        Cancellation: a checkpoint; cancelled, the row may still be added.
+        """
+        return await self._enqueues(NewRow(invocation_id, agent_name, agent_ref, status))
 
     def _hold(self, invocation_id: str, epoch: int, sent: float) -> HeldLease:
         lease = HeldLease(
@@ -299,7 +400,7 @@ class LeaseKeeper:
                 lease.valid_until = max(lease.valid_until, sent + self.lease_s)
             else:
                 lease.lost = True
-                self.held.pop(lease.invocation_id, None)
+                self._drop(lease)
 
     async def acquire(
         self, invocation_id: str, agent_name: str, *, take_over: bool
@@ -340,7 +441,7 @@ class LeaseKeeper:
         the runtime waits for it when it closes. The leases of runs that end meanwhile
         are given back together, in one transaction.
         """
-        self.held.pop(lease.invocation_id, None)
+        self._drop(lease)
         self._releases.append((lease, release, note))
         if not self._releasing:
             self._releasing = True
@@ -357,7 +458,7 @@ class LeaseKeeper:
 
     async def release(self, lease: HeldLease, release: Release, note: str | None = None) -> None:
         """Give a lease back (bounded, shielded); a failure leaves it to expire."""
-        self.held.pop(lease.invocation_id, None)
+        self._drop(lease)
         await self._release_all([(lease, release, note)])
 
     async def _release_all(self, batch: list[_Release]) -> None:
@@ -415,9 +516,14 @@ class LeaseKeeper:
         for lease, _, _ in batch:
             self._unreleased.pop(lease.invocation_id, None)
 
+    def _drop(self, lease: HeldLease) -> None:
+        """Stop renewing ``lease`` (not a newer lease of the same invocation)."""
+        if self.held.get(lease.invocation_id) is lease:
+            del self.held[lease.invocation_id]
+
     def forget(self, lease: HeldLease) -> None:
         """Stop renewing a lease that was lost (another holder owns the row)."""
-        self.held.pop(lease.invocation_id, None)
+        self._drop(lease)
 
     async def run_heartbeat(
         self, *, task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED

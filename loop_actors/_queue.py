@@ -25,7 +25,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from aggregates.lease import (
@@ -70,6 +70,22 @@ _SCHEMA = (
 CANDIDATES_PER_CLAIM = 4
 """A claim of n rows locks at most this many times n candidates (PostgreSQL)."""
 
+CLAIM_AT_MOST = 1024
+"""Rows one claim takes at most: a worker with more room claims again at once.
+
+It bounds the claim's transaction (which holds SQLite's write lock) and its lists of
+ids, which SQLite (32,766 values a statement) and PostgreSQL (65,535) would refuse.
+"""
+
+ROWS_PER_STATEMENT = 128
+"""Rows one statement of a batch writes at most.
+
+A batch (the releases, renewals or new rows that waited for one transaction) is
+written with a few multi-row statements rather than one statement per row: the
+sqlite3 module gives the GIL back around every statement, and a busy trio thread
+keeps a waiting writer out for up to a switch interval each time.
+"""
+
 GoneCheck = Callable[[HolderRow | None, float], bool]
 """Whether a registered holder is gone (``aggregates.lease.holder_gone``, as seen from here)."""
 
@@ -80,6 +96,29 @@ class Claimed(Take):
     invocation_id: str
     agent_name: str
     agent_ref: str | None = None
+
+
+class NewRow(NamedTuple):
+    """A row to add (:meth:`WorkQueue.enqueue_many`)."""
+
+    invocation_id: str
+    agent_name: str
+    agent_ref: str | None = None
+    status: QueueStatus = QueueStatus.RUNNABLE
+
+
+def _chunks(items: Sequence[Any], size: int = ROWS_PER_STATEMENT) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _first_only(keys: Sequence[tuple[Any, ...]], done: set[tuple[Any, ...]]) -> list[bool]:
+    """Which requests took effect: the first of each key that did (a repeated key did not)."""
+    answered: list[bool] = []
+    for key in keys:
+        answered.append(key in done)
+        done.discard(key)
+    return answered
 
 
 class _Cursor(Protocol):
@@ -136,6 +175,8 @@ class WorkQueue:
     """What a transaction appends to a SELECT of rows it is about to change."""
     skip_locked = ""
     """What a claim appends to its SELECT of candidates."""
+    returning = True
+    """Whether the database knows ``RETURNING`` (a batch is then a few statements)."""
 
     def __init__(self) -> None:
         """Prepare the queue (subclasses connect)."""
@@ -174,6 +215,36 @@ class WorkQueue:
             with self._transaction(write=write) as cursor:
                 yield cursor, self._now(cursor)
 
+    def _write_rows(
+        self,
+        cursor: _Cursor,
+        statement: tuple[str, str, str],
+        fixed: Sequence[Any],
+        rows: Sequence[Sequence[Any]],
+        returning: str,
+    ) -> set[tuple[Any, ...]]:
+        """Run ``head + row, row, ... + tail`` over ``rows``; the keys of the rows it wrote.
+
+        ``returning`` names the key columns, which are the first values of each row.
+        Without ``RETURNING`` (SQLite before 3.35) each row is one statement.
+        """
+        head, each, tail = statement
+        written: set[tuple[Any, ...]] = set()
+        width = len(returning.split(","))
+        if not self.returning:
+            for row in rows:
+                cursor.execute(head + each + tail, (*fixed, *row))
+                if cursor.rowcount == 1:
+                    written.add(tuple(row[:width]))
+            return written
+        for chunk in _chunks(rows):
+            cursor.execute(
+                head + ",".join([each] * len(chunk)) + tail + " RETURNING " + returning,
+                (*fixed, *[value for row in chunk for value in row]),
+            )
+            written.update(tuple(found) for found in cursor.fetchall())
+        return written
+
     def _get(self, cursor: _Cursor, invocation_id: str, *, lock: bool) -> QueueRow | None:
         cursor.execute(
             f"SELECT {_QUEUE_COLUMNS} FROM {QUEUE_TABLE} WHERE invocation_id = ?"  # noqa: S608
@@ -207,13 +278,34 @@ class WorkQueue:
         status: QueueStatus = QueueStatus.RUNNABLE,
     ) -> bool:
         """Add a row (runnable from now); False when the invocation already has one."""
+        return self.enqueue_many([NewRow(invocation_id, agent_name, agent_ref, status)])[0]
+
+    def enqueue_many(self, rows: Sequence[NewRow]) -> list[bool]:
+        """Add rows in one transaction; for each, False when its invocation already had one."""
         with self._tx() as (cursor, now):
-            cursor.execute(
-                f"INSERT INTO {QUEUE_TABLE} ({_QUEUE_COLUMNS}) "  # noqa: S608
-                "VALUES (?, ?, ?, ?, NULL, 0, ?, ?, ?, NULL) ON CONFLICT DO NOTHING",
-                (invocation_id, agent_name, agent_ref, status.value, now, now, now),
+            made = self._write_rows(
+                cursor,
+                (
+                    f"INSERT INTO {QUEUE_TABLE} ({_QUEUE_COLUMNS}) VALUES ",  # noqa: S608
+                    "(?, ?, ?, ?, NULL, 0, ?, ?, ?, NULL)",
+                    " ON CONFLICT DO NOTHING",
+                ),
+                (),
+                [
+                    (
+                        row.invocation_id,
+                        row.agent_name,
+                        row.agent_ref,
+                        row.status.value,
+                        now,
+                        now,
+                        now,
+                    )
+                    for row in rows
+                ],
+                "invocation_id",
             )
-            return bool(cursor.rowcount == 1)
+        return _first_only([(row.invocation_id,) for row in rows], made)
 
     def hold_new(self, invocation_id: str, agent_name: str, *, holder: str, lease_s: float) -> bool:
         """Add the row of an invocation this holder just started, claimed (epoch 0).
@@ -230,25 +322,30 @@ class WorkQueue:
 
         Returns the ids whose row was added (not those that had one already).
         """
-        made: set[str] = set()
         with self._tx() as (cursor, now):
-            for invocation_id, agent_name in rows:
-                cursor.execute(
-                    f"INSERT INTO {QUEUE_TABLE} ({_QUEUE_COLUMNS}) "  # noqa: S608
-                    "VALUES (?, ?, NULL, ?, ?, 0, ?, ?, ?, NULL) ON CONFLICT DO NOTHING",
+            made = self._write_rows(
+                cursor,
+                (
+                    f"INSERT INTO {QUEUE_TABLE} ({_QUEUE_COLUMNS}) VALUES ",  # noqa: S608
+                    "(?, ?, NULL, ?, ?, 0, ?, ?, ?, NULL)",
+                    " ON CONFLICT DO NOTHING",
+                ),
+                (),
+                [
                     (
-                        invocation_id,
-                        agent_name,
+                        name_id[0],
+                        name_id[1],
                         QueueStatus.CLAIMED.value,
                         holder,
                         now + lease_s,
                         now,
                         now,
-                    ),
-                )
-                if cursor.rowcount == 1:
-                    made.add(invocation_id)
-        return made
+                    )
+                    for name_id in rows
+                ],
+                "invocation_id",
+            )
+        return {str(found[0]) for found in made}
 
     def acquire(
         self,
@@ -306,9 +403,10 @@ class WorkQueue:
     def claim(
         self, *, holder: str, agent_names: Sequence[str], limit: int, lease_s: float
     ) -> list[Claimed]:
-        """Claim up to ``limit`` claimable rows of these agents, oldest ``due_at`` first."""
+        """Claim up to ``limit`` claimable rows (``CLAIM_AT_MOST`` a call), oldest first."""
         if limit < 1 or not agent_names:
             return []
+        limit = min(limit, CLAIM_AT_MOST)
         names = list(agent_names)
         claimable_where = (
             f"agent_name IN ({_marks(len(names))}) AND status IN (?, ?) AND due_at <= ?"
@@ -342,25 +440,33 @@ class WorkQueue:
                 (*candidates, *params),
             )
             rows = [_queue_row(found) for found in cursor.fetchall()]
-            claimed: list[Claimed] = []
-            for row in rows:
-                if len(claimed) == limit:
-                    break
-                if not claimable(row, now):  # pragma: no cover - the WHERE says the same
-                    continue
-                epoch = row.epoch + 1
-                self._set_claimed(cursor, row.invocation_id, holder, epoch, now + lease_s, now)
-                claimed.append(
-                    Claimed(
-                        invocation_id=row.invocation_id,
-                        agent_name=row.agent_name,
-                        agent_ref=row.agent_ref,
-                        epoch=epoch,
-                        record=row.holder is not None,
-                        taken_from=row.holder,
-                    )
+            # The rows are locked (SQLite's write lock; FOR UPDATE on PostgreSQL): one
+            # statement moves them all to the next epoch, as decided from what was read.
+            taken = [row for row in rows if claimable(row, now)][:limit]
+            for chunk in _chunks(taken):
+                cursor.execute(
+                    f"UPDATE {QUEUE_TABLE} SET status = ?, holder = ?, epoch = epoch + 1, "  # noqa: S608
+                    "due_at = ?, updated_at = ?, note = NULL "
+                    f"WHERE invocation_id IN ({_marks(len(chunk))})",
+                    (
+                        QueueStatus.CLAIMED.value,
+                        holder,
+                        now + lease_s,
+                        now,
+                        *[row.invocation_id for row in chunk],
+                    ),
                 )
-            return claimed
+            return [
+                Claimed(
+                    invocation_id=row.invocation_id,
+                    agent_name=row.agent_name,
+                    agent_ref=row.agent_ref,
+                    epoch=row.epoch + 1,
+                    record=row.holder is not None,
+                    taken_from=row.holder,
+                )
+                for row in taken
+            ]
 
     def renew(self, *, holder: str, leases: Sequence[tuple[str, int]], lease_s: float) -> set[str]:
         """Extend this holder's leases (and its heartbeat); return the ids still held."""
@@ -369,16 +475,19 @@ class WorkQueue:
                 f"UPDATE {HOLDERS_TABLE} SET heartbeat_at = ? WHERE holder = ?",  # noqa: S608
                 (now, holder),
             )
-            kept: set[str] = set()
-            for invocation_id, epoch in leases:
-                cursor.execute(
-                    f"UPDATE {QUEUE_TABLE} SET due_at = ?, updated_at = ? "  # noqa: S608
-                    "WHERE invocation_id = ? AND holder = ? AND epoch = ? AND status = ?",
-                    (now + lease_s, now, invocation_id, holder, epoch, QueueStatus.CLAIMED.value),
-                )
-                if cursor.rowcount == 1:
-                    kept.add(invocation_id)
-            return kept
+            kept = self._write_rows(
+                cursor,
+                (
+                    f"UPDATE {QUEUE_TABLE} SET due_at = ?, updated_at = ? WHERE holder = ? "  # noqa: S608
+                    "AND status = ? AND (invocation_id, epoch) IN (VALUES ",
+                    "(?, ?)",
+                    ")",
+                ),
+                (now + lease_s, now, holder, QueueStatus.CLAIMED.value),
+                leases,
+                "invocation_id",
+            )
+        return {str(found[0]) for found in kept}
 
     def release(
         self,
@@ -401,25 +510,26 @@ class WorkQueue:
 
         Returns the ids whose lease was given back (not those no longer held).
         """
-        released: set[str] = set()
+        alike: dict[tuple[Release, str | None], list[tuple[str, int]]] = {}
+        for invocation_id, epoch, release, note in leases:
+            alike.setdefault((release, note), []).append((invocation_id, epoch))
+        released: set[tuple[Any, ...]] = set()
         with self._tx() as (cursor, now):
-            for invocation_id, epoch, release, note in leases:
-                cursor.execute(
-                    f"UPDATE {QUEUE_TABLE} SET status = ?, holder = NULL, due_at = ?, "  # noqa: S608
-                    "updated_at = ?, note = ? WHERE invocation_id = ? AND holder = ? AND epoch = ?",
+            for (release, note), group in alike.items():
+                released |= self._write_rows(
+                    cursor,
                     (
-                        release.status.value,
-                        now + release.delay_s,
-                        now,
-                        note,
-                        invocation_id,
-                        holder,
-                        epoch,
+                        f"UPDATE {QUEUE_TABLE} SET status = ?, holder = NULL, due_at = ?, "  # noqa: S608
+                        "updated_at = ?, note = ? WHERE holder = ? AND (invocation_id, epoch) "
+                        "IN (VALUES ",
+                        "(?, ?)",
+                        ")",
                     ),
+                    (release.status.value, now + release.delay_s, now, note, holder),
+                    group,
+                    "invocation_id",
                 )
-                if cursor.rowcount == 1:
-                    released.add(invocation_id)
-        return released
+        return {str(found[0]) for found in released}
 
     def set_status(
         self, invocation_id: str, status: QueueStatus, *, only_from: Sequence[QueueStatus]
@@ -524,6 +634,8 @@ class SQLiteQueue(WorkQueue):
     Writes take SQLite's write lock first (``BEGIN IMMEDIATE``): two claims never
     read the same free rows, whichever process they come from.
     """
+
+    returning = sqlite3.sqlite_version_info >= (3, 35, 0)
 
     def __init__(self, path: str, *, timeout_s: float = 5.0, read_only: bool = False) -> None:
         """Open ``path`` (``:memory:`` for a store only this process sees).

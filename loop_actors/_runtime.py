@@ -1308,9 +1308,7 @@ class Runtime:
                 status = QueueStatus.PAUSED
         leases = self._lease_keeper()
         try:
-            await leases.call(
-                leases.queue.enqueue, invocation.id, agent.name, agent_ref=agent_ref, status=status
-            )
+            await leases.enqueue(invocation.id, agent.name, agent_ref=agent_ref, status=status)
         except StoreUnavailableError as error:
             raise StoreUnavailableError(
                 f"invocation {invocation.id} is recorded but not queued ({error}); submit it "

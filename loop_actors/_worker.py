@@ -13,11 +13,11 @@ from datetime import datetime
 import trio
 
 from aggregates.decisions import Frozen
-from aggregates.lease import DEFAULT_LEASE_S, HolderKind
+from aggregates.lease import DEFAULT_LEASE_S, HolderKind, QueueStatus, Release
 from loop_actors._agent import Agent
 from loop_actors._errors import StoreUnavailableError, UsageError
 from loop_actors._gc import GcPolicy
-from loop_actors._leases import HeldLease, LeaseDrained, new_holder_id
+from loop_actors._leases import HeldLease, LeaseDrained, LeaseKeeper, new_holder_id
 from loop_actors._queue import Claimed
 from loop_actors._runtime import Runtime, _utc_now
 
@@ -219,6 +219,9 @@ class Worker:
                         )
             for lease, claim in claims:
                 self._claimed += 1
+                if claim.invocation_id in self._active:
+                    self._claimed_again(keeper, lease, claim)
+                    continue
                 self._active[claim.invocation_id] = lease
                 drives.start_soon(self._drive, lease, claim)
             if claims and len(self._active) < self.concurrency:
@@ -231,6 +234,21 @@ class Worker:
             with trio.move_on_after(self.poll_s * jitter):
                 await self._wake.wait()
         self.stop()
+
+    def _claimed_again(self, keeper: LeaseKeeper, lease: HeldLease, claim: Claimed) -> None:
+        """This worker claimed an invocation it still drives: its lease ran out meanwhile.
+
+        A renewal came too late (a busy event loop answers its heartbeat late), and the
+        row was claimable again. Nobody else holds it: the run goes on under the new
+        lease (no takeover to record). If the run is stopping already, the lease is
+        given back, to be claimed again once that run has stopped.
+        """
+        running = self._active[claim.invocation_id]
+        if running.lost or running.draining or running.abandoned:
+            keeper.release_soon(lease, Release(status=QueueStatus.RUNNABLE, delay_s=self.poll_s))
+            return
+        running.epoch, running.valid_until = lease.epoch, lease.valid_until
+        keeper.held[claim.invocation_id] = running
 
     async def _keep_grace(self) -> None:
         """After a stop, wait ``grace_s`` for the runs to reach a commit, then abandon the rest."""
@@ -266,6 +284,7 @@ class Worker:
             self._failed += 1
             log.exception("the run of %s failed; its row is left paused", claim.invocation_id)
         finally:
-            del self._active[claim.invocation_id]
+            if self._active.get(claim.invocation_id) is lease:
+                del self._active[claim.invocation_id]
             self._wake.set()
             self._idle.set()

@@ -31,6 +31,11 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
         ("mcp_sessions.py", ["--reps", "1"], "ratio per-call/one-session"),
         ("eval_report.py", ["--n", "3", "--reps", "1"], "ratio eval_html/report"),
         (
+            "worker_throughput.py",
+            ["--n", "6", "--delay", "0.01", "--workers", "1,2"],
+            "6/6 completed with the right answer",
+        ),
+        (
             "workers.py",
             ["--n", "4", "--delay", "0.01", "--workers", "1", "--concurrency", "2", "--kill"],
             "recovery after SIGKILL",

@@ -1,7 +1,10 @@
 """The work queue on SQLite and on a real PostgreSQL server: claims, leases, epochs, holders.
 
 Bad inputs tried: a claim of 0 rows or for no agent, a renewal and a release by a
-holder whose lease was taken over, a stale epoch, an acquire of a live lease.
+holder whose lease was taken over, a stale epoch, an acquire of a live lease, a
+batch naming one invocation twice.
+Every test also runs on SQLite writing one statement a row (as on SQLite before
+3.35, which has no ``RETURNING``).
 """
 
 from __future__ import annotations
@@ -21,20 +24,36 @@ from aggregates.lease import (
     Release,
     Take,
 )
-from loop_actors._queue import PostgresQueue, SQLiteQueue, WorkQueue, libpq_url
+from loop_actors._queue import (
+    CLAIM_AT_MOST,
+    ROWS_PER_STATEMENT,
+    Claimed,
+    NewRow,
+    PostgresQueue,
+    SQLiteQueue,
+    WorkQueue,
+    libpq_url,
+)
 
 MakeQueue = Callable[[], WorkQueue]
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+class RowByRowQueue(SQLiteQueue):
+    """The SQLite queue as it writes on a SQLite without ``RETURNING``: a statement a row."""
+
+    returning = False
+
+
+@pytest.fixture(params=["sqlite", "sqlite-row-by-row", "postgresql"])
 def make_queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeQueue]:
     """A factory of queue connections to one fresh database (each call: a new connection)."""
     opened: list[WorkQueue] = []
-    if request.param == "sqlite":
+    if request.param.startswith("sqlite"):
         path = str(tmp_path / "queue.db")
+        kind = SQLiteQueue if request.param == "sqlite" else RowByRowQueue
 
         def make() -> WorkQueue:
-            queue = SQLiteQueue(path)
+            queue = kind(path)
             opened.append(queue)
             return queue
     else:
@@ -211,6 +230,83 @@ def test_concurrent_claims_never_hand_one_row_to_two_holders(make_queue: MakeQue
     every = [invocation for mine in claims.values() for invocation in mine]
     assert sorted(every) == [f"inv-{n:03}" for n in range(total)]
     assert len(set(every)) == total
+
+
+MANY = ROWS_PER_STATEMENT * 2 + 5
+"""More rows than two statements of a batch carry."""
+
+
+def claim_many(queue: WorkQueue) -> list[Claimed]:
+    """MANY new rows, all claimed by w1."""
+    queue.enqueue_many([NewRow(f"inv-{n:04}", "payments") for n in range(MANY)])
+    claimed = queue.claim(holder="w1", agent_names=["payments"], limit=MANY, lease_s=30)
+    assert len(claimed) == MANY
+    return claimed
+
+
+def test_a_batch_of_new_rows_adds_only_those_missing_and_says_which(
+    make_queue: MakeQueue,
+) -> None:
+    queue = make_queue()
+    queue.enqueue("inv-0001", "payments")
+    rows = [NewRow(f"inv-{n:04}", "payments", agent_ref="m:a") for n in range(MANY)]
+    made = queue.enqueue_many([*rows, NewRow("inv-0002", "payments")])
+    # inv-0001 existed; inv-0002 is named twice: only its first request added it.
+    assert made == [n != 1 for n in range(MANY)] + [False]
+    listed, _ = queue.rows()
+    assert len(listed) == MANY
+    row = queue.row("inv-0003")
+    assert row is not None
+    assert (row.status, row.agent_ref) == (QueueStatus.RUNNABLE, "m:a")
+
+
+def test_a_batch_of_releases_gives_back_only_the_leases_still_held(
+    make_queue: MakeQueue,
+) -> None:
+    queue = make_queue()
+    claimed = claim_many(queue)
+    ended, paused = Release(status=QueueStatus.ENDED), Release(status=QueueStatus.PAUSED)
+    leases = [
+        (c.invocation_id, c.epoch, paused if n % 3 == 0 else ended, "why" if n else None)
+        for n, c in enumerate(claimed)
+    ]
+    stale = (claimed[0].invocation_id, claimed[0].epoch + 1, ended, None)
+    # A stale epoch gives nothing back; the right one does.
+    assert queue.release_many([stale], holder="w1") == set()
+    assert queue.release_many(leases, holder="w1") == {c.invocation_id for c in claimed}
+    assert queue.release_many(leases[:3], holder="w1") == set()  # no longer held
+    assert queue.release_many(leases[:3], holder="w2") == set()  # never its leases
+    for n, (invocation_id, _, release, _) in enumerate(leases):
+        row = queue.row(invocation_id)
+        assert row is not None
+        assert (row.status, row.holder, row.note) == (release.status, None, "why" if n else None)
+
+
+def test_renewing_many_leases_keeps_those_held_and_drops_one_taken_over(
+    make_queue: MakeQueue,
+) -> None:
+    queue = make_queue()
+    leases = [(c.invocation_id, c.epoch) for c in claim_many(queue)]
+    assert queue.renew(holder="w1", leases=leases[:1], lease_s=-1) == {"inv-0000"}
+    (taken,) = queue.claim(holder="w2", agent_names=["payments"], limit=1, lease_s=30)
+    assert taken.invocation_id == "inv-0000"
+    kept = queue.renew(holder="w1", leases=leases, lease_s=30)
+    assert kept == {f"inv-{n:04}" for n in range(1, MANY)}
+    row = queue.row("inv-0005")
+    assert row is not None
+    assert row.due_at > queue.now() + 20
+
+
+def test_a_claim_with_room_for_everything_takes_at_most_claim_at_most_rows(
+    make_queue: MakeQueue,
+) -> None:
+    """Bad input: room for more rows than one statement may name."""
+    queue = make_queue()
+    queue.enqueue_many([NewRow(f"inv-{n:05}", "payments") for n in range(CLAIM_AT_MOST + 5)])
+    first = queue.claim(holder="w1", agent_names=["payments"], limit=100_000, lease_s=30)
+    rest = queue.claim(holder="w1", agent_names=["payments"], limit=100_000, lease_s=30)
+    assert (len(first), len(rest)) == (CLAIM_AT_MOST, 5)
+    assert first[0].invocation_id == "inv-00000"
 
 
 def test_the_runtime_s_own_url_options_are_not_handed_to_postgresql() -> None:

@@ -2,7 +2,7 @@
 
 Bad inputs tried: a worker with no agent, two agents of one name, a concurrency of 0,
 a lease of 0.5 s, a negative grace; a submit of an existing id with another goal; a
-resume of an invocation another holder drives.
+resume of an invocation another holder drives; renewals that never arrive.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from loop_actors import (
     Worker,
     tool,
 )
+from loop_actors._queue import WorkQueue
 
 
 @tool
@@ -302,3 +303,44 @@ async def test_a_run_whose_queue_row_could_not_be_written_leaves_it_released_at_
         assert outcome.reason is TerminalReason.COMPLETED
         row = await queue_row(db_url, "rowless")
     assert (row.status, row.holder) == (QueueStatus.ENDED, None)
+
+
+async def test_a_worker_whose_renewals_come_late_claims_its_own_run_again_and_drives_it_once(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bad input: no renewal arrives (as from a busy event loop); the lease runs out mid-run."""
+    looked: list[str] = []
+
+    @tool(name="look")
+    def counted_look(item: str) -> str:
+        """Look something up, counted."""
+        looked.append(item)
+        return f"saw {item}"
+
+    async def late(request: ModelRequest) -> dict[str, Any]:
+        if request.step == 2:
+            await trio.sleep(1.5)  # past the lease: the worker's poll finds its row claimable
+        if request.step < 3:
+            item = f"x{request.step}"
+            call = {"id": f"c{request.step}", "name": "look", "arguments": {"item": item}}
+            return {"kind": "tool_calls", "calls": [call]}
+        return {"kind": "final", "answer": "done"}
+
+    def refuse(self: WorkQueue, **_: Any) -> set[str]:
+        raise StoreUnavailableError("the renewal does not arrive")
+
+    agent = Agent("late-looker", ScriptedModel(late), [counted_look])
+    with trio.fail_after(30):
+        await Runtime(db_url).submit(agent, "look twice", invocation_id="late")
+        monkeypatch.setattr(WorkQueue, "renew", refuse)
+        report = await Worker(agent, db_url, concurrency=2, lease_s=1, poll_s=0.05).run(
+            until_idle=True
+        )
+        async with Runtime(db_url) as runtime:
+            history = [type(e).__name__ for e in await runtime.history("late")]
+    assert report.outcomes == {"completed": 1}
+    assert report.failed == 0
+    assert report.claimed >= 2  # its own row, claimed again
+    assert looked == ["x1", "x2"]  # each step's call ran once
+    assert "LeaseAcquired" not in history  # nobody else held it: no takeover to record
+    assert (await queue_row(db_url, "late")).status is QueueStatus.ENDED
