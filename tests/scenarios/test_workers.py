@@ -176,7 +176,16 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> No
         time.sleep(0.05)
 
 
-def stop(process: subprocess.Popen[str], timeout_s: float = 30) -> tuple[int, str, str]:
+def stop(
+    work: Folder, process: subprocess.Popen[str], timeout_s: float = 30
+) -> tuple[int, str, str]:
+    """SIGTERM a worker once it has registered (its signal handlers are set by then: a
+    signal sent while it still starts up would kill it with the default action)."""
+    wait_until(
+        lambda: process.poll() is not None or work.holder_of(process) is not None,
+        30,
+        "the worker to register before it is told to stop",
+    )
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=timeout_s)
     return process.returncode, out, err
@@ -231,7 +240,7 @@ def test_three_workers_one_killed_midway_finish_every_invocation_and_pay_each_on
         "every invocation to end",
     )
     for process in (*workers[1:], late):
-        code, _, err = stop(process)
+        code, _, err = stop(work, process)
         assert code == 0, err
 
     assert [(i, s, h) for i, s, h in work.queue()] == [(i, "ended", None) for i in ids]
@@ -262,7 +271,7 @@ def test_sigterm_during_load_exits_within_grace_leaves_nothing_claimed_and_anoth
     first = work.start_worker("--concurrency", "4", grace_s=5)
     wait_until(lambda: sum(1 for _, s, _ in work.queue() if s == "claimed") == 4, 30, "four claims")
     asked = time.monotonic()
-    code, out, err = stop(first)
+    code, out, err = stop(work, first)
     took = time.monotonic() - asked
     assert code == 0, err
     assert took < 5 + 2  # the grace period, and the process's own exit
@@ -272,7 +281,7 @@ def test_sigterm_during_load_exits_within_grace_leaves_nothing_claimed_and_anoth
     wait_until(
         lambda: all(status == "ended" for _, status, _ in work.queue()), 60, "the rest to end"
     )
-    assert stop(second)[0] == 0
+    assert stop(work, second)[0] == 0
     for invocation_id in ids:
         records = work.history(invocation_id)
         assert_history_is_whole(records)
@@ -288,7 +297,7 @@ def test_two_workers_racing_for_one_invocation_drive_each_step_once(
     (only,) = work.submit(1)
     racers = [work.start_worker("--concurrency", "1") for _ in range(2)]
     wait_until(lambda: work.queue()[0][1] == "ended", 60, "the invocation to end")
-    reports = [stop(r) for r in racers]
+    reports = [stop(work, r) for r in racers]
     assert all(code == 0 for code, _, _ in reports)
     claimed = [out for _, out, _ in reports if "claimed=1" in out]
     assert len(claimed) == 1  # one worker claimed it; the other never did
@@ -314,7 +323,7 @@ def test_resume_is_refused_while_a_worker_holds_the_lease_and_take_over_fences_i
     taken = work.cli("resume", only, "--agent", "payments_app:agent", "--json", "--take-over")
     assert taken.returncode == 0, taken.stderr
     assert json.loads(taken.stdout)["reason"] == "completed"
-    code, out, err = stop(worker)
+    code, out, err = stop(work, worker)
     assert code == 0, err
     report = json.loads(out.splitlines()[-1])
     assert report["outcomes"] == {"lease_lost": 1}  # its late append was refused
@@ -349,4 +358,4 @@ def test_the_workers_command_shows_a_live_worker_and_its_leases(
         "claimed",
     ]
     assert work.cli("list", "--status", "runnable").returncode == 0
-    assert stop(worker, timeout_s=30)[0] == 0
+    assert stop(work, worker, timeout_s=30)[0] == 0
