@@ -33,6 +33,12 @@ FIRST_BACKOFF_S = 0.05
 MAX_BACKOFF_S = 0.5
 """The longest pause between two retries."""
 
+INLINE_IDLE_S = 0.005
+"""How far the event loop's next deadline must be for a commit to be made inline."""
+
+INLINE_MAX_RUNNABLE = 8
+"""The most other runnable tasks a commit made inline may keep waiting."""
+
 
 class _Waiter:
     """A task parked on a commit; ``abandoned`` once it stopped waiting (cancelled)."""
@@ -53,6 +59,52 @@ class _Waiter:
 
 
 _Pending = tuple[Sequence[DomainEvent], _Waiter]
+
+
+class _Locked(BaseException):
+    """The store is locked: an inline commit gives up (nothing was written).
+
+    A ``BaseException``, so that :func:`commit_group`'s handling of failures lets it through.
+    """
+
+
+class _NoLockWait:
+    """An :class:`Appender` that does not wait for a lock: it raises :class:`_Locked`."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: EventStore) -> None:
+        self._store = store
+
+    def append(self, events: Sequence[DomainEvent], *, lock_wait_s: float | None = None) -> int:
+        try:
+            return self._store.append(events, lock_wait_s=0.0)
+        except Exception as error:
+            if is_lock_failure(error):
+                raise _Locked from error
+            raise
+
+
+class _Passes(trio.abc.Instrument):
+    """Counts the scheduler's passes (one wait for I/O each)."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def before_io_wait(self, timeout: float) -> None:
+        """A pass ends (trio's instrument hook)."""
+        self.count += 1
+
+
+def _loop_idle() -> bool:
+    """Whether no other task is runnable and no deadline is due within ``INLINE_IDLE_S``."""
+    statistics = trio.lowlevel.current_statistics()
+    return (
+        statistics.tasks_runnable <= INLINE_MAX_RUNNABLE
+        and statistics.seconds_to_next_deadline > INLINE_IDLE_S
+    )
 
 
 class Appender(Protocol):
@@ -238,6 +290,7 @@ class Journal:
         *,
         committed: trio.MemorySendChannel[None] | None = None,
         after_commit: Callable[[Sequence[Sequence[DomainEvent]]], None] | None = None,
+        inline: bool = True,
     ) -> None:
         """Prepare the Journal; ``committed`` (buffer of one) is poked after each transaction.
 
@@ -254,6 +307,14 @@ class Journal:
         self._closed = False
         self._stop_seen = False
         """The thread took the stop mark from the queue (nothing follows it)."""
+        self._inline = inline and store.url.kind == "sqlite"
+        self._outstanding = 0
+        """Commits handed to the thread and not answered yet (kept on the trio thread)."""
+        self._passes = _Passes()
+        self._inline_by: tuple[int, trio.lowlevel.Task | None] = (-1, None)
+        """The scheduler pass and the task of the last commit made inline."""
+        self._writing = threading.Lock()
+        """Held while a transaction runs, on either thread."""
 
     async def __aenter__(self) -> Journal:
         """Start the writer thread.
@@ -261,6 +322,8 @@ class Journal:
         Cancellation: not a checkpoint.
         """
         self._token = trio.lowlevel.current_trio_token()
+        if self._inline:
+            trio.lowlevel.add_instrument(self._passes)
         self._thread = threading.Thread(target=self._work, name="loop-actors-journal", daemon=True)
         self._thread.start()
         return self
@@ -290,9 +353,52 @@ class Journal:
             return CommitFailed(
                 error_type="ClosedResourceError", message="the journal is closed", conflict=False
             )
-        waiter = _Waiter(trio.lowlevel.current_task(), abandon_on_cancel=abandon_on_cancel)
+        task = trio.lowlevel.current_task()
+        if (
+            self._inline
+            and not abandon_on_cancel
+            and not self._outstanding
+            and self._may_inline(task)
+        ):
+            done = self._commit_inline(events)
+            if done is not None:
+                return done
+        waiter = _Waiter(task, abandon_on_cancel=abandon_on_cancel)
+        self._outstanding += 1
         self._queue.put((events, waiter))
         return await trio.lowlevel.wait_task_rescheduled(waiter.abort)  # type: ignore[no-any-return]
+
+    def _may_inline(self, task: trio.lowlevel.Task) -> bool:
+        """Whether the loop is idle and no other task committed inline in this pass.
+
+        Tasks that run later in the same pass are not counted as runnable: after one
+        task's commit made inline, the others of its pass hand theirs to the thread,
+        where they are grouped.
+        """
+        count = self._passes.count
+        last_pass, last_task = self._inline_by
+        if last_pass == count and last_task is not task:
+            return False
+        if not _loop_idle():
+            return False
+        self._inline_by = (count, task)
+        return True
+
+    @trio.lowlevel.enable_ki_protection
+    def _commit_inline(self, events: Sequence[DomainEvent]) -> CommitOutcome | None:
+        """Commit on the trio thread, if the store can be written at once; else None."""
+        if not self._writing.acquire(blocking=False):
+            return None  # the thread is writing
+        try:
+            try:
+                [result] = commit_group(_NoLockWait(self._store), [events])
+            except _Locked:
+                return None
+        finally:
+            self._writing.release()
+        self._poke()
+        self._after([events], [result])
+        return result
 
     async def aclose(self) -> None:
         """Answer every commit already handed over, then stop the thread.
@@ -303,6 +409,8 @@ class Journal:
         if self._closed:
             return
         self._closed = True
+        if self._inline:
+            trio.lowlevel.remove_instrument(self._passes)
         self._queue.put(None)
         if self._thread is not None:
             with trio.CancelScope(shield=True):
@@ -320,32 +428,39 @@ class Journal:
             if first is None:
                 return
             group = [first]
-            self._take(group)
-            try:
-                results = commit_group(
-                    self._store,
-                    [events for events, _ in group],
-                    retry=retry,
-                    take_more=partial(self._take, group),
-                )
-            except BaseException as error:  # never leave a task waiting for an answer
-                log.exception("group commit failed unexpectedly; %d commit(s) fail", len(group))
-                failed = CommitFailed(
-                    error_type=type(error).__name__, message=str(error), conflict=False
-                )
-                results = [failed] * len(group)
+            with self._writing:
+                self._take(group)
+                try:
+                    results = commit_group(
+                        self._store,
+                        [events for events, _ in group],
+                        retry=retry,
+                        take_more=partial(self._take, group),
+                    )
+                except BaseException as error:  # never leave a task waiting for an answer
+                    log.exception("group commit failed unexpectedly; %d commit(s) fail", len(group))
+                    failed = CommitFailed(
+                        error_type=type(error).__name__, message=str(error), conflict=False
+                    )
+                    results = [failed] * len(group)
+            # Released first: the woken tasks may commit inline at once.
             self._token.run_sync_soon(self._deliver, group, results)
-            if self._after_commit is not None:
-                written = [
-                    events
-                    for (events, _), result in zip(group, results, strict=True)
-                    if isinstance(result, Committed)
-                ]
-                if written:
-                    try:
-                        self._after_commit(written)
-                    except Exception:  # the commits are durable and answered: only log it
-                        log.exception("the after-commit hook failed")
+            self._after([events for events, _ in group], results)
+
+    def _after(self, commits: list[Sequence[DomainEvent]], results: list[CommitOutcome]) -> None:
+        """Call the after-commit hook with the commits that were written."""
+        if self._after_commit is None:
+            return
+        written = [
+            events
+            for events, result in zip(commits, results, strict=True)
+            if isinstance(result, Committed)
+        ]
+        if written:
+            try:
+                self._after_commit(written)
+            except Exception:  # the commits are durable and answered: only log it
+                log.exception("the after-commit hook failed")
 
     def _take(self, group: list[_Pending]) -> list[Sequence[DomainEvent]]:
         """Move queued commits into ``group`` (up to ``MAX_GROUP``); return their events.
@@ -368,9 +483,14 @@ class Journal:
 
     def _deliver(self, group: list[_Pending], results: list[CommitOutcome]) -> None:
         """Wake the waiting tasks (on the trio thread)."""
+        self._outstanding -= len(group)
         for (_, waiter), result in zip(group, results, strict=True):
             if not waiter.abandoned:
                 trio.lowlevel.reschedule(waiter.task, outcome.Value(result))
+        self._poke()
+
+    def _poke(self) -> None:
+        """Wake the follower of the store, if any (on the trio thread)."""
         if self._committed is not None:
             # A wake-up flag (buffer of one): if one is already pending, that is enough.
             with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError):

@@ -1,0 +1,234 @@
+"""The Journal commits on the trio thread when nothing else waits for it, else in its thread.
+
+Where each commit was written is seen from the Journal's after-commit hook, which
+runs on the thread that wrote the transaction; how commits were grouped, from
+``commit_group`` (one call a transaction). Every test runs on a real SQLite file.
+
+Bad inputs tried: a store another connection has locked (the commit must wait for
+it, as in the thread, not fail at once), a deadline due during the commit, a
+scope cancelled before the commit starts (with and without ``abandon_on_cancel``),
+forty commits made in one scheduler pass, and a commit that conflicts.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+import loop_actors._journal as journal_module
+from aggregates.events import DomainEvent
+from aggregates.invocation import Invocation
+from loop_actors import Budget
+from loop_actors._journal import Journal
+from loop_actors._messages import CommitFailed, Committed
+from loop_actors._store import EventStore
+
+
+def started(invocation_id: str) -> list[DomainEvent]:
+    invocation = Invocation.start(
+        invocation_id=invocation_id,
+        goal="g",
+        agent_name="a",
+        agent_version="1",
+        catalogue_digest="d",
+        tools=[],
+        budget=Budget(),
+        at=datetime(2026, 12, 1, tzinfo=UTC),
+    )
+    return invocation.take_events()
+
+
+class Writers:
+    """The after-commit hook: the name of the thread each written commit was written on."""
+
+    def __init__(self) -> None:
+        self.threads: list[str] = []
+
+    def __call__(self, commits: Sequence[Sequence[DomainEvent]]) -> None:
+        self.threads += [threading.current_thread().name] * len(commits)
+
+
+TRIO_THREAD = threading.main_thread().name
+JOURNAL_THREAD = "loop-actors-journal"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[EventStore]:
+    opened = EventStore(f"sqlite:///{tmp_path / 'journal.db'}?lock_timeout=2")
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def groups(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size of each transaction the Journal writes, in order."""
+    sizes: list[int] = []
+    original = journal_module.commit_group
+
+    def counting(store: Any, group: list[Any], **options: Any) -> list[Any]:
+        sizes.append(len(group))
+        return original(store, group, **options)
+
+    monkeypatch.setattr(journal_module, "commit_group", counting)
+    return sizes
+
+
+async def test_commits_made_one_after_another_are_written_on_the_trio_thread(
+    store: EventStore,
+) -> None:
+    writers = Writers()
+    with trio.fail_after(10):
+        async with Journal(store, after_commit=writers) as journal:
+            for n in range(5):
+                assert isinstance(await journal.commit(started(f"i{n}")), Committed)
+    assert writers.threads == [TRIO_THREAD] * 5
+    assert store.invocation_ids() == [f"i{n}" for n in range(5)]
+
+
+async def test_without_inline_every_commit_is_written_in_the_journals_thread(
+    store: EventStore,
+) -> None:
+    writers = Writers()
+    with trio.fail_after(10):
+        async with Journal(store, after_commit=writers, inline=False) as journal:
+            for n in range(3):
+                assert isinstance(await journal.commit(started(f"i{n}")), Committed)
+    assert writers.threads == [JOURNAL_THREAD] * 3
+
+
+async def test_commits_made_in_one_scheduler_pass_are_still_grouped_in_the_thread(
+    store: EventStore, groups: list[int]
+) -> None:
+    writers = Writers()
+    outcomes: list[object] = []
+
+    async def commit(journal: Journal, n: int) -> None:
+        outcomes.append(await journal.commit(started(f"i{n:02d}")))
+
+    with trio.fail_after(10):
+        async with Journal(store, after_commit=writers) as journal:
+            async with trio.open_nursery() as nursery:
+                for n in range(40):
+                    nursery.start_soon(commit, journal, n)
+    assert all(isinstance(outcome, Committed) for outcome in outcomes)
+    assert len(outcomes) == 40
+    # The first of the pass may be written inline; the others go to the thread together.
+    assert writers.threads.count(TRIO_THREAD) <= 1
+    assert sum(groups) == 40
+    assert len(groups) <= 20
+    assert max(groups) > 1
+    assert len(store.invocation_ids()) == 40
+
+
+async def test_a_commit_is_handed_to_the_thread_when_other_tasks_are_runnable(
+    store: EventStore,
+) -> None:
+    writers = Writers()
+
+    async def spin(stop: trio.Event) -> None:
+        while not stop.is_set():
+            await trio.lowlevel.checkpoint()
+
+    with trio.fail_after(10):
+        async with Journal(store, after_commit=writers) as journal:
+            async with trio.open_nursery() as nursery:
+                stops = [trio.Event() for _ in range(journal_module.INLINE_MAX_RUNNABLE + 1)]
+                for stop in stops:
+                    nursery.start_soon(spin, stop)  # runnable from now on
+                assert isinstance(await journal.commit(started("busy")), Committed)
+                for stop in stops:
+                    stop.set()
+    assert writers.threads == [JOURNAL_THREAD]
+
+
+async def test_a_commit_with_a_deadline_due_is_handed_to_the_thread_and_not_cancelled(
+    store: EventStore,
+) -> None:
+    writers = Writers()
+    with trio.fail_after(10):
+        async with Journal(store, after_commit=writers) as journal:
+            with trio.move_on_after(journal_module.INLINE_IDLE_S / 10) as scope:
+                outcome = await journal.commit(started("due"))
+                assert isinstance(outcome, Committed)  # the commit is not a cancellation point
+                await trio.sleep(1)  # the next checkpoint is
+    assert scope.cancelled_caught
+    assert writers.threads == [JOURNAL_THREAD]
+    assert store.invocation_ids() == ["due"]
+
+
+async def test_a_commit_in_a_cancelled_scope_is_written_and_answered(store: EventStore) -> None:
+    writers = Writers()
+    with trio.fail_after(10):
+        async with Journal(store, after_commit=writers) as journal:
+            with trio.CancelScope() as scope:
+                scope.cancel()
+                outcome = await journal.commit(started("cancelled"))
+                assert isinstance(outcome, Committed)  # not a cancellation point
+                await trio.lowlevel.checkpoint()
+    assert scope.cancelled_caught
+    assert writers.threads == [TRIO_THREAD]
+    assert store.invocation_ids() == ["cancelled"]
+
+
+async def test_a_cancelled_commit_that_may_be_abandoned_stops_waiting_at_once(
+    store: EventStore,
+) -> None:
+    writers = Writers()
+    with trio.fail_after(10):
+        async with Journal(store, after_commit=writers) as journal:
+            with trio.CancelScope() as scope:
+                scope.cancel()
+                await journal.commit(started("abandoned"), abandon_on_cancel=True)
+                pytest.fail("the commit did not stop waiting")
+    # It was handed to the thread, which still wrote it before the Journal closed.
+    assert scope.cancelled_caught
+    assert writers.threads == [JOURNAL_THREAD]
+    assert store.invocation_ids() == ["abandoned"]
+
+
+async def test_a_commit_on_a_locked_store_waits_for_the_lock_in_the_thread(
+    store: EventStore, tmp_path: Path
+) -> None:
+    writers = Writers()
+    blocker = sqlite3.connect(
+        tmp_path / "journal.db", isolation_level=None, check_same_thread=False
+    )
+    blocker.execute("BEGIN IMMEDIATE")
+    with trio.fail_after(10):
+        async with Journal(store, after_commit=writers) as journal, trio.open_nursery() as nursery:
+
+            async def release_later() -> None:
+                await trio.to_thread.run_sync(threading.Event().wait, 0.3)
+                blocker.rollback()
+
+            nursery.start_soon(release_later)
+            await trio.sleep(0.01)  # release_later is parked in its thread
+            before = trio.current_time()
+            outcome = await journal.commit(started("waited"))
+            waited = trio.current_time() - before
+    blocker.close()
+    assert isinstance(outcome, Committed)
+    assert waited > 0.2  # not written inline while the lock was held, and not failed
+    assert writers.threads == [JOURNAL_THREAD]
+    assert store.invocation_ids() == ["waited"]
+
+
+async def test_a_conflicting_commit_made_inline_is_answered_as_a_conflict(
+    store: EventStore,
+) -> None:
+    writers = Writers()
+    with trio.fail_after(10):
+        async with Journal(store, after_commit=writers) as journal:
+            assert isinstance(await journal.commit(started("same")), Committed)
+            again = await journal.commit(started("same"))
+    assert isinstance(again, CommitFailed)
+    assert again.conflict
+    assert writers.threads == [TRIO_THREAD]
+    assert store.invocation_ids() == ["same"]
