@@ -9,7 +9,8 @@ The workload of bench/turn_overhead.py (N invocations one after another, 5 turns
   (counted with a trio instrument);
 - on a SQLite file: the same, plus the median time of one Journal transaction
   (``loop_actors._journal.commit_group`` timed from this script; the wrapper only
-  times);
+  times) and the share of the transactions written on the trio thread (the
+  Journal commits there while nothing else is runnable);
 - a raw ``sqlite3`` commit of one row into a table of the same shape (WAL,
   ``synchronous=FULL``), for comparison with one Journal transaction.
 
@@ -25,6 +26,7 @@ import argparse
 import sqlite3
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -58,12 +60,16 @@ class TransactionTimer:
 
     def __init__(self) -> None:
         self.seconds: list[float] = []
+        self.inline = 0
+        """Transactions written on the trio thread (the main thread, here)."""
         self._original = journal_module.commit_group
 
     def __enter__(self) -> TransactionTimer:
         def timed(
             store: journal_module.Appender, group: list[Sequence[DomainEvent]], **options: Any
         ) -> list[CommitOutcome]:
+            if threading.current_thread() is threading.main_thread():
+                self.inline += 1
             started = time.perf_counter()
             try:
                 return self._original(store, group, **options)
@@ -158,6 +164,10 @@ def main() -> None:
             add(
                 "sqlite file Journal transaction, median (us)",
                 statistics.median(timer.seconds) * 1e6,
+            )
+            add(
+                "sqlite file transactions written inline (%)",
+                100 * timer.inline / max(1, len(timer.seconds)),
             )
             add(
                 "raw sqlite3 commit of one row, median (us)",

@@ -8,10 +8,14 @@ interleaved, REPS times:
 - ``floor, Journal thread``: the leanest loop that still writes what loop-actors
   writes: the ``Invocation`` aggregate's events (hash chain included), mapped by
   the store's mapper into eventsourcing's table, committed through the
-  ``Journal`` (its own thread, as in the runtime). No controller, no actors, no
-  validation, no budget or repeated-plan checks, tools called inline;
+  ``Journal`` with every commit handed to its thread (``inline=False``). No
+  controller, no actors, no validation, no budget or repeated-plan checks, tools
+  called inline;
+- ``floor, Journal inline``: the same through the ``Journal`` as the runtime opens
+  it, which commits on the trio thread while nothing else is runnable (here:
+  every commit it can write at once);
 - ``floor, on the trio thread``: the same, appending on the trio thread itself
-  (what handing each commit to another thread costs);
+  with no Journal at all (what handing each commit to another thread costs);
 - ``loop-actors``: the whole runtime (``Runtime.run``), for reference;
 
 and, separately, the round trip of one commit handed to a thread and answered
@@ -119,10 +123,10 @@ async def one_invocation(committer: Committer, goal: str) -> None:
         seen += len(results)
 
 
-async def floor(path: Path, n: int, through_journal: bool) -> float:
+async def floor(path: Path, n: int, through_journal: bool, inline: bool = False) -> float:
     store = await trio.to_thread.run_sync(EventStore, f"sqlite:///{path}")
     try:
-        async with Journal(store) as journal:
+        async with Journal(store, inline=inline) as journal:
             committer: Committer = journal if through_journal else OnTheTrioThread(store)
             started = time.perf_counter()
             for i in range(n):
@@ -192,12 +196,13 @@ def main() -> None:
     runners: dict[str, Callable[[Path], float]] = {
         "raw": lambda p: raw_loop(p, args.n),
         "journal": lambda p: trio.run(floor, p, args.n, True),
+        "journal-inline": lambda p: trio.run(floor, p, args.n, True, True),
         "inline": lambda p: trio.run(floor, p, args.n, False),
         "runtime": lambda p: trio.run(ours, p, args.n),
     }
     seconds: dict[str, list[float]] = {name: [] for name in runners}
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-        for name in ("journal", "inline", "runtime"):  # warm-up
+        for name in ("journal", "journal-inline", "inline", "runtime"):  # warm-up
             runners[name](Path(tmp) / f"warmup-{name}.db")
         names = list(runners)
         for rep in range(args.reps):
@@ -226,6 +231,7 @@ def main() -> None:
     print(f"repetitions: {args.reps} (interleaved, fresh SQLite file each)")
     print(f"raw sqlite3 loop            : {per_turn('raw')}")
     print(f"floor, Journal thread       : {per_turn('journal')}  {ratio('journal')}")
+    print(f"floor, Journal inline       : {per_turn('journal-inline')}  {ratio('journal-inline')}")
     print(f"floor, on the trio thread   : {per_turn('inline')}  {ratio('inline')}")
     print(f"loop-actors (Runtime.run)   : {per_turn('runtime')}  {ratio('runtime')}")
     print(f"hand-off round trip, no work: {bare[0] * 1e6:8.0f} us (median of {count})")

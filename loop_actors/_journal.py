@@ -1,8 +1,13 @@
-"""The Journal: the one writer to the event store, with group commit, off the trio thread."""
+"""The Journal: the one writer to the event store, with group commit in its own thread.
+
+A commit that nothing else would wait for is written on the trio thread instead
+(see :class:`Journal`).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
 import queue
 import sqlite3
@@ -33,22 +38,31 @@ FIRST_BACKOFF_S = 0.05
 MAX_BACKOFF_S = 0.5
 """The longest pause between two retries."""
 
-INLINE_IDLE_S = 0.005
-"""How far the event loop's next deadline must be for a commit to be made inline."""
+LOCKED_POLLS_S = (0.0001, 0.0001, 0.0002, 0.0004, 0.0008)
+"""The pauses of the quick tries of a commit that found the store locked inline."""
 
-INLINE_MAX_RUNNABLE = 8
-"""The most other runnable tasks a commit made inline may keep waiting."""
+INLINE_IDLE_S = 0.005
+"""How far the event loop's next deadline must be for a commit to be written inline."""
+
+INLINE_MAX_RUNNABLE = 2
+"""The most other runnable tasks a commit written inline may keep waiting (one commit's time)."""
 
 
 class _Waiter:
-    """A task parked on a commit; ``abandoned`` once it stopped waiting (cancelled)."""
+    """A task parked on a commit; ``abandoned`` once it stopped waiting (cancelled).
 
-    __slots__ = ("abandon_on_cancel", "abandoned", "task")
+    ``found_locked``: the commit was tried inline and found the store locked.
+    """
 
-    def __init__(self, task: trio.lowlevel.Task, *, abandon_on_cancel: bool) -> None:
+    __slots__ = ("abandon_on_cancel", "abandoned", "found_locked", "task")
+
+    def __init__(
+        self, task: trio.lowlevel.Task, *, abandon_on_cancel: bool, found_locked: bool = False
+    ) -> None:
         self.task = task
         self.abandon_on_cancel = abandon_on_cancel
         self.abandoned = False
+        self.found_locked = found_locked
 
     def abort(self, _: object) -> trio.lowlevel.Abort:
         """Whether the parked task may stop waiting when cancelled (trio's abort hook)."""
@@ -59,6 +73,13 @@ class _Waiter:
 
 
 _Pending = tuple[Sequence[DomainEvent], _Waiter]
+
+
+class _Refused(enum.Enum):
+    """Why a commit was not written inline."""
+
+    BUSY = "the Journal's thread is writing"
+    LOCKED = "another connection holds the store's lock"
 
 
 class _Locked(BaseException):
@@ -123,7 +144,8 @@ class LockRetry:
     again, with backoff, until ``retry_s`` (the URL's ``lock_retry``) have passed
     since that failure, each attempt waiting no longer than what is left. So every
     commit of the group is answered within ``lock_wait_s + retry_s`` of the
-    group's first attempt.
+    group's first attempt (after the quick tries of a group that found the store
+    locked inline: ``LOCKED_POLLS_S``, 1.6 ms in all).
     """
 
     lock_wait_s: float = 5.0
@@ -178,8 +200,15 @@ def commit_group(
     take_more: Callable[[], list[Sequence[DomainEvent]]] | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    polls: Sequence[float] = (),
 ) -> list[CommitOutcome]:
     """Commit a group of commits in one transaction; answer each, within one bounded wait.
+
+    With ``polls`` (a group that found the store locked a moment ago), the group is
+    first tried without waiting for the lock, once after each of these pauses:
+    SQLite's own wait for a lock sleeps a millisecond or more at a time, longer than
+    most transactions of another connection hold it. A try that fails on anything
+    but the lock, and the last one, leave the group to what follows.
 
     How a failed transaction is handled depends on why it failed (nothing of it
     was written):
@@ -205,6 +234,17 @@ def commit_group(
     """
     retry = retry or LockRetry()
     commits = list(group)
+    for pause in polls:
+        sleep(pause)
+        try:
+            position = store.append(
+                [event for events in commits for event in events], lock_wait_s=0
+            )
+        except Exception as error:  # answered below, by the attempts that follow
+            if is_lock_failure(error):
+                continue
+            break
+        return [Committed(position=position) for _ in commits]
     results: dict[int, CommitOutcome] = {}
     attempts: deque[list[int]] = deque([list(range(len(commits)))])
     locked: list[int] = []
@@ -281,6 +321,21 @@ class Journal:
     trio. No trio task sits in between: a commit costs one queue put, one
     transaction, and one wake-up of the trio thread.
 
+    **Inline when idle.** Handing a commit to the thread and being woken costs
+    more than the commit itself on a fast disk (docs/performance.md, section 2).
+    So on a SQLite file, a commit is written on the trio thread, at once, when
+    nothing would wait for it there: nothing is queued or in flight in the
+    thread, at most ``INLINE_MAX_RUNNABLE`` other tasks are runnable, no deadline
+    (a timeout, a sleep) is due within ``INLINE_IDLE_S``, no other task of the
+    same scheduler pass wrote inline (the tasks that run later in a pass are not
+    counted as runnable, so many commits made in one pass still go to the thread
+    together), and the commit takes no snapshot (that reads the store). The same
+    transaction is written, on the same connection, with the same answers; only a
+    locked store is not waited for there: the commit goes to the thread, which
+    tries it again a few times without waiting (``LOCKED_POLLS_S``), then waits as
+    :class:`LockRetry` says. What waits meanwhile is I/O readiness (a socket that
+    becomes readable is seen after the commit).
+
     Open it with ``async with Journal(store):`` inside ``trio.run``.
     """
 
@@ -294,9 +349,11 @@ class Journal:
     ) -> None:
         """Prepare the Journal; ``committed`` (buffer of one) is poked after each transaction.
 
-        ``after_commit`` is called on the Journal's thread after each transaction, once
-        its commits were answered, with the commits that were written (it must be quick:
-        the next transaction waits for it; what it raises is logged).
+        ``after_commit`` is called after each transaction, once its commits were
+        answered, with the commits that were written, on the thread that wrote them:
+        the Journal's, or the trio thread for a commit written inline (so it must be
+        thread-safe and quick; what it raises is logged). ``inline=False`` hands every
+        commit to the thread.
         """
         self._store = store
         self._committed = committed
@@ -346,7 +403,10 @@ class Journal:
         :class:`LockRetry`), so the caller never loses track of what is durable. With
         ``abandon_on_cancel`` (cleanup under a bound), a cancelled caller stops
         waiting at once; the commit may still become durable, so the caller must
-        read the store again to know.
+        read the store again to know. A commit written inline (see the class) is
+        not a cancellation point either, nor a schedule point: it returns once
+        durable, and a cancellation is delivered at the caller's next checkpoint;
+        ``abandon_on_cancel`` commits always go to the thread.
         """
         if self._closed or self._thread is None:
             await trio.lowlevel.checkpoint()
@@ -354,16 +414,19 @@ class Journal:
                 error_type="ClosedResourceError", message="the journal is closed", conflict=False
             )
         task = trio.lowlevel.current_task()
+        found_locked = False
         if (
             self._inline
             and not abandon_on_cancel
             and not self._outstanding
+            and not self._store.snapshots_due(events)
             and self._may_inline(task)
         ):
             done = self._commit_inline(events)
-            if done is not None:
+            if not isinstance(done, _Refused):
                 return done
-        waiter = _Waiter(task, abandon_on_cancel=abandon_on_cancel)
+            found_locked = done is _Refused.LOCKED
+        waiter = _Waiter(task, abandon_on_cancel=abandon_on_cancel, found_locked=found_locked)
         self._outstanding += 1
         self._queue.put((events, waiter))
         return await trio.lowlevel.wait_task_rescheduled(waiter.abort)  # type: ignore[no-any-return]
@@ -385,15 +448,15 @@ class Journal:
         return True
 
     @trio.lowlevel.enable_ki_protection
-    def _commit_inline(self, events: Sequence[DomainEvent]) -> CommitOutcome | None:
-        """Commit on the trio thread, if the store can be written at once; else None."""
+    def _commit_inline(self, events: Sequence[DomainEvent]) -> CommitOutcome | _Refused:
+        """Commit on the trio thread, if the store can be written at once."""
         if not self._writing.acquire(blocking=False):
-            return None  # the thread is writing
+            return _Refused.BUSY  # the thread is writing
         try:
             try:
                 [result] = commit_group(_NoLockWait(self._store), [events])
             except _Locked:
-                return None
+                return _Refused.LOCKED
         finally:
             self._writing.release()
         self._poke()
@@ -431,11 +494,13 @@ class Journal:
             with self._writing:
                 self._take(group)
                 try:
+                    found_locked = any(waiter.found_locked for _, waiter in group)
                     results = commit_group(
                         self._store,
                         [events for events, _ in group],
                         retry=retry,
                         take_more=partial(self._take, group),
+                        polls=LOCKED_POLLS_S if found_locked else (),
                     )
                 except BaseException as error:  # never leave a task waiting for an answer
                     log.exception("group commit failed unexpectedly; %d commit(s) fail", len(group))

@@ -21,14 +21,17 @@ from typing import Any
 
 import pytest
 import trio
+from eventsourcing.persistence import IntegrityError
 
 import loop_actors._journal as journal_module
+from aggregates.decisions import Usage, parse_decision
 from aggregates.events import DomainEvent
 from aggregates.invocation import Invocation
 from loop_actors import Budget
-from loop_actors._journal import Journal
+from loop_actors._journal import Journal, commit_group
 from loop_actors._messages import CommitFailed, Committed
 from loop_actors._store import EventStore
+from tests.test_journal_locks import FakeClock, FakeStore, commits, locked
 
 
 def started(invocation_id: str) -> list[DomainEvent]:
@@ -113,10 +116,9 @@ async def test_commits_made_in_one_scheduler_pass_are_still_grouped_in_the_threa
         outcomes.append(await journal.commit(started(f"i{n:02d}")))
 
     with trio.fail_after(10):
-        async with Journal(store, after_commit=writers) as journal:
-            async with trio.open_nursery() as nursery:
-                for n in range(40):
-                    nursery.start_soon(commit, journal, n)
+        async with Journal(store, after_commit=writers) as journal, trio.open_nursery() as nursery:
+            for n in range(40):
+                nursery.start_soon(commit, journal, n)
     assert all(isinstance(outcome, Committed) for outcome in outcomes)
     assert len(outcomes) == 40
     # The first of the pass may be written inline; the others go to the thread together.
@@ -137,14 +139,13 @@ async def test_a_commit_is_handed_to_the_thread_when_other_tasks_are_runnable(
             await trio.lowlevel.checkpoint()
 
     with trio.fail_after(10):
-        async with Journal(store, after_commit=writers) as journal:
-            async with trio.open_nursery() as nursery:
-                stops = [trio.Event() for _ in range(journal_module.INLINE_MAX_RUNNABLE + 1)]
-                for stop in stops:
-                    nursery.start_soon(spin, stop)  # runnable from now on
-                assert isinstance(await journal.commit(started("busy")), Committed)
-                for stop in stops:
-                    stop.set()
+        async with Journal(store, after_commit=writers) as journal, trio.open_nursery() as nursery:
+            stops = [trio.Event() for _ in range(journal_module.INLINE_MAX_RUNNABLE + 1)]
+            for stop in stops:
+                nursery.start_soon(spin, stop)  # runnable from now on
+            assert isinstance(await journal.commit(started("busy")), Committed)
+            for stop in stops:
+                stop.set()
     assert writers.threads == [JOURNAL_THREAD]
 
 
@@ -232,3 +233,71 @@ async def test_a_conflicting_commit_made_inline_is_answered_as_a_conflict(
     assert again.conflict
     assert writers.threads == [TRIO_THREAD]
     assert store.invocation_ids() == ["same"]
+
+
+async def test_a_commit_that_takes_a_snapshot_is_handed_to_the_thread(tmp_path: Path) -> None:
+    store = EventStore(f"sqlite:///{tmp_path / 'snapshots.db'}", snapshot_interval=2)
+    writers = Writers()
+    invocation = Invocation.start(
+        invocation_id="long",
+        goal="g",
+        agent_name="a",
+        agent_version="1",
+        catalogue_digest="d",
+        tools=[],
+        budget=Budget(),
+        at=datetime(2026, 12, 1, tzinfo=UTC),
+    )
+    with trio.fail_after(10):
+        async with Journal(store, after_commit=writers) as journal:
+            assert isinstance(await journal.commit(invocation.take_events()), Committed)
+            final = parse_decision({"kind": "final", "answer": "done"})
+            invocation.propose(final, usage=Usage(), at=datetime(2026, 12, 1, tzinfo=UTC))
+            assert isinstance(await journal.commit(invocation.take_events()), Committed)
+    # Version 2 is a multiple of the interval: that append reads the store for a snapshot.
+    assert writers.threads == [TRIO_THREAD, JOURNAL_THREAD]
+    assert store.get("long").version == 2
+    store.close()
+
+
+# --------------------------------------------------------------------------- quick tries
+
+
+def test_a_group_that_found_the_store_locked_is_tried_quickly_without_waiting() -> None:
+    clock = FakeClock()
+    attempts = iter([locked(), locked(), None])
+    store = FakeStore(clock, lambda ids: next(attempts), busy=True)
+
+    results = commit_group(
+        store, commits("a", "b"), clock=clock, sleep=clock.sleep, polls=(0.0001,) * 5
+    )
+
+    assert results == [Committed(position=2)] * 2
+    # Three tries that do not wait for the lock, 0.1 ms apart; never SQLite's own wait.
+    assert [wait for _, wait in store.attempts] == [0, 0, 0]
+    assert clock.sleeps == pytest.approx([0.0001] * 3)
+
+
+def test_when_a_quick_try_fails_otherwise_the_group_is_answered_as_before() -> None:
+    clock = FakeClock()
+    tries = iter([locked()])
+
+    def fail(ids: list[str]) -> Exception | None:
+        first_try = next(tries, None)
+        if first_try is not None:
+            return first_try
+        return IntegrityError("taken") if "b" in ids else None
+
+    store = FakeStore(clock, fail, busy=True)
+
+    first, second = commit_group(
+        store, commits("a", "b"), clock=clock, sleep=clock.sleep, polls=(0.0001,) * 5
+    )
+
+    # A try that fails on anything but the lock ends the quick tries; the conflict is
+    # then looked for commit by commit, as for any group.
+    assert first == Committed(position=1)
+    assert isinstance(second, CommitFailed)
+    assert second.conflict
+    assert [ids for ids, _ in store.attempts] == [["a", "b"]] * 3 + [["a"], ["b"]]
+    assert [wait for _, wait in store.attempts] == [0, 0, None, None, None]
