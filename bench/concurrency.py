@@ -269,6 +269,7 @@ def peer_contract(args: argparse.Namespace, counter: CommitCounter) -> None:
             **{d: version(d) for d in ("loop-actors", "eventsourcing", "pydantic", "trio")},
         },
         "notes": "loop-actors Runtime, one Journal (group commit), trio",
+        "loop_actors_from": str(Path(journal_module.__file__).resolve().parent.parent),
     }
     text = json.dumps(payload, sort_keys=True)
     if args.out:

@@ -7,10 +7,11 @@ The workload of bench/turn_overhead.py (N invocations one after another, 5 turns
   hand-offs to the Journal's thread; prints the trio thread's CPU per turn
   (``time.thread_time``), and the scheduler passes and task steps per turn
   (counted with a trio instrument);
-- on a SQLite file: the same, plus the median time of one Journal transaction
-  (``loop_actors._journal.commit_group`` timed from this script; the wrapper only
-  times) and the share of the transactions written on the trio thread (the
-  Journal commits there while nothing else is runnable);
+- on a SQLite file: the same (and the process's CPU, every thread), plus the
+  median time of one Journal transaction (``loop_actors._journal.commit_group``
+  timed from this script; the wrapper only times) and the share of the
+  transactions written on the trio thread (the Journal commits there while
+  nothing else is runnable);
 - a raw ``sqlite3`` commit of one row into a table of the same shape (WAL,
   ``synchronous=FULL``), for comparison with one Journal transaction.
 
@@ -85,8 +86,8 @@ class TransactionTimer:
 
 async def run_sequence(
     url: str, n: int, counter: SchedulerCounter | None, checkpoints: Path | None = None
-) -> tuple[float, float]:
-    """Run n invocations one after another; return (wall, trio-thread CPU) in seconds.
+) -> tuple[float, float, float]:
+    """Run n invocations one after another; return (wall, trio-thread CPU, process CPU) in s.
 
     With ``checkpoints``, the runtime writes its checkpoints there (after each run).
     """
@@ -94,14 +95,15 @@ async def run_sequence(
         await runtime.run(AGENT, "warm-up")
         if counter is not None:
             trio.lowlevel.add_instrument(counter)
-        wall, cpu = time.perf_counter(), time.thread_time()
+        wall, cpu, process = time.perf_counter(), time.thread_time(), time.process_time()
         for i in range(n):
             outcome = await runtime.run(AGENT, f"g-{i:05d}")
             assert outcome.reason == "completed", outcome
         wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+        process = time.process_time() - process
         if counter is not None:
             trio.lowlevel.remove_instrument(counter)
-        return wall, cpu
+        return wall, cpu, process
 
 
 def raw_commit_us(path: Path, n: int, payload_bytes: int) -> float:
@@ -150,17 +152,23 @@ def main() -> None:
         for rep in range(args.reps):
             counter = SchedulerCounter()
             folder = Path(tmp) / f"memory-{rep}.checkpoints" if args.checkpoints else None
-            wall, cpu = trio.run(run_sequence, "memory://", args.n, counter, folder)
+            wall, cpu, _ = trio.run(run_sequence, "memory://", args.n, counter, folder)
             add("memory://  wall per turn (us)", wall / turns * 1e6)
             add("memory://  trio-thread CPU per turn (us)", cpu / turns * 1e6)
             add("memory://  scheduler passes per turn", counter.passes / turns)
             add("memory://  task steps per turn", counter.steps / turns)
             path = Path(tmp) / f"file-{rep}.db"
+            counter = SchedulerCounter()
             with TransactionTimer() as timer:
                 folder = path.with_suffix(".checkpoints") if args.checkpoints else None
-                wall, cpu = trio.run(run_sequence, f"sqlite:///{path}", args.n, None, folder)
+                wall, cpu, process = trio.run(
+                    run_sequence, f"sqlite:///{path}", args.n, counter, folder
+                )
             add("sqlite file wall per turn (us)", wall / turns * 1e6)
             add("sqlite file trio-thread CPU per turn (us)", cpu / turns * 1e6)
+            add("sqlite file process CPU per turn (us)", process / turns * 1e6)
+            add("sqlite file scheduler passes per turn", counter.passes / turns)
+            add("sqlite file task steps per turn", counter.steps / turns)
             add(
                 "sqlite file Journal transaction, median (us)",
                 statistics.median(timer.seconds) * 1e6,
