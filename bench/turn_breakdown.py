@@ -69,13 +69,12 @@ class TransactionTimer:
         def timed(
             store: journal_module.Appender, group: list[Sequence[DomainEvent]], **options: Any
         ) -> list[CommitOutcome]:
+            started = time.perf_counter()
+            results = self._original(store, group, **options)  # timed once written
+            self.seconds.append(time.perf_counter() - started)
             if threading.current_thread() is threading.main_thread():
                 self.inline += 1
-            started = time.perf_counter()
-            try:
-                return self._original(store, group, **options)
-            finally:
-                self.seconds.append(time.perf_counter() - started)
+            return results
 
         journal_module.commit_group = timed
         return self
