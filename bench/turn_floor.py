@@ -20,7 +20,10 @@ interleaved, REPS times:
 
 and, separately, the round trip of one commit handed to a thread and answered
 through trio (``queue.put`` + ``run_sync_soon``), with and without a one-row
-durable commit in the thread, beside the same commit made inline.
+durable commit in the thread, beside the same commit made inline; and the whole
+runtime with its Journal's inline commits off and on, alternating invocation by
+invocation in one runtime (so that both see the same disk and the same
+neighbours; medians of the per-invocation time and process CPU).
 
     python bench/turn_floor.py [--n 200] [--reps 5] [--dir /tmp]
 """
@@ -54,6 +57,7 @@ from aggregates.decisions import (
 )
 from aggregates.events import DomainEvent
 from aggregates.invocation import DispatchedCall, Invocation
+from loop_actors import Runtime
 from loop_actors._journal import Journal
 from loop_actors._messages import CommitOutcome
 from loop_actors._store import EventStore
@@ -136,6 +140,24 @@ async def floor(path: Path, n: int, through_journal: bool, inline: bool = False)
         store.close()
 
 
+async def alternating(path: Path, n: int) -> dict[bool, tuple[list[float], list[float]]]:
+    """n invocations in one runtime, inline commits off and on in turn: (wall, CPU) of each."""
+    seen: dict[bool, tuple[list[float], list[float]]] = {False: ([], []), True: ([], [])}
+    async with Runtime(f"sqlite:///{path}") as runtime:
+        await runtime.run(AGENT, "warm-up")
+        journal = runtime._journal
+        assert journal is not None
+        for i in range(2 * n):
+            inline = i % 2 == 1
+            journal._inline = inline  # what Journal(..., inline=...) sets
+            wall, cpu = time.perf_counter(), time.process_time()
+            outcome = await runtime.run(AGENT, f"g-{i:05d}")
+            assert outcome.reason == "completed", outcome
+            seen[inline][0].append(time.perf_counter() - wall)
+            seen[inline][1].append(time.process_time() - cpu)
+    return seen
+
+
 # --------------------------------------------------------------------------- hand-off
 
 
@@ -214,6 +236,7 @@ def main() -> None:
         count = max(50, min(2000, args.n * 10))
         bare = trio.run(hand_off, None, count)
         durable = trio.run(hand_off, Path(tmp) / "hand-off.db", count)
+        paired = trio.run(alternating, Path(tmp) / "alternating.db", args.n)
 
     turns = args.n * T
 
@@ -244,6 +267,13 @@ def main() -> None:
     raw_turn = statistics.median(seconds["raw"]) / turns
     only_hand_offs = (raw_turn + 2 * (durable[0] - durable[1])) / raw_turn
     print(f"raw loop + 2 hand-offs a turn: {only_hand_offs:.2f} x raw (nothing else done)")
+    wall = {mode: statistics.median(paired[mode][0]) / T * 1e6 for mode in paired}
+    cpu = {mode: statistics.median(paired[mode][1]) / T * 1e6 for mode in paired}
+    print(
+        f"loop-actors, alternating    : thread {wall[False]:.0f}, inline {wall[True]:.0f} us/turn"
+        f" (inline/thread {wall[True] / wall[False]:.2f}); process CPU thread "
+        f"{cpu[False]:.0f}, inline {cpu[True]:.0f} us/turn ({args.n} invocations each)"
+    )
 
 
 if __name__ == "__main__":
