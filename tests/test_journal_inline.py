@@ -26,26 +26,16 @@ from eventsourcing.persistence import IntegrityError
 import loop_actors._journal as journal_module
 from aggregates.decisions import Usage, parse_decision
 from aggregates.events import DomainEvent
-from aggregates.invocation import Invocation
-from loop_actors import Budget
 from loop_actors._journal import Journal, commit_group
 from loop_actors._messages import CommitFailed, Committed
 from loop_actors._store import EventStore
 from tests.test_journal_locks import FakeClock, FakeStore, commits, locked
+from tests.test_store import _started
 
 
-def started(invocation_id: str) -> list[DomainEvent]:
-    invocation = Invocation.start(
-        invocation_id=invocation_id,
-        goal="g",
-        agent_name="a",
-        agent_version="1",
-        catalogue_digest="d",
-        tools=[],
-        budget=Budget(),
-        at=datetime(2026, 12, 1, tzinfo=UTC),
-    )
-    return invocation.take_events()
+def started(invocation_id: str) -> Sequence[DomainEvent]:
+    """The ``InvocationStarted`` of a new invocation."""
+    return _started(invocation_id)
 
 
 class Writers:
@@ -165,34 +155,27 @@ async def test_a_commit_with_a_deadline_due_is_handed_to_the_thread_and_not_canc
     assert store.invocation_ids() == ["due"]
 
 
-async def test_a_commit_in_a_cancelled_scope_is_written_and_answered(store: EventStore) -> None:
-    writers = Writers()
-    with trio.fail_after(10):
-        async with Journal(store, after_commit=writers) as journal:
-            with trio.CancelScope() as scope:
-                scope.cancel()
-                outcome = await journal.commit(started("cancelled"))
-                assert isinstance(outcome, Committed)  # not a cancellation point
-                await trio.lowlevel.checkpoint()
-    assert scope.cancelled_caught
-    assert writers.threads == [TRIO_THREAD]
-    assert store.invocation_ids() == ["cancelled"]
-
-
-async def test_a_cancelled_commit_that_may_be_abandoned_stops_waiting_at_once(
-    store: EventStore,
+@pytest.mark.parametrize(
+    ("abandon_on_cancel", "writer"), [(False, TRIO_THREAD), (True, JOURNAL_THREAD)]
+)
+async def test_a_commit_in_a_cancelled_scope_is_written_and_waited_for_unless_it_may_be_abandoned(
+    store: EventStore, abandon_on_cancel: bool, writer: str
 ) -> None:
     writers = Writers()
+    answered: list[object] = []
     with trio.fail_after(10):
         async with Journal(store, after_commit=writers) as journal:
             with trio.CancelScope() as scope:
                 scope.cancel()
-                await journal.commit(started("abandoned"), abandon_on_cancel=True)
-                pytest.fail("the commit did not stop waiting")
-    # It was handed to the thread, which still wrote it before the Journal closed.
+                commit = journal.commit(started("cancelled"), abandon_on_cancel=abandon_on_cancel)
+                answered.append(await commit)
+                await trio.lowlevel.checkpoint()
     assert scope.cancelled_caught
-    assert writers.threads == [JOURNAL_THREAD]
-    assert store.invocation_ids() == ["abandoned"]
+    # Not a cancellation point: written inline and answered. A commit that may be
+    # abandoned goes to the thread and stops waiting at once; the thread still writes it.
+    assert answered == ([] if abandon_on_cancel else [Committed(position=1)])
+    assert writers.threads == [writer]
+    assert store.invocation_ids() == ["cancelled"]
 
 
 async def test_a_commit_on_a_locked_store_waits_for_the_lock_in_the_thread(
@@ -239,19 +222,10 @@ async def test_a_conflicting_commit_made_inline_is_answered_as_a_conflict(
 async def test_a_commit_that_takes_a_snapshot_is_handed_to_the_thread(tmp_path: Path) -> None:
     store = EventStore(f"sqlite:///{tmp_path / 'snapshots.db'}", snapshot_interval=2)
     writers = Writers()
-    invocation = Invocation.start(
-        invocation_id="long",
-        goal="g",
-        agent_name="a",
-        agent_version="1",
-        catalogue_digest="d",
-        tools=[],
-        budget=Budget(),
-        at=datetime(2026, 12, 1, tzinfo=UTC),
-    )
     with trio.fail_after(10):
         async with Journal(store, after_commit=writers) as journal:
-            assert isinstance(await journal.commit(invocation.take_events()), Committed)
+            assert isinstance(await journal.commit(started("long")), Committed)
+            invocation = store.get("long")
             final = parse_decision({"kind": "final", "answer": "done"})
             invocation.propose(final, usage=Usage(), at=datetime(2026, 12, 1, tzinfo=UTC))
             assert isinstance(await journal.commit(invocation.take_events()), Committed)
