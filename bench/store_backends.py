@@ -48,8 +48,9 @@ def counting_transactions() -> Iterator[list[tuple[int, int]]]:
     original = journal_module.commit_group
 
     def counting(store: Any, group: list[Sequence[Any]], **options: Any) -> list[Any]:
+        results = original(store, group, **options)  # counted once written
         seen.append((len(group), sum(len(events) for events in group)))
-        return original(store, group, **options)
+        return results
 
     journal_module.commit_group = counting
     try:

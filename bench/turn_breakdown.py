@@ -7,9 +7,11 @@ The workload of bench/turn_overhead.py (N invocations one after another, 5 turns
   hand-offs to the Journal's thread; prints the trio thread's CPU per turn
   (``time.thread_time``), and the scheduler passes and task steps per turn
   (counted with a trio instrument);
-- on a SQLite file: the same, plus the median time of one Journal transaction
-  (``loop_actors._journal.commit_group`` timed from this script; the wrapper only
-  times);
+- on a SQLite file: the same (and the process's CPU, every thread), plus the
+  median time of one Journal transaction (``loop_actors._journal.commit_group``
+  timed from this script; the wrapper only times) and the share of the
+  transactions written on the trio thread (the Journal commits there while
+  nothing else is runnable);
 - a raw ``sqlite3`` commit of one row into a table of the same shape (WAL,
   ``synchronous=FULL``), for comparison with one Journal transaction.
 
@@ -25,6 +27,7 @@ import argparse
 import sqlite3
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -58,6 +61,8 @@ class TransactionTimer:
 
     def __init__(self) -> None:
         self.seconds: list[float] = []
+        self.inline = 0
+        """Transactions written on the trio thread (the main thread, here)."""
         self._original = journal_module.commit_group
 
     def __enter__(self) -> TransactionTimer:
@@ -65,10 +70,11 @@ class TransactionTimer:
             store: journal_module.Appender, group: list[Sequence[DomainEvent]], **options: Any
         ) -> list[CommitOutcome]:
             started = time.perf_counter()
-            try:
-                return self._original(store, group, **options)
-            finally:
-                self.seconds.append(time.perf_counter() - started)
+            results = self._original(store, group, **options)  # timed once written
+            self.seconds.append(time.perf_counter() - started)
+            if threading.current_thread() is threading.main_thread():
+                self.inline += 1
+            return results
 
         journal_module.commit_group = timed
         return self
@@ -79,8 +85,8 @@ class TransactionTimer:
 
 async def run_sequence(
     url: str, n: int, counter: SchedulerCounter | None, checkpoints: Path | None = None
-) -> tuple[float, float]:
-    """Run n invocations one after another; return (wall, trio-thread CPU) in seconds.
+) -> tuple[float, float, float]:
+    """Run n invocations one after another; return (wall, trio-thread CPU, process CPU) in s.
 
     With ``checkpoints``, the runtime writes its checkpoints there (after each run).
     """
@@ -88,14 +94,15 @@ async def run_sequence(
         await runtime.run(AGENT, "warm-up")
         if counter is not None:
             trio.lowlevel.add_instrument(counter)
-        wall, cpu = time.perf_counter(), time.thread_time()
+        wall, cpu, process = time.perf_counter(), time.thread_time(), time.process_time()
         for i in range(n):
             outcome = await runtime.run(AGENT, f"g-{i:05d}")
             assert outcome.reason == "completed", outcome
         wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+        process = time.process_time() - process
         if counter is not None:
             trio.lowlevel.remove_instrument(counter)
-        return wall, cpu
+        return wall, cpu, process
 
 
 def raw_commit_us(path: Path, n: int, payload_bytes: int) -> float:
@@ -144,20 +151,30 @@ def main() -> None:
         for rep in range(args.reps):
             counter = SchedulerCounter()
             folder = Path(tmp) / f"memory-{rep}.checkpoints" if args.checkpoints else None
-            wall, cpu = trio.run(run_sequence, "memory://", args.n, counter, folder)
+            wall, cpu, _ = trio.run(run_sequence, "memory://", args.n, counter, folder)
             add("memory://  wall per turn (us)", wall / turns * 1e6)
             add("memory://  trio-thread CPU per turn (us)", cpu / turns * 1e6)
             add("memory://  scheduler passes per turn", counter.passes / turns)
             add("memory://  task steps per turn", counter.steps / turns)
             path = Path(tmp) / f"file-{rep}.db"
+            counter = SchedulerCounter()
             with TransactionTimer() as timer:
                 folder = path.with_suffix(".checkpoints") if args.checkpoints else None
-                wall, cpu = trio.run(run_sequence, f"sqlite:///{path}", args.n, None, folder)
+                wall, cpu, process = trio.run(
+                    run_sequence, f"sqlite:///{path}", args.n, counter, folder
+                )
             add("sqlite file wall per turn (us)", wall / turns * 1e6)
             add("sqlite file trio-thread CPU per turn (us)", cpu / turns * 1e6)
+            add("sqlite file process CPU per turn (us)", process / turns * 1e6)
+            add("sqlite file scheduler passes per turn", counter.passes / turns)
+            add("sqlite file task steps per turn", counter.steps / turns)
             add(
                 "sqlite file Journal transaction, median (us)",
                 statistics.median(timer.seconds) * 1e6,
+            )
+            add(
+                "sqlite file transactions written inline (%)",
+                100 * timer.inline / max(1, len(timer.seconds)),
             )
             add(
                 "raw sqlite3 commit of one row, median (us)",

@@ -8,15 +8,22 @@ interleaved, REPS times:
 - ``floor, Journal thread``: the leanest loop that still writes what loop-actors
   writes: the ``Invocation`` aggregate's events (hash chain included), mapped by
   the store's mapper into eventsourcing's table, committed through the
-  ``Journal`` (its own thread, as in the runtime). No controller, no actors, no
-  validation, no budget or repeated-plan checks, tools called inline;
+  ``Journal`` with every commit handed to its thread (``inline=False``). No
+  controller, no actors, no validation, no budget or repeated-plan checks, tools
+  called inline;
+- ``floor, Journal inline``: the same through the ``Journal`` as the runtime opens
+  it, which commits on the trio thread while nothing else is runnable (here:
+  every commit it can write at once);
 - ``floor, on the trio thread``: the same, appending on the trio thread itself
-  (what handing each commit to another thread costs);
+  with no Journal at all (what handing each commit to another thread costs);
 - ``loop-actors``: the whole runtime (``Runtime.run``), for reference;
 
 and, separately, the round trip of one commit handed to a thread and answered
 through trio (``queue.put`` + ``run_sync_soon``), with and without a one-row
-durable commit in the thread, beside the same commit made inline.
+durable commit in the thread, beside the same commit made inline; and the whole
+runtime with its Journal's inline commits off and on, alternating invocation by
+invocation in one runtime (so that both see the same disk and the same
+neighbours; medians of the per-invocation time and process CPU).
 
     python bench/turn_floor.py [--n 200] [--reps 5] [--dir /tmp]
 """
@@ -50,6 +57,7 @@ from aggregates.decisions import (
 )
 from aggregates.events import DomainEvent
 from aggregates.invocation import DispatchedCall, Invocation
+from loop_actors import Runtime
 from loop_actors._journal import Journal
 from loop_actors._messages import CommitOutcome
 from loop_actors._store import EventStore
@@ -119,10 +127,10 @@ async def one_invocation(committer: Committer, goal: str) -> None:
         seen += len(results)
 
 
-async def floor(path: Path, n: int, through_journal: bool) -> float:
+async def floor(path: Path, n: int, through_journal: bool, inline: bool = False) -> float:
     store = await trio.to_thread.run_sync(EventStore, f"sqlite:///{path}")
     try:
-        async with Journal(store) as journal:
+        async with Journal(store, inline=inline) as journal:
             committer: Committer = journal if through_journal else OnTheTrioThread(store)
             started = time.perf_counter()
             for i in range(n):
@@ -130,6 +138,24 @@ async def floor(path: Path, n: int, through_journal: bool) -> float:
             return time.perf_counter() - started
     finally:
         store.close()
+
+
+async def alternating(path: Path, n: int) -> dict[bool, tuple[list[float], list[float]]]:
+    """n invocations in one runtime, inline commits off and on in turn: (wall, CPU) of each."""
+    seen: dict[bool, tuple[list[float], list[float]]] = {False: ([], []), True: ([], [])}
+    async with Runtime(f"sqlite:///{path}") as runtime:
+        await runtime.run(AGENT, "warm-up")
+        journal = runtime._journal
+        assert journal is not None
+        for i in range(2 * n):
+            inline = i % 2 == 1
+            journal._inline = inline  # what Journal(..., inline=...) sets
+            wall, cpu = time.perf_counter(), time.process_time()
+            outcome = await runtime.run(AGENT, f"g-{i:05d}")
+            assert outcome.reason == "completed", outcome
+            seen[inline][0].append(time.perf_counter() - wall)
+            seen[inline][1].append(time.process_time() - cpu)
+    return seen
 
 
 # --------------------------------------------------------------------------- hand-off
@@ -192,12 +218,13 @@ def main() -> None:
     runners: dict[str, Callable[[Path], float]] = {
         "raw": lambda p: raw_loop(p, args.n),
         "journal": lambda p: trio.run(floor, p, args.n, True),
+        "journal-inline": lambda p: trio.run(floor, p, args.n, True, True),
         "inline": lambda p: trio.run(floor, p, args.n, False),
         "runtime": lambda p: trio.run(ours, p, args.n),
     }
     seconds: dict[str, list[float]] = {name: [] for name in runners}
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-        for name in ("journal", "inline", "runtime"):  # warm-up
+        for name in ("journal", "journal-inline", "inline", "runtime"):  # warm-up
             runners[name](Path(tmp) / f"warmup-{name}.db")
         names = list(runners)
         for rep in range(args.reps):
@@ -209,6 +236,7 @@ def main() -> None:
         count = max(50, min(2000, args.n * 10))
         bare = trio.run(hand_off, None, count)
         durable = trio.run(hand_off, Path(tmp) / "hand-off.db", count)
+        paired = trio.run(alternating, Path(tmp) / "alternating.db", args.n)
 
     turns = args.n * T
 
@@ -226,6 +254,7 @@ def main() -> None:
     print(f"repetitions: {args.reps} (interleaved, fresh SQLite file each)")
     print(f"raw sqlite3 loop            : {per_turn('raw')}")
     print(f"floor, Journal thread       : {per_turn('journal')}  {ratio('journal')}")
+    print(f"floor, Journal inline       : {per_turn('journal-inline')}  {ratio('journal-inline')}")
     print(f"floor, on the trio thread   : {per_turn('inline')}  {ratio('inline')}")
     print(f"loop-actors (Runtime.run)   : {per_turn('runtime')}  {ratio('runtime')}")
     print(f"hand-off round trip, no work: {bare[0] * 1e6:8.0f} us (median of {count})")
@@ -238,6 +267,13 @@ def main() -> None:
     raw_turn = statistics.median(seconds["raw"]) / turns
     only_hand_offs = (raw_turn + 2 * (durable[0] - durable[1])) / raw_turn
     print(f"raw loop + 2 hand-offs a turn: {only_hand_offs:.2f} x raw (nothing else done)")
+    wall = {mode: statistics.median(paired[mode][0]) / T * 1e6 for mode in paired}
+    cpu = {mode: statistics.median(paired[mode][1]) / T * 1e6 for mode in paired}
+    print(
+        f"loop-actors, alternating    : thread {wall[False]:.0f}, inline {wall[True]:.0f} us/turn"
+        f" (inline/thread {wall[True] / wall[False]:.2f}); process CPU thread "
+        f"{cpu[False]:.0f}, inline {cpu[True]:.0f} us/turn ({args.n} invocations each)"
+    )
 
 
 if __name__ == "__main__":

@@ -1360,6 +1360,19 @@ class EventStore:
         self._snapshot_long_histories(events)
         return ids[-1] if ids else 0
 
+    def snapshots_due(self, events: Sequence[DomainEvent]) -> dict[str, int]:
+        """The invocations whose history these events take to a multiple of the interval.
+
+        Appending them takes a snapshot of each (invocation id: version), which reads
+        the store: the Journal does not append those on the trio thread.
+        """
+        interval = self.snapshot_interval
+        return {
+            event.originator_id: event.originator_version
+            for event in events
+            if isinstance(event, InvocationEvent) and event.originator_version % interval == 0
+        }
+
     def _snapshot_long_histories(self, events: Sequence[DomainEvent]) -> None:
         """Snapshot each invocation whose history just crossed a multiple of the interval.
 
@@ -1367,13 +1380,7 @@ class EventStore:
         A failed snapshot loses nothing (the events are committed): it is retried
         at the next interval.
         """
-        interval = self.snapshot_interval
-        crossed = {
-            event.originator_id: event.originator_version
-            for event in events
-            if isinstance(event, InvocationEvent) and event.originator_version % interval == 0
-        }
-        for invocation_id, version in crossed.items():
+        for invocation_id, version in self.snapshots_due(events).items():
             try:
                 self.app.take_snapshot(invocation_id, version=version, projector_func=fold)
             except PersistenceError as error:
