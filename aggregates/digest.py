@@ -17,13 +17,48 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 # json.dumps with options builds a new encoder on every call; this one is built once.
 
 
+def _shared_encoder() -> Any:
+    """The C encoder ``_CANONICAL.encode`` makes on every call, made once.
+
+    It has no check for cycles (a dict of markers cannot be shared: an error leaves
+    entries in it); ``canonical_json`` asks the checking encoder then. Its output is
+    ``_CANONICAL.encode``'s, byte for byte (a test checks); None without
+    the C accelerator (another Python implementation).
+    """
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - CPython has it
+        return None
+    return make(
+        None,
+        _CANONICAL.default,
+        json.encoder.encode_basestring_ascii,
+        None,
+        ":",
+        ",",
+        True,
+        False,
+        True,
+    )
+
+
+_SHARED = _shared_encoder()
+
+
 def canonical_json(value: Any) -> str:
     """``value`` as canonical JSON text (sorted keys, no spaces).
 
     Raises:
         TypeError: ``value`` is not JSON.
+        ValueError: ``value`` refers to itself.
     """
-    return _CANONICAL.encode(value)
+    if _SHARED is None or isinstance(value, str):
+        return _CANONICAL.encode(value)
+    try:
+        return "".join(_SHARED(value, 0))
+    except RecursionError:
+        # A value that refers to itself (or nests past the recursion limit): the
+        # encoder that checks for cycles says which, as it always did.
+        return _CANONICAL.encode(value)
 
 
 def sha256_hex(text: str | bytes) -> str:

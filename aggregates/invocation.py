@@ -20,6 +20,7 @@ from eventsourcing.utils import get_topic
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Field,
     GetCoreSchemaHandler,
     ValidationInfo,
     model_validator,
@@ -304,7 +305,8 @@ class Turn(Frozen):
     step: int
     decision: Decision | None = None
     rejection: Rejection | None = None
-    results: list[ToolResult] = []
+    results: list[ToolResult] = Field(default_factory=list)
+    """The batch's results (a factory: pydantic deep-copies a list default for each turn)."""
     approval: str | None = None
     """For an approved or denied batch: who decided, and why."""
     reply: str | None = None

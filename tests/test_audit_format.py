@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import sqlite3
 import subprocess
 import sys
 import zlib
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -19,12 +21,17 @@ from aggregates.audit import (
     GENESIS,
     PACK_DICTIONARY,
     PACKED_DEFLATE,
+    chain_hash_of,
+    event_body,
     split_stored,
     stored_header,
     stored_link,
     unpack_state,
     verify_records,
 )
+from aggregates.decisions import Budget, Final, Usage
+from aggregates.events import stored_body
+from aggregates.invocation import Invocation
 from loop_actors import Runtime
 from loop_actors._store import EventStore
 from tests.audit_support import AGENT
@@ -205,3 +212,42 @@ def test_the_hashed_header_is_the_documented_json_array(
     body = b'{"x":1}'
     expected = hashlib.sha256(f"{GENESIS}\n{documented}\n".encode() + body).hexdigest()
     assert stored_link(GENESIS, originator_id, version, topic, body) == expected
+
+
+def test_a_new_events_body_is_kept_for_the_store_and_is_no_part_of_the_event() -> None:
+    """The body an event was hashed over is kept for the store (which writes it, not a
+    second encoding); it is not one of the event's fields: not dumped, compared or
+    copied, and an event decoded from a row has none (the store encodes it again)."""
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    invocation = Invocation.start(
+        invocation_id="inv-kept",
+        goal="g",
+        agent_name="a",
+        agent_version="1",
+        catalogue_digest="d",
+        tools=[],
+        budget=Budget(),
+        at=at,
+    )
+    invocation.propose(Final(answer="done"), usage=Usage(input_tokens=3), at=at)
+    store = EventStore("memory://")
+    mapper = store.app.mapper
+    previous = GENESIS
+    try:
+        for event in invocation.take_events():
+            body = stored_body(event)
+            assert body == event_body(event)
+            assert event.chain_hash == chain_hash_of(previous, event)
+            previous = event.chain_hash
+            copied = event.model_copy()
+            restored = copy.deepcopy(event)
+            decoded = mapper.to_domain_event(mapper.to_stored_event(event))
+            for other in (copied, restored, decoded):
+                assert other == event
+                assert other.model_dump() == event.model_dump()
+                assert stored_body(other) is None
+                assert mapper.to_stored_event(other) == mapper.to_stored_event(event)
+            assert body not in event.__dict__.values()
+            assert set(event.model_dump()) == set(type(event).model_fields)
+    finally:
+        store.close()

@@ -19,6 +19,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
         ("store_backends.py", ["--n", "2", "--concurrent", "3", "--reps", "1"], "sqlite     "),
         ("turn_breakdown.py", ["--n", "3", "--reps", "1"], "scheduler passes per turn"),
         ("turn_floor.py", ["--n", "3", "--reps", "1"], "floor, Journal thread"),
+        ("turn_core_events.py", ["--n", "3", "--reps", "1"], "private-attribute set-ups"),
         ("concurrency.py", ["--n", "5", "--delay", "0.01"], "5/5 completed"),
         (
             "resume_long_history.py",
