@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import trio
 
+from aggregates.audit import unpack_state
 from aggregates.invocation import ResultsCommitted
 from loop_actors import (
     Agent,
@@ -398,7 +399,7 @@ async def test_a_write_in_flight_when_its_server_dies_is_unavailable_and_its_out
         (state,) = db.execute(
             "SELECT state FROM stored_events WHERE topic LIKE '%:EffectOutcomeUnknown'"
         ).fetchone()
-    assert "failed: MCPError: Connection closed" in json.loads(state)["reason"]
+    assert "failed: MCPError: Connection closed" in json.loads(unpack_state(state))["reason"]
     assert after.reason is TerminalReason.COMPLETED
     assert len(started_pids(pids)) == 3  # the listing's, the killed one, the new one
 
