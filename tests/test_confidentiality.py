@@ -20,7 +20,6 @@ from loop_actors import (
     tool,
 )
 from loop_actors._store import EventStore
-from tests.stored_bytes import readable_bytes
 
 CARD = "4111111111111111"
 TOKEN = "tok_live_9f8e7d6c5b4a"
@@ -66,6 +65,9 @@ AGENT = Agent("payer", ScriptedModel(decide), [tokenize, charge])
 
 
 def all_bytes(folder: Path) -> bytes:
+    # Imported here: this file is also the agent module the CLI loads (see below).
+    from tests.stored_bytes import readable_bytes
+
     return readable_bytes(path for path in sorted(folder.iterdir()) if path.is_file())
 
 
