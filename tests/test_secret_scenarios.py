@@ -65,7 +65,6 @@ from loop_actors import (
 )
 from loop_actors._store import EventStore
 from loop_actors._views import open_runner
-from tests.stored_bytes import readable_bytes
 
 CARD = "4111111111111111"
 TOKEN = "tok_live_9f8e7d6c5b4a"
@@ -175,6 +174,8 @@ def files(folder: Path) -> Iterator[Path]:
 
 def assert_no_secret(folder: Path) -> None:
     for path in files(folder):
+        from tests.stored_bytes import readable_bytes  # this file is also an agent module
+
         data = readable_bytes([path])
         for secret in SECRETS:
             assert secret not in data, f"{secret.decode()} found in {path.name}"
