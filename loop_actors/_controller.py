@@ -66,6 +66,7 @@ from loop_actors._policy import AccessRequest, check_access
 from loop_actors._reader import StoreReader
 from loop_actors._reconciler import run_effect_reconciler
 from loop_actors._secrets import MISSING, Kind, SecretStore
+from loop_actors._slots import Slot
 from loop_actors._tools import BatchRun
 
 if TYPE_CHECKING:
@@ -97,6 +98,7 @@ class Controller:
         secrets: SecretStore,
         now: Callable[[], datetime],
         lease: HeldLease | None = None,
+        slot: Slot | None = None,
     ) -> None:
         """Prepare a controller for an invocation loaded from (or just saved to) the store.
 
@@ -104,7 +106,9 @@ class Controller:
         verifier and the policy (code, which the record cannot hold). ``lease`` is the
         lease this process holds on the invocation: a lost one commits nothing more,
         one that could not be renewed starts no call, and a draining one stops the run
-        after its next commit (:class:`LeaseDrained`).
+        after its next commit (:class:`LeaseDrained`). ``slot`` is its hold on the
+        runtime's work slots: held while it works, given back while it waits for its
+        model or its tools (``loop_actors._slots``).
         """
         self.core = TurnCore(
             invocation,
@@ -124,6 +128,7 @@ class Controller:
         self.secrets = secrets
         self.now = now
         self.lease = lease
+        self._slot = slot if slot is not None else Slot(None)
         self.cancel_requested = False
         self.cancel_detail: str | None = None
         self._wait_scope: trio.CancelScope | None = None
@@ -195,6 +200,13 @@ class Controller:
     # ----------------------------------------------------------------- the loop
 
     async def _drive(self) -> Outcome:
+        await self._slot.take(mid_turn=False)
+        try:
+            return await self._steps()
+        finally:
+            self._slot.give_back()
+
+    async def _steps(self) -> Outcome:
         core = self.core
         action: Action = core.next(self._moment())
         while True:
@@ -280,6 +292,8 @@ class Controller:
         if self.cancel_requested:
             scope.cancel()
         self._wait_scope = scope
+        observation: ModelObservation | None = None
+        self._slot.give_back()  # no slot is held while the model thinks
         try:
             with scope:
                 try:
@@ -287,11 +301,15 @@ class Controller:
                 except BaseException as error:  # a provider's failure is data for the core
                     if is_cancellation(error):
                         raise
-                    return model_failure(error)
-                return model_answer(reply)
+                    observation = model_failure(error)
+                else:
+                    observation = model_answer(reply)
         finally:
             self._wait_scope = None
-        return ModelInterrupted() if self.cancel_requested else ModelTimedOut()
+        if observation is None:
+            observation = ModelInterrupted() if self.cancel_requested else ModelTimedOut()
+        await self._slot.take(mid_turn=False)
+        return observation
 
     # ----------------------------------------------------------------- the policy
 
@@ -366,10 +384,13 @@ class Controller:
         if self.cancel_requested:
             batch.cancel()  # it starts no call
         self._batch = batch
+        self._slot.give_back()  # nor while its tools run
         try:
-            return await batch.run(self._nursery)
+            executed = await batch.run(self._nursery)
         finally:
             self._batch = None
+        await self._slot.take(mid_turn=True)
+        return executed
 
     def _plan(self, calls: Sequence[DispatchedCall]) -> list[list[str]]:
         return self.agent.toolbox.plan(calls)

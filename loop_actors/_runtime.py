@@ -74,6 +74,7 @@ from loop_actors._queue import Claimed, open_queue
 from loop_actors._reader import StoreReader
 from loop_actors._reconciler import reconcile_effect
 from loop_actors._secrets import SecretStore
+from loop_actors._slots import DEFAULT_WORK_SLOTS, Slot, WorkSlots
 from loop_actors._store import EventStore, StoreUrl, resolve_db_url
 from loop_actors._views import open_runner, run_projection_follower
 from projections import ProjectionRunner
@@ -277,6 +278,7 @@ class Runtime:
         checkpoint_every: int | None = None,
         lease_s: float = DEFAULT_LEASE_S,
         gc_policy: GcPolicy | None = None,
+        work_slots: int | None = DEFAULT_WORK_SLOTS,
     ) -> None:
         """Prepare a runtime on ``db_url`` (default: ``$LOOP_ACTORS_DB`` or ``sqlite:///loop-actors.db``).
 
@@ -297,12 +299,20 @@ class Runtime:
         so that it runs about a hundred times less often, put back when the runtime
         closes; ``GcPolicy.UNCHANGED`` leaves them alone).
 
+        ``work_slots``: at most this many of its runs do the runtime's own part of a
+        turn at once (deciding, committing, handing out calls; default 128, ``None``
+        for no limit); the others wait in order, runs back from their tools first. A
+        run waiting for its model or its tools holds no slot. With thousands of runs in
+        flight this finishes a turn that has begun before starting another, so that
+        the runs do not stay bunched (docs/explanation/work-slots.md).
+
         Raises:
             StoreUrlError: the URL is malformed.
             UsageError: ``checkpoint_every`` is not a whole number of at least 1, or a
                 checkpoint key or interval is given without a directory; ``lease_s``
                 is not a number of seconds, at least 1; ``gc_policy`` (or
-                ``$LOOP_ACTORS_GC``) names no policy.
+                ``$LOOP_ACTORS_GC``) names no policy; ``work_slots`` is not a whole
+                number of at least 1 (or None).
         """
         self.db_url = resolve_db_url(db_url)
         StoreUrl.parse(self.db_url)
@@ -318,6 +328,8 @@ class Runtime:
         self.lease_s = float(lease_s)
         self.gc_policy = GcPolicy.resolve(gc_policy)
         """How the garbage collector runs while the runtime is open."""
+        self.work_slots = None if work_slots is None else WorkSlots(work_slots)
+        """The runs' work slots (None: no limit)."""
         self._holder_kind = HolderKind.RUN
         self._holder_agents: list[str] = []
         self._holder_concurrency = 1
@@ -1021,6 +1033,7 @@ class Runtime:
             secrets=self._secrets,
             now=self._now,
             lease=lease,
+            slot=Slot(self.work_slots),
         )
         if invocation.id in self._running:
             raise InvocationExistsError(invocation.id, "is already running in this runtime")

@@ -20,6 +20,7 @@ from loop_actors._gc import GcPolicy
 from loop_actors._leases import HeldLease, LeaseDrained, LeaseKeeper, new_holder_id
 from loop_actors._queue import Claimed
 from loop_actors._runtime import Runtime, _utc_now
+from loop_actors._slots import DEFAULT_WORK_SLOTS
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +73,13 @@ class Worker:
         checkpoint_key: str | os.PathLike[str] | None = None,
         checkpoint_every: int | None = None,
         gc_policy: GcPolicy | None = None,
+        work_slots: int | None = DEFAULT_WORK_SLOTS,
     ) -> None:
         """Prepare a worker for ``agents`` on the store at ``db_url``.
 
-        The checkpoint options and ``gc_policy`` are the :class:`Runtime`'s (and default
-        to the same environment variables): the worker's runtime writes checkpoints of
-        the log outside the store.
+        The checkpoint options, ``gc_policy`` and ``work_slots`` are the
+        :class:`Runtime`'s (and default to the same environment variables): the worker's
+        runtime writes checkpoints of the log outside the store.
 
         Raises:
             UsageError: no agent, two agents of one name, something that is not an
@@ -113,6 +115,7 @@ class Worker:
             checkpoint_key=checkpoint_key,
             checkpoint_every=checkpoint_every,
             gc_policy=gc_policy,
+            work_slots=work_slots,
         )
         runtime = self.runtime
         runtime._holder_kind = HolderKind.WORKER
