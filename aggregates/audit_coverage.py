@@ -118,6 +118,9 @@ def snapshot_problems(
         if not isinstance(snapshot, InvocationSnapshot):
             problems.append((version, f"a {type(snapshot).__name__} is not an invocation snapshot"))
             continue
+        if version < 1:  # before the first event: nothing to replay it against
+            problems.append((version, f"it is of version {version}, before the first event"))
+            continue
         if version > len(events):
             problems.append(
                 (version, f"it is of version {version}, past the {len(events)} stored events")

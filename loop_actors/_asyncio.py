@@ -405,6 +405,7 @@ class AsyncioRuntime:
         task_class: str | None = None,
         actor: str | None = None,
         tenant: str | None = None,
+        agent_ref: str | None = None,
     ) -> str:
         """:meth:`Runtime.submit`, awaited from asyncio.
 
@@ -419,6 +420,7 @@ class AsyncioRuntime:
                 task_class=task_class,
                 actor=actor,
                 tenant=tenant,
+                agent_ref=agent_ref,
             )
         )
 

@@ -221,7 +221,10 @@ class Controller:
                 case AskModel():
                     action = core.on_model(await self._ask_model(action), self._moment())
                 case Authorise():
-                    action = core.on_authorised(await self._authorise(action), self._moment())
+                    self._slot.give_back()  # no slot is held while user code decides
+                    verdict = await self._authorise(action)
+                    await self._slot.take(mid_turn=True)
+                    action = core.on_authorised(verdict, self._moment())
                 case RunCalls():
                     if action.first_dispatch:
                         fault_point(CrashPoint.AFTER_DISPATCH_COMMIT)
@@ -236,9 +239,14 @@ class Controller:
                         await self._load_effects(action), self._moment()
                     )
                 case Reconcile():
-                    action = core.on_reconciled(await self._reconcile(action), self._moment())
+                    self._slot.give_back()  # nor while services are asked
+                    observed = await self._reconcile(action)
+                    await self._slot.take(mid_turn=True)
+                    action = core.on_reconciled(observed, self._moment())
                 case Verify():
+                    self._slot.give_back()  # nor while the verifier runs
                     evidence = await self._verify(action)
+                    await self._slot.take(mid_turn=True)
                     action = core.on_verified(evidence, self._moment())
                 case Continue():
                     if action.after_results:

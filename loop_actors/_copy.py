@@ -116,9 +116,7 @@ def _copy(
         target.adopt_identity(source.store_id)
     copied = 0
     batch: list[tuple[int, str, int, str, bytes]] = []
-    for row in source.log_rows(page):
-        if row[0] <= last_id:
-            continue
+    for row in source.log_rows(page, after=last_id):  # an interrupted copy goes on from there
         batch.append(row)
         if len(batch) == page:
             target.copy_in(batch)

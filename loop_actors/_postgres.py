@@ -53,10 +53,6 @@ SCHEMA_LOCK_KEY = zlib.crc32(b"loop-actors schema")
 database at once would otherwise race in PostgreSQL's catalogue (``CREATE TABLE IF NOT
 EXISTS`` and ``CREATE TYPE`` both fail on a name created meanwhile)."""
 
-LOCK_FAILURES = frozenset({"55P03", "40P01", "40001"})
-"""SQLSTATEs that mean "wait and try again": lock_not_available (``lock_timeout``),
-deadlock_detected, serialization_failure. Nothing of the transaction was written."""
-
 _SERVER_GONE = frozenset({"57P01", "57P02", "57P03"})
 """admin_shutdown, crash_shutdown, cannot_connect_now: the server went away (or is not back)."""
 
@@ -733,7 +729,6 @@ def translated(error: PersistenceError, where: str) -> str:
 
 
 __all__ = [
-    "LOCK_FAILURES",
     "LeanPostgresRecorder",
     "PostgresSealedTable",
     "PostgresStoreFactory",

@@ -728,7 +728,7 @@ class PostgresQueue(WorkQueue):
         """
         super().__init__()
         self._url = libpq_url(url)
-        self._timeout = connect_timeout_s
+        self._timeout = url_connect_timeout(url, connect_timeout_s)
         self._connection: Any = None
         self._connect()
 
@@ -777,8 +777,18 @@ class PostgresQueue(WorkQueue):
             self._connection.close()
 
 
-LOOP_ACTORS_URL_OPTIONS = frozenset({"lock_timeout", "lock_retry", "mode"})
-"""Options of a store URL that are this runtime's, not PostgreSQL's (``StoreUrl``)."""
+LOOP_ACTORS_URL_OPTIONS = frozenset(
+    {"lock_timeout", "lock_retry", "mode", "connect_timeout", "pool_size"}
+)
+"""Options of a store URL that are this runtime's, not PostgreSQL's (``StoreUrl``'s for
+PostgreSQL; libpq refuses a URL with ``pool_size``). ``connect_timeout`` is given to
+psycopg as its argument instead (:func:`url_connect_timeout`)."""
+
+
+def url_connect_timeout(url: str, default: int) -> int:
+    """The URL's ``connect_timeout`` (whole seconds, checked by ``StoreUrl``), else ``default``."""
+    values = [v for k, v in parse_qsl(urlsplit(url).query) if k == "connect_timeout"]
+    return int(values[-1]) if values and values[-1].isdigit() else default
 
 
 def libpq_url(url: str) -> str:

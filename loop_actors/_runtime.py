@@ -302,9 +302,9 @@ class Runtime:
         ``work_slots``: at most this many of its runs do the runtime's own part of a
         turn at once (deciding, committing, handing out calls; default 128, ``None``
         for no limit); the others wait in order, runs back from their tools first. A
-        run waiting for its model or its tools holds no slot. With thousands of runs in
-        flight this finishes a turn that has begun before starting another, so that
-        the runs do not stay bunched (docs/explanation/work-slots.md).
+        run waiting for its model, tools, policy or verifier holds no slot. With
+        thousands of runs in flight this finishes a turn that has begun before starting
+        another, so that the runs do not stay bunched (docs/explanation/work-slots.md).
 
         Raises:
             StoreUrlError: the URL is malformed.

@@ -12,7 +12,8 @@ comes back from its tools is served before one that comes back from its model,
 so a turn that has begun is finished first: the runs leave a burst one by one,
 spread out, and their next replies come back spread out too.
 
-Model calls and tool calls never wait for a slot: a slow tool holds none.
+Model calls, tool calls, the policy, the verifier and the services asked on resume
+never wait for a slot: a slow tool (or policy, or verifier) holds none.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from loop_actors._errors import UsageError
 
 DEFAULT_WORK_SLOTS = 128
 """A Runtime's work slots by default: enough for the Journal to group commits of
-hundreds of runs, few enough that a burst of replies leaves in order."""
+a hundred runs and more, few enough that a burst of replies leaves in order."""
 
 
 class WorkSlots:
@@ -44,6 +45,11 @@ class WorkSlots:
         self._free = total
         self._mid_turn = trio.lowlevel.ParkingLot()
         self._new_turn = trio.lowlevel.ParkingLot()
+
+    @property
+    def free(self) -> int:
+        """How many slots nobody holds now."""
+        return self._free
 
     @property
     def waiting(self) -> int:

@@ -55,6 +55,7 @@ from aggregates.audit import (
     event_body,
     pack_body,
     stored_state,
+    topic_of,
     unpack_state,
 )
 from aggregates.audit_coverage import event_classes
@@ -101,22 +102,14 @@ log = logging.getLogger(__name__)
 
 
 _IN_COLUMNS = {"originator_id", "originator_version"}
-_TOPICS: dict[type, str] = {}
 _JSON_ROWS = frozenset({get_topic(EffectPrepared)})
 """Topics whose rows stay JSON: the effect index reads their ``invocation_id`` in SQL."""
-
-
-def _topic_of(cls: type) -> str:
-    topic = _TOPICS.get(cls)
-    if topic is None:
-        topic = _TOPICS[cls] = get_topic(cls)
-    return topic
 
 
 @cache
 def _event_topics() -> frozenset[str]:
     """The topics of every loop-actors event class: all a store's event rows may name."""
-    return frozenset(_topic_of(cls) for cls in event_classes())
+    return frozenset(topic_of(cls) for cls in event_classes())
 
 
 @cache
@@ -146,7 +139,7 @@ class PydanticEventMapper(Mapper[str]):
         """
         # The id and version live in their own columns, and every optional field
         # defaults to None (a test checks this), so neither is repeated in the state.
-        topic = _topic_of(type(domain_event))
+        topic = topic_of(type(domain_event))
         if getattr(domain_event, "audit_format", None) == AUDIT_FORMAT:
             body = stored_body(domain_event) or event_body(domain_event)
             packed = None
@@ -184,7 +177,10 @@ class PydanticEventMapper(Mapper[str]):
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
         """Decode one event, validating it against its class."""
-        state = self.plain_state(stored_event)
+        return self.decode_plain(stored_event, self.plain_state(stored_event))
+
+    def decode_plain(self, stored_event: StoredEvent, state: bytes) -> Any:
+        """Decode one event from its :meth:`plain_state` (given), validating it."""
         # Put the id and version back at the front of the JSON object, so that
         # pydantic parses and validates the whole record in one (Rust) pass. (The
         # envelope is built by hand: json.dumps of a dict cost as much as the parse.)
@@ -1183,7 +1179,7 @@ class EventStore:
                 )
             self.store_id = recorder.store_identity(create=not self.read_only)
             if not self.read_only and hasattr(recorder, "create_effect_index"):
-                recorder.create_effect_index(_topic_of(EffectPrepared))
+                recorder.create_effect_index(topic_of(EffectPrepared))
             self._check_cipher()
         except (PersistenceError, sqlite3.Error) as error:
             self.close()
@@ -1428,7 +1424,7 @@ class EventStore:
         mapper = self.app.mapper
         by_index = getattr(self._recorder, "effect_keys_of", None)
         if by_index is not None and mapper.cipher is None and mapper.compressor is None:
-            keys = by_index(invocation_id, _topic_of(EffectPrepared))
+            keys = by_index(invocation_id, topic_of(EffectPrepared))
             if keys is not None:
                 found = [self.get_effect(key) for key in keys]
                 return [effect for effect in found if effect is not None]
@@ -1445,7 +1441,7 @@ class EventStore:
             notifications = self._recorder.select_notifications(
                 start=position,
                 limit=500,
-                topics=[_topic_of(EffectPrepared)],
+                topics=[topic_of(EffectPrepared)],
                 inclusive_of_start=False,
             )
             for notification in notifications:
@@ -1466,7 +1462,7 @@ class EventStore:
             notifications = self._recorder.select_notifications(
                 start=position,
                 limit=500,
-                topics=[_topic_of(created_type)],
+                topics=[topic_of(created_type)],
                 inclusive_of_start=False,
             )
             ids.extend(str(n.originator_id) for n in notifications)
@@ -1490,7 +1486,7 @@ class EventStore:
         notifications = self._recorder.select_notifications(
             start=position,
             limit=500,
-            topics=[_topic_of(CancelRequested)],
+            topics=[topic_of(CancelRequested)],
             inclusive_of_start=False,
         )
         ids = [str(n.originator_id).removeprefix(CANCEL_REQUEST_PREFIX) for n in notifications]
@@ -1525,22 +1521,25 @@ class EventStore:
         """
         entries: list[tuple[int, DomainEvent | Exception]] = []
         for record in self._recorder.select_events(aggregate_id):
-            event = self._decode_audited(record)
+            event, plain = self._decode_audited(record)
             entries.append((record.originator_version, event))
-            if forms is not None and not isinstance(event, Exception):
-                mapper = cast("PydanticEventMapper", self.app.mapper)
-                forms[record.originator_version] = StoredForm(
-                    record.topic, mapper.plain_state(record)
-                )
+            if forms is not None and plain is not None:
+                forms[record.originator_version] = StoredForm(record.topic, plain)
         return entries
 
-    def _decode_audited(self, record: StoredEvent) -> Any:
+    def _decode_audited(self, record: StoredEvent) -> tuple[Any, bytes | None]:
+        """The event (or the exception decoding raised) and its plaintext state, if decoded.
+
+        The row is decrypted, decompressed and unpacked once for both.
+        """
         if record.topic not in _event_topics():
-            return ValueError(f"its topic {record.topic!r} names no loop-actors event class")
+            return ValueError(f"its topic {record.topic!r} names no loop-actors event class"), None
+        mapper = cast("PydanticEventMapper", self.app.mapper)
         try:
-            return self.app.mapper.to_domain_event(record)
+            plain = mapper.plain_state(record)
+            return mapper.decode_plain(record, plain), plain
         except Exception as error:  # a tampered row is reported, not raised
-            return error
+            return error, None
 
     def log_rows(
         self, page: int = 500, *, after: int = 0
@@ -1649,7 +1648,7 @@ class EventStore:
 
     def _decoded_snapshot(self, record: StoredEvent) -> Any:
         """A stored snapshot, or the exception that decoding it raised (a tampered row)."""
-        if record.topic != _topic_of(InvocationSnapshot):
+        if record.topic != topic_of(InvocationSnapshot):
             return ValueError(f"its topic {record.topic!r} is not an invocation snapshot's")
         try:
             return self.app.mapper.to_domain_event(record)

@@ -9,7 +9,6 @@ event at a time and stores the result as rows (what ``loop-actors show`` reads).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from enum import StrEnum
 from typing import Any, ClassVar, TypeVar, cast
@@ -25,6 +24,7 @@ from aggregates.decisions import (
     Rejection,
     TerminalReason,
 )
+from aggregates.digest import canonical_json
 from aggregates.effect import EffectEvent, effect_status_after
 from aggregates.events import DomainEvent
 from aggregates.invocation import (
@@ -889,32 +889,8 @@ def _iso(event: DomainEvent) -> str:
     return event.timestamp.isoformat()
 
 
-_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
-
-
-def _unencodable(value: object) -> object:
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
-
-
-_make_encoder = getattr(json.encoder, "c_make_encoder", None)
-_C_ENCODER = (
-    None
-    if _make_encoder is None  # pragma: no cover - CPython has it
-    else _make_encoder(
-        None, _unencodable, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, True
-    )
-)
-"""``_ENCODER.encode``'s C encoder, made once (``encode`` makes one per call): the same text.
-
-No check for cycles (``markers=None``): the values come from JSON."""
-
-
 def _json(value: Any) -> str | None:
-    if value is None:
-        return None
-    if _C_ENCODER is None:  # pragma: no cover - CPython has it
-        return _ENCODER.encode(value)
-    return "".join(_C_ENCODER(value, 0))
+    return None if value is None else canonical_json(value)
 
 
 def _loads(text: str | None) -> JsonValue:

@@ -99,7 +99,9 @@ def test_an_invocation_submitted_from_asyncio_is_runnable_and_resumed_there(
 ) -> None:
     async def main() -> tuple[str, Outcome]:
         async with asyncio.timeout(TIMEOUT_S), AsyncioRuntime(db(tmp_path)) as runtime:
-            submitted = await runtime.submit(doubling_agent(), "double 21", invocation_id="sub")
+            submitted = await runtime.submit(
+                doubling_agent(), "double 21", invocation_id="sub", agent_ref="app:doubler"
+            )
             # Nothing holds its lease: a resume (or a worker) drives it.
             outcome = await runtime.resume("sub", doubling_agent(), take_over=False)
         return submitted, outcome
@@ -107,6 +109,13 @@ def test_an_invocation_submitted_from_asyncio_is_runnable_and_resumed_there(
     submitted, outcome = asyncio.run(main())
     assert submitted == "sub"
     assert (outcome.reason, outcome.answer) == (TerminalReason.COMPLETED, "42")
+
+    async def queue_row() -> Any:
+        async with Runtime(db(tmp_path)) as runtime:
+            keeper = runtime._lease_keeper()
+            return await keeper.call(keeper.queue.row, "sub")
+
+    assert trio.run(queue_row).agent_ref == "app:doubler"  # kept for the workers
     assert trio_threads() == []
 
 

@@ -24,6 +24,7 @@ from aggregates.lease import (
     Release,
     Take,
 )
+from loop_actors import Agent, Runtime, ScriptedModel
 from loop_actors._queue import (
     CLAIM_AT_MOST,
     ROWS_PER_STATEMENT,
@@ -33,6 +34,7 @@ from loop_actors._queue import (
     SQLiteQueue,
     WorkQueue,
     libpq_url,
+    url_connect_timeout,
 )
 
 MakeQueue = Callable[[], WorkQueue]
@@ -310,9 +312,14 @@ def test_a_claim_with_room_for_everything_takes_at_most_claim_at_most_rows(
 
 
 def test_the_runtime_s_own_url_options_are_not_handed_to_postgresql() -> None:
-    url = "postgresql://u:p@h:5432/db?lock_timeout=3&sslmode=require&lock_retry=1&mode=ro"
+    url = (
+        "postgresql://u:p@h:5432/db?lock_timeout=3&sslmode=require&lock_retry=1&mode=ro"
+        "&pool_size=4&connect_timeout=2"
+    )
     assert libpq_url(url) == "postgresql://u:p@h:5432/db?sslmode=require"
     assert libpq_url("postgresql://h/db") == "postgresql://h/db"
+    assert url_connect_timeout(url, 5) == 2  # given to psycopg as its argument
+    assert url_connect_timeout("postgresql://h/db", 5) == 5
 
 
 def test_processes_racing_to_create_the_tables_all_succeed(make_queue: MakeQueue) -> None:
@@ -368,3 +375,14 @@ def test_leases_released_together_release_only_those_still_held(make_queue: Make
     assert row1 is not None
     assert (row0.status, row0.holder) == (QueueStatus.ENDED, None)
     assert (row1.status, row1.holder) == (QueueStatus.CLAIMED, "run-a")
+
+
+def test_a_runtime_on_a_postgresql_url_with_every_store_option_opens_its_queue(
+    postgres_url: str,
+) -> None:
+    """``pool_size`` and ``connect_timeout`` are the store's: the queue's connection
+    (libpq) must not be handed them, or it refuses the URL and no run can start."""
+    url = f"{postgres_url}?pool_size=3&connect_timeout=4&lock_timeout=5"
+    agent = Agent("plain", ScriptedModel([{"kind": "final", "answer": "ok"}]))
+    outcome = Runtime(url).run_sync(agent, "answer", invocation_id="with-options")
+    assert (outcome.reason, outcome.answer) == ("completed", "ok")

@@ -249,3 +249,23 @@ def test_turns_kept_as_stored_are_validated_when_first_read() -> None:
     assert [type(item).__name__ for item in turns._items] == ["str", "Turn"]
     assert turns == list(inv.turns)
     assert read.model_dump_json(exclude_none=True) == snapshot.model_dump_json(exclude_none=True)
+
+
+def test_a_snapshot_claiming_a_version_before_the_first_event_spoils_no_other_report(
+    new_store: Path,
+) -> None:
+    """Bad input: a snapshot row whose version is 0 (or negative) is reported as such,
+    and the good snapshots after it are still checked (and found good)."""
+    store = EventStore(f"sqlite:///{new_store}")
+    try:
+        events = store.events("snap-done")
+        snapshots = store.stored_snapshots("snap-done")["snap-done"]
+        assert snapshots
+        some = snapshots[0][1]
+        problems = snapshot_problems(events, [(0, some), (-3, some), *snapshots])
+    finally:
+        store.close()
+    assert problems == [
+        (-3, "it is of version -3, before the first event"),
+        (0, "it is of version 0, before the first event"),
+    ]

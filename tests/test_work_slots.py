@@ -102,7 +102,7 @@ async def look(n: int) -> int:
     return n
 
 
-def _agent(turns: int) -> Agent:
+def _agent(turns: int, look_tool: Any = look) -> Agent:
     def decide(request: ModelRequest) -> dict[str, Any]:
         if request.step <= turns:
             calls = [
@@ -112,14 +112,27 @@ def _agent(turns: int) -> Agent:
             return {"kind": "tool_calls", "calls": calls}
         return {"kind": "final", "answer": f"done {request.invocation_id}"}
 
-    return Agent("slots", ScriptedModel(decide, delay_s=0.05), [look], Budget(max_steps=turns + 1))
+    return Agent(
+        "slots", ScriptedModel(decide, delay_s=0.05), [look_tool], Budget(max_steps=turns + 1)
+    )
 
 
 @pytest.mark.parametrize("work_slots", [1, 3, None])
 async def test_many_runs_share_few_slots_and_each_completes_its_own_turns(
     tmp_path: Any, work_slots: int | None
 ) -> None:
-    agent = _agent(turns=3)
+    held_while_working: list[int] = []
+
+    @tool
+    async def look(n: int) -> int:
+        """Record how many slots are held, seen from a tool (whose run holds none)."""
+        slots = runtime.work_slots
+        if slots is not None:
+            held_while_working.append(slots.total - slots.free)
+        await trio.sleep(0.01)
+        return n
+
+    agent = _agent(turns=3, look_tool=look)
     async with Runtime(f"sqlite:///{tmp_path / 's.db'}", work_slots=work_slots) as runtime:
         outcomes: dict[str, Any] = {}
 
@@ -132,6 +145,8 @@ async def test_many_runs_share_few_slots_and_each_completes_its_own_turns(
                     nursery.start_soon(one, i)
         if runtime.work_slots is not None:
             assert runtime.work_slots.waiting == 0
+            assert runtime.work_slots.free == work_slots  # every slot given back
+            assert max(held_while_working) <= work_slots
         for invocation_id, outcome in outcomes.items():
             assert (outcome.reason, outcome.answer) == ("completed", f"done {invocation_id}")
             assert outcome.steps == 4
@@ -188,3 +203,34 @@ async def test_a_run_cancelled_while_it_waits_for_a_slot_is_recorded_cancelled(
         with trio.fail_after(30):
             outcome = await runtime.run(agent, "count", invocation_id="next")
         assert outcome.reason == "completed"
+
+
+async def test_a_run_waiting_for_its_policy_holds_no_slot(tmp_path: Any) -> None:
+    """One slot; the first run's (async) policy answers only once the second run has
+    completed: were the slot held while the policy decides, both would wait forever."""
+    gate = trio.Event()
+
+    async def policy(request: Any) -> bool:
+        if request.arguments.get("n") == 10:  # the first run's call
+            await gate.wait()
+        return True
+
+    def decide(request: ModelRequest) -> dict[str, Any]:
+        if request.step == 1 and request.goal == "gated":
+            return {
+                "kind": "tool_calls",
+                "calls": [{"id": "c", "name": "look", "arguments": {"n": 10}}],
+            }
+        return {"kind": "final", "answer": request.goal}
+
+    agent = Agent("policed", ScriptedModel(decide), [look], policy=policy)
+    async with Runtime(f"sqlite:///{tmp_path / 'p.db'}", work_slots=1) as runtime:
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(partial(runtime.run, agent, "gated", invocation_id="first"))
+                await trio.testing.wait_all_tasks_blocked()
+                second = await runtime.run(agent, "free", invocation_id="second")
+                assert (second.reason, second.answer) == ("completed", "free")
+                gate.set()
+        first = await runtime.history("first")
+        assert type(first[-1]).__name__ == "Terminated"

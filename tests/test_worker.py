@@ -295,11 +295,18 @@ async def test_a_run_whose_queue_row_could_not_be_written_leaves_it_released_at_
         async with Runtime(db_url) as runtime:
             queue = runtime._lease_keeper().queue
 
-            def refuse(*_: Any, **__: Any) -> bool:
-                raise StoreUnavailableError("the queue's database does not answer")
+            refused: list[int] = []
+            write_rows = queue.hold_new_many
 
-            queue.hold_new = refuse  # type: ignore[method-assign]
+            def refuse_once(rows: Any, **options: Any) -> Any:
+                if not refused:  # the new run's row; its release writes it later
+                    refused.append(len(rows))
+                    raise StoreUnavailableError("the queue's database does not answer")
+                return write_rows(rows, **options)
+
+            queue.hold_new_many = refuse_once  # type: ignore[method-assign]
             outcome = await runtime.run(AGENT, "g", invocation_id="rowless")
+        assert refused == [1]  # the write of its row did fail
         assert outcome.reason is TerminalReason.COMPLETED
         row = await queue_row(db_url, "rowless")
     assert (row.status, row.holder) == (QueueStatus.ENDED, None)
