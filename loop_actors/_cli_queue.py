@@ -192,7 +192,7 @@ def queue_statuses(store: EventStore) -> tuple[dict[str, QueueRow], float]:
     """Every queue row by invocation id, and the queue's time."""
     queue = read_queue(store)
     try:
-        rows, now = queue.rows()
+        rows, now = queue.rows(limit=None)  # `list` walks every invocation: every row
     finally:
         queue.close()
     return {row.invocation_id: row for row in rows}, now

@@ -554,15 +554,19 @@ class WorkQueue:
             return self._get(cursor, invocation_id, lock=False)
 
     def rows(
-        self, *, holder: str | None = None, limit: int = 10_000
+        self, *, holder: str | None = None, limit: int | None = 10_000
     ) -> tuple[list[QueueRow], float]:
-        """Rows (of one holder, or all), newest first, and the queue's time of reading."""
+        """Rows (of one holder, or all), newest first, and the queue's time of reading.
+
+        ``limit=None``: every row.
+        """
         where = "" if holder is None else "WHERE holder = ? "
+        bound = "" if limit is None else " LIMIT ?"
         with self._tx(write=False) as (cursor, now):
             cursor.execute(
                 f"SELECT {_QUEUE_COLUMNS} FROM {QUEUE_TABLE} {where}"  # noqa: S608
-                "ORDER BY submitted_at DESC, invocation_id LIMIT ?",
-                ((holder,) if holder is not None else ()) + (limit,),
+                f"ORDER BY submitted_at DESC, invocation_id{bound}",
+                ((holder,) if holder is not None else ()) + (() if limit is None else (limit,)),
             )
             return [_queue_row(found) for found in cursor.fetchall()], now
 
@@ -684,7 +688,7 @@ class SQLiteQueue(WorkQueue):
         return time.time()
 
     def rows(
-        self, *, holder: str | None = None, limit: int = 10_000
+        self, *, holder: str | None = None, limit: int | None = 10_000
     ) -> tuple[list[QueueRow], float]:
         """As :meth:`WorkQueue.rows`; a store without a queue has no rows."""
         try:

@@ -386,3 +386,15 @@ def test_a_runtime_on_a_postgresql_url_with_every_store_option_opens_its_queue(
     agent = Agent("plain", ScriptedModel([{"kind": "final", "answer": "ok"}]))
     outcome = Runtime(url).run_sync(agent, "answer", invocation_id="with-options")
     assert (outcome.reason, outcome.answer) == ("completed", "ok")
+
+
+def test_rows_without_a_limit_are_every_row_past_the_default_ten_thousand(
+    make_queue: MakeQueue,
+) -> None:
+    """`loop-actors list --status` reads every row (a capped read lost the oldest ones)."""
+    queue = make_queue()
+    queue.enqueue_many([NewRow(f"inv-{n:05}", "payments") for n in range(10_005)])
+    capped, _ = queue.rows()
+    every, _ = queue.rows(limit=None)
+    assert (len(capped), len(every)) == (10_000, 10_005)
+    assert {row.invocation_id for row in every} == {f"inv-{n:05}" for n in range(10_005)}
