@@ -487,25 +487,29 @@ class LeaseKeeper:
 
     async def _give_back(self, batch: list[_Release]) -> set[str]:
         """Release the leases (one transaction for those whose row exists); the ids released."""
-        released: set[str] = set()
+        # A row never written is written now, held (epoch 0, as its lease), and released
+        # with the others: with its release's status, delay and note, and nobody needs
+        # to fence off a run that has stopped. One that another process wrote meanwhile
+        # is not this run's to release.
+        missing = [lease for lease, _, _ in batch if lease.row_missing]
+        made: set[str] = set()
+        if missing:
+            made = await self.call(
+                self.queue.hold_new_many,
+                [(lease.invocation_id, lease.agent_name) for lease in missing],
+                holder=self.holder,
+                lease_s=self.lease_s,
+            )
         written: list[tuple[str, int, Release, str | None]] = []
         for lease, release, note in batch:
             if lease.row_missing:
-                # Its row was never written: write it released, so that nobody needs to
-                # fence off a run that has stopped.
-                made = await self.call(
-                    self.queue.enqueue,
-                    lease.invocation_id,
-                    lease.agent_name,
-                    status=release.status,
-                )
                 lease.row_missing = False
-                if made:
-                    released.add(lease.invocation_id)
-            else:
-                written.append((lease.invocation_id, lease.epoch, release, note))
-        if written:
-            released |= await self.call(self.queue.release_many, written, holder=self.holder)
+                if lease.invocation_id not in made:
+                    continue
+            written.append((lease.invocation_id, lease.epoch, release, note))
+        if not written:
+            return set()
+        released: set[str] = await self.call(self.queue.release_many, written, holder=self.holder)
         return released
 
     async def _retry_releases(self) -> None:
