@@ -296,7 +296,7 @@ class Runtime:
 
         ``gc_policy``: how Python's cyclic garbage collector runs while the runtime is
         open (default ``$LOOP_ACTORS_GC``, else ``GcPolicy.HOSTING``: thresholds raised
-        so that it runs about a hundred times less often, put back when the runtime
+        so that it runs several hundred times less often, put back when the runtime
         closes; ``GcPolicy.UNCHANGED`` leaves them alone).
 
         ``work_slots``: at most this many of its runs do the runtime's own part of a
