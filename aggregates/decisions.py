@@ -8,7 +8,7 @@ change them only with a new ``schema_version`` and an upcaster.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -24,6 +24,25 @@ from aggregates.values import parse_json_text
 
 DECISION_SCHEMA_VERSION = 1
 """The version of the decision union that this code reads and writes."""
+
+_Built = TypeVar("_Built", bound=BaseModel)
+
+
+def built(cls: type[_Built], fields: dict[str, Any]) -> _Built:
+    """``cls.model_construct(**fields)`` when ``fields`` name every field of ``cls``.
+
+    Nothing is validated and no default is filled in: for values the runtime made
+    itself, on a hot path (about 0.5 us against ``model_construct``'s 2 us, which
+    loops over the model's fields to look for defaults and aliases). The model
+    is the one ``model_construct`` makes: the same ``__dict__`` (``fields`` itself,
+    so it must be the caller's own), fields set, no extra, no private attributes.
+    """
+    made = object.__new__(cls)
+    object.__setattr__(made, "__dict__", fields)
+    object.__setattr__(made, "__pydantic_fields_set__", set(fields))
+    object.__setattr__(made, "__pydantic_extra__", None)
+    object.__setattr__(made, "__pydantic_private__", None)
+    return made
 
 
 class Frozen(BaseModel):

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 
 import trio
 
-from aggregates.decisions import ToolCalls, ToolResult
+from aggregates.decisions import ToolCalls, ToolResult, built
 from aggregates.effect import Effect
 from aggregates.invocation import DispatchedCall, Invocation, Phase, Turn
 from aggregates.lease import stop_for_lost_lease
@@ -286,14 +286,17 @@ class Controller:
         inv = self.invocation
         # Built without validation: every value comes from the core's validated state
         # (its turns, its notices) and the agent's tool schemas.
-        request = ModelRequest.model_construct(
-            invocation_id=inv.id,
-            agent_name=inv.agent_name,
-            goal=inv.goal,
-            step=action.step,
-            turns=self._reveal_turns(action.turns),
-            tools=self.agent.toolbox.schemas,
-            notices=action.notices,
+        request = built(
+            ModelRequest,
+            {
+                "invocation_id": inv.id,
+                "agent_name": inv.agent_name,
+                "goal": inv.goal,
+                "step": action.step,
+                "turns": self._reveal_turns(action.turns),
+                "tools": self.agent.toolbox.schemas,
+                "notices": action.notices,
+            },
         )
         deadline = self._deadline()
         scope = trio.CancelScope(deadline=math.inf if deadline is None else deadline)
