@@ -122,9 +122,9 @@ class WorkerProbe:
 
         drive = Worker._drive
 
-        async def timed_drive(worker: Worker, lease: Any, claim: Any) -> None:
+        async def timed_drive(worker: Worker, lease: Any, claim: Any, *more: Any) -> None:
             try:
-                await drive(worker, lease, claim)
+                await drive(worker, lease, claim, *more)
             finally:
                 probe.last_end = time.time()
                 probe.cpu_last, probe.trio_last = cpu_s(), time.thread_time()

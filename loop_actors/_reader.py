@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 import trio
+from eventsourcing.persistence import PersistenceError
 
 from aggregates.audit_coverage import snapshot_problems
 from aggregates.effect import Effect
+from aggregates.events import fold
 from aggregates.invocation import Invocation, InvocationEvent
 from aggregates.ledger_check import cut_history_problem
 from aggregates.requests import CancelRequest
+from loop_actors._errors import InvocationNotFoundError
 from loop_actors._store import EventStore
 
 log = logging.getLogger(__name__)
@@ -33,6 +37,39 @@ IDLE_WAIT_S = 10.0
 """How long closing waits for abandoned reads to finish before the store is closed."""
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class DriveReads:
+    """What a claimed run reads before it drives, read with others' in one trip to a thread.
+
+    The invocation as its events make it, why its stored history cannot be driven
+    (None: it can), its cancel request if someone made one, and the store's head
+    read before that request was looked up: a cancel request recorded after
+    ``position`` was not seen here (``Runtime._drive`` looks again if the runtime's
+    watcher went past it before the run was registered).
+    """
+
+    invocation: Invocation
+    history_problem: str | None
+    cancel_request: CancelRequest | None
+    position: int
+
+
+def history_problem_of(
+    store: EventStore,
+    invocation_id: str,
+    events: list[InvocationEvent],
+    snapshots: list[tuple[int, object]],
+) -> str | None:
+    """Why an invocation's stored history disagrees with its newest snapshot or its ledger."""
+    for version, why in snapshot_problems(events, snapshots):
+        return (
+            f"invocation {invocation_id}'s snapshot at version {version} does not match "
+            f"its events: {why}; nothing was run (check the store with: "
+            "loop-actors audit verify)"
+        )
+    return cut_history_problem(invocation_id, events, store.effects_of(invocation_id))
 
 
 class StoreReader:
@@ -113,15 +150,56 @@ class StoreReader:
             events = self.store.events(invocation_id)
             # The snapshot the invocation was loaded from (``audit verify`` checks them all).
             snapshots = self.store.newest_snapshot(invocation_id)
-            for version, why in snapshot_problems(events, snapshots):
-                return (
-                    f"invocation {invocation_id}'s snapshot at version {version} does not match "
-                    f"its events: {why}; nothing was run (check the store with: "
-                    "loop-actors audit verify)"
-                )
-            return cut_history_problem(invocation_id, events, self.store.effects_of(invocation_id))
+            return history_problem_of(self.store, invocation_id, events, snapshots)
 
         return await self.call(check)
+
+    async def before_drive(
+        self, invocation_ids: Sequence[str]
+    ) -> dict[str, DriveReads | Exception]:
+        """What each invocation's run reads before it drives, in one trip to a thread.
+
+        For each: what :meth:`invocation`, :meth:`history_problem` and
+        :meth:`cancel_request` would read, its events read once for its state and
+        for the check. An invocation that cannot be read gets the exception its read
+        raised (``InvocationNotFoundError``, a damaged row...); a store that cannot be
+        read at all raises, as :meth:`call` does.
+
+        Cancellation: as :meth:`call`.
+        """
+        store = self.store
+
+        def read_one(invocation_id: str, position: int) -> DriveReads:
+            events = store.events(invocation_id)
+            snapshots = store.newest_snapshot(invocation_id)
+            if snapshots:  # loaded from its snapshot, as resume loads it
+                invocation = store.get(invocation_id)
+            else:  # what ``store.get`` folds when there is no snapshot
+                invocation = fold(None, events)
+                if not isinstance(invocation, Invocation):
+                    raise InvocationNotFoundError(invocation_id)
+            return DriveReads(
+                invocation=invocation,
+                history_problem=history_problem_of(store, invocation_id, events, snapshots),
+                cancel_request=store.cancel_request(invocation_id),
+                position=position,
+            )
+
+        def read_all() -> dict[str, DriveReads | Exception]:
+            position = store.head()
+            found: dict[str, DriveReads | Exception] = {}
+            for invocation_id in invocation_ids:
+                try:
+                    found[invocation_id] = read_one(invocation_id, position)
+                except PersistenceError:
+                    raise  # the store, not this invocation: nothing more can be read
+                except (
+                    Exception
+                ) as error:  # this one cannot be read (damaged, gone): the others can
+                    found[invocation_id] = error
+            return found
+
+        return await self.call(read_all)
 
     async def open_effects(self) -> list[Effect]:
         """Every effect still dispatched or of unknown outcome.

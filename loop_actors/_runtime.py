@@ -71,7 +71,7 @@ from loop_actors._messages import (
 )
 from loop_actors._outcome import Outcome
 from loop_actors._queue import Claimed, open_queue
-from loop_actors._reader import StoreReader
+from loop_actors._reader import DriveReads, StoreReader
 from loop_actors._reconciler import reconcile_effect
 from loop_actors._secrets import SecretStore
 from loop_actors._slots import DEFAULT_WORK_SLOTS, Slot, WorkSlots
@@ -342,6 +342,8 @@ class Runtime:
         self._journal: Journal | None = None
         self._exit_stack: AsyncExitStack | None = None
         self._running: dict[str, Controller] = {}
+        self._cancels_seen_to = 0
+        """The store position up to which the cancel watcher has looked for requests."""
         self._reader: StoreReader | None = None
         self._mcp: McpSessions | None = None
         """The MCP sessions of the runs of this runtime, closed when it closes."""
@@ -1014,10 +1016,15 @@ class Runtime:
         *,
         fresh: bool = False,
         lease: HeldLease | None = None,
+        before: DriveReads | None = None,
     ) -> Outcome:
+        """Drive an invocation to its end or pause (``before``: what it read already)."""
         if not fresh:
             # A cut history would ask the model again for steps already taken: refuse.
-            problem = await self._reads().history_problem(invocation.id)
+            if before is not None:
+                problem = before.history_problem
+            else:
+                problem = await self._reads().history_problem(invocation.id)
             if problem is not None:
                 raise InconsistentHistoryError(invocation.id, problem)
         # Invocations recorded before settings were recorded follow the agent's.
@@ -1037,12 +1044,20 @@ class Runtime:
         )
         if invocation.id in self._running:
             raise InvocationExistsError(invocation.id, "is already running in this runtime")
-        if not fresh:
+        if not fresh and before is None:
             request = await self._reads().cancel_request(invocation.id)
             if request is not None:
                 controller.request_cancel(_requested_by(request.by, request.reason))
         self._running[invocation.id] = controller
         try:
+            if before is not None:
+                request = before.cancel_request
+                if request is None and self._cancels_seen_to > before.position:
+                    # The watcher looked past what was read before this run was
+                    # registered: a request it found then was not this run's yet.
+                    request = await self._reads().cancel_request(invocation.id)
+                if request is not None:
+                    controller.request_cancel(_requested_by(request.by, request.reason))
             assert self._mcp is not None
             with using_mcp_sessions(self._mcp):
                 outcome = await controller.run()
@@ -1177,7 +1192,7 @@ class Runtime:
         """Signal runs of this runtime whose cancel was requested from another process."""
         failures = 0
         with trio.CancelScope() as scope:
-            position = await reads.head()
+            position = self._cancels_seen_to = await reads.head()
             task_status.started(scope)
             while True:
                 await trio.sleep(CANCEL_POLL_S)
@@ -1195,6 +1210,7 @@ class Runtime:
                         )
                     continue
                 failures = 0
+                self._cancels_seen_to = position
                 for invocation_id in ids:
                     if invocation_id not in self._running:
                         continue
@@ -1435,6 +1451,7 @@ class Runtime:
         lease: HeldLease,
         *,
         fresh: bool = False,
+        before: DriveReads | None = None,
     ) -> Outcome:
         """Drive an invocation under a held lease, and leave the queue row as the run ended."""
         leases = self._lease_keeper()
@@ -1445,7 +1462,9 @@ class Runtime:
             leases.release_soon(lease, Release(status=QueueStatus.PAUSED))
             return Outcome.of(invocation)
         try:
-            outcome = await self._drive(invocation, agent, journal, fresh=fresh, lease=lease)
+            outcome = await self._drive(
+                invocation, agent, journal, fresh=fresh, lease=lease, before=before
+            )
         except LeaseDrained:
             leases.release_soon(lease, DRAINED)
             raise
@@ -1470,13 +1489,27 @@ class Runtime:
             leases.release_soon(lease, release, note=detail)
         return outcome
 
-    async def _drive_claim(self, lease: HeldLease, claim: Claimed, agent: Agent) -> Outcome | None:
-        """Drive an invocation a worker claimed (None: it could not be driven; its row says why)."""
+    async def _drive_claim(
+        self, lease: HeldLease, claim: Claimed, agent: Agent, before: DriveReads | Exception | None
+    ) -> Outcome | None:
+        """Drive an invocation a worker claimed (None: it could not be driven; its row says why).
+
+        ``before``: what the worker read for it with the other claims of its batch (or
+        the exception that read raised for it); None, or a claim whose lease must be
+        recorded first, reads it here.
+        """
         journal = self._journal
         assert journal is not None
         leases = self._lease_keeper()
+        if claim.record:
+            before = None  # read after its lease is recorded, as a resume reads it
         try:
-            invocation = await self._reads().invocation(claim.invocation_id)
+            if isinstance(before, Exception):
+                raise before
+            if before is not None:
+                invocation = before.invocation
+            else:
+                invocation = await self._reads().invocation(claim.invocation_id)
             if claim.record:
                 recorded = await self._record_lease(invocation, journal, lease, claim.taken_from)
                 if recorded is None:
@@ -1495,7 +1528,7 @@ class Runtime:
             note = f"{type(error).__name__}: {error}"
             await leases.release(lease, Release(status=QueueStatus.PAUSED), note=note)
             return None
-        return await self._drive_leased(invocation, agent, journal, lease)
+        return await self._drive_leased(invocation, agent, journal, lease, before=before)
 
     # ----------------------------------------------------------------- helpers
 
