@@ -476,6 +476,18 @@ class LeanPostgresRecorder(
             curs.execute(statement, parameters)
             return [(str(a), int(b), str(c), bytes(d)) for a, b, c, d in curs.fetchall()]
 
+    def select_rows_of(
+        self, table: str, originator_ids: Sequence[str]
+    ) -> list[tuple[str, int, str, bytes]]:
+        """(id, version, topic, state) of the rows of these aggregates, by id then version."""
+        statement = SQL(
+            "SELECT originator_id, originator_version, topic, state FROM {schema}.{table} "
+            "WHERE originator_id = ANY(%s) ORDER BY originator_id, originator_version"
+        ).format(schema=self._schema, table=Identifier(table))
+        with self._cursor() as curs:
+            curs.execute(statement, (list(originator_ids),))
+            return [(str(a), int(b), str(c), bytes(d)) for a, b, c, d in curs.fetchall()]
+
     def insert_copied_rows(self, rows: Sequence[tuple[int, str, int, str, bytes]]) -> None:
         """Write rows copied from another store, keeping their notification ids (one transaction).
 

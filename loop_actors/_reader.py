@@ -14,6 +14,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TypeVar
 
 import trio
@@ -57,19 +58,22 @@ class DriveReads:
 
 
 def history_problem_of(
-    store: EventStore,
     invocation_id: str,
     events: list[InvocationEvent],
     snapshots: list[tuple[int, object]],
+    effects: Callable[[], list[Effect]],
 ) -> str | None:
-    """Why an invocation's stored history disagrees with its newest snapshot or its ledger."""
+    """Why an invocation's stored history disagrees with its newest snapshot or its ledger.
+
+    ``effects`` gives its ledger entries (read only when its snapshot agrees).
+    """
     for version, why in snapshot_problems(events, snapshots):
         return (
             f"invocation {invocation_id}'s snapshot at version {version} does not match "
             f"its events: {why}; nothing was run (check the store with: "
             "loop-actors audit verify)"
         )
-    return cut_history_problem(invocation_id, events, store.effects_of(invocation_id))
+    return cut_history_problem(invocation_id, events, effects())
 
 
 class StoreReader:
@@ -150,7 +154,9 @@ class StoreReader:
             events = self.store.events(invocation_id)
             # The snapshot the invocation was loaded from (``audit verify`` checks them all).
             snapshots = self.store.newest_snapshot(invocation_id)
-            return history_problem_of(self.store, invocation_id, events, snapshots)
+            return history_problem_of(
+                invocation_id, events, snapshots, lambda: self.store.effects_of(invocation_id)
+            )
 
         return await self.call(check)
 
@@ -169,34 +175,47 @@ class StoreReader:
         """
         store = self.store
 
-        def read_one(invocation_id: str, position: int) -> DriveReads:
-            events = store.events(invocation_id)
-            snapshots = store.newest_snapshot(invocation_id)
-            if snapshots:  # loaded from its snapshot, as resume loads it
-                invocation = store.get(invocation_id)
-            else:  # what ``store.get`` folds when there is no snapshot
-                invocation = fold(None, events)
-                if not isinstance(invocation, Invocation):
-                    raise InvocationNotFoundError(invocation_id)
-            return DriveReads(
-                invocation=invocation,
-                history_problem=history_problem_of(store, invocation_id, events, snapshots),
-                cancel_request=store.cancel_request(invocation_id),
-                position=position,
-            )
-
         def read_all() -> dict[str, DriveReads | Exception]:
+            # The head first: a cancel request recorded after it is not in what follows.
             position = store.head()
+            events_of = store.events_of(invocation_ids)
+            snapshots_of = store.newest_snapshots(invocation_ids)
+            requests_of = store.cancel_requests_of(invocation_ids)
+            effects_of = store.effects_of_many(invocation_ids)
             found: dict[str, DriveReads | Exception] = {}
             for invocation_id in invocation_ids:
+                events, request = events_of[invocation_id], requests_of[invocation_id]
+                if isinstance(events, Exception):
+                    found[invocation_id] = events
+                    continue
+                if isinstance(request, Exception):
+                    found[invocation_id] = request
+                    continue
+                snapshots = snapshots_of[invocation_id]
                 try:
-                    found[invocation_id] = read_one(invocation_id, position)
+                    if snapshots:  # loaded from its snapshot, as resume loads it
+                        invocation = store.get(invocation_id)
+                    else:  # what ``store.get`` folds when there is no snapshot
+                        invocation = fold(None, events)
+                        if not isinstance(invocation, Invocation):
+                            raise InvocationNotFoundError(invocation_id)
+                    problem = history_problem_of(
+                        invocation_id,
+                        events,
+                        snapshots,
+                        partial(effects_of.__getitem__, invocation_id),
+                    )
                 except PersistenceError:
                     raise  # the store, not this invocation: nothing more can be read
-                except (
-                    Exception
-                ) as error:  # this one cannot be read (damaged, gone): the others can
+                except Exception as error:  # this one cannot be read (damaged...): others can
                     found[invocation_id] = error
+                    continue
+                found[invocation_id] = DriveReads(
+                    invocation=invocation,
+                    history_problem=problem,
+                    cancel_request=request,
+                    position=position,
+                )
             return found
 
         return await self.call(read_all)

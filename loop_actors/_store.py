@@ -98,6 +98,9 @@ DEFAULT_SNAPSHOT_INTERVAL = 100
 DEFAULT_LOCK_RETRY_S = 2.0
 """How long the Journal retries a commit that failed on a locked database (``lock_retry``)."""
 
+ROWS_OF_CHUNK = 500
+"""Aggregate ids a statement of ``select_rows_of`` names (well under SQLite's bound parameters)."""
+
 log = logging.getLogger(__name__)
 
 
@@ -871,6 +874,14 @@ class LeanSQLiteRecorder(SQLiteApplicationRecorder):
         Raises:
             eventsourcing.persistence.OperationalError: the database is locked or broken.
         """
+        keys_of = self.effect_keys_of_many([invocation_id], topic)
+        return None if keys_of is None else keys_of[invocation_id]
+
+    def effect_keys_of_many(
+        self, invocation_ids: Sequence[str], topic: str
+    ) -> dict[str, list[str]] | None:
+        """:meth:`effect_keys_of` for each of these invocations, in one read transaction."""
+        found: dict[str, list[str]] = {i: [] for i in invocation_ids}
         with self.datastore.transaction(commit=False) as cursor:
             cursor.execute(
                 "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?",
@@ -878,12 +889,17 @@ class LeanSQLiteRecorder(SQLiteApplicationRecorder):
             )
             if cursor.fetchone() is None:
                 return None
-            cursor.execute(
-                f"SELECT originator_id FROM {self.events_table_name} "  # noqa: S608 (eventsourcing's table, a constant topic)
-                f"WHERE topic = '{topic}' AND {self._INVOCATION_OF_ROW} = ? ORDER BY rowid",
-                (invocation_id,),
-            )
-            return [str(row[0]) for row in cursor.fetchall()]
+            for start in range(0, len(invocation_ids), ROWS_OF_CHUNK):
+                chunk = invocation_ids[start : start + ROWS_OF_CHUNK]
+                cursor.execute(
+                    f"SELECT {self._INVOCATION_OF_ROW}, originator_id "  # noqa: S608 (eventsourcing's table, a constant topic)
+                    f"FROM {self.events_table_name} WHERE topic = '{topic}' AND "
+                    f"{self._INVOCATION_OF_ROW} IN ({','.join('?' * len(chunk))}) ORDER BY rowid",
+                    tuple(chunk),
+                )
+                for invocation_id, key in cursor.fetchall():
+                    found[str(invocation_id)].append(str(key))
+        return found
 
     def first_position_of(self, originator_id: str) -> int | None:
         """The notification id of an aggregate's first stored row (None when it has none).
@@ -940,6 +956,26 @@ class LeanSQLiteRecorder(SQLiteApplicationRecorder):
             cursor.execute(statement, () if originator_id is None else (originator_id,))
             rows = cursor.fetchall()
         return [(str(a), int(b), str(c), bytes(d)) for a, b, c, d in rows]
+
+    def select_rows_of(
+        self, table: str, originator_ids: Sequence[str]
+    ) -> list[tuple[str, int, str, bytes]]:
+        """(id, version, topic, state) of the rows of these aggregates, in one read transaction.
+
+        By id, then version; a few hundred ids a statement.
+        """
+        found: list[tuple[str, int, str, bytes]] = []
+        with self.datastore.transaction(commit=False) as cursor:
+            for start in range(0, len(originator_ids), ROWS_OF_CHUNK):
+                chunk = originator_ids[start : start + ROWS_OF_CHUNK]
+                cursor.execute(
+                    f"SELECT originator_id, originator_version, topic, state FROM {table} "  # noqa: S608 (eventsourcing's tables)
+                    f"WHERE originator_id IN ({','.join('?' * len(chunk))}) "
+                    "ORDER BY originator_id, originator_version",
+                    tuple(chunk),
+                )
+                found += [(str(a), int(b), str(c), bytes(d)) for a, b, c, d in cursor.fetchall()]
+        return found
 
     def insert_copied_rows(self, rows: Sequence[tuple[int, str, int, str, bytes]]) -> None:
         """Write rows copied from another store, keeping their notification ids (one transaction).
@@ -1043,6 +1079,11 @@ class StoreRecorder(Protocol):
         self, table: str, originator_id: str | None
     ) -> list[tuple[str, int, str, bytes]]:
         """A snapshots table's rows."""
+
+    def select_rows_of(
+        self, table: str, originator_ids: Sequence[str]
+    ) -> list[tuple[str, int, str, bytes]]:
+        """The rows of these aggregates in a table (events or snapshots), by id and version."""
 
     def insert_copied_rows(self, rows: Sequence[tuple[int, str, int, str, bytes]]) -> None:
         """Write rows copied from another store, keeping their notification ids."""
@@ -1430,6 +1471,20 @@ class EventStore:
                 return [effect for effect in found if effect is not None]
         return self.effects_of_by_scan(invocation_id)
 
+    def effects_of_many(self, invocation_ids: Sequence[str]) -> dict[str, list[Effect]]:
+        """What :meth:`effects_of` gives for each of these invocations (by the index at once)."""
+        mapper = self.app.mapper
+        by_index = getattr(self._recorder, "effect_keys_of_many", None)
+        if by_index is not None and mapper.cipher is None and mapper.compressor is None:
+            keys_of = by_index(invocation_ids, topic_of(EffectPrepared))
+            if keys_of is not None:
+                found: dict[str, list[Effect]] = {}
+                for invocation_id, keys in keys_of.items():
+                    effects = [self.get_effect(key) for key in keys]
+                    found[invocation_id] = [effect for effect in effects if effect is not None]
+                return found
+        return {invocation_id: self.effects_of(invocation_id) for invocation_id in invocation_ids}
+
     def effects_of_by_scan(self, invocation_id: str) -> list[Effect]:
         """:meth:`effects_of` without the index: every ``EffectPrepared`` since it started."""
         start = self._recorder.first_position_of(invocation_id)
@@ -1654,6 +1709,81 @@ class EventStore:
             return self.app.mapper.to_domain_event(record)
         except Exception as error:  # a tampered row is reported, not raised
             return error
+
+    def events_of(
+        self, invocation_ids: Sequence[str]
+    ) -> dict[str, list[InvocationEvent] | Exception]:
+        """What :meth:`events` gives for each of these invocations, read in one transaction.
+
+        An invocation without rows gets ``InvocationNotFoundError``, one whose rows do
+        not decode the exception that decoding raised; the others are not affected.
+        """
+        rows = self._stored_events_of(invocation_ids)
+        mapper = self.app.mapper
+        found: dict[str, list[InvocationEvent] | Exception] = {}
+        for invocation_id in invocation_ids:
+            stored = rows.get(invocation_id)
+            if not stored:
+                found[invocation_id] = InvocationNotFoundError(invocation_id)
+                continue
+            try:
+                found[invocation_id] = [
+                    cast("InvocationEvent", mapper.to_domain_event(record)) for record in stored
+                ]
+            except Exception as error:  # a damaged row: this invocation's, not the others'
+                found[invocation_id] = error
+        return found
+
+    def _stored_events_of(self, originator_ids: Sequence[str]) -> dict[str, list[StoredEvent]]:
+        """The stored rows of these aggregates, by aggregate, in version order (one read)."""
+        rows: dict[str, list[StoredEvent]] = {}
+        for originator_id, version, topic, state in self._recorder.select_rows_of(
+            self._recorder.events_table_name, originator_ids
+        ):
+            rows.setdefault(originator_id, []).append(
+                StoredEvent(
+                    originator_id=originator_id,
+                    originator_version=version,
+                    topic=topic,
+                    state=state,
+                )
+            )
+        return rows
+
+    def newest_snapshots(self, invocation_ids: Sequence[str]) -> dict[str, list[tuple[int, Any]]]:
+        """What :meth:`newest_snapshot` gives for each of these invocations, in one read."""
+        table = self._snapshot_table()
+        found: dict[str, list[tuple[int, Any]]] = {key: [] for key in invocation_ids}
+        if self.app.snapshots is None or table is None:
+            return found
+        newest: dict[str, tuple[str, int, str, bytes]] = {}
+        for row in self._recorder.select_rows_of(table, invocation_ids):
+            newest[row[0]] = row  # by version: the last is the newest
+        for originator_id, (_, version, topic, state) in newest.items():
+            record = StoredEvent(
+                originator_id=originator_id, originator_version=version, topic=topic, state=state
+            )
+            found[originator_id] = [(version, self._decoded_snapshot(record))]
+        return found
+
+    def cancel_requests_of(
+        self, invocation_ids: Sequence[str]
+    ) -> dict[str, CancelRequest | Exception | None]:
+        """What :meth:`cancel_request` gives for each of these invocations, in one read."""
+        by_request = {cancel_request_id(i): i for i in invocation_ids}
+        rows = self._stored_events_of(list(by_request))
+        mapper = self.app.mapper
+        found: dict[str, CancelRequest | Exception | None] = dict.fromkeys(invocation_ids)
+        for request_id, stored in rows.items():
+            try:
+                request = fold(
+                    None, [cast("DomainEvent", mapper.to_domain_event(r)) for r in stored]
+                )
+            except Exception as error:  # a damaged row: this request's, not the others'
+                found[by_request[request_id]] = error
+                continue
+            found[by_request[request_id]] = request if isinstance(request, CancelRequest) else None
+        return found
 
     def events(self, invocation_id: str) -> list[InvocationEvent]:
         """Every committed event of an invocation, in order.

@@ -8,7 +8,8 @@ would have found, and the runs to what they did before.
 Bad inputs tried: a batch with an id the store does not hold; a claimed run whose
 history was cut by hand (its later rows deleted, its queue row made runnable again);
 a cancel request recorded after the batch was read but before its run was registered,
-with the runtime's watcher already past it; a store that fails the batch read.
+with the runtime's watcher already past it; a store that fails the batch read; one byte
+of one stored row changed (only its invocation fails the batch read).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 import trio
 
+from aggregates.events import fold
 from aggregates.lease import QueueStatus
 from loop_actors import (
     Agent,
@@ -33,6 +35,8 @@ from loop_actors import (
     Worker,
 )
 from loop_actors._reader import DriveReads, StoreReader
+from loop_actors._store import EventStore
+from tests.snapshot_support import SNAPSHOT_EVERY, _write
 from tests.test_resume_refuses_cut_history import (
     CHARGES,
     charge,
@@ -213,3 +217,75 @@ async def test_a_batch_read_that_fails_leaves_each_run_to_read_its_own(
             report = await Worker(AGENT, db_url, concurrency=3, poll_s=0.05).run(until_idle=True)
     assert report.outcomes == {"completed": 3}
     assert any("each reads its own" in record.getMessage() for record in caplog.records)
+
+
+def test_the_store_reads_of_many_invocations_are_what_it_reads_of_each(store_url: str) -> None:
+    """On SQLite and PostgreSQL: events, newest snapshot, ledger entries and cancel request
+    of a paused and a completed run with snapshots and a write, a runnable one with a cancel
+    request, and an id the store does not hold, read at once and one by one."""
+    trio.run(_write, store_url)
+
+    async def more() -> None:
+        async with Runtime(store_url) as runtime:
+            await runtime.submit(AGENT, "asked", invocation_id="snap-asked")
+            await runtime.request_cancel("snap-asked", by="ops", reason="stop")
+
+    trio.run(more)
+    store = EventStore(store_url)
+    try:
+        for invocation_id in ("snap-paused", "snap-done"):
+            events = store.events(invocation_id)
+            for version in range(SNAPSHOT_EVERY, len(events) + 1, SNAPSHOT_EVERY):
+                store.app.take_snapshot(invocation_id, version=version, projector_func=fold)
+        ids = ["snap-paused", "snap-done", "snap-asked", "snap-missing"]
+        events_of = store.events_of(ids)
+        snapshots_of = store.newest_snapshots(ids)
+        effects_of = store.effects_of_many(ids)
+        requests_of = store.cancel_requests_of(ids)
+        assert isinstance(events_of["snap-missing"], InvocationNotFoundError)
+        assert snapshots_of["snap-missing"] == []
+        assert requests_of["snap-missing"] is None
+        assert len(effects_of["snap-done"]) == 1  # the refund
+        for invocation_id in ids[:3]:
+            assert events_of[invocation_id] == store.events(invocation_id)
+            assert [(v, s) for v, s in snapshots_of[invocation_id]] == store.newest_snapshot(
+                invocation_id
+            )
+            assert [e.key for e in effects_of[invocation_id]] == [
+                e.key for e in store.effects_of(invocation_id)
+            ]
+            assert requests_of[invocation_id] == store.cancel_request(invocation_id)
+        assert snapshots_of["snap-done"][0][0] > 0
+        asked = requests_of["snap-asked"]
+        assert asked is not None
+        assert not isinstance(asked, Exception)
+        assert asked.reason == "stop"
+    finally:
+        store.close()
+
+
+def test_a_damaged_row_fails_its_own_invocation_in_a_batch_read_not_the_others(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "events.db"
+    trio.run(_write, f"sqlite:///{db}")
+    connection = sqlite3.connect(db)
+    with connection:  # one byte of one of snap-done's rows changed, as a disk or a person might
+        rowid, state = connection.execute(
+            "SELECT rowid, state FROM stored_events WHERE originator_id = 'snap-done' "
+            "ORDER BY originator_version LIMIT 1 OFFSET 2"
+        ).fetchone()
+        damaged = bytes(state[:40]) + bytes([state[40] ^ 0xFF]) + bytes(state[41:])
+        connection.execute("UPDATE stored_events SET state = ? WHERE rowid = ?", (damaged, rowid))
+    connection.close()
+
+    async def read() -> dict[str, Any]:
+        async with Runtime(f"sqlite:///{db}") as runtime:
+            return await runtime._reads().before_drive(["snap-done", "snap-paused"])
+
+    found = trio.run(read)
+    assert isinstance(found["snap-done"], Exception)
+    paused = found["snap-paused"]
+    assert isinstance(paused, DriveReads)
+    assert paused.invocation.phase.paused
+    assert paused.history_problem is None
