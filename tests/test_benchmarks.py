@@ -31,6 +31,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
         ("resume_check.py", ["--writes", "3", "--others", "0,5", "--reps", "1"], "scan/indexed"),
         ("mcp_sessions.py", ["--reps", "1"], "ratio per-call/one-session"),
         ("eval_report.py", ["--n", "3", "--reps", "1"], "ratio eval_html/report"),
+        ("worker_startup.py", ["--n", "20", "--reps", "1"], "median of the last first model call"),
         (
             "worker_throughput.py",
             ["--n", "6", "--delay", "0.01", "--workers", "1,2"],
