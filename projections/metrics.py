@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal
 from eventsourcing.persistence import IntegrityError
 
 from aggregates.decisions import Frozen
-from aggregates.effect import EffectPrepared, effect_status_after
+from aggregates.effect import EffectEvent, EffectPrepared, effect_status_after
 from aggregates.events import DomainEvent
 from aggregates.invocation import (
     ApprovalDenied,
@@ -150,7 +150,14 @@ class _Batch:
 
     def fold(self, event: DomainEvent) -> None:
         """One event's change (to rows it does not hold, none, as an UPDATE would do)."""
+        # The classes are disjoint: the commonest first (each case is an isinstance check).
         match event:
+            case DecisionProposed():
+                if (row := self._row(event.originator_id)) is not None:
+                    row[_STEPS] = event.step
+                    row[_INPUT] += event.usage.input_tokens
+                    row[_OUTPUT] += event.usage.output_tokens
+                    row[_COST] += event.usage.cost
             case InvocationStarted():
                 invocation_id = event.originator_id
                 if invocation_id in self.held:  # as the INSERT would: refuse a second start
@@ -161,12 +168,13 @@ class _Batch:
                 ]  # fmt: skip
                 self.new.add(invocation_id)
                 self.touched[invocation_id] = None
-            case DecisionProposed():
+            case Paused() | Terminated():
                 if (row := self._row(event.originator_id)) is not None:
-                    row[_STEPS] = event.step
-                    row[_INPUT] += event.usage.input_tokens
-                    row[_OUTPUT] += event.usage.output_tokens
-                    row[_COST] += event.usage.cost
+                    started = datetime.fromisoformat(row[_STARTED_AT])
+                    row[_REASON] = event.reason.value
+                    row[_WALL_MS] = (event.timestamp - started).total_seconds() * 1000.0
+            case EffectEvent():
+                self._fold_effect(event)
             case BatchDispatched():
                 if (row := self._row(event.originator_id)) is not None:
                     plan = plan_fingerprint(event.calls)
@@ -184,13 +192,8 @@ class _Batch:
             case ApprovalGranted() | ApprovalDenied() | ClarificationProvided():
                 if (row := self._row(event.originator_id)) is not None:
                     row[_REASON] = row[_WALL_MS] = None
-            case Paused() | Terminated():
-                if (row := self._row(event.originator_id)) is not None:
-                    started = datetime.fromisoformat(row[_STARTED_AT])
-                    row[_REASON] = event.reason.value
-                    row[_WALL_MS] = (event.timestamp - started).total_seconds() * 1000.0
             case _:
-                self._fold_effect(event)
+                pass  # no other event changes the totals
 
     def _fold_effect(self, event: DomainEvent) -> None:
         status = effect_status_after(event)
