@@ -635,6 +635,44 @@ STORE_TABLE = "loop_actors_store"
 """The table of a store's identity: one row, created with the store."""
 
 
+def _notification(
+    row_id: int, originator_id: UUID | str, originator_version: int, topic: str, state: bytes
+) -> Notification:
+    """``Notification(id=row_id, ...)`` without the frozen dataclass's ``__init__``.
+
+    The same fields in the same order in its ``__dict__`` (so equal, and alike in every
+    way), set at once instead of by five ``object.__setattr__`` calls.
+    """
+    made = _new_object(Notification)
+    made.__dict__.update(
+        originator_id=originator_id,
+        originator_version=originator_version,
+        topic=topic,
+        state=state,
+        id=row_id,
+    )
+    return made
+
+
+_new_object = object.__new__
+
+
+def _fields_set_at_once() -> bool:
+    """Whether :func:`_notification` makes what ``Notification(...)`` makes (it has for 9.5).
+
+    A ``Notification`` whose class holds its fields in slots, or runs code when made,
+    could not be made so: eventsourcing's own reads are used then.
+    """
+    built = Notification(originator_id="x", originator_version=1, topic="t", state=b"s", id=2)
+    if hasattr(Notification, "__post_init__") or not hasattr(built, "__dict__"):
+        return False
+    made = _notification(2, "x", 1, "t", b"s")
+    return made == built and list(vars(made).items()) == list(vars(built).items())
+
+
+_FAST_NOTIFICATIONS = _fields_set_at_once()
+
+
 class LeanSQLiteRecorder(SQLiteApplicationRecorder):
     """eventsourcing's SQLite application recorder with a lean insert: every store's write path.
 
@@ -767,6 +805,50 @@ class LeanSQLiteRecorder(SQLiteApplicationRecorder):
         # SQLite writes one transaction at a time and gives each new row the
         # largest row id so far plus one: the rows' ids are consecutive.
         return list(range(last - len(stored_events) + 1, last + 1))
+
+    def select_notifications(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None = None,
+        topics: Sequence[str] = (),
+        *,
+        inclusive_of_start: bool = True,
+    ) -> Sequence[Notification]:
+        """The notifications eventsourcing's ``select_notifications`` reads, by its statement.
+
+        Read as plain tuples, each notification made with its fields at once
+        (:func:`_notification`): eventsourcing reads each row as a ``sqlite3.Row`` by
+        column name and builds each frozen dataclass through its ``__init__``, about
+        0.65 us a row (a read model's catch-up reads every row).
+        """
+        if not _FAST_NOTIFICATIONS:  # pragma: no cover - an eventsourcing that changed them
+            return super().select_notifications(
+                start, limit, stop, topics, inclusive_of_start=inclusive_of_start
+            )
+        params: list[int | str] = []
+        clauses: list[str] = []
+        if start is not None:
+            params.append(start)
+            clauses.append("rowid>=? " if inclusive_of_start else "rowid>? ")
+        if stop is not None:
+            params.append(stop)
+            clauses.append("rowid<=? ")
+        if topics:
+            params += list(topics)
+            clauses.append(f"topic IN ({','.join('?' * len(topics))}) ")
+        params.append(limit)
+        where = "WHERE " + "AND ".join(clauses) if clauses else ""
+        table = self.events_table_name  # eventsourcing's name, never user text
+        statement = f"SELECT rowid, * FROM {table} {where}ORDER BY rowid LIMIT ?"  # noqa: S608
+        uuids = self.datastore.originator_id_type == "uuid"
+        with self.datastore.transaction(commit=False) as cursor:
+            cursor.sqlite_cursor.row_factory = None  # this cursor's rows: tuples
+            cursor.execute(statement, params)
+            rows = cursor.fetchall()
+        if uuids:
+            return [_notification(i, UUID(o), v, t, state) for i, o, v, t, state in rows]
+        return [_notification(i, o, v, t, state) for i, o, v, t, state in rows]
 
     def _writer_slot(self) -> contextlib.AbstractContextManager[object]:
         """What an insert holds: the pool's writer slot in memory, this connection's lock on a file.

@@ -21,7 +21,6 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
-from itertools import chain
 from typing import Any, ClassVar
 from urllib.parse import unquote, urlsplit
 
@@ -34,10 +33,6 @@ from eventsourcing.sqlite import (
     SQLiteTrackingRecorder,
     SQLiteTransaction,
 )
-
-SQLITE_ROWS_PARAMETERS = 999
-"""The most parameters in one of ``insert_rows``' statements on SQLite: the least SQLite allows
-(``SQLITE_MAX_VARIABLE_NUMBER`` before 3.32)."""
 
 STORE_TABLE = "read_model_store"
 """The identity of the store the read models were built from: one row."""
@@ -160,13 +155,11 @@ class ViewCursor(SQLiteCursor):
         key: Sequence[str] = (),
         update: str | None = None,
     ) -> None:
-        """INSERT ``rows`` into ``table``, in their order, with few statements.
+        """INSERT ``rows`` into ``table``, all with one statement.
 
-        On SQLite a statement inserts up to :data:`SQLITE_ROWS_PARAMETERS` parameters'
-        worth of rows (``VALUES (...), (...), ...``: a fifth less per row than a one-row
-        statement stepped for each); on PostgreSQL one statement takes each column as one
-        typed array (``unnest``): a round trip and a plan for the lot, instead of a row
-        execution each.
+        On SQLite one prepared statement is stepped for every row; on PostgreSQL the
+        statement takes each column as one typed array (``unnest``): a round trip and a
+        plan for the lot, instead of a row execution each.
 
         With ``key``, a row whose key is taken updates that row instead: its
         ``columns`` other than the key get the new values, or ``update`` (a SET
@@ -193,14 +186,8 @@ class ViewCursor(SQLiteCursor):
             )
             return
         one = f"({marks(len(columns))})"
-        per = max(1, SQLITE_ROWS_PARAMETERS // len(columns))
-        for start in range(0, len(rows), per):
-            chunk = rows[start : start + per]
-            # The rows in order, each as a one-row INSERT would take it (a taken key fails
-            # the statement, or updates the row, as it would in a statement of its own).
-            self.raw.execute(
-                head + ", ".join([one] * len(chunk)) + tail, list(chain.from_iterable(chunk))
-            )
+        # One statement, prepared once and stepped for every row.
+        self.raw.executemany(head + one + tail, rows)
 
     def update_rows(
         self,
