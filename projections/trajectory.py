@@ -306,10 +306,11 @@ def _build(cls: type[_Model], fields: dict[str, Any]) -> _Model:
     made = object.__new__(cls)
     object.__setattr__(made, "__dict__", fields)
     every = _EVERY_FIELD.get(cls)
-    if every is None or len(every) != len(fields):
-        every = _EVERY_FIELD[cls] = set(fields)
-    # One set for every model of the class, as _replace shares it with the copies it makes:
-    # nothing changes a frozen model's (and a set less per model for the collector to walk).
+    if every is None:
+        every = _EVERY_FIELD[cls] = set(cls.model_fields)
+    # One set for every model of the class (``fields`` names every field), as _replace shares
+    # its source's with the copies it makes: nothing changes a frozen model's (and each model
+    # has a set less for the collector to walk).
     object.__setattr__(made, "__pydantic_fields_set__", every)
     object.__setattr__(made, "__pydantic_extra__", None)
     object.__setattr__(made, "__pydantic_private__", None)
@@ -336,7 +337,7 @@ def _settle(call: CallView, result: ToolResult | None) -> CallView:
 
 
 _EVERY_FIELD: dict[type[Frozen], set[str]] = {}
-"""Per model class, the field names ``_build`` was last given (all of them)."""
+"""Per model class that ``_build`` makes, its fields' names: the fields set its models share."""
 
 
 def _calls(step: StepView, calls: list[CallView]) -> StepView:
