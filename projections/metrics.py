@@ -9,6 +9,7 @@ figures are computed from them at query time, so percentiles are exact.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, ClassVar, Literal
@@ -79,7 +80,9 @@ class MetricsProjection(Projection):
 
     def apply_batch(self, cursor: ViewCursor, events: Sequence[tuple[DomainEvent, int]]) -> None:
         """Fold a batch of events into the totals: each touched row read and written once."""
-        held: dict[str, list[Any]] = cursor.cache.setdefault("invocations", {})
+        held = cursor.cache.get("invocations")
+        if not isinstance(held, OrderedDict):  # least recently touched first (see the cache)
+            held = cursor.cache["invocations"] = OrderedDict()
         starts: set[str] = set()
         missing: set[str] = set()
         for event, _ in events:
@@ -101,9 +104,9 @@ class MetricsProjection(Projection):
             batch.fold(event)
         batch.write(cursor)
         for invocation_id in batch.touched:  # the most recently touched last
-            held[invocation_id] = held.pop(invocation_id)
+            held.move_to_end(invocation_id)
         while len(held) > self.CACHE_ROWS:
-            del held[next(iter(held))]
+            held.popitem(last=False)  # not del of a plain dict's first: each looks past the holes
 
 
 _COLUMNS = (

@@ -9,6 +9,7 @@ event at a time and stores the result as rows (what ``loop-actors show`` reads).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from enum import StrEnum
 from typing import Any, ClassVar, TypeVar, cast, get_args
@@ -506,8 +507,9 @@ class _Cache:
     """The trajectories a runner keeps between batches, and who owns which effect key."""
 
     def __init__(self) -> None:
-        self.held: dict[str, Trajectory] = {}
-        """By invocation, least recently touched first."""
+        self.held: OrderedDict[str, Trajectory] = OrderedDict()
+        """By invocation, least recently touched first (an ``OrderedDict``: dropping the
+        oldest of a plain dict again and again makes each next look past the holes left)."""
         self.owners: dict[str, str] = {}
         """Effect key -> invocation, for the calls of the held trajectories."""
         self.weight = 0
@@ -529,15 +531,15 @@ class _Cache:
         """
         for trajectory in trajectories:
             invocation_id = trajectory.invocation_id
-            old = self.held.pop(invocation_id, None)
+            old = self.held.get(invocation_id)
+            self.held[invocation_id] = trajectory
             if old is not None:
                 self.weight -= 1 + len(old.steps)
-            self.held[invocation_id] = trajectory
+                self.held.move_to_end(invocation_id)
             self.weight += 1 + len(trajectory.steps)
         self.owners.update((k, i) for k, i in owners.items() if i in self.held)
         while self.weight > limit and self.held:
-            invocation_id = next(iter(self.held))
-            dropped = self.held.pop(invocation_id)
+            _, dropped = self.held.popitem(last=False)
             self.weight -= 1 + len(dropped.steps)
             for key, _ in _effect_keys(dropped):
                 self.owners.pop(key, None)
