@@ -679,8 +679,9 @@ class LeanSQLiteRecorder(SQLiteApplicationRecorder):
     Both kinds of store are SQLite databases (``memory://`` is an in-memory one),
     and this is their recorder, so there is one write path, the one production
     uses. It is the only place this runtime goes around eventsourcing: the reads
-    (``select_events``, ``select_notifications``, ``max_notification_id``) are
-    eventsourcing's own, inherited unchanged; ``insert_events`` is replaced. The
+    ``select_events`` and ``max_notification_id`` are eventsourcing's own, inherited
+    unchanged; ``select_notifications`` runs eventsourcing's statement and makes the same
+    notifications more cheaply; ``insert_events`` is replaced. The
     class is checked with eventsourcing's own recorder test cases
     (``tests/test_store_recorder_contract.py``), on a file and in memory.
 
