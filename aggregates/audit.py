@@ -48,6 +48,7 @@ it) to also rule out a rewrite of the whole history.
 
 from __future__ import annotations
 
+import binascii
 import hashlib
 import json
 import zlib
@@ -252,6 +253,22 @@ def unpack_state(state: bytes) -> bytes:
             end, leaves bytes after its end, or inflates past :data:`MAX_DEFLATED_BODY`
             (a decompression bomb is refused before it fills memory).
     """
+    parts = unpack_parts(state)
+    if parts is None:
+        return state
+    digest, body = parts
+    return b"".join((STORED_PREFIX, digest, b'",', memoryview(body)[1:]))
+
+
+def unpack_parts(state: bytes) -> tuple[bytes, bytes] | None:
+    """The hash (64 hex digits) and body of a packed state; None for any other state.
+
+    :func:`unpack_state` is ``STORED_PREFIX + hash + b'",' + body[1:]``: a reader that
+    builds JSON of its own around the state (the store's mapper) joins the parts once.
+
+    Raises:
+        PackedStateError: as :func:`unpack_state`.
+    """
     tag = state[0] if len(state) > _DIGEST_BYTES else None
     if tag == PACKED_DEFLATE:
         decompressor = zlib.decompressobj(-15, zdict=PACK_DICTIONARY)
@@ -269,10 +286,10 @@ def unpack_state(state: bytes) -> bytes:
     elif tag == PACKED_PLAIN:
         body = state[1 + _DIGEST_BYTES :]
     else:
-        return state
+        return None
     if body[:1] != b"{":
         raise PackedStateError("its packed body is not a JSON object")
-    return b"".join((STORED_PREFIX, state[1 : 1 + _DIGEST_BYTES].hex().encode(), b'",', body[1:]))
+    return binascii.hexlify(state[1 : 1 + _DIGEST_BYTES]), body
 
 
 _CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)

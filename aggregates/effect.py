@@ -424,22 +424,34 @@ class Effect(ChainedAggregate):
 def effect_status_after(event: object) -> str | None:
     """The ledger status an effect event leads to (None for a non-effect event).
 
-    Read models use it to follow effects without loading the aggregate.
+    Read models use it to follow effects without loading the aggregate (for every
+    event they see: an event of any other class is answered first, without the match).
     """
+    if not isinstance(event, EffectEvent):
+        return None
     match event:
         case EffectPrepared():
-            return EffectStatus.PREPARED.value
+            return _PREPARED
         case EffectDispatched():
-            return EffectStatus.DISPATCHED.value
+            return _DISPATCHED
         case EffectCommitted():
-            return EffectStatus.COMMITTED.value
+            return _COMMITTED
         case EffectRejected():
-            return EffectStatus.REJECTED.value
+            return _REJECTED
         case EffectOutcomeUnknown():
-            return EffectStatus.OUTCOME_UNKNOWN.value
+            return _OUTCOME_UNKNOWN
         case EffectReconciled(resolution=Resolution.NOT_FOUND):
-            return EffectStatus.PREPARED.value
+            return _PREPARED
         case EffectReconciled() | EffectResolvedByHand():
-            return EffectStatus.RECONCILED.value
+            return _RECONCILED
         case _:
             return None
+
+
+# The statuses' values, read once (an enum member's ``value`` is a Python property).
+_PREPARED = EffectStatus.PREPARED.value
+_DISPATCHED = EffectStatus.DISPATCHED.value
+_COMMITTED = EffectStatus.COMMITTED.value
+_REJECTED = EffectStatus.REJECTED.value
+_OUTCOME_UNKNOWN = EffectStatus.OUTCOME_UNKNOWN.value
+_RECONCILED = EffectStatus.RECONCILED.value

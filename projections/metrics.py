@@ -9,6 +9,7 @@ figures are computed from them at query time, so percentiles are exact.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, ClassVar, Literal
@@ -16,7 +17,7 @@ from typing import Any, ClassVar, Literal
 from eventsourcing.persistence import IntegrityError
 
 from aggregates.decisions import Frozen
-from aggregates.effect import EffectPrepared, effect_status_after
+from aggregates.effect import EffectEvent, EffectPrepared, effect_status_after
 from aggregates.events import DomainEvent
 from aggregates.invocation import (
     ApprovalDenied,
@@ -79,7 +80,9 @@ class MetricsProjection(Projection):
 
     def apply_batch(self, cursor: ViewCursor, events: Sequence[tuple[DomainEvent, int]]) -> None:
         """Fold a batch of events into the totals: each touched row read and written once."""
-        held: dict[str, list[Any]] = cursor.cache.setdefault("invocations", {})
+        held = cursor.cache.get("invocations")
+        if not isinstance(held, OrderedDict):  # least recently touched first (see the cache)
+            held = cursor.cache["invocations"] = OrderedDict()
         starts: set[str] = set()
         missing: set[str] = set()
         for event, _ in events:
@@ -101,9 +104,9 @@ class MetricsProjection(Projection):
             batch.fold(event)
         batch.write(cursor)
         for invocation_id in batch.touched:  # the most recently touched last
-            held[invocation_id] = held.pop(invocation_id)
+            held.move_to_end(invocation_id)
         while len(held) > self.CACHE_ROWS:
-            del held[next(iter(held))]
+            held.popitem(last=False)  # not del of a plain dict's first: each looks past the holes
 
 
 _COLUMNS = (
@@ -150,7 +153,14 @@ class _Batch:
 
     def fold(self, event: DomainEvent) -> None:
         """One event's change (to rows it does not hold, none, as an UPDATE would do)."""
+        # The classes are disjoint: the commonest first (each case is an isinstance check).
         match event:
+            case DecisionProposed():
+                if (row := self._row(event.originator_id)) is not None:
+                    row[_STEPS] = event.step
+                    row[_INPUT] += event.usage.input_tokens
+                    row[_OUTPUT] += event.usage.output_tokens
+                    row[_COST] += event.usage.cost
             case InvocationStarted():
                 invocation_id = event.originator_id
                 if invocation_id in self.held:  # as the INSERT would: refuse a second start
@@ -161,12 +171,13 @@ class _Batch:
                 ]  # fmt: skip
                 self.new.add(invocation_id)
                 self.touched[invocation_id] = None
-            case DecisionProposed():
+            case Paused() | Terminated():
                 if (row := self._row(event.originator_id)) is not None:
-                    row[_STEPS] = event.step
-                    row[_INPUT] += event.usage.input_tokens
-                    row[_OUTPUT] += event.usage.output_tokens
-                    row[_COST] += event.usage.cost
+                    started = datetime.fromisoformat(row[_STARTED_AT])
+                    row[_REASON] = event.reason.value
+                    row[_WALL_MS] = (event.timestamp - started).total_seconds() * 1000.0
+            case EffectEvent():
+                self._fold_effect(event)
             case BatchDispatched():
                 if (row := self._row(event.originator_id)) is not None:
                     plan = plan_fingerprint(event.calls)
@@ -184,13 +195,8 @@ class _Batch:
             case ApprovalGranted() | ApprovalDenied() | ClarificationProvided():
                 if (row := self._row(event.originator_id)) is not None:
                     row[_REASON] = row[_WALL_MS] = None
-            case Paused() | Terminated():
-                if (row := self._row(event.originator_id)) is not None:
-                    started = datetime.fromisoformat(row[_STARTED_AT])
-                    row[_REASON] = event.reason.value
-                    row[_WALL_MS] = (event.timestamp - started).total_seconds() * 1000.0
             case _:
-                self._fold_effect(event)
+                pass  # no other event changes the totals
 
     def _fold_effect(self, event: DomainEvent) -> None:
         status = effect_status_after(event)

@@ -375,7 +375,8 @@ class ProjectionRunner:
             return {}, 0
         last = notifications[-1].id
         # Decoded once, for every read model.
-        events = [(cast("DomainEvent", mapper.to_domain_event(n)), n.id) for n in notifications]
+        decode = cast("Callable[[Any], DomainEvent]", mapper.to_domain_event)
+        events = [(decode(n), n.id) for n in notifications]
         read = len(notifications)
         del notifications
         return self._apply(selected, tracking, events, last), read

@@ -9,9 +9,10 @@ event at a time and stores the result as rows (what ``loop-actors show`` reads).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from enum import StrEnum
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar, TypeVar, cast, get_args
 
 from pydantic import JsonValue
 from pydantic_core import from_json
@@ -23,6 +24,7 @@ from aggregates.decisions import (
     Frozen,
     Rejection,
     TerminalReason,
+    ToolResult,
 )
 from aggregates.digest import canonical_json
 from aggregates.effect import EffectEvent, effect_status_after
@@ -181,9 +183,8 @@ def evolve_trajectory(trajectory: Trajectory | None, event: DomainEvent) -> Traj
     if not isinstance(event, InvocationEvent) or event.originator_id != trajectory.invocation_id:
         return trajectory
     head: dict[str, Any] = {"events": event.originator_version}
+    # The classes are disjoint: the commonest first (each case is an isinstance check).
     match event:
-        case InvocationStarted():
-            raise ValueError(f"invocation {trajectory.invocation_id} started twice")
         case DecisionProposed():
             kind, summary = _summary(event)
             usage = event.usage
@@ -202,12 +203,10 @@ def evolve_trajectory(trajectory: Trajectory | None, event: DomainEvent) -> Traj
                     "rejection": event.rejection,
                 },
             )
-            head |= {
-                "steps": [*trajectory.steps, step],
-                "input_tokens": trajectory.input_tokens + usage.input_tokens,
-                "output_tokens": trajectory.output_tokens + usage.output_tokens,
-                "cost": trajectory.cost + usage.cost,
-            }
+            head["steps"] = [*trajectory.steps, step]
+            head["input_tokens"] = trajectory.input_tokens + usage.input_tokens
+            head["output_tokens"] = trajectory.output_tokens + usage.output_tokens
+            head["cost"] = trajectory.cost + usage.cost
         case BatchDispatched():
             calls = [
                 _build(
@@ -227,34 +226,15 @@ def evolve_trajectory(trajectory: Trajectory | None, event: DomainEvent) -> Traj
                 )
                 for call in event.calls
             ]
-            head |= {
-                "steps": _with_step(trajectory, event.step, lambda s: _calls(s, calls)),
-                "tool_calls": trajectory.tool_calls + len(calls),
-            }
+            index = _step_index(trajectory, event.step)
+            head["steps"] = _with_step(trajectory, index, _calls(trajectory.steps[index], calls))
+            head["tool_calls"] = trajectory.tool_calls + len(calls)
         case ResultsCommitted():
             by_id = {result.call_id: result for result in event.results}
-
-            def settle(call: CallView) -> CallView:
-                result = by_id.get(call.call_id)
-                if result is None:
-                    return call
-                error = result.error
-                return _replace(
-                    call,
-                    {
-                        "status": "ok" if error is None else error.error_class.value,
-                        "output": _preview(result.output) if error is None else None,
-                        "error_message": error.message if error else None,
-                        "duration_ms": result.duration_ms,
-                        "effect_status": result.effect_status.value
-                        if result.effect_status
-                        else call.effect_status,
-                    },
-                )
-
-            head["steps"] = _with_step(
-                trajectory, event.step, lambda s: _calls(s, [settle(c) for c in s.calls])
-            )
+            index = _step_index(trajectory, event.step)
+            step = trajectory.steps[index]
+            calls = [_settle(call, by_id.get(call.call_id)) for call in step.calls]
+            head["steps"] = _with_step(trajectory, index, _calls(step, calls))
             if trajectory.status is InvocationStatus.PAUSED:  # after a reconciliation pause
                 head |= _RUNNING
         case Paused():
@@ -264,8 +244,6 @@ def evolve_trajectory(trajectory: Trajectory | None, event: DomainEvent) -> Traj
                 "detail": event.question or event.proposal_digest,
                 "ended_at": _iso(event),
             }
-        case ApprovalGranted() | ApprovalDenied() | ClarificationProvided():
-            head |= _RUNNING
         case Terminated():
             head |= {
                 "status": InvocationStatus.TERMINATED,
@@ -274,6 +252,10 @@ def evolve_trajectory(trajectory: Trajectory | None, event: DomainEvent) -> Traj
                 "detail": event.detail,
                 "ended_at": _iso(event),
             }
+        case ApprovalGranted() | ApprovalDenied() | ClarificationProvided():
+            head |= _RUNNING
+        case InvocationStarted():
+            raise ValueError(f"invocation {trajectory.invocation_id} started twice")
         case VerificationFailed() | ContextCompacted():
             pass  # not shown in the trajectory; counted among its events
         case _:
@@ -324,41 +306,73 @@ def _build(cls: type[_Model], fields: dict[str, Any]) -> _Model:
     """
     made = object.__new__(cls)
     object.__setattr__(made, "__dict__", fields)
-    object.__setattr__(made, "__pydantic_fields_set__", set(fields))
+    every = _EVERY_FIELD.get(cls)
+    if every is None:
+        every = _EVERY_FIELD[cls] = set(cls.model_fields)
+    # One set for every model of the class (``fields`` names every field), as _replace shares
+    # its source's with the copies it makes: nothing changes a frozen model's (and each model
+    # has a set less for the collector to walk).
+    object.__setattr__(made, "__pydantic_fields_set__", every)
     object.__setattr__(made, "__pydantic_extra__", None)
     object.__setattr__(made, "__pydantic_private__", None)
     return made
+
+
+def _settle(call: CallView, result: ToolResult | None) -> CallView:
+    """The call with its result (as it was without one)."""
+    if result is None:
+        return call
+    error = result.error
+    return _replace(
+        call,
+        {
+            "status": "ok" if error is None else error.error_class.value,
+            "output": _preview(result.output) if error is None else None,
+            "error_message": error.message if error else None,
+            "duration_ms": result.duration_ms,
+            "effect_status": result.effect_status.value
+            if result.effect_status
+            else call.effect_status,
+        },
+    )
+
+
+_EVERY_FIELD: dict[type[Frozen], set[str]] = {}
+"""Per model class that ``_build`` makes, its fields' names: the fields set its models share."""
 
 
 def _calls(step: StepView, calls: list[CallView]) -> StepView:
     return _replace(step, {"calls": calls})
 
 
-def _with_step(
-    trajectory: Trajectory, number: int, change: Callable[[StepView], StepView]
-) -> list[StepView]:
-    steps = list(trajectory.steps)
-    for index, step in enumerate(steps):
+def _step_index(trajectory: Trajectory, number: int) -> int:
+    """Where the step ``number`` is in the trajectory's steps (the first of that number)."""
+    for index, step in enumerate(trajectory.steps):
         if step.step == number:
-            steps[index] = change(step)
-            return steps
+            return index
     raise ValueError(f"invocation {trajectory.invocation_id} has no step {number}")
 
 
+def _with_step(trajectory: Trajectory, index: int, step: StepView) -> list[StepView]:
+    """The trajectory's steps with ``step`` at ``index`` instead."""
+    steps = list(trajectory.steps)
+    steps[index] = step
+    return steps
+
+
 def _on_effect(trajectory: Trajectory, event: EffectEvent) -> Trajectory:
-    status = effect_status_after(event)
     key = event.originator_id
-
-    def follow(step: StepView) -> StepView:
-        calls = [
-            _replace(call, {"effect_status": status}) if call.effect_key == key else call
-            for call in step.calls
-        ]
-        return _calls(step, calls)
-
-    for step in trajectory.steps:
+    for holding, step in enumerate(trajectory.steps):
         if any(call.effect_key == key for call in step.calls):
-            steps = _with_step(trajectory, step.step, follow)
+            # The (first) step of the number of the step holding the key follows it.
+            index = _step_index(trajectory, step.step) if holding else 0
+            target = trajectory.steps[index]
+            status = effect_status_after(event)
+            calls = [
+                _replace(call, {"effect_status": status}) if call.effect_key == key else call
+                for call in target.calls
+            ]
+            steps = _with_step(trajectory, index, _calls(target, calls))
             return _replace(trajectory, {"steps": steps})
     return trajectory
 
@@ -462,8 +476,16 @@ class TrajectoryProjection(Projection):
         """
         cache = _Cache.of(cursor.cache)
         routed, started, owners = _route(cursor, cache, events)
-        wanted = {i for i, _ in routed if i not in started and i not in cache.held}
-        before: dict[str, Trajectory] = {i: cache.held[i] for i, _ in routed if i in cache.held}
+        held = cache.held
+        before: dict[str, Trajectory] = {}  # in the order the batch first names them
+        wanted: set[str] = set()
+        for i, _ in routed:
+            if i not in before:
+                trajectory = held.get(i)
+                if trajectory is not None:
+                    before[i] = trajectory
+                elif i not in started:
+                    wanted.add(i)
         read = _read_whole(cursor, sorted(wanted))
         before |= read
         for stored in read.values():
@@ -485,8 +507,9 @@ class _Cache:
     """The trajectories a runner keeps between batches, and who owns which effect key."""
 
     def __init__(self) -> None:
-        self.held: dict[str, Trajectory] = {}
-        """By invocation, least recently touched first."""
+        self.held: OrderedDict[str, Trajectory] = OrderedDict()
+        """By invocation, least recently touched first (an ``OrderedDict``: dropping the
+        oldest of a plain dict again and again makes each next look past the holes left)."""
         self.owners: dict[str, str] = {}
         """Effect key -> invocation, for the calls of the held trajectories."""
         self.weight = 0
@@ -508,15 +531,15 @@ class _Cache:
         """
         for trajectory in trajectories:
             invocation_id = trajectory.invocation_id
-            old = self.held.pop(invocation_id, None)
+            old = self.held.get(invocation_id)
+            self.held[invocation_id] = trajectory
             if old is not None:
                 self.weight -= 1 + len(old.steps)
-            self.held[invocation_id] = trajectory
+                self.held.move_to_end(invocation_id)
             self.weight += 1 + len(trajectory.steps)
         self.owners.update((k, i) for k, i in owners.items() if i in self.held)
         while self.weight > limit and self.held:
-            invocation_id = next(iter(self.held))
-            dropped = self.held.pop(invocation_id)
+            _, dropped = self.held.popitem(last=False)
             self.weight -= 1 + len(dropped.steps)
             for key, _ in _effect_keys(dropped):
                 self.owners.pop(key, None)
@@ -641,13 +664,32 @@ def _step_row(invocation_id: str, step: StepView) -> tuple[Any, ...]:
         step.step,
         step.kind,
         step.summary,
-        _json(DECISION_ADAPTER.dump_python(step.decision, mode="json") if step.decision else None),
-        _json(step.rejection.model_dump(mode="json") if step.rejection else None),
+        _json(_decision_json(step.decision) if step.decision else None),
+        _json(_REJECTION.to_python(step.rejection, mode="json") if step.rejection else None),
         step.input_tokens,
         step.output_tokens,
         step.cost,
         step.latency_ms,
     )
+
+
+_DECISION_SERIALIZERS = {
+    cls: cls.__pydantic_serializer__ for cls in get_args(get_args(Decision)[0])
+}
+"""Each decision class's own serializer: for a decision of exactly that class it writes what
+``DECISION_ADAPTER`` writes (the union's serializer picks that class's), without choosing."""
+
+
+_REJECTION = Rejection.__pydantic_serializer__
+"""``rejection.model_dump(mode="json")``, without its Python wrapper."""
+
+
+def _decision_json(decision: Decision) -> Any:
+    """``DECISION_ADAPTER.dump_python(decision, mode="json")``."""
+    serializer = _DECISION_SERIALIZERS.get(type(decision))
+    if serializer is None:  # a subclass: the union's own choice
+        return DECISION_ADAPTER.dump_python(decision, mode="json")
+    return serializer.to_python(decision, mode="json")
 
 
 def _call_row(invocation_id: str, step: int, order: int, call: CallView) -> tuple[Any, ...]:
@@ -690,10 +732,12 @@ def _same_fields(old: Frozen, new: Frozen, names: Sequence[str]) -> bool:
     Mostly the same objects (the fold keeps what it does not change), and pydantic's
     ``==`` does not look at identity first.
     """
-    return all(
-        getattr(old, name) is getattr(new, name) or getattr(old, name) == getattr(new, name)
-        for name in names
-    )
+    before, after = old.__dict__, new.__dict__
+    for name in names:
+        value, other = before[name], after[name]
+        if value is not other and value != other:
+            return False
+    return True
 
 
 class _Rows:
@@ -733,13 +777,13 @@ class _Rows:
                 self.steps.append(_step_row(invocation_id, step))
             elif not _same_fields(old, step, _STEP_COLUMNS):  # not done by today's fold
                 self.changed_steps.append(_step_row(invocation_id, step))
-            old_calls = {call.call_id: call for call in old.calls} if old else {}
+            old_calls = {call.call_id: call for call in old.calls} if old is not None else {}
             for order, call in enumerate(step.calls):
                 was = old_calls.get(call.call_id)
-                if was is call or was == call:
-                    continue
                 if was is None:
                     self.calls.append(_call_row(invocation_id, step.step, order, call))
+                elif was is call or was == call:
+                    continue
                 elif not _same_fields(was, call, _CALL_DISPATCHED):  # not done by the fold
                     self.changed_calls.append(_call_row(invocation_id, step.step, order, call))
                 elif _same_fields(was, call, _CALL_SETTLED):  # only the ledger moved
