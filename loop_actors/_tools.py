@@ -231,7 +231,12 @@ class Tool:
         is abandoned on cancellation (it may finish in the background: ``running``
         says when); an async function is cancelled at its next checkpoint.
         """
-        kwargs = self.keyword_arguments(arguments, context)
+        try:
+            kwargs = self.keyword_arguments(arguments, context)
+        except BaseException:
+            if running is not None:
+                running.set()  # refused before the function started: nothing runs
+            raise
         if self.is_async or self.inline or running is None:
             try:
                 if self.is_async:
@@ -447,6 +452,11 @@ class Toolbox:
         running = threading.Event()
         self._attempts[effect_key] = running
         return running
+
+    def attempt_ended(self, effect_key: str, running: threading.Event) -> None:
+        """Forget an attempt whose function has stopped (one still running is kept)."""
+        if running.is_set() and self._attempts.get(effect_key) is running:
+            del self._attempts[effect_key]
 
     def attempt_running(self, effect_key: str) -> bool:
         """True while an earlier attempt of this write may still be running in this process."""
@@ -852,6 +862,8 @@ class BatchRun:
                     ending = _failure(error)
                 else:
                     output, ending = _output(returned)
+            if running is not None and call.effect_key is not None:
+                toolbox.attempt_ended(call.effect_key, running)  # kept only if still running
             if scope.cancelled_caught:
                 if self.cancelled or self._now() >= self.deadline:
                     self._stopped.add(call_id)  # cut short: the batch answers for it
