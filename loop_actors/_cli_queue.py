@@ -15,9 +15,17 @@ import trio
 from rich.console import Console
 from rich.table import Table
 
-from aggregates.lease import DEFAULT_LEASE_S, HolderRow, QueueRow, QueueStatus, effective_status
+from aggregates.lease import (
+    DEFAULT_LEASE_S,
+    HolderRow,
+    QueueRow,
+    QueueStatus,
+    effective_status,
+    lease_is_live,
+)
 from loop_actors._agent import Agent
 from loop_actors._errors import UsageError
+from loop_actors._leases import is_gone
 from loop_actors._queue import WorkQueue, open_queue
 from loop_actors._render import terminal_safe
 from loop_actors._runtime import Runtime, check_invocation_id
@@ -222,10 +230,15 @@ def workers_command(store: EventStore, args: argparse.Namespace) -> int:
     finally:
         queue.close()
     leases: dict[str, list[QueueRow]] = {}
+    expired: dict[str, list[QueueRow]] = {}
     for row in rows:
         if row.holder is not None and row.status is QueueStatus.CLAIMED:
-            leases.setdefault(row.holder, []).append(row)
-    records = [_holder_record(holder, leases.get(holder.holder, []), now) for holder in holders]
+            bucket = leases if lease_is_live(row, now) else expired
+            bucket.setdefault(row.holder, []).append(row)
+    records = [
+        _holder_record(holder, leases.get(holder.holder, []), expired.get(holder.holder, []), now)
+        for holder in holders
+    ]
     if args.json:
         for record in records:
             print(json.dumps(record))
@@ -233,8 +246,14 @@ def workers_command(store: EventStore, args: argparse.Namespace) -> int:
     table = Table("holder", "kind", "alive", "heartbeat", "agents", "leases", box=None)
     for record in records:
         held = ", ".join(
-            f"{lease['invocation_id']} (epoch {lease['epoch']}, {lease['expires_in_s']:.0f} s)"
-            for lease in record["leases"]
+            [
+                f"{lease['invocation_id']} (epoch {lease['epoch']}, {lease['expires_in_s']:.0f} s)"
+                for lease in record["leases"]
+            ]
+            + [
+                f"{lease['invocation_id']} (epoch {lease['epoch']}, ran out)"
+                for lease in record["expired_leases"]
+            ]
         )
         table.add_row(
             terminal_safe(record["holder"]),
@@ -246,11 +265,31 @@ def workers_command(store: EventStore, args: argparse.Namespace) -> int:
         )
     Console(highlight=False, width=None if sys.stdout.isatty() else 200).print(table)
     live = sum(1 for record in records if record["alive"])
-    print(f"{live} live holder(s), {sum(len(v) for v in leases.values())} lease(s) held")
+    ran_out = sum(len(v) for v in expired.values())
+    print(
+        f"{live} live holder(s), {sum(len(v) for v in leases.values())} lease(s) held"
+        + (f", {ran_out} run out (to be taken over)" if ran_out else "")
+    )
     return 0
 
 
-def _holder_record(holder: HolderRow, leases: list[QueueRow], now: float) -> dict[str, Any]:
+def _lease_record(row: QueueRow, now: float) -> dict[str, Any]:
+    return {
+        "invocation_id": row.invocation_id,
+        "epoch": row.epoch,
+        "expires_at": _iso(row.due_at),
+        "expires_in_s": round(row.due_at - now, 3),
+    }
+
+
+def _holder_record(
+    holder: HolderRow, leases: list[QueueRow], expired: list[QueueRow], now: float
+) -> dict[str, Any]:
+    """A holder as ``workers`` shows it, with its live leases and those that ran out.
+
+    Alive while its last heartbeat is within its lease and, on this machine, its
+    process still exists (a killed worker is not alive, whatever its heartbeat says).
+    """
     return {
         "holder": holder.holder,
         "kind": holder.kind.value,
@@ -259,17 +298,10 @@ def _holder_record(holder: HolderRow, leases: list[QueueRow], now: float) -> dic
         "started_at": _iso(holder.started_at),
         "last_heartbeat": _iso(holder.heartbeat_at),
         "heartbeat_age_s": round(now - holder.heartbeat_at, 3),
-        "alive": holder.heartbeat_at + holder.lease_s > now,
+        "alive": holder.heartbeat_at + holder.lease_s > now and not is_gone(holder, now),
         "lease_s": holder.lease_s,
         "agents": holder.agents,
         "concurrency": holder.concurrency,
-        "leases": [
-            {
-                "invocation_id": row.invocation_id,
-                "epoch": row.epoch,
-                "expires_at": _iso(row.due_at),
-                "expires_in_s": round(row.due_at - now, 3),
-            }
-            for row in leases
-        ],
+        "leases": [_lease_record(row, now) for row in leases],
+        "expired_leases": [_lease_record(row, now) for row in expired],
     }

@@ -76,3 +76,63 @@ def test_bad_queue_input_is_one_line_exit_2_and_writes_nothing(
     assert len(err.strip().splitlines()) == 1
     assert out == ""
     assert not (project / "run.db").exists()
+
+
+def test_workers_shows_a_killed_holder_not_alive_and_a_run_out_lease_not_held(
+    project: Path,
+) -> None:
+    """Bad input: a worker whose process is gone (its pid dead on this machine) while its
+    heartbeat is recent, holding one lease that ran out and one that still runs."""
+    import subprocess
+    import time
+
+    import trio
+
+    from aggregates.lease import HolderKind, HolderRow
+    from loop_actors import Runtime
+    from loop_actors._leases import machine_identity
+    from tests.test_worker import AGENT
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # its pid names no process now
+    holder = "worker:host-x:dead:1"
+
+    async def setup() -> None:
+        async with Runtime(f"sqlite:///{project / 'run.db'}") as runtime:
+            for name in ("q-short", "q-long"):
+                await runtime.submit(AGENT, name, invocation_id=name)
+            keeper = runtime._lease_keeper()
+            queue = keeper.queue
+            row = HolderRow(
+                holder=holder,
+                kind=HolderKind.WORKER,
+                host="host-x",
+                machine=machine_identity(),
+                pid=gone.pid,
+                started_at=0.0,
+                heartbeat_at=0.0,
+                lease_s=30.0,
+                agents=[AGENT.name],
+            )
+            await keeper.call(queue.register, row)
+            for lease_s in (1.0, 600.0):
+                claimed = await keeper.call(
+                    lambda s=lease_s: queue.claim(
+                        holder=holder, agent_names=[AGENT.name], limit=1, lease_s=s
+                    )
+                )
+                assert len(claimed) == 1
+
+    trio.run(setup)
+    time.sleep(1.2)  # the 1 s lease runs out
+    code, out, _ = cli(project, "workers", "--json")
+    assert code == 0
+    records = {r["holder"]: r for r in map(json.loads, out.splitlines())}
+    dead = records[holder]
+    assert dead["alive"] is False
+    assert [lease["invocation_id"] for lease in dead["leases"]] == ["q-long"]
+    assert [lease["invocation_id"] for lease in dead["expired_leases"]] == ["q-short"]
+    code, out, _ = cli(project, "workers")
+    assert code == 0
+    assert "0 live holder(s), 1 lease(s) held, 1 run out (to be taken over)" in out
+    assert "q-short (epoch 1, ran out)" in out
