@@ -29,7 +29,8 @@ import trio
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from concurrency import K, T, TimedModel, lookup, make_agent  # noqa: E402
+from concurrency import TimedModel, make_agent  # noqa: E402
+from turn_overhead import K, T, lookup  # noqa: E402
 
 from loop_actors import Agent, Budget, ModelReply, ModelRequest, Runtime, Worker  # noqa: E402
 from loop_actors._leases import LeaseKeeper  # noqa: E402
@@ -101,7 +102,7 @@ def main() -> None:
             claims.append((began, time.perf_counter(), len(got)))
         return got
 
-    LeaseKeeper.claim = timed_claim  # type: ignore[method-assign]
+    LeaseKeeper.claim = timed_claim  # type: ignore[assignment,method-assign]
     print(f"workload: {args.n} submitted invocations, one worker of concurrency {args.n}")
     lasts: list[float] = []
     for rep in range(args.reps):
