@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -200,6 +201,32 @@ def test_a_gone_holder_is_reaped_and_its_leases_claimable_at_once(make_queue: Ma
     assert queue.holders()[0] == []
     (taken,) = queue.claim(holder="w2", agent_names=["payments"], limit=1, lease_s=30)
     assert (taken.taken_from, taken.record) == ("w-dead", True)
+
+
+def test_a_reap_that_finds_nobody_gone_takes_no_write_transaction(
+    make_queue: MakeQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every heartbeat of every process reaps: when nobody is gone it must not take the
+    write lock (on SQLite, the store's own, which each commit of every process waits for)."""
+    queue = make_queue()
+    holder = HolderRow(
+        holder="w-1", kind=HolderKind.WORKER, host="h", machine="m", pid=1,
+        started_at=0, heartbeat_at=0, lease_s=30, agents=["payments"],
+    )  # fmt: skip
+    queue.register(holder)
+    writes: list[bool] = []
+    transaction = type(queue)._transaction
+
+    def watched(self: WorkQueue, *, write: bool = True) -> Any:
+        writes.append(write)
+        return transaction(self, write=write)
+
+    monkeypatch.setattr(type(queue), "_transaction", watched)
+    assert queue.reap(never_gone) == []
+    assert writes == [False]
+    writes.clear()
+    assert queue.reap(always_gone) == ["w-1"]
+    assert writes == [False, True]  # looked, then written under the lock after looking again
 
 
 def test_concurrent_claims_never_hand_one_row_to_two_holders(make_queue: MakeQueue) -> None:
