@@ -1044,10 +1044,9 @@ class Runtime:
         )
         if invocation.id in self._running:
             raise InvocationExistsError(invocation.id, "is already running in this runtime")
+        request = None
         if not fresh and before is None:
             request = await self._reads().cancel_request(invocation.id)
-            if request is not None:
-                controller.request_cancel(_requested_by(request.by, request.reason))
         self._running[invocation.id] = controller
         try:
             if before is not None:
@@ -1056,8 +1055,8 @@ class Runtime:
                     # The watcher looked past what was read before this run was
                     # registered: a request it found then was not this run's yet.
                     request = await self._reads().cancel_request(invocation.id)
-                if request is not None:
-                    controller.request_cancel(_requested_by(request.by, request.reason))
+            if request is not None:
+                controller.request_cancel(_requested_by(request.by, request.reason))
             assert self._mcp is not None
             with using_mcp_sessions(self._mcp):
                 outcome = await controller.run()

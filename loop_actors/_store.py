@@ -1583,14 +1583,7 @@ class EventStore:
         ``EffectPrepared`` notifications from the invocation's first stored row on
         instead (an effect is always prepared after its invocation started).
         """
-        mapper = self.app.mapper
-        by_index = getattr(self._recorder, "effect_keys_of", None)
-        if by_index is not None and mapper.cipher is None and mapper.compressor is None:
-            keys = by_index(invocation_id, topic_of(EffectPrepared))
-            if keys is not None:
-                found = [self.get_effect(key) for key in keys]
-                return [effect for effect in found if effect is not None]
-        return self.effects_of_by_scan(invocation_id)
+        return self.effects_of_many([invocation_id])[invocation_id]
 
     def effects_of_many(self, invocation_ids: Sequence[str]) -> dict[str, list[Effect]]:
         """What :meth:`effects_of` gives for each of these invocations (by the index at once)."""
@@ -1604,7 +1597,7 @@ class EventStore:
                     effects = [self.get_effect(key) for key in keys]
                     found[invocation_id] = [effect for effect in effects if effect is not None]
                 return found
-        return {invocation_id: self.effects_of(invocation_id) for invocation_id in invocation_ids}
+        return {i: self.effects_of_by_scan(i) for i in invocation_ids}
 
     def effects_of_by_scan(self, invocation_id: str) -> list[Effect]:
         """:meth:`effects_of` without the index: every ``EffectPrepared`` since it started."""

@@ -25,6 +25,7 @@ from aggregates.decisions import (
     Rejection,
     TerminalReason,
     ToolResult,
+    built,
 )
 from aggregates.digest import canonical_json
 from aggregates.effect import EffectEvent, effect_status_after
@@ -156,7 +157,7 @@ def evolve_trajectory(trajectory: Trajectory | None, event: DomainEvent) -> Traj
     if trajectory is None:
         if not isinstance(event, InvocationStarted):
             raise ValueError("a trajectory starts with InvocationStarted")
-        return _build(
+        return built(
             Trajectory,
             {
                 "invocation_id": event.originator_id,
@@ -188,7 +189,7 @@ def evolve_trajectory(trajectory: Trajectory | None, event: DomainEvent) -> Traj
         case DecisionProposed():
             kind, summary = _summary(event)
             usage = event.usage
-            step = _build(
+            step = built(
                 StepView,
                 {
                     "step": event.step,
@@ -209,7 +210,7 @@ def evolve_trajectory(trajectory: Trajectory | None, event: DomainEvent) -> Traj
             head["cost"] = trajectory.cost + usage.cost
         case BatchDispatched():
             calls = [
-                _build(
+                built(
                     CallView,
                     {
                         "call_id": call.call_id,
@@ -299,25 +300,6 @@ def _replace(model: _Model, update: dict[str, Any]) -> _Model:
     return copied
 
 
-def _build(cls: type[_Model], fields: dict[str, Any]) -> _Model:
-    """``cls(**fields)`` without validating: ``fields`` name every field, from validated events.
-
-    What ``model_construct`` does, without its generic work (a third of the fold's time).
-    """
-    made = object.__new__(cls)
-    object.__setattr__(made, "__dict__", fields)
-    every = _EVERY_FIELD.get(cls)
-    if every is None:
-        every = _EVERY_FIELD[cls] = set(cls.model_fields)
-    # One set for every model of the class (``fields`` names every field), as _replace shares
-    # its source's with the copies it makes: nothing changes a frozen model's (and each model
-    # has a set less for the collector to walk).
-    object.__setattr__(made, "__pydantic_fields_set__", every)
-    object.__setattr__(made, "__pydantic_extra__", None)
-    object.__setattr__(made, "__pydantic_private__", None)
-    return made
-
-
 def _settle(call: CallView, result: ToolResult | None) -> CallView:
     """The call with its result (as it was without one)."""
     if result is None:
@@ -335,10 +317,6 @@ def _settle(call: CallView, result: ToolResult | None) -> CallView:
             else call.effect_status,
         },
     )
-
-
-_EVERY_FIELD: dict[type[Frozen], set[str]] = {}
-"""Per model class that ``_build`` makes, its fields' names: the fields set its models share."""
 
 
 def _calls(step: StepView, calls: list[CallView]) -> StepView:
