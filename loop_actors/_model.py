@@ -7,7 +7,6 @@ import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-import trio
 from pydantic import BaseModel
 
 from aggregates.decisions import Usage
@@ -15,6 +14,7 @@ from aggregates.turn import ModelAnswered, ModelFailed
 from aggregates.values import safe_text
 from loop_actors._errors import ScriptExhaustedError
 from loop_actors._messages import ModelReply, ModelRequest
+from loop_actors._timers import sleep
 
 ScriptEntry = BaseModel | Mapping[str, Any]
 ScriptFunction = Callable[[ModelRequest], ScriptEntry | Awaitable[ScriptEntry]]
@@ -77,10 +77,10 @@ class ScriptedModel:
         Cancellation: a checkpoint (also while simulating latency).
         """
         if self.delay_s:
-            await trio.sleep(self.delay_s)
+            await sleep(self.delay_s)
         if callable(self.script):
             proposal = self.script(request)
-            if inspect.isawaitable(proposal):
+            if type(proposal) is not dict and inspect.isawaitable(proposal):
                 proposal = await proposal
         else:
             if request.step > len(self.script):
@@ -88,7 +88,7 @@ class ScriptedModel:
                     f"the script has {len(self.script)} decision(s), step {request.step} was asked"
                 )
             proposal = self.script[request.step - 1]
-        if isinstance(proposal, Mapping):
+        if type(proposal) is dict or isinstance(proposal, Mapping):
             proposal = dict(proposal)
         return ModelReply(proposal=proposal, usage=self.usage)
 
