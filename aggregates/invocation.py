@@ -476,6 +476,8 @@ class Invocation(ChainedAggregate):
         self.pending_batch: BatchDispatched | None = None
         self.last_plan: str | None = None
         self.repeat_streak = 0
+        self._fingerprinted: tuple[list[DispatchedCall], str] | None = None
+        """The calls :meth:`repeat_streak_after` was last asked about, and their fingerprint."""
         self.paused: Paused | None = None
         self.terminated: Terminated | None = None
         self.started_at: datetime | None = None
@@ -685,9 +687,28 @@ class Invocation(ChainedAggregate):
 
     def repeat_streak_after(self, calls: Sequence[DispatchedCall]) -> int:
         """How many times in a row this plan would have run, counting this time."""
-        if plan_fingerprint(calls) == self.last_plan:
+        fingerprint = plan_fingerprint(calls)
+        # Kept for the dispatch of these very calls, which judges them again.
+        self._fingerprinted = (list(calls), fingerprint)
+        if fingerprint == self.last_plan:
             return self.repeat_streak + 1
         return 1
+
+    def _fingerprint_of(self, calls: list[DispatchedCall]) -> str:
+        """:func:`plan_fingerprint` of ``calls``; not again for the calls just asked about.
+
+        The calls are frozen: the same objects, in the same order, have the same
+        fingerprint (a write dispatched with its effect key is a copy, hashed anew).
+        """
+        known = self._fingerprinted
+        self._fingerprinted = None
+        if (
+            known is not None
+            and len(known[0]) == len(calls)
+            and all(a is b for a, b in zip(known[0], calls, strict=True))
+        ):
+            return known[1]
+        return plan_fingerprint(calls)
 
     # ----------------------------------------------------------------- transitions
 
@@ -808,7 +829,7 @@ class Invocation(ChainedAggregate):
             raise self._refuse(event, f"max_tool_calls {self.budget.max_tool_calls} exceeded")
         # The plan is judged on the calls as dispatched: normalised (defaults filled
         # in) and redacted, the only form a resumed run can see.
-        fingerprint = plan_fingerprint(event.calls)
+        fingerprint = self._fingerprint_of(event.calls)
         streak = self.repeat_streak + 1 if fingerprint == self.last_plan else 1
         if streak > self.budget.max_repeated_plan:
             raise self._refuse(event, "the same plan repeated past max_repeated_plan")

@@ -10,6 +10,7 @@ verify, commit.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -332,7 +333,8 @@ class Controller:
         refused: dict[str, str] = {}
         for call in action.calls:
             tool_ = self.agent.toolbox.tools[call.name]
-            arguments = self._reveal_call(action.step, call).arguments
+            # A copy: a policy that changes what it is shown changes nothing that runs.
+            arguments = copy.deepcopy(self._reveal_call(action.step, call).arguments)
             deny = await check_access(
                 policy,
                 AccessRequest(

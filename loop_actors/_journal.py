@@ -244,7 +244,7 @@ def commit_group(
             if is_lock_failure(error):
                 continue
             break
-        return [Committed(position=position) for _ in commits]
+        return [Committed(position=position)] * len(commits)  # frozen: one answers them all
     results: dict[int, CommitOutcome] = {}
     attempts: deque[list[int]] = deque([list(range(len(commits)))])
     locked: list[int] = []
@@ -306,8 +306,9 @@ def commit_group(
             else:
                 attempts.extend([index] for index in batch)
         else:
+            done = Committed(position=position)  # frozen: one answers every commit of the batch
             for index in batch:
-                results[index] = Committed(position=position)
+                results[index] = done
     return [results[index] for index in range(len(commits))]
 
 

@@ -653,3 +653,46 @@ async def test_who_cancelled_and_why_is_in_the_recorded_end(db_url: str) -> None
         await runtime.request_cancel("x", by="ops", reason="wrong customer")
     assert outcomes[0].reason is TerminalReason.CANCELLED
     assert "requested by ops (wrong customer)" in outcomes[0].detail
+
+
+async def test_a_policy_that_changes_the_arguments_it_is_shown_changes_nothing_that_runs() -> None:
+    from aggregates.invocation import BatchDispatched
+
+    received: list[dict[str, Any]] = []
+
+    @tool
+    async def tag(labels: dict[str, list[str]]) -> dict[str, list[str]]:
+        """Tag with labels."""
+        received.append(labels)
+        return labels
+
+    def meddling(request: Any) -> bool:
+        request.arguments["labels"]["colour"].append("changed by the policy")
+        request.arguments["labels"]["extra"] = ["added"]
+        return True
+
+    proposed = {"colour": ["red"]}
+    agent = Agent(
+        "tags",
+        ScriptedModel(
+            [
+                calls(("t", "tag", {"labels": proposed})),
+                calls(("u", "tag", {"labels": proposed})),
+                final("ok"),
+            ]
+        ),
+        [tag],
+        budget=Budget(max_repeated_plan=3),
+        policy=meddling,
+    )
+    runtime = Runtime("memory://")
+    async with runtime:
+        outcome = await runtime.run(agent, "g", invocation_id="tags-1")
+        events = await runtime.history("tags-1")
+        replayed = await runtime.load("tags-1")
+    assert outcome.reason is TerminalReason.COMPLETED
+    assert received == [{"colour": ["red"]}, {"colour": ["red"]}]
+    dispatched = [e for e in events if isinstance(e, BatchDispatched)]
+    assert [e.calls[0].arguments for e in dispatched] == [{"labels": {"colour": ["red"]}}] * 2
+    # The same plan twice in a row, judged on what ran.
+    assert replayed.repeat_streak == 2
