@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal, cast
 
 from eventsourcing.persistence import IntegrityError
 
-from aggregates.decisions import Frozen
+from aggregates.decisions import Frozen, TerminalReason
 from aggregates.effect import EffectEvent, EffectPrepared, effect_status_after
 from aggregates.events import ByClass, DomainEvent, isoformat
 from aggregates.invocation import (
@@ -134,6 +134,9 @@ _STARTED_AT, _WALL_MS, _REPEATED, _LAST_PLAN = 9, 10, 11, 12
 
 _CHUNK = 250
 
+_REASONS = {reason: reason.value for reason in TerminalReason}
+"""Each reason's value (a dict lookup: an enum's ``value`` is a Python property)."""
+
 
 def _chunks(items: Sequence[str]) -> list[Sequence[str]]:
     return [items[i : i + _CHUNK] for i in range(0, len(items), _CHUNK)]
@@ -187,7 +190,7 @@ class _Batch:
         """How it ended (or paused), and its wall time."""
         if (row := self._row(event.originator_id)) is not None:
             started = datetime.fromisoformat(row[_STARTED_AT])
-            row[_REASON] = event.reason.value
+            row[_REASON] = _REASONS[event.reason]
             row[_WALL_MS] = (event.timestamp - started).total_seconds() * 1000.0
 
     def on_dispatch(self, event: BatchDispatched) -> None:
@@ -199,10 +202,10 @@ class _Batch:
             row[_LAST_PLAN] = plan
 
     def on_results(self, event: ResultsCommitted) -> None:
-        """The failed calls; a reconciliation pause is over."""
-        row = self._row(event.originator_id)
+        """The failed calls; a reconciliation pause is over (the only change to the row)."""
+        row = self.held.get(event.originator_id)
         if row is not None and row[_REASON] == "reconciliation_required":
-            row[_REASON] = row[_WALL_MS] = None
+            self._running(event.originator_id, row)
         for result in event.results:
             if result.error is not None:
                 key = (event.originator_id, result.error.error_class.value)
@@ -210,8 +213,14 @@ class _Batch:
 
     def on_resume(self, event: InvocationEvent) -> None:
         """Running again: no reason, no wall time."""
-        if (row := self._row(event.originator_id)) is not None:
-            row[_REASON] = row[_WALL_MS] = None
+        row = self.held.get(event.originator_id)
+        if row is not None and (row[_REASON] is not None or row[_WALL_MS] is not None):
+            self._running(event.originator_id, row)
+
+    def _running(self, invocation_id: str, row: list[Any]) -> None:
+        """No reason, no wall time: a row is written (touched) only when the event changes it."""
+        row[_REASON] = row[_WALL_MS] = None
+        self.touched[invocation_id] = None
 
     def on_effect(self, event: DomainEvent) -> None:
         """An effect's status."""

@@ -7,12 +7,16 @@ event class and every event of the mixed-histories fixture.
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from eventsourcing.persistence import StoredEvent
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter
@@ -27,7 +31,7 @@ from aggregates.effect import (
 )
 from aggregates.events import ByClass, DomainEvent, isoformat
 from aggregates.invocation import InvocationEvent, Terminated
-from loop_actors._store import EventStore
+from loop_actors._store import EventStore, PydanticEventMapper
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -90,23 +94,23 @@ def test_a_table_by_class_answers_as_isinstance() -> None:
     assert asked == classes  # once per class
 
 
-def _fixture_events(tmp_path: Path) -> list[DomainEvent]:
+@pytest.fixture
+def fixture_store(tmp_path: Path) -> Iterator[EventStore]:
+    """The mixed-histories fixture's store (108 events of every kind the read models show)."""
     path = tmp_path / "mixed.db"
     connection = sqlite3.connect(path)
     connection.executescript((FIXTURES / "mixed-histories.sql").read_text())
     connection.commit()
     connection.close()
     store = EventStore(f"sqlite:///{path}", create=False)
-    try:
-        recorder, mapper = store.app.recorder, store.app.mapper
-        notifications = recorder.select_notifications(start=0, limit=10_000)
-        return [mapper.to_domain_event(n) for n in notifications]  # type: ignore[misc]
-    finally:
-        store.close()
+    yield store
+    store.close()
 
 
-def test_effect_status_after_answers_as_its_match(tmp_path: Path) -> None:
-    events = _fixture_events(tmp_path)
+def test_effect_status_after_answers_as_its_match(fixture_store: EventStore) -> None:
+    recorder, mapper = fixture_store.app.recorder, fixture_store.app.mapper
+    notifications = recorder.select_notifications(start=0, limit=10_000)
+    events: list[DomainEvent] = [mapper.to_domain_event(n) for n in notifications]  # type: ignore[misc]
     assert {type(e) for e in events} >= {EffectCommitted, Terminated}
     for event in events:
         assert effect_status_after(event) == _status_of(event)
@@ -116,3 +120,41 @@ def test_effect_status_after_answers_as_its_match(tmp_path: Path) -> None:
         event = object.__new__(cls)  # its class is all either looks at
         assert effect_status_after(event) == _status_of(event)
     assert effect_status_after(object()) is None
+
+
+def _reference(cls: type[DomainEvent], originator_id: str, version: int, plain: bytes) -> Any:
+    """What pydantic's own reader makes of the record (the store's id and version put back)."""
+    fields = json.loads(plain)
+    return cls.model_validate_json(
+        json.dumps({"originator_id": originator_id, "originator_version": version, **fields})
+    )
+
+
+def test_the_store_decodes_every_event_as_pydantic_reads_its_record(
+    fixture_store: EventStore,
+) -> None:
+    """The mapper builds the JSON it validates by hand: the same events, for any id and version."""
+    recorder, mapper = fixture_store.app.recorder, fixture_store.app.mapper
+    assert isinstance(mapper, PydanticEventMapper)
+    notifications = recorder.select_notifications(start=0, limit=10_000)
+    assert len(notifications) == 108
+    for n in notifications:
+        plain = mapper.plain_state(n)
+        for originator_id, version in [
+            (str(n.originator_id), n.originator_version),
+            ('inv-\u00fc "\u2603"\\', 12_345),
+            ("x", 999),
+            ("y", 1000),
+        ]:
+            stored = StoredEvent(
+                originator_id=originator_id,
+                originator_version=version,
+                topic=n.topic,
+                state=n.state,
+            )
+            decoded: DomainEvent = mapper.to_domain_event(stored)
+            expected = _reference(type(decoded), originator_id, version, plain)
+            assert type(decoded) is type(expected)
+            assert decoded == expected
+            assert decoded.model_fields_set == expected.model_fields_set
+            assert decoded.model_dump_json() == expected.model_dump_json()
