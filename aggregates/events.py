@@ -113,10 +113,10 @@ class ByClass(dict[type, _Value]):
 
     For the read models' per-event dispatch: ``isinstance(event, C)`` against a pydantic
     class ``C`` that ``event`` is not exactly an instance of walks the event's MRO and then
-    reads its ``__class__`` through ``BaseModel.__getattr__``'s hook (about 800 instructions
-    for a failed check, several per event in each read model), where ``table[type(event)]``
-    is one dict lookup. ``decide`` must depend on the class alone (``issubclass`` does: pydantic
-    models have no virtual subclasses).
+    reads its ``__class__`` through ``BaseModel.__getattr__``'s hook (several hundred
+    instructions for a failed check, several per event in each read model), where
+    ``table[type(event)]`` is one dict lookup. ``decide`` must depend on the class alone
+    (``issubclass`` does: pydantic models have no virtual subclasses).
     """
 
     def __init__(self, decide: Callable[[type], _Value]) -> None:
@@ -140,8 +140,9 @@ def isoformat(moment: datetime) -> str:
     """``moment.isoformat()``, written without ``sprintf`` for a UTC time.
 
     ``datetime.isoformat`` formats through ``PyUnicode_FromFormat`` and the C library's
-    ``sprintf``, and asks the tzinfo for its offset each time: about 11,000 instructions,
-    where this takes a fifth. The read models write a time of most events. Anything but
+    ``sprintf``, and asks the tzinfo for its offset each time: about 11,700 instructions
+    under callgrind, 0.79 us against this one's 0.33. The read models write a time of most
+    events. Anything but
     a ``datetime`` in UTC (a fixed offset of zero) of a four-digit year is
     ``moment.isoformat()`` itself.
     """
