@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from datetime import datetime
-from typing import Any
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any, TypeVar
 
 from eventsourcing.domain import BaseAggregate, CanMutateAggregate
 from eventsourcing.utils import get_topic
 from pydantic import BaseModel, ConfigDict
+from pydantic_core import TzInfo
 
 from aggregates.audit import AUDIT_FORMAT, GENESIS, event_body, stored_link, topic_of
 
@@ -102,6 +103,66 @@ class ChainedAggregate(BaseAggregate[str]):
         self.version = event.originator_version
         self.modified_on = event.timestamp
         self._pending_events.append(event)
+
+
+_Value = TypeVar("_Value")
+
+
+class ByClass(dict[type, _Value]):
+    """What a class maps to, worked out once per class by ``decide``, then looked up.
+
+    For the read models' per-event dispatch: ``isinstance(event, C)`` against a pydantic
+    class ``C`` that ``event`` is not exactly an instance of walks the event's MRO and then
+    reads its ``__class__`` through ``BaseModel.__getattr__``'s hook (several hundred
+    instructions for a failed check, several per event in each read model), where
+    ``table[type(event)]`` is one dict lookup. ``decide`` must depend on the class alone
+    (``issubclass`` does: pydantic models have no virtual subclasses).
+    """
+
+    def __init__(self, decide: Callable[[type], _Value]) -> None:
+        super().__init__()
+        self._decide = decide
+
+    def __missing__(self, cls: type) -> _Value:
+        value = self[cls] = self._decide(cls)
+        return value
+
+
+_TWO_DIGITS = tuple(f"{n:02d}" for n in range(100))
+_FIXED_OFFSETS = (timezone, TzInfo)
+"""tzinfo classes whose offset is one for every time (pydantic reads ``Z`` as a ``TzInfo``)."""
+_ZERO = timedelta(0)
+_utc: list[object] = [UTC]
+"""The tzinfo last seen to be UTC (pydantic gives every time it reads one and the same)."""
+
+
+def isoformat(moment: datetime) -> str:
+    """``moment.isoformat()``, written without ``sprintf`` for a UTC time.
+
+    ``datetime.isoformat`` formats through ``PyUnicode_FromFormat`` and the C library's
+    ``sprintf``, and asks the tzinfo for its offset each time: about 11,700 instructions
+    under callgrind, 0.79 us against this one's 0.33. The read models write a time of most
+    events. Anything but
+    a ``datetime`` in UTC (a fixed offset of zero) of a four-digit year is
+    ``moment.isoformat()`` itself.
+    """
+    zone = moment.tzinfo
+    if zone is not _utc[0]:
+        if zone is None or type(zone) not in _FIXED_OFFSETS or zone.utcoffset(moment) != _ZERO:
+            return moment.isoformat()
+        _utc[0] = zone
+    year = moment.year
+    if year < 1000 or type(moment) is not datetime:
+        return moment.isoformat()
+    two = _TWO_DIGITS
+    day = f"{year}-{two[moment.month]}-{two[moment.day]}"
+    clock = f"{two[moment.hour]}:{two[moment.minute]}:{two[moment.second]}"
+    micro = moment.microsecond
+    if micro:
+        return (
+            f"{day}T{clock}.{two[micro // 10000]}{two[micro // 100 % 100]}{two[micro % 100]}+00:00"
+        )
+    return f"{day}T{clock}+00:00"
 
 
 def fold(aggregate: Any, events: Iterable[DomainEvent]) -> Any:

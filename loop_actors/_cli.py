@@ -119,6 +119,7 @@ from projections import (
     load_trajectory,
     metrics,
 )
+from projections.runner import DEFAULT_BATCH_SIZE
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 1
@@ -477,7 +478,10 @@ def _build_parser() -> argparse.ArgumentParser:
         )
         sub_parser.add_argument("--json", action="store_true", help="one JSON object a line")
         sub_parser.add_argument(
-            "--batch-size", type=int, default=500, help="events per transaction (default 500)"
+            "--batch-size",
+            type=int,
+            default=DEFAULT_BATCH_SIZE,
+            help=f"events per transaction (default {DEFAULT_BATCH_SIZE})",
         )
         views_option(sub_parser)
 
@@ -866,7 +870,7 @@ def _history(args: argparse.Namespace) -> int:
 
 def _read_models(args: argparse.Namespace) -> int:
     """The commands that read the read models (after catching them up)."""
-    batch_size = getattr(args, "batch_size", 500)
+    batch_size = getattr(args, "batch_size", DEFAULT_BATCH_SIZE)
     if batch_size < 1:
         raise UsageError("--batch-size must be at least 1")
     store = _open_for_reading(args.db)

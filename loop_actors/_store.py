@@ -47,7 +47,6 @@ from eventsourcing.sqlite import (
     SQLiteDatastore,
 )
 from eventsourcing.utils import TopicError, get_topic, resolve_topic
-from pydantic_core import to_json
 
 from aggregates.audit import (
     AUDIT_FORMAT,
@@ -137,6 +136,12 @@ def _validator_of(topic: str) -> Callable[..., Any]:
 
 
 _VALIDATORS: dict[str, Callable[..., Any]] = {}
+
+_ascii_string: Callable[[str], str] = json.encoder.encode_basestring_ascii
+"""A str as a JSON string with ASCII escapes (C; what ``json.dumps`` calls)."""
+_SMALL = 1_000
+_VERSIONS = tuple(b"%d" % n for n in range(_SMALL))
+"""An event's version as JSON, for the versions most events have."""
 
 
 class PydanticEventMapper(Mapper[str]):
@@ -230,16 +235,20 @@ class PydanticEventMapper(Mapper[str]):
         parses and validates the whole record in one (Rust) pass. (The object is built
         by hand: json.dumps of a dict cost as much as the parse.)
         """
+        version = stored_event.originator_version
         joined = b"".join(
             (
                 b'{"originator_id":',
-                to_json(str(stored_event.originator_id)),
+                # JSON with ASCII escapes: what pydantic reads back is the same string.
+                _ascii_string(str(stored_event.originator_id)).encode(),
                 b',"originator_version":',
-                b"%d" % stored_event.originator_version,
+                _VERSIONS[version] if 0 <= version < _SMALL else b"%d" % version,
                 *rest,
             )
         )
-        return _validator_of(stored_event.topic)(joined, context=self.context)
+        topic = stored_event.topic
+        validate = _VALIDATORS.get(topic) or _validator_of(topic)
+        return validate(joined, context=self.context)
 
     context: ClassVar[str | None] = None
     """The validation context events are decoded with (see ``_SnapshotMapper``)."""

@@ -13,6 +13,7 @@ from loop_actors._errors import StoreReadOnlyError, StoreUnavailableError
 from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._store import EventStore, sqlite_write_refusal
 from projections import ForeignReadModelsError, Projection, ProjectionRunner, default_projections
+from projections.runner import DEFAULT_BATCH_SIZE
 from projections.sql import is_postgres_url, postgres_location
 
 _NO_VALUES: dict[object, None] = {}
@@ -78,7 +79,7 @@ def open_runner(
     views: str | None = None,
     projections: Sequence[Projection] | None = None,
     *,
-    batch_size: int = 500,
+    batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> ProjectionRunner:
     """A projection runner for the store's read models (blocking: opens a database).
 
@@ -139,7 +140,7 @@ def open_read_runner(
     store: EventStore,
     views: str | None,
     *,
-    batch_size: int = 500,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     note: Callable[[str], None],
 ) -> ProjectionRunner:
     """Read models for a command that only reads: where they live, else in memory.
@@ -158,7 +159,7 @@ def open_read_runner(
 
 
 def open_writable_runner(
-    store: EventStore, views: str | None, *, batch_size: int = 500
+    store: EventStore, views: str | None, *, batch_size: int = DEFAULT_BATCH_SIZE
 ) -> ProjectionRunner:
     """Read models for a command that is about them (``projections``): where they live.
 

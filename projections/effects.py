@@ -9,13 +9,13 @@ the effect (see ``aggregates.effect.who_settles``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from eventsourcing.persistence import IntegrityError
 
 from aggregates.decisions import EffectStatus
-from aggregates.effect import EffectPrepared, effect_status_after, who_settles
-from aggregates.events import DomainEvent
+from aggregates.effect import EffectEvent, EffectPrepared, effect_status_after, who_settles
+from aggregates.events import ByClass, DomainEvent, isoformat
 from aggregates.invocation import InvocationStarted, Terminated
 from projections.runner import Projection, ProjectionRunner
 from projections.sql import ViewCursor, marks
@@ -56,22 +56,31 @@ class OpenEffectsProjection(Projection):
         new: dict[str, list[Any]] = {}  # prepared in the batch and still open
         changed: dict[str, list[Any]] = {}  # open before the batch: [status, attempts, at]
         settled: set[str] = set()  # open before the batch, settled in it
+        kinds = _KINDS
         for event, position in events:
-            if isinstance(event, InvocationStarted):
-                invocations[event.originator_id] = [event.originator_id, event.agent_name, 0]
+            kind = kinds[type(event)]
+            if kind is _STARTS:
+                invocations[event.originator_id] = [
+                    event.originator_id,
+                    cast("InvocationStarted", event).agent_name,
+                    0,
+                ]
                 continue
-            if isinstance(event, Terminated):
+            if kind is _ENDS:
                 if event.originator_id in invocations:
                     invocations[event.originator_id][2] = 1
                 else:
                     ended.append((event.originator_id,))
                 continue
+            if kind is _OTHER:
+                continue
             status = effect_status_after(event)
             if status is None:
                 continue
             key = event.originator_id
-            at = event.timestamp.isoformat()
-            if isinstance(event, EffectPrepared):
+            at = isoformat(event.timestamp)
+            if kind is _PREPARED:
+                event = cast("EffectPrepared", event)
                 if key in new:
                     raise IntegrityError(f"effect {key} prepared twice")
                 new[key] = [
@@ -83,7 +92,7 @@ class OpenEffectsProjection(Projection):
                     settled.add(key)
                     changed.pop(key, None)
             else:
-                attempt = 1 if status == EffectStatus.DISPATCHED.value else 0
+                attempt = 1 if status == _DISPATCHED else 0
                 if key in new:
                     row = new[key]
                     row[5], row[6], row[8] = status, row[6] + attempt, at
@@ -113,10 +122,28 @@ class OpenEffectsProjection(Projection):
         cursor.insert_rows("open_effects", _COLUMNS, list(new.values()))
 
 
+_OTHER, _STARTS, _ENDS, _PREPARED, _EFFECT = "other", "start", "end", "prepared", "effect"
+
+
+def _kind_of(cls: type) -> str:
+    """What an event of ``cls`` is to this read model."""
+    if issubclass(cls, InvocationStarted):
+        return _STARTS
+    if issubclass(cls, Terminated):
+        return _ENDS
+    if issubclass(cls, EffectPrepared):
+        return _PREPARED
+    return _EFFECT if issubclass(cls, EffectEvent) else _OTHER
+
+
+_KINDS: ByClass[str] = ByClass(_kind_of)
+
+
 _COLUMNS = (
     "effect_key", "invocation_id", "step", "call_id", "tool", "status", "attempt",
     "prepared_at", "updated_at", "prepared_position",
 )  # fmt: skip
+_DISPATCHED = EffectStatus.DISPATCHED.value
 _SETTLED = frozenset(
     {EffectStatus.COMMITTED.value, EffectStatus.REJECTED.value, EffectStatus.RECONCILED.value}
 )

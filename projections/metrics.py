@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast
 
 from eventsourcing.persistence import IntegrityError
 
-from aggregates.decisions import Frozen
+from aggregates.decisions import Frozen, TerminalReason
 from aggregates.effect import EffectEvent, EffectPrepared, effect_status_after
-from aggregates.events import DomainEvent
+from aggregates.events import ByClass, DomainEvent, isoformat
 from aggregates.invocation import (
     ApprovalDenied,
     ApprovalGranted,
@@ -85,13 +85,16 @@ class MetricsProjection(Projection):
             held = cursor.cache["invocations"] = OrderedDict()
         starts: set[str] = set()
         missing: set[str] = set()
+        folds = _FOLDS
         for event, _ in events:
-            if isinstance(event, InvocationEvent):
-                invocation_id = event.originator_id
-                if isinstance(event, InvocationStarted):
-                    starts.add(invocation_id)
-                elif invocation_id not in held:
-                    missing.add(invocation_id)
+            fold = folds[type(event)]
+            if fold is None or fold is _Batch.on_effect:
+                continue
+            invocation_id = event.originator_id
+            if fold is _Batch.on_start:
+                starts.add(invocation_id)
+            elif invocation_id not in held:
+                missing.add(invocation_id)
         missing -= starts
         for chunk in _chunks(sorted(missing)):
             for row in cursor.query(
@@ -101,7 +104,9 @@ class MetricsProjection(Projection):
                 held[row["invocation_id"]] = [row[c] for c in _COLUMNS]
         batch = _Batch(held)
         for event, _ in events:
-            batch.fold(event)
+            fold = folds[type(event)]
+            if fold is not None:
+                fold(batch, event)
         batch.write(cursor)
         for invocation_id in batch.touched:  # the most recently touched last
             held.move_to_end(invocation_id)
@@ -129,6 +134,9 @@ _STARTED_AT, _WALL_MS, _REPEATED, _LAST_PLAN = 9, 10, 11, 12
 
 _CHUNK = 250
 
+_REASONS = {reason: reason.value for reason in TerminalReason}
+"""Each reason's value (a dict lookup: an enum's ``value`` is a Python property)."""
+
 
 def _chunks(items: Sequence[str]) -> list[Sequence[str]]:
     return [items[i : i + _CHUNK] for i in range(0, len(items), _CHUNK)]
@@ -153,60 +161,81 @@ class _Batch:
 
     def fold(self, event: DomainEvent) -> None:
         """One event's change (to rows it does not hold, none, as an UPDATE would do)."""
-        # The classes are disjoint: the commonest first (each case is an isinstance check).
-        match event:
-            case DecisionProposed():
-                if (row := self._row(event.originator_id)) is not None:
-                    row[_STEPS] = event.step
-                    row[_INPUT] += event.usage.input_tokens
-                    row[_OUTPUT] += event.usage.output_tokens
-                    row[_COST] += event.usage.cost
-            case InvocationStarted():
-                invocation_id = event.originator_id
-                if invocation_id in self.held:  # as the INSERT would: refuse a second start
-                    raise IntegrityError(f"invocation {invocation_id} started twice")
-                self.held[invocation_id] = [
-                    invocation_id, event.agent_name, event.task_class or "", None,
-                    0, 0, 0, 0, 0.0, event.timestamp.isoformat(), None, 0, None,
-                ]  # fmt: skip
-                self.new.add(invocation_id)
-                self.touched[invocation_id] = None
-            case Paused() | Terminated():
-                if (row := self._row(event.originator_id)) is not None:
-                    started = datetime.fromisoformat(row[_STARTED_AT])
-                    row[_REASON] = event.reason.value
-                    row[_WALL_MS] = (event.timestamp - started).total_seconds() * 1000.0
-            case EffectEvent():
-                self._fold_effect(event)
-            case BatchDispatched():
-                if (row := self._row(event.originator_id)) is not None:
-                    plan = plan_fingerprint(event.calls)
-                    row[_TOOL_CALLS] += len(event.calls)
-                    row[_REPEATED] += 1 if row[_LAST_PLAN] == plan else 0
-                    row[_LAST_PLAN] = plan
-            case ResultsCommitted():
-                row = self._row(event.originator_id)
-                if row is not None and row[_REASON] == "reconciliation_required":
-                    row[_REASON] = row[_WALL_MS] = None
-                for result in event.results:
-                    if result.error is not None:
-                        key = (event.originator_id, result.error.error_class.value)
-                        self.failed[key] = self.failed.get(key, 0) + 1
-            case ApprovalGranted() | ApprovalDenied() | ClarificationProvided():
-                if (row := self._row(event.originator_id)) is not None:
-                    row[_REASON] = row[_WALL_MS] = None
-            case _:
-                pass  # no other event changes the totals
+        fold = _FOLDS[type(event)]
+        if fold is not None:
+            fold(self, event)
+
+    def on_decision(self, event: DecisionProposed) -> None:
+        """A step's usage."""
+        if (row := self._row(event.originator_id)) is not None:
+            usage = event.usage
+            row[_STEPS] = event.step
+            row[_INPUT] += usage.input_tokens
+            row[_OUTPUT] += usage.output_tokens
+            row[_COST] += usage.cost
+
+    def on_start(self, event: InvocationStarted) -> None:
+        """A new row (a second start fails the batch, as the INSERT would)."""
+        invocation_id = event.originator_id
+        if invocation_id in self.held:
+            raise IntegrityError(f"invocation {invocation_id} started twice")
+        self.held[invocation_id] = [
+            invocation_id, event.agent_name, event.task_class or "", None,
+            0, 0, 0, 0, 0.0, isoformat(event.timestamp), None, 0, None,
+        ]  # fmt: skip
+        self.new.add(invocation_id)
+        self.touched[invocation_id] = None
+
+    def on_end(self, event: Paused | Terminated) -> None:
+        """How it ended (or paused), and its wall time."""
+        if (row := self._row(event.originator_id)) is not None:
+            started = datetime.fromisoformat(row[_STARTED_AT])
+            row[_REASON] = _REASONS[event.reason]
+            row[_WALL_MS] = (event.timestamp - started).total_seconds() * 1000.0
+
+    def on_dispatch(self, event: BatchDispatched) -> None:
+        """Its calls, and whether it repeats the last plan."""
+        if (row := self._row(event.originator_id)) is not None:
+            plan = plan_fingerprint(event.calls)
+            row[_TOOL_CALLS] += len(event.calls)
+            row[_REPEATED] += 1 if row[_LAST_PLAN] == plan else 0
+            row[_LAST_PLAN] = plan
+
+    def on_results(self, event: ResultsCommitted) -> None:
+        """The failed calls; a reconciliation pause is over (the only change to the row)."""
+        row = self.held.get(event.originator_id)
+        if row is not None and row[_REASON] == "reconciliation_required":
+            self._running(event.originator_id, row)
+        for result in event.results:
+            if result.error is not None:
+                key = (event.originator_id, result.error.error_class.value)
+                self.failed[key] = self.failed.get(key, 0) + 1
+
+    def on_resume(self, event: InvocationEvent) -> None:
+        """Running again: no reason, no wall time."""
+        row = self.held.get(event.originator_id)
+        if row is not None and (row[_REASON] is not None or row[_WALL_MS] is not None):
+            self._running(event.originator_id, row)
+
+    def _running(self, invocation_id: str, row: list[Any]) -> None:
+        """No reason, no wall time: a row is written (touched) only when the event changes it."""
+        row[_REASON] = row[_WALL_MS] = None
+        self.touched[invocation_id] = None
+
+    def on_effect(self, event: DomainEvent) -> None:
+        """An effect's status."""
+        self._fold_effect(event)
 
     def _fold_effect(self, event: DomainEvent) -> None:
         status = effect_status_after(event)
         if status is None:
             return
         key = event.originator_id
-        if isinstance(event, EffectPrepared):
+        if _PREPARES[type(event)]:
             if key in self.new_effects:
                 raise IntegrityError(f"effect {key} prepared twice")
-            self.new_effects[key] = [key, event.invocation_id, status]
+            invocation_id = cast("EffectPrepared", event).invocation_id
+            self.new_effects[key] = [key, invocation_id, status]
         elif key in self.new_effects:
             self.new_effects[key][2] = status
         else:
@@ -241,6 +270,30 @@ class _Batch:
             ("effect_key",),
             [(status, key) for key, status in self.effect_statuses.items()],
         )
+
+
+_CASES: tuple[tuple[type, Callable[[_Batch, Any], None]], ...] = (
+    # The classes are disjoint; the order is the one a match over them would have.
+    (DecisionProposed, _Batch.on_decision),
+    (InvocationStarted, _Batch.on_start),
+    (Paused, _Batch.on_end),
+    (Terminated, _Batch.on_end),
+    (EffectEvent, _Batch.on_effect),
+    (BatchDispatched, _Batch.on_dispatch),
+    (ResultsCommitted, _Batch.on_results),
+    (ApprovalGranted, _Batch.on_resume),
+    (ApprovalDenied, _Batch.on_resume),
+    (ClarificationProvided, _Batch.on_resume),
+)
+
+
+def _fold_of(cls: type) -> Callable[[_Batch, Any], None] | None:
+    """How an event of ``cls`` changes the totals (None: it does not)."""
+    return next((fold for case, fold in _CASES if issubclass(cls, case)), None)
+
+
+_FOLDS: ByClass[Callable[[_Batch, Any], None] | None] = ByClass(_fold_of)
+_PREPARES: ByClass[bool] = ByClass(lambda cls: issubclass(cls, EffectPrepared))
 
 
 class MetricsRow(Frozen):

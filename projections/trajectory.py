@@ -29,7 +29,7 @@ from aggregates.decisions import (
 )
 from aggregates.digest import canonical_json
 from aggregates.effect import EffectEvent, effect_status_after
-from aggregates.events import DomainEvent
+from aggregates.events import ByClass, DomainEvent, isoformat
 from aggregates.invocation import (
     ApprovalDenied,
     ApprovalGranted,
@@ -172,96 +172,143 @@ def evolve_trajectory(trajectory: Trajectory | None, event: DomainEvent) -> Traj
                 "events": event.originator_version,
                 "status": InvocationStatus.RUNNING,
                 "task_class": event.task_class,
-                "started_at": _iso(event),
+                "started_at": isoformat(event.timestamp),
                 "ended_at": None,
                 "input_tokens": 0,
                 "output_tokens": 0,
                 "cost": 0.0,
             },
         )
-    if isinstance(event, EffectEvent):
-        return _on_effect(trajectory, event)
-    if not isinstance(event, InvocationEvent) or event.originator_id != trajectory.invocation_id:
+    fold = _INVOCATION_FOLDS[type(event)]
+    if fold is None:  # not an invocation event
+        return _on_effect(trajectory, event) if _IS_EFFECT[type(event)] else trajectory
+    if event.originator_id != trajectory.invocation_id:
         return trajectory
     head: dict[str, Any] = {"events": event.originator_version}
-    # The classes are disjoint: the commonest first (each case is an isinstance check).
-    match event:
-        case DecisionProposed():
-            kind, summary = _summary(event)
-            usage = event.usage
-            step = built(
-                StepView,
-                {
-                    "step": event.step,
-                    "kind": kind,
-                    "summary": summary,
-                    "calls": [],
-                    "input_tokens": usage.input_tokens,
-                    "output_tokens": usage.output_tokens,
-                    "cost": usage.cost,
-                    "latency_ms": usage.latency_ms,
-                    "decision": event.decision,
-                    "rejection": event.rejection,
-                },
-            )
-            head["steps"] = [*trajectory.steps, step]
-            head["input_tokens"] = trajectory.input_tokens + usage.input_tokens
-            head["output_tokens"] = trajectory.output_tokens + usage.output_tokens
-            head["cost"] = trajectory.cost + usage.cost
-        case BatchDispatched():
-            calls = [
-                built(
-                    CallView,
-                    {
-                        "call_id": call.call_id,
-                        "name": call.name,
-                        "arguments": call.arguments,
-                        "status": "dispatched",
-                        "output": None,
-                        "error_message": None,
-                        "duration_ms": None,
-                        "effect": call.effect,
-                        "effect_key": call.effect_key,
-                        "effect_status": "dispatched" if call.effect_key else None,
-                    },
-                )
-                for call in event.calls
-            ]
-            index = _step_index(trajectory, event.step)
-            head["steps"] = _with_step(trajectory, index, _calls(trajectory.steps[index], calls))
-            head["tool_calls"] = trajectory.tool_calls + len(calls)
-        case ResultsCommitted():
-            by_id = {result.call_id: result for result in event.results}
-            index = _step_index(trajectory, event.step)
-            step = trajectory.steps[index]
-            calls = [_settle(call, by_id.get(call.call_id)) for call in step.calls]
-            head["steps"] = _with_step(trajectory, index, _calls(step, calls))
-            if trajectory.status is InvocationStatus.PAUSED:  # after a reconciliation pause
-                head |= _RUNNING
-        case Paused():
-            head |= {
-                "status": InvocationStatus.PAUSED,
-                "reason": event.reason,
-                "detail": event.question or event.proposal_digest,
-                "ended_at": _iso(event),
-            }
-        case Terminated():
-            head |= {
-                "status": InvocationStatus.TERMINATED,
-                "reason": event.reason,
-                "answer": event.answer,
-                "detail": event.detail,
-                "ended_at": _iso(event),
-            }
-        case ApprovalGranted() | ApprovalDenied() | ClarificationProvided():
-            head |= _RUNNING
-        case InvocationStarted():
-            raise ValueError(f"invocation {trajectory.invocation_id} started twice")
-        case VerificationFailed() | ContextCompacted():
-            pass  # not shown in the trajectory; counted among its events
-        case _:
-            pass  # an invocation event this version does not know: counted only
+    fold(trajectory, event, head)
     return _replace(trajectory, head)
+
+
+_Fold = Callable[[Trajectory, Any, dict[str, Any]], None]
+"""What an invocation event changes: it puts the head's new values in the dict it is given."""
+
+
+def _on_decision(trajectory: Trajectory, event: DecisionProposed, head: dict[str, Any]) -> None:
+    kind, summary = _summary(event)
+    usage = event.usage.__dict__  # read once each (see _head_row)
+    input_tokens, output_tokens, cost = usage["input_tokens"], usage["output_tokens"], usage["cost"]
+    step = built(
+        StepView,
+        {
+            "step": event.step,
+            "kind": kind,
+            "summary": summary,
+            "calls": [],
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "cost": cost,
+            "latency_ms": usage["latency_ms"],
+            "decision": event.decision,
+            "rejection": event.rejection,
+        },
+    )
+    t = trajectory.__dict__
+    head["steps"] = [*t["steps"], step]
+    head["input_tokens"] = t["input_tokens"] + input_tokens
+    head["output_tokens"] = t["output_tokens"] + output_tokens
+    head["cost"] = t["cost"] + cost
+
+
+def _on_dispatch(trajectory: Trajectory, event: BatchDispatched, head: dict[str, Any]) -> None:
+    calls = [
+        built(
+            CallView,
+            {
+                "call_id": call.call_id,
+                "name": call.name,
+                "arguments": call.arguments,
+                "status": "dispatched",
+                "output": None,
+                "error_message": None,
+                "duration_ms": None,
+                "effect": call.effect,
+                "effect_key": call.effect_key,
+                "effect_status": "dispatched" if call.effect_key else None,
+            },
+        )
+        for call in event.calls
+    ]
+    index = _step_index(trajectory, event.step)
+    head["steps"] = _with_step(trajectory, index, _calls(trajectory.steps[index], calls))
+    head["tool_calls"] = trajectory.tool_calls + len(calls)
+
+
+def _on_results(trajectory: Trajectory, event: ResultsCommitted, head: dict[str, Any]) -> None:
+    by_id = {result.call_id: result for result in event.results}
+    index = _step_index(trajectory, event.step)
+    step = trajectory.steps[index]
+    calls = [_settle(call, by_id.get(call.call_id)) for call in step.calls]
+    head["steps"] = _with_step(trajectory, index, _calls(step, calls))
+    if trajectory.status is InvocationStatus.PAUSED:  # after a reconciliation pause
+        head |= _RUNNING
+
+
+def _on_pause(trajectory: Trajectory, event: Paused, head: dict[str, Any]) -> None:
+    head |= {
+        "status": InvocationStatus.PAUSED,
+        "reason": event.reason,
+        "detail": event.question or event.proposal_digest,
+        "ended_at": isoformat(event.timestamp),
+    }
+
+
+def _on_end(trajectory: Trajectory, event: Terminated, head: dict[str, Any]) -> None:
+    head |= {
+        "status": InvocationStatus.TERMINATED,
+        "reason": event.reason,
+        "answer": event.answer,
+        "detail": event.detail,
+        "ended_at": isoformat(event.timestamp),
+    }
+
+
+def _on_resume(trajectory: Trajectory, event: InvocationEvent, head: dict[str, Any]) -> None:
+    head |= _RUNNING
+
+
+def _on_second_start(trajectory: Trajectory, event: InvocationEvent, head: dict[str, Any]) -> None:
+    raise ValueError(f"invocation {trajectory.invocation_id} started twice")
+
+
+def _counted(trajectory: Trajectory, event: InvocationEvent, head: dict[str, Any]) -> None:
+    """Not shown in the trajectory (or not known to this version): counted among its events."""
+
+
+_FOLDS: tuple[tuple[type, _Fold], ...] = (
+    # The classes are disjoint; the order is the one a match over them would have.
+    (DecisionProposed, _on_decision),
+    (BatchDispatched, _on_dispatch),
+    (ResultsCommitted, _on_results),
+    (Paused, _on_pause),
+    (Terminated, _on_end),
+    (ApprovalGranted, _on_resume),
+    (ApprovalDenied, _on_resume),
+    (ClarificationProvided, _on_resume),
+    (InvocationStarted, _on_second_start),
+    (VerificationFailed, _counted),
+    (ContextCompacted, _counted),
+)
+
+
+def _fold_of(cls: type) -> _Fold | None:
+    """How an invocation event of ``cls`` changes a trajectory; None for any other event."""
+    if not issubclass(cls, InvocationEvent):
+        return None
+    return next((fold for case, fold in _FOLDS if issubclass(cls, case)), _counted)
+
+
+_INVOCATION_FOLDS: ByClass[_Fold | None] = ByClass(_fold_of)
+_IS_EFFECT: ByClass[bool] = ByClass(lambda cls: issubclass(cls, EffectEvent))
 
 
 OUTPUT_PREVIEW_BYTES = 4_096
@@ -338,7 +385,8 @@ def _with_step(trajectory: Trajectory, index: int, step: StepView) -> list[StepV
     return steps
 
 
-def _on_effect(trajectory: Trajectory, event: EffectEvent) -> Trajectory:
+def _on_effect(trajectory: Trajectory, event: DomainEvent) -> Trajectory:
+    """An effect event's change: the status of the call holding its effect key."""
     key = event.originator_id
     for holding, step in enumerate(trajectory.steps):
         if any(call.effect_key == key for call in step.calls):
@@ -543,28 +591,55 @@ def _route(
     routed: list[tuple[str, DomainEvent]] = []
     started: dict[str, int] = {}
     owners: dict[str, str] = {}  # effect key -> invocation, for writes dispatched in the batch
-    unknown: list[tuple[int, EffectEvent]] = []  # (index in routed, event)
+    unknown: list[tuple[int, DomainEvent]] = []  # (index in routed, an effect event)
+    route = _ROUTES
     for event, position in events:
-        if isinstance(event, EffectEvent):
+        kind = route[type(event)]
+        if kind is _OTHER:
+            continue
+        if kind is _EFFECT:
             key = event.originator_id
             owner = owners.get(key) or cache.owners.get(key)
             if owner is None:
                 unknown.append((len(routed), event))
             routed.append((owner or "", event))
             continue
-        if not isinstance(event, InvocationEvent):
-            continue
         invocation_id = event.originator_id
         routed.append((invocation_id, event))
-        if isinstance(event, InvocationStarted):
+        if kind is _STARTED:
             started.setdefault(invocation_id, position)
-        elif isinstance(event, BatchDispatched):
-            owners.update((c.effect_key, invocation_id) for c in event.calls if c.effect_key)
-    if unknown:
-        stored = _stored_owners(cursor, [event.originator_id for _, event in unknown])
-        for index, event in unknown:
-            routed[index] = (stored.get(event.originator_id, ""), event)
+        elif kind is _DISPATCHED:
+            calls = cast("BatchDispatched", event).calls
+            owners.update((c.effect_key, invocation_id) for c in calls if c.effect_key)
+    if not unknown:
+        return routed, started, owners  # every event has its invocation
+    stored = _stored_owners(cursor, [event.originator_id for _, event in unknown])
+    for index, event in unknown:
+        routed[index] = (stored.get(event.originator_id, ""), event)
     return [(i, event) for i, event in routed if i], started, owners
+
+
+_OTHER, _EFFECT, _INVOCATION, _STARTED, _DISPATCHED = (
+    "other",
+    "effect",
+    "invocation",
+    "start",
+    "batch",
+)
+
+
+def _route_of(cls: type) -> str:
+    """How ``_route`` takes an event of ``cls``."""
+    if issubclass(cls, EffectEvent):
+        return _EFFECT
+    if not issubclass(cls, InvocationEvent):
+        return _OTHER
+    if issubclass(cls, InvocationStarted):
+        return _STARTED
+    return _DISPATCHED if issubclass(cls, BatchDispatched) else _INVOCATION
+
+
+_ROUTES: ByClass[str] = ByClass(_route_of)
 
 
 _CHUNK = 250
@@ -608,46 +683,54 @@ def _read_whole(cursor: ViewCursor, invocation_ids: Sequence[str]) -> dict[str, 
     return found
 
 
-_VALUES: dict[StrEnum, str] = {m: m.value for e in (InvocationStatus, TerminalReason) for m in e}
-"""Each status and reason's value (a dict lookup: an enum's ``value`` is a Python property)."""
+_VALUES: dict[StrEnum, str] = {
+    m: m.value for e in (InvocationStatus, TerminalReason, Effect) for m in e
+}
+"""Each status, reason and effect's value (a dict lookup: an enum's ``value`` is a Python
+property)."""
 
 
 def _head_row(trajectory: Trajectory, *, started_position: int | None = None) -> tuple[Any, ...]:
-    last_step = trajectory.steps[-1].step if trajectory.steps else 0
+    # The row builders read a model's fields from its __dict__: each attribute of a pydantic
+    # model is read through BaseModel.__getattr__'s hook, twice as slow (every row, every batch).
+    t = trajectory.__dict__
+    steps, reason = t["steps"], t["reason"]
     return (
-        trajectory.invocation_id,
-        trajectory.agent_name,
-        trajectory.agent_version,
-        trajectory.task_class,
-        trajectory.goal,
-        _VALUES[trajectory.status],
-        _VALUES[trajectory.reason] if trajectory.reason else None,
-        trajectory.answer,
-        trajectory.detail,
-        last_step,
-        trajectory.tool_calls,
-        trajectory.input_tokens,
-        trajectory.output_tokens,
-        trajectory.cost,
-        trajectory.started_at,
-        trajectory.ended_at,
+        t["invocation_id"],
+        t["agent_name"],
+        t["agent_version"],
+        t["task_class"],
+        t["goal"],
+        _VALUES[t["status"]],
+        _VALUES[reason] if reason else None,
+        t["answer"],
+        t["detail"],
+        steps[-1].step if steps else 0,
+        t["tool_calls"],
+        t["input_tokens"],
+        t["output_tokens"],
+        t["cost"],
+        t["started_at"],
+        t["ended_at"],
         started_position,
-        trajectory.events,
+        t["events"],
     )
 
 
 def _step_row(invocation_id: str, step: StepView) -> tuple[Any, ...]:
+    s = step.__dict__
+    decision, rejection = s["decision"], s["rejection"]
     return (
         invocation_id,
-        step.step,
-        step.kind,
-        step.summary,
-        _json(_decision_json(step.decision) if step.decision else None),
-        _json(_REJECTION.to_python(step.rejection, mode="json") if step.rejection else None),
-        step.input_tokens,
-        step.output_tokens,
-        step.cost,
-        step.latency_ms,
+        s["step"],
+        s["kind"],
+        s["summary"],
+        _json(_decision_json(decision) if decision else None),
+        _json(_REJECTION.to_python(rejection, mode="json") if rejection else None),
+        s["input_tokens"],
+        s["output_tokens"],
+        s["cost"],
+        s["latency_ms"],
     )
 
 
@@ -671,29 +754,32 @@ def _decision_json(decision: Decision) -> Any:
 
 
 def _call_row(invocation_id: str, step: int, order: int, call: CallView) -> tuple[Any, ...]:
+    c = call.__dict__
     return (
         invocation_id,
         step,
         order,
-        call.call_id,
-        call.name,
-        _json(call.arguments),
-        call.effect.value,
-        call.effect_key,
+        c["call_id"],
+        c["name"],
+        _json(c["arguments"]),
+        _VALUES[c["effect"]],
+        c["effect_key"],
         *_result_columns(call),
     )
 
 
 def _result_columns(call: CallView) -> tuple[Any, ...]:
     """status, error_class, error_message, output, duration_ms, effect_status."""
-    failed = call.status not in ("ok", "dispatched")
+    c = call.__dict__
+    status = c["status"]
+    failed = status not in ("ok", "dispatched")
     return (
-        "error" if failed else call.status,
-        call.status if failed else None,
-        call.error_message,
-        _json(call.output) if call.status == "ok" else None,
-        call.duration_ms,
-        call.effect_status,
+        "error" if failed else status,
+        status if failed else None,
+        c["error_message"],
+        _json(c["output"]) if status == "ok" else None,
+        c["duration_ms"],
+        c["effect_status"],
     )
 
 
@@ -740,7 +826,7 @@ class _Rows:
         head = _head_row(after, started_position=started)
         if before is None:
             self.started.append(head)
-        elif after.events != before.events or head != _head_row(before):
+        elif head[17] != before.events or head != _head_row(before):  # [17]: its events
             if _same_fields(before, after, _HEAD_FIXED):  # what only its start sets: kept
                 self.heads.append((*head[5:14], head[15], head[17], invocation_id))
             else:  # not done by today's fold
@@ -760,7 +846,7 @@ class _Rows:
                 was = old_calls.get(call.call_id)
                 if was is None:
                     self.calls.append(_call_row(invocation_id, step.step, order, call))
-                elif was is call or was == call:
+                elif was is call or was.__dict__ == call.__dict__:  # CallView's ==, less slowly
                     continue
                 elif not _same_fields(was, call, _CALL_DISPATCHED):  # not done by the fold
                     self.changed_calls.append(_call_row(invocation_id, step.step, order, call))
@@ -905,10 +991,6 @@ def _from_rows(
         output_tokens=head["output_tokens"],
         cost=head["cost"],
     )
-
-
-def _iso(event: DomainEvent) -> str:
-    return event.timestamp.isoformat()
 
 
 def _json(value: Any) -> str | None:

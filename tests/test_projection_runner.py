@@ -28,7 +28,8 @@ from projections import (
     TrajectoryProjection,
     default_projections,
 )
-from projections.runner import collector_paused
+from projections import runner as runner_module
+from projections.runner import DEFAULT_BATCH_SIZE, collector_paused
 from projections.sql import POSTGRESQL, SQLITE
 from tests.cli_support import run_cli
 from tests.conftest import postgres_admin_url
@@ -361,7 +362,7 @@ def rows_of(tables: dict[str, list[Any]]) -> dict[str, Counter[tuple[Any, ...]]]
     return {table: Counter(tuple(row) for row in rows) for table, rows in tables.items()}
 
 
-@pytest.mark.parametrize("batch_size", [1, 500])
+@pytest.mark.parametrize("batch_size", [1, 500, DEFAULT_BATCH_SIZE])
 def test_the_read_models_of_a_fixed_store_hold_the_rows_the_earlier_code_wrote(
     fixed_store: EventStore, views: ReadModelDatabases, batch_size: int
 ) -> None:
@@ -370,6 +371,30 @@ def test_the_read_models_of_a_fixed_store_hold_the_rows_the_earlier_code_wrote(
     try:
         runner.catch_up()
         assert rows_of(dump_tables(runner, list(expected))) == rows_of(expected)
+    finally:
+        runner.close()
+
+
+def test_a_batch_ends_once_its_stored_events_add_up_to_the_bound(
+    fixed_store: EventStore, views: ReadModelDatabases, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read a few rows at a time, a batch stops at ``BATCH_BYTES``: the same rows, more batches."""
+    monkeypatch.setattr(runner_module, "READ_ROWS", 7)
+    monkeypatch.setattr(runner_module, "BATCH_BYTES", 3_000)
+    expected = json.loads((FIXTURES / "mixed-histories.views.json").read_text())
+    runner = views.open(fixed_store, "views")
+    reached: list[int] = []
+    runner.after_batch = lambda name, position: reached.append(position)
+    try:
+        reports = runner.catch_up()
+        assert rows_of(dump_tables(runner, list(expected))) == rows_of(expected)
+        head = runner.head()
+        assert [r.position for r in reports] == [head] * 3
+        assert [r.events for r in reports] == [head] * 3
+        positions = sorted(set(reached))
+        assert len(positions) > 3  # the bound cut the batches, not batch_size
+        assert positions[-1] == head
+        assert runner.catch_up()[0].events == 0
     finally:
         runner.close()
 

@@ -1,0 +1,160 @@
+"""The read models' shortcuts give what the plain code gives.
+
+``aggregates.events.isoformat`` is ``datetime.isoformat``; a ``ByClass`` table answers what
+``isinstance`` answers; ``effect_status_after`` answers what its match answers, for every
+event class and every event of the mixed-histories fixture.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from eventsourcing.persistence import StoredEvent
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import TypeAdapter
+
+from aggregates.audit_coverage import event_classes
+from aggregates.effect import (
+    EffectCommitted,
+    EffectEvent,
+    EffectReconciled,
+    _status_of,
+    effect_status_after,
+)
+from aggregates.events import ByClass, DomainEvent, isoformat
+from aggregates.invocation import InvocationEvent, Terminated
+from loop_actors._store import EventStore, PydanticEventMapper
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+ZONES = st.sampled_from(
+    [
+        None,
+        UTC,
+        timezone(timedelta(0), "named"),
+        timezone(timedelta(hours=2)),
+        timezone(-timedelta(hours=5, minutes=30)),
+        timezone(timedelta(seconds=30)),
+        ZoneInfo("Europe/London"),
+        ZoneInfo("America/New_York"),
+    ]
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(moment=st.datetimes(min_value=datetime(1, 1, 1)), zone=ZONES)
+def test_isoformat_is_datetimes_own(moment: datetime, zone: timezone | ZoneInfo | None) -> None:
+    aware = moment.replace(tzinfo=zone)
+    assert isoformat(aware) == aware.isoformat()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2026-12-01T17:15:05.196716Z",
+        "2026-12-01T17:15:05Z",
+        "2026-12-01T17:15:05.000001+00:00",
+        "0999-01-01T00:00:00Z",
+        "2026-12-01T17:15:05.5+02:00",
+        "2026-12-01T17:15:05",
+    ],
+)
+def test_isoformat_of_the_times_pydantic_reads(text: str) -> None:
+    moment = TypeAdapter(datetime).validate_json(f'"{text}"')
+    assert isoformat(moment) == moment.isoformat()
+    assert isoformat(moment) == moment.isoformat()  # again, once the zone is remembered
+
+
+def test_a_table_by_class_answers_as_isinstance() -> None:
+    class Base:
+        pass
+
+    class Sub(Base):
+        pass
+
+    asked: list[type] = []
+
+    def decide(cls: type) -> bool:
+        asked.append(cls)
+        return issubclass(cls, (InvocationEvent, Base))
+
+    table = ByClass(decide)
+    classes = [*event_classes(), Base, Sub, int]
+    for cls in classes:
+        assert table[cls] is issubclass(cls, (InvocationEvent, Base))
+        assert table[cls] is issubclass(cls, (InvocationEvent, Base))
+    assert asked == classes  # once per class
+
+
+@pytest.fixture
+def fixture_store(tmp_path: Path) -> Iterator[EventStore]:
+    """The mixed-histories fixture's store (108 events of every kind the read models show)."""
+    path = tmp_path / "mixed.db"
+    connection = sqlite3.connect(path)
+    connection.executescript((FIXTURES / "mixed-histories.sql").read_text())
+    connection.commit()
+    connection.close()
+    store = EventStore(f"sqlite:///{path}", create=False)
+    yield store
+    store.close()
+
+
+def test_effect_status_after_answers_as_its_match(fixture_store: EventStore) -> None:
+    recorder, mapper = fixture_store.app.recorder, fixture_store.app.mapper
+    notifications = recorder.select_notifications(start=0, limit=10_000)
+    events: list[DomainEvent] = [mapper.to_domain_event(n) for n in notifications]  # type: ignore[misc]
+    assert {type(e) for e in events} >= {EffectCommitted, Terminated}
+    for event in events:
+        assert effect_status_after(event) == _status_of(event)
+    for cls in event_classes():
+        if not issubclass(cls, EffectEvent) or issubclass(cls, EffectReconciled):
+            continue
+        event = object.__new__(cls)  # its class is all either looks at
+        assert effect_status_after(event) == _status_of(event)
+    assert effect_status_after(object()) is None
+
+
+def _reference(cls: type[DomainEvent], originator_id: str, version: int, plain: bytes) -> Any:
+    """What pydantic's own reader makes of the record (the store's id and version put back)."""
+    fields = json.loads(plain)
+    return cls.model_validate_json(
+        json.dumps({"originator_id": originator_id, "originator_version": version, **fields})
+    )
+
+
+def test_the_store_decodes_every_event_as_pydantic_reads_its_record(
+    fixture_store: EventStore,
+) -> None:
+    """The mapper builds the JSON it validates by hand: the same events, for any id and version."""
+    recorder, mapper = fixture_store.app.recorder, fixture_store.app.mapper
+    assert isinstance(mapper, PydanticEventMapper)
+    notifications = recorder.select_notifications(start=0, limit=10_000)
+    assert len(notifications) == 108
+    for n in notifications:
+        plain = mapper.plain_state(n)
+        for originator_id, version in [
+            (str(n.originator_id), n.originator_version),
+            ('inv-\u00fc "\u2603"\\', 12_345),
+            ("x", 999),
+            ("y", 1000),
+        ]:
+            stored = StoredEvent(
+                originator_id=originator_id,
+                originator_version=version,
+                topic=n.topic,
+                state=n.state,
+            )
+            decoded: DomainEvent = mapper.to_domain_event(stored)
+            expected = _reference(type(decoded), originator_id, version, plain)
+            assert type(decoded) is type(expected)
+            assert decoded == expected
+            assert decoded.model_fields_set == expected.model_fields_set
+            assert decoded.model_dump_json() == expected.model_dump_json()
