@@ -431,27 +431,8 @@ def effect_status_after(event: object) -> str | None:
     status = _STATUS_OF_CLASS[type(event)]
     if status is not _BY_RESOLUTION:
         return status
-    return _status_of(event)
-
-
-def _status_of(event: object) -> str | None:
-    match event:
-        case EffectPrepared():
-            return _PREPARED
-        case EffectDispatched():
-            return _DISPATCHED
-        case EffectCommitted():
-            return _COMMITTED
-        case EffectRejected():
-            return _REJECTED
-        case EffectOutcomeUnknown():
-            return _OUTCOME_UNKNOWN
-        case EffectReconciled(resolution=Resolution.NOT_FOUND):
-            return _PREPARED
-        case EffectReconciled() | EffectResolvedByHand():
-            return _RECONCILED
-        case _:
-            return None
+    reconciled = cast("EffectReconciled", event)
+    return _PREPARED if reconciled.resolution is Resolution.NOT_FOUND else _RECONCILED
 
 
 _BY_RESOLUTION = "by resolution"
@@ -484,5 +465,5 @@ _CLASS_STATUSES: tuple[tuple[type, str], ...] = (
     (EffectReconciled, _BY_RESOLUTION),
     (EffectResolvedByHand, _RECONCILED),
 )
-"""In ``_status_of``'s order (the classes are disjoint)."""
+"""Each effect event class and the status its events lead to (the classes are disjoint)."""
 _STATUS_OF_CLASS: ByClass[str | None] = ByClass(_class_status)

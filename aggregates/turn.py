@@ -913,15 +913,10 @@ class TurnCore:
                 Interruption.CANCELLED,
                 moment,
             )
-        batch = self.invocation.pending_batch
-        every = batch is not None and [c.call_id for c in runnable] == [
-            c.call_id for c in batch.calls
-        ]
         return RunCalls(
             step=self.invocation.step,
             calls=runnable,
-            # The whole batch runs: its recorded plan (the catalogue's plan of these calls).
-            plan=batch.plan if every and batch is not None else self.catalogue.plan(runnable),
+            plan=self.catalogue.plan(runnable),
             attempts={
                 call_id: effect.attempt
                 for call_id, effect in self._effects.items()
@@ -1006,8 +1001,6 @@ class TurnCore:
         return result.model_copy(update={"output": stored})
 
     def _reconcile_open(self, moment: Moment) -> Action:
-        if not self._effects:  # a batch without writes: nothing to settle
-            return self._commit_results(moment)
         asking = [(e.key, e.tool) for e in self._effects.values() if e.is_open]
         if asking:
             return Reconcile(effects=asking)

@@ -159,12 +159,6 @@ class _Batch:
             self.touched[invocation_id] = None
         return row
 
-    def fold(self, event: DomainEvent) -> None:
-        """One event's change (to rows it does not hold, none, as an UPDATE would do)."""
-        fold = _FOLDS[type(event)]
-        if fold is not None:
-            fold(self, event)
-
     def on_decision(self, event: DecisionProposed) -> None:
         """A step's usage."""
         if (row := self._row(event.originator_id)) is not None:
@@ -224,9 +218,6 @@ class _Batch:
 
     def on_effect(self, event: DomainEvent) -> None:
         """An effect's status."""
-        self._fold_effect(event)
-
-    def _fold_effect(self, event: DomainEvent) -> None:
         status = effect_status_after(event)
         if status is None:
             return

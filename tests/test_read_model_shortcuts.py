@@ -22,11 +22,17 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
 from aggregates.audit_coverage import event_classes
+from aggregates.decisions import EffectStatus
 from aggregates.effect import (
     EffectCommitted,
+    EffectDispatched,
     EffectEvent,
+    EffectOutcomeUnknown,
+    EffectPrepared,
     EffectReconciled,
-    _status_of,
+    EffectRejected,
+    EffectResolvedByHand,
+    Resolution,
     effect_status_after,
 )
 from aggregates.events import ByClass, DomainEvent, isoformat
@@ -107,18 +113,47 @@ def fixture_store(tmp_path: Path) -> Iterator[EventStore]:
     store.close()
 
 
+def _status_by_match(event: object) -> str | None:
+    """What an effect event leads to, written as the plain match over its classes."""
+    match event:
+        case EffectPrepared():
+            return EffectStatus.PREPARED.value
+        case EffectDispatched():
+            return EffectStatus.DISPATCHED.value
+        case EffectCommitted():
+            return EffectStatus.COMMITTED.value
+        case EffectRejected():
+            return EffectStatus.REJECTED.value
+        case EffectOutcomeUnknown():
+            return EffectStatus.OUTCOME_UNKNOWN.value
+        case EffectReconciled(resolution=Resolution.NOT_FOUND):
+            return EffectStatus.PREPARED.value
+        case EffectReconciled() | EffectResolvedByHand():
+            return EffectStatus.RECONCILED.value
+        case _:
+            return None
+
+
 def test_effect_status_after_answers_as_its_match(fixture_store: EventStore) -> None:
     recorder, mapper = fixture_store.app.recorder, fixture_store.app.mapper
     notifications = recorder.select_notifications(start=0, limit=10_000)
     events: list[DomainEvent] = [mapper.to_domain_event(n) for n in notifications]  # type: ignore[misc]
     assert {type(e) for e in events} >= {EffectCommitted, Terminated}
     for event in events:
-        assert effect_status_after(event) == _status_of(event)
+        assert effect_status_after(event) == _status_by_match(event)
     for cls in event_classes():
         if not issubclass(cls, EffectEvent) or issubclass(cls, EffectReconciled):
             continue
         event = object.__new__(cls)  # its class is all either looks at
-        assert effect_status_after(event) == _status_of(event)
+        assert effect_status_after(event) == _status_by_match(event)
+    for resolution in Resolution:  # EffectReconciled: its resolution says which
+        reconciled = EffectReconciled.model_construct(
+            originator_id="eff-x",
+            originator_version=2,
+            timestamp=datetime.now(UTC),
+            resolution=resolution,
+        )
+        assert effect_status_after(reconciled) == _status_by_match(reconciled)
     assert effect_status_after(object()) is None
 
 
