@@ -25,7 +25,8 @@ import trio
 
 from aggregates.audit import chain_hash_of
 from loop_actors import Agent, Runtime, ScriptedModel, UsageError, tool
-from loop_actors._checkpoint import generate_key, load_signing_key
+from loop_actors._checkpoint import Checkpoint, checkpoint_note, generate_key, load_signing_key
+from loop_actors._checkpointer import CheckpointDirectory, checkpoint_file_name
 from loop_actors._cli import main
 from loop_actors._store import EventStore
 from tests.audit_support import AGENT
@@ -581,3 +582,51 @@ def test_the_worker_command_refuses_a_checkpoint_key_it_cannot_read(tmp_path: Pa
     assert refused.returncode == 2, refused.stderr
     assert "cannot read" in refused.stderr
     assert not (tmp_path / "cps").exists()
+
+
+def _note_for(size: int) -> Callable[[Checkpoint | None, str], str | None]:
+    """A ``make`` for ``write_next``: a note of ``size`` rows after the file it is given."""
+
+    def make(latest: Checkpoint | None, previous: str) -> str | None:
+        if latest is not None and latest.size >= size:
+            return None
+        head = hashlib.sha256(str(size).encode()).hexdigest()
+        return checkpoint_note(
+            "loop-actors/test", size, head, None, extensions=[f"previous {previous}"]
+        )
+
+    return make
+
+
+def test_a_writer_lists_the_checkpoint_directory_once_not_once_per_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each checkpoint a writer writes follows the one it wrote last: 40 checkpoints cost
+    one listing of the directory (a directory of thousands was listed, and every name
+    matched, on every write). Another writer taking the next number makes it list again,
+    and the chain stays whole: numbers 1..n, each naming the hash of the file before."""
+    listings: list[str] = []
+    real_listdir = os.listdir
+
+    def counting_listdir(path: Any) -> list[str]:
+        listings.append(str(path))
+        return real_listdir(path)
+
+    monkeypatch.setattr("loop_actors._checkpointer.os.listdir", counting_listdir)
+    mine, other = CheckpointDirectory(tmp_path), CheckpointDirectory(tmp_path)
+    for size in range(1, 41):
+        assert mine.write_next(_note_for(size)) == tmp_path / checkpoint_file_name(size)
+    assert len(listings) == 1
+    assert other.write_next(_note_for(41)) == tmp_path / checkpoint_file_name(41)
+    assert len(listings) == 2  # the other writer lists once, to find where the chain ends
+    # Mine tries 41, finds it taken, lists the directory and writes 42 after the other's 41.
+    assert mine.write_next(_note_for(42)) == tmp_path / checkpoint_file_name(42)
+    assert len(listings) == 3
+    assert mine.write_next(_note_for(42)) is None  # nothing new: no file, no listing
+    assert len(listings) == 3
+    files = mine.numbered()
+    assert [number for number, _ in files] == list(range(1, 43))
+    previous = GENESIS
+    for _, path in files:
+        assert f"\nprevious {previous}\n" in path.read_text()
+        previous = hashlib.sha256(path.read_bytes()).hexdigest()

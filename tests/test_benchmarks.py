@@ -31,6 +31,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
         ("resume_check.py", ["--writes", "3", "--others", "0,5", "--reps", "1"], "scan/indexed"),
         ("mcp_sessions.py", ["--reps", "1"], "ratio per-call/one-session"),
         ("timers.py", ["--n", "50", "--sleep", "0.01", "--reps", "1"], "ratio trio.sleep/timers"),
+        ("checkpoint_writes.py", ["--n", "20"], "20 in the directory"),
         ("eval_report.py", ["--n", "3", "--reps", "1"], "ratio eval_html/report"),
         ("worker_startup.py", ["--n", "20", "--reps", "1"], "median of the last first model call"),
         (
