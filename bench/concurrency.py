@@ -57,6 +57,7 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import trio  # noqa: E402
+from machine_speed import describe as describe_machine  # noqa: E402
 from turn_overhead import K, T, db_bytes, decide, lookup  # noqa: E402
 
 import loop_actors._journal as journal_module  # noqa: E402
@@ -309,6 +310,7 @@ def main() -> None:
 
     n: int = args.n if args.n is not None else (200 if args.quick else 2000)
     delay: float = args.delay if args.delay is not None else (0.2 if args.quick else 1.0)
+    machine = describe_machine()
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         path = Path(tmp) / "concurrency.db"
         run = trio.run(run_all, path, n, delay, counter)
@@ -323,6 +325,7 @@ def main() -> None:
         f"workload: {n} invocations at once x {T} turns, {K} parallel instant reads in "
         f"turns 1-{T - 1}, model latency {delay:g} s per decision (floor {floor:g} s)"
     )
+    print(machine)
     if run.failures or len(latencies) != n:
         reasons = Counter(line.split(": ", 1)[1].split(" ", 1)[0] for line in run.failures)
         print(

@@ -68,6 +68,7 @@ from typing import Any, cast
 
 import trio
 from eventsourcing.persistence import StoredEvent
+from machine_speed import describe as describe_machine
 
 from aggregates.audit import (
     GENESIS,
@@ -417,6 +418,7 @@ def main() -> None:
         help="only time one rebuild of a store of this many events (copies of --n invocations)",
     )
     args = parser.parse_args()
+    print(describe_machine())
     if args.rebuild_events:
         rebuild_large(args)
         return

@@ -62,6 +62,7 @@ from concurrency import (  # noqa: E402
     peak_rss_mb,
     percentile,
 )
+from machine_speed import describe as describe_machine  # noqa: E402
 from turn_overhead import K, T  # noqa: E402
 from workers import Queue, fresh_db, wait_for  # noqa: E402
 
@@ -416,6 +417,7 @@ def main() -> None:
         + (f", gc threshold {args.gc_threshold} in the workers" if args.gc_threshold else "")
         + f"; load average {os.getloadavg()[0]:.1f}"
     )
+    print(describe_machine())
     failed = False
     for workers in counts:
         run = run_workers(args, workers, n)

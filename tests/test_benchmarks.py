@@ -32,6 +32,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
         ("mcp_sessions.py", ["--reps", "1"], "ratio per-call/one-session"),
         ("timers.py", ["--n", "50", "--sleep", "0.01", "--reps", "1"], "ratio trio.sleep/timers"),
         ("checkpoint_writes.py", ["--n", "20"], "20 in the directory"),
+        ("machine_speed.py", [], "reference loop"),
         ("eval_report.py", ["--n", "3", "--reps", "1"], "ratio eval_html/report"),
         ("worker_startup.py", ["--n", "20", "--reps", "1"], "median of the last first model call"),
         (
