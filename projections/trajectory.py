@@ -19,6 +19,10 @@ from pydantic_core import from_json
 
 from aggregates.decisions import (
     DECISION_ADAPTER,
+    SET_DICT,
+    SET_EXTRA,
+    SET_FIELDS_SET,
+    SET_PRIVATE,
     Decision,
     Effect,
     EffectStatus,
@@ -352,20 +356,15 @@ def _replace(model: _Model, update: dict[str, Any]) -> _Model:
     As ``model_copy``, the values in ``update`` are not validated: the fold takes
     them from validated events.
     """
-    set_ = _SETATTR
     copied = object.__new__(type(model))
-    set_(copied, "__dict__", {**model.__dict__, **update})
+    SET_DICT(copied, {**model.__dict__, **update})
     fields_set = model.__pydantic_fields_set__
     if not fields_set.issuperset(update):  # else shared: nothing changes a frozen model's
         fields_set = fields_set | update.keys()
-    set_(copied, "__pydantic_fields_set__", fields_set)
-    set_(copied, "__pydantic_extra__", None)
-    set_(copied, "__pydantic_private__", None)
+    SET_FIELDS_SET(copied, fields_set)
+    SET_EXTRA(copied, None)
+    SET_PRIVATE(copied, None)
     return copied
-
-
-_SETATTR = object.__setattr__
-"""Read once (``object.__setattr__`` looks the attribute up on ``object`` each time)."""
 
 
 def _settle(call: CallView, result: ToolResult | None) -> CallView:
@@ -591,14 +590,17 @@ class _Cache:
         ``owners`` are the effect keys of the calls they hold that the cache does
         not know yet (dispatched in the batch, or read from the rows).
         """
+        held, weight = self.held, self.weight
         for trajectory in trajectories:
-            invocation_id = trajectory.invocation_id
-            old = self.held.get(invocation_id)
-            self.held[invocation_id] = trajectory
+            t = trajectory.__dict__  # (see _head_row)
+            invocation_id = t["invocation_id"]
+            old = held.get(invocation_id)
+            held[invocation_id] = trajectory
             if old is not None:
-                self.weight -= 1 + len(old.steps)
-                self.held.move_to_end(invocation_id)
-            self.weight += 1 + len(trajectory.steps)
+                weight -= 1 + len(old.__dict__["steps"])
+                held.move_to_end(invocation_id)
+            weight += 1 + len(t["steps"])
+        self.weight = weight
         self.owners.update((k, i) for k, i in owners.items() if i in self.held)
         while self.weight > limit and self.held:
             _, dropped = self.held.popitem(last=False)
@@ -609,10 +611,12 @@ class _Cache:
 
 def _effect_keys(trajectory: Trajectory) -> Iterator[tuple[str, str]]:
     """(effect key, invocation) for each write the trajectory holds."""
-    for step in trajectory.steps:
-        for call in step.calls:
-            if call.effect_key:
-                yield call.effect_key, trajectory.invocation_id
+    t = trajectory.__dict__  # (see _head_row)
+    for step in t["steps"]:
+        for call in step.__dict__["calls"]:
+            key = call.__dict__["effect_key"]
+            if key:
+                yield key, t["invocation_id"]
 
 
 def _route(
@@ -858,41 +862,52 @@ class _Rows:
         """The rows that differ between ``before`` (None for a new one) and ``after``."""
         if after is before:
             return  # the batch's events changed nothing here
-        invocation_id = after.invocation_id
+        # The models' fields are read from their __dict__s (see _head_row).
+        a = after.__dict__
+        invocation_id = a["invocation_id"]
         head = _head_row(after, started_position=started)
         if before is None:
             self.started.append(head)
-        elif head[17] != before.events or head != _head_row(before):  # [17]: its events
-            if _same_fields(before, after, _HEAD_FIXED):  # what only its start sets: kept
-                self.heads.append((*head[5:14], head[15], head[17], invocation_id))
-            else:  # not done by today's fold
-                self.changed_heads.append((*head[1:16], head[17], invocation_id))
+            old_steps = []
+        else:
+            old_steps = before.__dict__["steps"]
+            if head[17] != before.__dict__["events"] or head != _head_row(before):  # its events
+                if _same_fields(before, after, _HEAD_FIXED):  # what only its start sets: kept
+                    self.heads.append((*head[5:14], head[15], head[17], invocation_id))
+                else:  # not done by today's fold
+                    self.changed_heads.append((*head[1:16], head[17], invocation_id))
         # The fold keeps the steps it does not change, in place, and appends new ones.
-        old_steps = before.steps if before else []
-        for index, step in enumerate(after.steps):
-            old = old_steps[index] if index < len(old_steps) else None
+        held = len(old_steps)
+        for index, step in enumerate(a["steps"]):
+            old = old_steps[index] if index < held else None
             if old is step:
                 continue
+            s = step.__dict__
+            number = s["step"]
             if old is None:
                 self.steps.append(_step_row(invocation_id, step))
-            elif not _same_fields(old, step, _STEP_COLUMNS):  # not done by today's fold
+                for order, call in enumerate(s["calls"]):
+                    self.calls.append(_call_row(invocation_id, number, order, call))
+                continue
+            if not _same_fields(old, step, _STEP_COLUMNS):  # not done by today's fold
                 self.changed_steps.append(_step_row(invocation_id, step))
-            old_calls = {call.call_id: call for call in old.calls} if old is not None else {}
-            for order, call in enumerate(step.calls):
-                was = old_calls.get(call.call_id)
+            old_calls = {call.__dict__["call_id"]: call for call in old.__dict__["calls"]}
+            for order, call in enumerate(s["calls"]):
+                c = call.__dict__
+                was = old_calls.get(c["call_id"])
                 if was is None:
-                    self.calls.append(_call_row(invocation_id, step.step, order, call))
-                elif was is call or was.__dict__ == call.__dict__:  # CallView's ==, less slowly
+                    self.calls.append(_call_row(invocation_id, number, order, call))
+                elif was is call or was.__dict__ == c:  # CallView's ==, less slowly
                     continue
                 elif not _same_fields(was, call, _CALL_DISPATCHED):  # not done by the fold
-                    self.changed_calls.append(_call_row(invocation_id, step.step, order, call))
+                    self.changed_calls.append(_call_row(invocation_id, number, order, call))
                 elif _same_fields(was, call, _CALL_SETTLED):  # only the ledger moved
                     self.effect_statuses.append(
-                        (call.effect_status, invocation_id, step.step, call.call_id)
+                        (c["effect_status"], invocation_id, number, c["call_id"])
                     )
                 else:  # its result came: the dispatched columns stay
                     self.results.append(
-                        (*_result_columns(call), invocation_id, step.step, call.call_id)
+                        (*_result_columns(call), invocation_id, number, c["call_id"])
                     )
 
     def write(self, cursor: ViewCursor) -> None:
