@@ -161,7 +161,7 @@ class _Batch:
 
     def on_decision(self, event: DecisionProposed) -> None:
         """A step's usage."""
-        e = event.__dict__  # a model's fields, read from its __dict__ (see _head_row there)
+        e = event.__dict__  # its fields from its __dict__ (see the trajectory's _head_row)
         if (row := self._row(e["originator_id"])) is not None:
             usage = e["usage"].__dict__
             row[_STEPS] = e["step"]
