@@ -161,37 +161,42 @@ class _Batch:
 
     def on_decision(self, event: DecisionProposed) -> None:
         """A step's usage."""
-        if (row := self._row(event.originator_id)) is not None:
-            usage = event.usage
-            row[_STEPS] = event.step
-            row[_INPUT] += usage.input_tokens
-            row[_OUTPUT] += usage.output_tokens
-            row[_COST] += usage.cost
+        e = event.__dict__  # its fields from its __dict__ (see the trajectory's _head_row)
+        if (row := self._row(e["originator_id"])) is not None:
+            usage = e["usage"].__dict__
+            row[_STEPS] = e["step"]
+            row[_INPUT] += usage["input_tokens"]
+            row[_OUTPUT] += usage["output_tokens"]
+            row[_COST] += usage["cost"]
 
     def on_start(self, event: InvocationStarted) -> None:
         """A new row (a second start fails the batch, as the INSERT would)."""
-        invocation_id = event.originator_id
+        e = event.__dict__
+        invocation_id = e["originator_id"]
         if invocation_id in self.held:
             raise IntegrityError(f"invocation {invocation_id} started twice")
         self.held[invocation_id] = [
-            invocation_id, event.agent_name, event.task_class or "", None,
-            0, 0, 0, 0, 0.0, isoformat(event.timestamp), None, 0, None,
+            invocation_id, e["agent_name"], e["task_class"] or "", None,
+            0, 0, 0, 0, 0.0, isoformat(e["timestamp"]), None, 0, None,
         ]  # fmt: skip
         self.new.add(invocation_id)
         self.touched[invocation_id] = None
 
     def on_end(self, event: Paused | Terminated) -> None:
         """How it ended (or paused), and its wall time."""
-        if (row := self._row(event.originator_id)) is not None:
+        e = event.__dict__
+        if (row := self._row(e["originator_id"])) is not None:
             started = datetime.fromisoformat(row[_STARTED_AT])
-            row[_REASON] = _REASONS[event.reason]
-            row[_WALL_MS] = (event.timestamp - started).total_seconds() * 1000.0
+            row[_REASON] = _REASONS[e["reason"]]
+            row[_WALL_MS] = (e["timestamp"] - started).total_seconds() * 1000.0
 
     def on_dispatch(self, event: BatchDispatched) -> None:
         """Its calls, and whether it repeats the last plan."""
-        if (row := self._row(event.originator_id)) is not None:
-            plan = plan_fingerprint(event.calls)
-            row[_TOOL_CALLS] += len(event.calls)
+        e = event.__dict__
+        if (row := self._row(e["originator_id"])) is not None:
+            calls = e["calls"]
+            plan = plan_fingerprint(calls)
+            row[_TOOL_CALLS] += len(calls)
             row[_REPEATED] += 1 if row[_LAST_PLAN] == plan else 0
             row[_LAST_PLAN] = plan
 

@@ -19,8 +19,14 @@ from pydantic_core import from_json
 
 from aggregates.decisions import (
     DECISION_ADAPTER,
+    SET_DICT,
+    SET_EXTRA,
+    SET_FIELDS_SET,
+    SET_PRIVATE,
     Decision,
     Effect,
+    EffectStatus,
+    ErrorClass,
     Frozen,
     Rejection,
     TerminalReason,
@@ -119,23 +125,24 @@ class Trajectory(Frozen):
     cost: float = 0.0
 
 
-def _summary(event: DecisionProposed) -> tuple[str, str]:
-    if event.rejection is not None:
-        return "rejected", "; ".join(event.rejection.problems)
-    decision = event.decision
+def _summary(decision: Decision | None, rejection: Rejection | None) -> tuple[str, str]:
+    """A step's kind and summary, from its decision or its rejection."""
+    if rejection is not None:
+        return "rejected", "; ".join(rejection.__dict__["problems"])
     assert decision is not None
-    match decision.kind:
+    d = decision.__dict__  # the fields (see _head_row)
+    match kind := d["kind"]:
         case "final":
-            return "final", decision.answer
+            return "final", d["answer"]
         case "tool_calls":
-            return "tool_calls", f"{len(decision.calls)} call(s)"
+            return "tool_calls", f"{len(d['calls'])} call(s)"
         case "clarification":
-            return "clarification", decision.question
+            return "clarification", d["question"]
         case "request_approval":
-            return "request_approval", decision.proposal_digest
+            return "request_approval", d["proposal_digest"]
         case "cannot_continue":
-            return "cannot_continue", decision.reason
-    return decision.kind, ""
+            return "cannot_continue", d["reason"]
+    return kind, ""
 
 
 # --------------------------------------------------------------------------- the fold
@@ -179,28 +186,34 @@ def evolve_trajectory(trajectory: Trajectory | None, event: DomainEvent) -> Traj
                 "cost": 0.0,
             },
         )
-    fold = _INVOCATION_FOLDS[type(event)]
+    cls = type(event)
+    fold = _INVOCATION_FOLDS[cls]
     if fold is None:  # not an invocation event
-        return _on_effect(trajectory, event) if _IS_EFFECT[type(event)] else trajectory
-    if event.originator_id != trajectory.invocation_id:
+        return _on_effect(trajectory, event) if _IS_EFFECT[cls] else trajectory
+    # The folds read the models' fields from their __dict__s (see _head_row): the event's
+    # fields are handed to them as its __dict__.
+    e = event.__dict__
+    if e["originator_id"] != trajectory.__dict__["invocation_id"]:
         return trajectory
-    head: dict[str, Any] = {"events": event.originator_version}
-    fold(trajectory, event, head)
+    head: dict[str, Any] = {"events": e["originator_version"]}
+    fold(trajectory, e, head)
     return _replace(trajectory, head)
 
 
-_Fold = Callable[[Trajectory, Any, dict[str, Any]], None]
-"""What an invocation event changes: it puts the head's new values in the dict it is given."""
+_Fold = Callable[[Trajectory, dict[str, Any], dict[str, Any]], None]
+"""What an invocation event (its fields: its ``__dict__``) changes: it puts the head's new
+values in the dict it is given."""
 
 
-def _on_decision(trajectory: Trajectory, event: DecisionProposed, head: dict[str, Any]) -> None:
-    kind, summary = _summary(event)
-    usage = event.usage.__dict__  # read once each (see _head_row)
+def _on_decision(trajectory: Trajectory, event: dict[str, Any], head: dict[str, Any]) -> None:
+    decision, rejection = event["decision"], event["rejection"]
+    kind, summary = _summary(decision, rejection)
+    usage = event["usage"].__dict__  # read once each (see _head_row)
     input_tokens, output_tokens, cost = usage["input_tokens"], usage["output_tokens"], usage["cost"]
     step = built(
         StepView,
         {
-            "step": event.step,
+            "step": event["step"],
             "kind": kind,
             "summary": summary,
             "calls": [],
@@ -208,8 +221,8 @@ def _on_decision(trajectory: Trajectory, event: DecisionProposed, head: dict[str
             "output_tokens": output_tokens,
             "cost": cost,
             "latency_ms": usage["latency_ms"],
-            "decision": event.decision,
-            "rejection": event.rejection,
+            "decision": decision,
+            "rejection": rejection,
         },
     )
     t = trajectory.__dict__
@@ -219,68 +232,75 @@ def _on_decision(trajectory: Trajectory, event: DecisionProposed, head: dict[str
     head["cost"] = t["cost"] + cost
 
 
-def _on_dispatch(trajectory: Trajectory, event: BatchDispatched, head: dict[str, Any]) -> None:
-    calls = [
-        built(
-            CallView,
-            {
-                "call_id": call.call_id,
-                "name": call.name,
-                "arguments": call.arguments,
-                "status": "dispatched",
-                "output": None,
-                "error_message": None,
-                "duration_ms": None,
-                "effect": call.effect,
-                "effect_key": call.effect_key,
-                "effect_status": "dispatched" if call.effect_key else None,
-            },
+def _on_dispatch(trajectory: Trajectory, event: dict[str, Any], head: dict[str, Any]) -> None:
+    """A ``BatchDispatched``: its calls, dispatched, in the step."""
+    calls = []
+    for call in event["calls"]:
+        c = call.__dict__
+        key = c["effect_key"]
+        calls.append(
+            built(
+                CallView,
+                {
+                    "call_id": c["call_id"],
+                    "name": c["name"],
+                    "arguments": c["arguments"],
+                    "status": "dispatched",
+                    "output": None,
+                    "error_message": None,
+                    "duration_ms": None,
+                    "effect": c["effect"],
+                    "effect_key": key,
+                    "effect_status": "dispatched" if key else None,
+                },
+            )
         )
-        for call in event.calls
-    ]
-    index = _step_index(trajectory, event.step)
-    head["steps"] = _with_step(trajectory, index, _calls(trajectory.steps[index], calls))
-    head["tool_calls"] = trajectory.tool_calls + len(calls)
+    t = trajectory.__dict__
+    index = _step_index(trajectory, event["step"])
+    head["steps"] = _with_step(trajectory, index, _calls(t["steps"][index], calls))
+    head["tool_calls"] = t["tool_calls"] + len(calls)
 
 
-def _on_results(trajectory: Trajectory, event: ResultsCommitted, head: dict[str, Any]) -> None:
-    by_id = {result.call_id: result for result in event.results}
-    index = _step_index(trajectory, event.step)
-    step = trajectory.steps[index]
-    calls = [_settle(call, by_id.get(call.call_id)) for call in step.calls]
+def _on_results(trajectory: Trajectory, event: dict[str, Any], head: dict[str, Any]) -> None:
+    """A ``ResultsCommitted``: each call of the step with its result."""
+    by_id = {result.__dict__["call_id"]: result for result in event["results"]}
+    t = trajectory.__dict__
+    index = _step_index(trajectory, event["step"])
+    step = t["steps"][index]
+    calls = [_settle(call, by_id.get(call.__dict__["call_id"])) for call in step.__dict__["calls"]]
     head["steps"] = _with_step(trajectory, index, _calls(step, calls))
-    if trajectory.status is InvocationStatus.PAUSED:  # after a reconciliation pause
+    if t["status"] is InvocationStatus.PAUSED:  # after a reconciliation pause
         head |= _RUNNING
 
 
-def _on_pause(trajectory: Trajectory, event: Paused, head: dict[str, Any]) -> None:
+def _on_pause(trajectory: Trajectory, event: dict[str, Any], head: dict[str, Any]) -> None:
     head |= {
         "status": InvocationStatus.PAUSED,
-        "reason": event.reason,
-        "detail": event.question or event.proposal_digest,
-        "ended_at": isoformat(event.timestamp),
+        "reason": event["reason"],
+        "detail": event["question"] or event["proposal_digest"],
+        "ended_at": isoformat(event["timestamp"]),
     }
 
 
-def _on_end(trajectory: Trajectory, event: Terminated, head: dict[str, Any]) -> None:
+def _on_end(trajectory: Trajectory, event: dict[str, Any], head: dict[str, Any]) -> None:
     head |= {
         "status": InvocationStatus.TERMINATED,
-        "reason": event.reason,
-        "answer": event.answer,
-        "detail": event.detail,
-        "ended_at": isoformat(event.timestamp),
+        "reason": event["reason"],
+        "answer": event["answer"],
+        "detail": event["detail"],
+        "ended_at": isoformat(event["timestamp"]),
     }
 
 
-def _on_resume(trajectory: Trajectory, event: InvocationEvent, head: dict[str, Any]) -> None:
+def _on_resume(trajectory: Trajectory, event: dict[str, Any], head: dict[str, Any]) -> None:
     head |= _RUNNING
 
 
-def _on_second_start(trajectory: Trajectory, event: InvocationEvent, head: dict[str, Any]) -> None:
+def _on_second_start(trajectory: Trajectory, event: dict[str, Any], head: dict[str, Any]) -> None:
     raise ValueError(f"invocation {trajectory.invocation_id} started twice")
 
 
-def _counted(trajectory: Trajectory, event: InvocationEvent, head: dict[str, Any]) -> None:
+def _counted(trajectory: Trajectory, event: dict[str, Any], head: dict[str, Any]) -> None:
     """Not shown in the trajectory (or not known to this version): counted among its events."""
 
 
@@ -337,13 +357,13 @@ def _replace(model: _Model, update: dict[str, Any]) -> _Model:
     them from validated events.
     """
     copied = object.__new__(type(model))
-    object.__setattr__(copied, "__dict__", {**model.__dict__, **update})
+    SET_DICT(copied, {**model.__dict__, **update})
     fields_set = model.__pydantic_fields_set__
     if not fields_set.issuperset(update):  # else shared: nothing changes a frozen model's
         fields_set = fields_set | update.keys()
-    object.__setattr__(copied, "__pydantic_fields_set__", fields_set)
-    object.__setattr__(copied, "__pydantic_extra__", None)
-    object.__setattr__(copied, "__pydantic_private__", None)
+    SET_FIELDS_SET(copied, fields_set)
+    SET_EXTRA(copied, None)
+    SET_PRIVATE(copied, None)
     return copied
 
 
@@ -351,19 +371,27 @@ def _settle(call: CallView, result: ToolResult | None) -> CallView:
     """The call with its result (as it was without one)."""
     if result is None:
         return call
-    error = result.error
+    r = result.__dict__
+    error, effect_status = r["error"], r["effect_status"]
+    failure = error.__dict__ if error is not None else None
     return _replace(
         call,
         {
-            "status": "ok" if error is None else error.error_class.value,
-            "output": _preview(result.output) if error is None else None,
-            "error_message": error.message if error else None,
-            "duration_ms": result.duration_ms,
-            "effect_status": result.effect_status.value
-            if result.effect_status
-            else call.effect_status,
+            "status": "ok" if failure is None else _ENUM_VALUES[failure["error_class"]],
+            "output": _preview(r["output"]) if failure is None else None,
+            "error_message": failure["message"] if failure is not None else None,
+            "duration_ms": r["duration_ms"],
+            "effect_status": _ENUM_VALUES[effect_status]
+            if effect_status
+            else call.__dict__["effect_status"],
         },
     )
+
+
+_ENUM_VALUES: dict[StrEnum, str] = {
+    member: member.value for enum in (ErrorClass, EffectStatus) for member in enum
+}
+"""An error class's and an effect status's value (a dict lookup: ``value`` is a property)."""
 
 
 def _calls(step: StepView, calls: list[CallView]) -> StepView:
@@ -372,34 +400,41 @@ def _calls(step: StepView, calls: list[CallView]) -> StepView:
 
 def _step_index(trajectory: Trajectory, number: int) -> int:
     """Where the step ``number`` is in the trajectory's steps (the first of that number)."""
-    for index, step in enumerate(trajectory.steps):
-        if step.step == number:
+    for index, step in enumerate(trajectory.__dict__["steps"]):
+        if step.__dict__["step"] == number:
             return index
     raise ValueError(f"invocation {trajectory.invocation_id} has no step {number}")
 
 
 def _with_step(trajectory: Trajectory, index: int, step: StepView) -> list[StepView]:
     """The trajectory's steps with ``step`` at ``index`` instead."""
-    steps = list(trajectory.steps)
+    steps = list(trajectory.__dict__["steps"])
     steps[index] = step
     return steps
 
 
 def _on_effect(trajectory: Trajectory, event: DomainEvent) -> Trajectory:
     """An effect event's change: the status of the call holding its effect key."""
-    key = event.originator_id
-    for holding, step in enumerate(trajectory.steps):
-        if any(call.effect_key == key for call in step.calls):
-            # The (first) step of the number of the step holding the key follows it.
-            index = _step_index(trajectory, step.step) if holding else 0
-            target = trajectory.steps[index]
-            status = effect_status_after(event)
-            calls = [
-                _replace(call, {"effect_status": status}) if call.effect_key == key else call
-                for call in target.calls
-            ]
-            steps = _with_step(trajectory, index, _calls(target, calls))
-            return _replace(trajectory, {"steps": steps})
+    key = event.__dict__["originator_id"]
+    steps = trajectory.__dict__["steps"]
+    for holding, step in enumerate(steps):
+        s = step.__dict__
+        for call in s["calls"]:
+            if call.__dict__["effect_key"] == key:
+                break
+        else:
+            continue
+        # The (first) step of the number of the step holding the key follows it.
+        index = _step_index(trajectory, s["step"]) if holding else 0
+        target = steps[index]
+        status = effect_status_after(event)
+        calls = [
+            _replace(call, {"effect_status": status})
+            if call.__dict__["effect_key"] == key
+            else call
+            for call in target.__dict__["calls"]
+        ]
+        return _replace(trajectory, {"steps": _with_step(trajectory, index, _calls(target, calls))})
     return trajectory
 
 
@@ -555,14 +590,17 @@ class _Cache:
         ``owners`` are the effect keys of the calls they hold that the cache does
         not know yet (dispatched in the batch, or read from the rows).
         """
+        held, weight = self.held, self.weight
         for trajectory in trajectories:
-            invocation_id = trajectory.invocation_id
-            old = self.held.get(invocation_id)
-            self.held[invocation_id] = trajectory
+            t = trajectory.__dict__  # (see _head_row)
+            invocation_id = t["invocation_id"]
+            old = held.get(invocation_id)
+            held[invocation_id] = trajectory
             if old is not None:
-                self.weight -= 1 + len(old.steps)
-                self.held.move_to_end(invocation_id)
-            self.weight += 1 + len(trajectory.steps)
+                weight -= 1 + len(old.__dict__["steps"])
+                held.move_to_end(invocation_id)
+            weight += 1 + len(t["steps"])
+        self.weight = weight
         self.owners.update((k, i) for k, i in owners.items() if i in self.held)
         while self.weight > limit and self.held:
             _, dropped = self.held.popitem(last=False)
@@ -573,10 +611,12 @@ class _Cache:
 
 def _effect_keys(trajectory: Trajectory) -> Iterator[tuple[str, str]]:
     """(effect key, invocation) for each write the trajectory holds."""
-    for step in trajectory.steps:
-        for call in step.calls:
-            if call.effect_key:
-                yield call.effect_key, trajectory.invocation_id
+    t = trajectory.__dict__  # (see _head_row)
+    for step in t["steps"]:
+        for call in step.__dict__["calls"]:
+            key = call.__dict__["effect_key"]
+            if key:
+                yield key, t["invocation_id"]
 
 
 def _route(
@@ -822,41 +862,52 @@ class _Rows:
         """The rows that differ between ``before`` (None for a new one) and ``after``."""
         if after is before:
             return  # the batch's events changed nothing here
-        invocation_id = after.invocation_id
+        # The models' fields are read from their __dict__s (see _head_row).
+        a = after.__dict__
+        invocation_id = a["invocation_id"]
         head = _head_row(after, started_position=started)
         if before is None:
             self.started.append(head)
-        elif head[17] != before.events or head != _head_row(before):  # [17]: its events
-            if _same_fields(before, after, _HEAD_FIXED):  # what only its start sets: kept
-                self.heads.append((*head[5:14], head[15], head[17], invocation_id))
-            else:  # not done by today's fold
-                self.changed_heads.append((*head[1:16], head[17], invocation_id))
+            old_steps = []
+        else:
+            old_steps = before.__dict__["steps"]
+            if head[17] != before.__dict__["events"] or head != _head_row(before):  # its events
+                if _same_fields(before, after, _HEAD_FIXED):  # what only its start sets: kept
+                    self.heads.append((*head[5:14], head[15], head[17], invocation_id))
+                else:  # not done by today's fold
+                    self.changed_heads.append((*head[1:16], head[17], invocation_id))
         # The fold keeps the steps it does not change, in place, and appends new ones.
-        old_steps = before.steps if before else []
-        for index, step in enumerate(after.steps):
-            old = old_steps[index] if index < len(old_steps) else None
+        held = len(old_steps)
+        for index, step in enumerate(a["steps"]):
+            old = old_steps[index] if index < held else None
             if old is step:
                 continue
+            s = step.__dict__
+            number = s["step"]
             if old is None:
                 self.steps.append(_step_row(invocation_id, step))
-            elif not _same_fields(old, step, _STEP_COLUMNS):  # not done by today's fold
+                for order, call in enumerate(s["calls"]):
+                    self.calls.append(_call_row(invocation_id, number, order, call))
+                continue
+            if not _same_fields(old, step, _STEP_COLUMNS):  # not done by today's fold
                 self.changed_steps.append(_step_row(invocation_id, step))
-            old_calls = {call.call_id: call for call in old.calls} if old is not None else {}
-            for order, call in enumerate(step.calls):
-                was = old_calls.get(call.call_id)
+            old_calls = {call.__dict__["call_id"]: call for call in old.__dict__["calls"]}
+            for order, call in enumerate(s["calls"]):
+                c = call.__dict__
+                was = old_calls.get(c["call_id"])
                 if was is None:
-                    self.calls.append(_call_row(invocation_id, step.step, order, call))
-                elif was is call or was.__dict__ == call.__dict__:  # CallView's ==, less slowly
+                    self.calls.append(_call_row(invocation_id, number, order, call))
+                elif was is call or was.__dict__ == c:  # CallView's ==, less slowly
                     continue
                 elif not _same_fields(was, call, _CALL_DISPATCHED):  # not done by the fold
-                    self.changed_calls.append(_call_row(invocation_id, step.step, order, call))
+                    self.changed_calls.append(_call_row(invocation_id, number, order, call))
                 elif _same_fields(was, call, _CALL_SETTLED):  # only the ledger moved
                     self.effect_statuses.append(
-                        (call.effect_status, invocation_id, step.step, call.call_id)
+                        (c["effect_status"], invocation_id, number, c["call_id"])
                     )
                 else:  # its result came: the dispatched columns stay
                     self.results.append(
-                        (*_result_columns(call), invocation_id, step.step, call.call_id)
+                        (*_result_columns(call), invocation_id, number, c["call_id"])
                     )
 
     def write(self, cursor: ViewCursor) -> None:

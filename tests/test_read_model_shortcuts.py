@@ -2,7 +2,8 @@
 
 ``aggregates.events.isoformat`` is ``datetime.isoformat``; a ``ByClass`` table answers what
 ``isinstance`` answers; ``effect_status_after`` answers what its match answers, for every
-event class and every event of the mixed-histories fixture.
+event class and every event of the mixed-histories fixture; ``built`` and the fold's copy
+of a model make what pydantic's ``model_construct`` and ``model_copy`` make.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import pytest
 from eventsourcing.persistence import StoredEvent
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
+import projections.trajectory as trajectory_module
 from aggregates.audit_coverage import event_classes
-from aggregates.decisions import EffectStatus
+from aggregates.decisions import EffectStatus, ToolEffect, built
 from aggregates.effect import (
     EffectCommitted,
     EffectDispatched,
@@ -38,6 +40,7 @@ from aggregates.effect import (
 from aggregates.events import ByClass, DomainEvent, isoformat
 from aggregates.invocation import InvocationEvent, Terminated
 from loop_actors._store import EventStore, PydanticEventMapper
+from projections.trajectory import CallView, InvocationStatus, Trajectory
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -193,3 +196,44 @@ def test_the_store_decodes_every_event_as_pydantic_reads_its_record(
             assert decoded == expected
             assert decoded.model_fields_set == expected.model_fields_set
             assert decoded.model_dump_json() == expected.model_dump_json()
+
+
+def _slots(model: BaseModel) -> tuple[Any, ...]:
+    """Everything a pydantic model holds: its class, fields, fields set, extra and private."""
+    return (
+        type(model),
+        model.__dict__,
+        model.__pydantic_fields_set__,
+        model.__pydantic_extra__,
+        model.__pydantic_private__,
+    )
+
+
+def test_built_makes_the_model_model_construct_makes() -> None:
+    """``built`` sets pydantic's slots through their descriptors: as ``model_construct`` does."""
+    fields: dict[str, Any] = {
+        "call_id": "c1",
+        "name": "lookup",
+        "arguments": {"key": "a"},
+        "status": "dispatched",
+        "output": None,
+        "error_message": None,
+        "duration_ms": None,
+        "effect": ToolEffect.WRITE,
+        "effect_key": "k",
+        "effect_status": "dispatched",
+    }
+    made = built(CallView, dict(fields))
+    assert _slots(made) == _slots(CallView.model_construct(**fields))
+    assert made.model_dump_json() == CallView.model_construct(**fields).model_dump_json()
+
+
+@pytest.mark.parametrize(
+    "update", [{"events": 7}, {"events": 7, "status": InvocationStatus.PAUSED}, {}]
+)
+def test_the_folds_copy_of_a_model_is_model_copy_with_the_update(update: dict[str, Any]) -> None:
+    """The fold's ``_replace`` is ``model_copy(update=...)``, for a model with fewer fields set."""
+    trajectory = Trajectory(invocation_id="i", goal="g", agent_name="a", steps=[])
+    copied = trajectory_module._replace(trajectory, update)
+    assert _slots(copied) == _slots(trajectory.model_copy(update=update))
+    assert copied.__dict__ is not trajectory.__dict__
