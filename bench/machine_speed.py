@@ -5,10 +5,10 @@ moves within an hour (docs/performance.md: the same build gave 2,463-2,531 turns
 hour and 1,958-2,189 at the next). The load benchmarks (``concurrency.py``,
 ``worker_throughput.py``, ``read_models.py``) print this reference before they start:
 the CPU time of a fixed pure-Python loop (5,000,000 multiply-adds), and of building and
-dropping 300,000 small dicts (about 100 MB: it also reads how contended the memory and
-the caches are, which moved these workloads when the loop did not), each the least of
-three runs, and the load average. Two runs' figures compare when their references are close;
-a claim of one build against another is still taken from runs of both in turn.
+dropping 300,000 small dicts (about 100 MB: memory and page faults as well), each the
+least of three runs, and the load average. It tells a slow moment of the machine from a
+fast one; it does not follow everything that moves these workloads, so a claim of one
+build against another is still taken from runs of both in turn.
 
     python bench/machine_speed.py
 """
