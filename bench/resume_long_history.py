@@ -6,6 +6,13 @@ newest snapshot), replaying every event from the start, and the check ``resume``
 makes before it runs anything for an invocation that has not ended (its snapshot
 against the replay of its events, and its effect ledger against its batches).
 
+Each load and each replay starts from the same heap: the objects of the repetition
+before are dropped and the collector run first, untimed, so that a step does not pay
+for collecting what an earlier one left. (Until issue 17's fifth session the previous
+repetition's replayed aggregate was still alive, and its garbage not yet collected,
+when the next load was timed: under the interpreter's default thresholds the load then
+paid for collecting what that repetition left: docs/performance.md, section 5.)
+
     python bench/resume_long_history.py [--turns 1000] [--reps 20] [--check-reps 5]
 """
 
@@ -13,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import statistics
 import tempfile
 import time
@@ -86,11 +94,14 @@ def main() -> None:
         with_snapshot: list[tuple[float, float]] = []
         full_replay: list[tuple[float, float]] = []
         for _ in range(args.reps):
+            gc.collect()
             with timed(with_snapshot):
                 invocation = store.get("long")
+            gc.collect()
             with timed(full_replay):
                 replayed = fold(None, store.events("long"))
             assert vars(replayed) == vars(invocation)
+            del invocation, replayed
         checks: list[tuple[float, float]] = []
         reader = StoreReader(store)
         for _ in range(args.check_reps):
