@@ -18,7 +18,10 @@ all threads, divided by the turns; and the trio thread's alone), the time a turn
 adds beyond the model's latency (turn i of an invocation lasts from the start of
 its model call i to the start of model call i+1, turn 1 from the call of
 ``Runtime.run`` and the last turn until ``run`` returns; what it adds is that
-length minus DELAY; p50 and p99 over every turn), and the RSS per in-flight
+length minus DELAY; p50 and p99 over every turn), the spread of each round of
+model calls (round k: every invocation's call k, from the first start to the last:
+a round's replies come back as spread as its calls, and the next round's spread is at
+least the time the process took to work through them), and the RSS per in-flight
 invocation (peak RSS minus the RSS of the open runtime after the warm-up,
 divided by N).
 
@@ -116,6 +119,8 @@ class Run:
     latencies: list[float] = field(default_factory=list)
     added: list[float] = field(default_factory=list)
     """Per turn: its length minus the model's latency."""
+    calls: list[list[float]] = field(default_factory=list)
+    """Per invocation: when each of its model calls started (``perf_counter``)."""
     failures: list[str] = field(default_factory=list)
 
 
@@ -197,6 +202,7 @@ async def run_all(
         if outcome.reason != "completed" or outcome.answer != expected:
             run.failures.append(f"{goal}: {outcome.reason} {outcome.answer!r}")
         starts = model.starts.pop(goal, [])
+        run.calls.append(starts)
         bounds = [started, *starts[1:], ended]
         run.added.extend(b - a - delay_s for a, b in itertools.pairwise(bounds))
 
@@ -208,6 +214,7 @@ async def run_all(
             await one(runtime, f"warm-{i:05d}", make_agent(TimedModel(0.0)))
         run.latencies.clear()
         run.added.clear()
+        run.calls.clear()
         if run.failures:
             return run
         counter.reset()
@@ -227,6 +234,20 @@ async def run_all(
         run.trio_cpu_s = time.thread_time() - trio_cpu_before
         COLLECTOR.on = False
     return run
+
+
+def round_spreads(calls: list[list[float]]) -> list[float]:
+    """For each round k (every invocation's model call k), first start to last start.
+
+    With every invocation started at once, round 1's spread is the start's; a round's
+    replies come back spread as its calls were, and the next round's spread is how long
+    the process took to work through them (at least that).
+    """
+    rounds = min((len(starts) for starts in calls), default=0)
+    return [
+        max(starts[k] for starts in calls) - min(starts[k] for starts in calls)
+        for k in range(rounds)
+    ]
 
 
 def percentile(ordered: Sequence[float], fraction: float) -> float:
@@ -360,6 +381,12 @@ def main() -> None:
             f"time a turn adds beyond the model's {delay:g} s: "
             f"p50 {percentile(added, 0.5) * 1e3:,.1f} ms, "
             f"p99 {percentile(added, 0.99) * 1e3:,.1f} ms, max {added[-1] * 1e3:,.1f} ms"
+        )
+    spreads = round_spreads(run.calls)
+    if spreads:
+        print(
+            "spread of each round's model calls (first to last start, s): "
+            + ", ".join(f"{spread:.2f}" for spread in spreads)
         )
     print(
         f"durable commits: {counter.requests:,} ({expected_requests:,} expected), "

@@ -21,6 +21,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
         ("turn_floor.py", ["--n", "3", "--reps", "1"], "floor, Journal thread"),
         ("turn_core_events.py", ["--n", "3", "--reps", "1"], "private-attribute set-ups"),
         ("concurrency.py", ["--n", "5", "--delay", "0.01"], "5/5 completed"),
+        ("concurrency.py", ["--n", "4", "--delay", "0.01"], "spread of each round's model calls"),
         (
             "resume_long_history.py",
             ["--turns", "5", "--reps", "1", "--check-reps", "1"],
