@@ -377,21 +377,15 @@ def _settle(call: CallView, result: ToolResult | None) -> CallView:
     return _replace(
         call,
         {
-            "status": "ok" if failure is None else _ENUM_VALUES[failure["error_class"]],
+            "status": "ok" if failure is None else _VALUES[failure["error_class"]],
             "output": _preview(r["output"]) if failure is None else None,
             "error_message": failure["message"] if failure is not None else None,
             "duration_ms": r["duration_ms"],
-            "effect_status": _ENUM_VALUES[effect_status]
+            "effect_status": _VALUES[effect_status]
             if effect_status
             else call.__dict__["effect_status"],
         },
     )
-
-
-_ENUM_VALUES: dict[StrEnum, str] = {
-    member: member.value for enum in (ErrorClass, EffectStatus) for member in enum
-}
-"""An error class's and an effect status's value (a dict lookup: ``value`` is a property)."""
 
 
 def _calls(step: StepView, calls: list[CallView]) -> StepView:
@@ -724,10 +718,12 @@ def _read_whole(cursor: ViewCursor, invocation_ids: Sequence[str]) -> dict[str, 
 
 
 _VALUES: dict[StrEnum, str] = {
-    m: m.value for e in (InvocationStatus, TerminalReason, Effect) for m in e
+    m: m.value
+    for e in (InvocationStatus, TerminalReason, Effect, ErrorClass, EffectStatus)
+    for m in e
 }
-"""Each status, reason and effect's value (a dict lookup: an enum's ``value`` is a Python
-property)."""
+"""Each status, reason, effect, error class and effect status's value (a dict lookup: an
+enum's ``value`` is a Python property)."""
 
 
 def _head_row(trajectory: Trajectory, *, started_position: int | None = None) -> tuple[Any, ...]:
