@@ -47,6 +47,7 @@ import argparse  # noqa: E402
 import gc  # noqa: E402
 import itertools  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import resource  # noqa: E402
 import sqlite3  # noqa: E402
 import statistics  # noqa: E402
@@ -236,6 +237,14 @@ async def run_all(
     return run
 
 
+def check_workload(parser: argparse.ArgumentParser, n: int, delay: float) -> None:
+    """Refuse (exit 2) a workload that cannot be measured: no invocations, a bad latency."""
+    if n < 1:
+        parser.error(f"--n must be at least 1, not {n}")
+    if not (math.isfinite(delay) and delay >= 0):
+        parser.error(f"--delay must be a finite number of seconds >= 0, not {delay}")
+
+
 def round_spreads(calls: list[list[float]]) -> list[float]:
     """For each round k (every invocation's model call k), first start to last start.
 
@@ -326,11 +335,13 @@ def main() -> None:
         if not args.db:
             parser.error("--mode needs --db")
         args.n = args.n if args.n is not None else 200
+        check_workload(parser, args.n, 0.0)
         peer_contract(args, counter)
         return
 
     n: int = args.n if args.n is not None else (200 if args.quick else 2000)
     delay: float = args.delay if args.delay is not None else (0.2 if args.quick else 1.0)
+    check_workload(parser, n, delay)
     machine = describe_machine()
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         path = Path(tmp) / "concurrency.db"

@@ -57,6 +57,7 @@ from concurrency import (  # noqa: E402
     COMMITS_PER_INVOCATION,
     CommitCounter,
     TimedModel,
+    check_workload,
     cpu_s,
     make_agent,
     peak_rss_mb,
@@ -408,7 +409,13 @@ def main() -> None:
         return
     n = args.n if args.n is not None else (200 if args.quick else 2000)
     args.delay = args.delay if args.delay is not None else (0.2 if args.quick else 1.0)
-    counts = [int(w) for w in (args.workers or ("1,2" if args.quick else "1,2,4")).split(",")]
+    check_workload(parser, n, args.delay)
+    try:
+        counts = [int(w) for w in (args.workers or ("1,2" if args.quick else "1,2,4")).split(",")]
+    except ValueError:
+        parser.error(f"--workers must be whole numbers separated by commas, not {args.workers!r}")
+    if any(count < 1 for count in counts):
+        parser.error(f"--workers must each be at least 1, not {args.workers!r}")
     store = "PostgreSQL" if args.db and args.db.startswith("postgresql") else "SQLite"
     print(
         f"workload: {n} invocations at once x {T} turns, {K} parallel instant reads in turns "

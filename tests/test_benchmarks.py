@@ -63,3 +63,40 @@ def test_a_benchmark_runs_and_prints_its_figures(
     )
     assert finished.returncode == 0, finished.stderr
     assert expected in finished.stdout
+
+
+@pytest.mark.parametrize(
+    ("script", "arguments", "expected"),
+    [
+        ("concurrency.py", ["--n", "0"], "--n must be at least 1, not 0"),
+        ("concurrency.py", ["--n", "3", "--delay", "-1"], "--delay must be a finite number"),
+        ("concurrency.py", ["--n", "3", "--delay", "nan"], "--delay must be a finite number"),
+        ("concurrency.py", ["--mode", "seq", "--db", "x.db", "--n", "0"], "--n must be at least 1"),
+        ("worker_throughput.py", ["--n", "-2"], "--n must be at least 1, not -2"),
+        ("worker_throughput.py", ["--n", "4", "--delay", "inf"], "--delay must be a finite"),
+        ("worker_throughput.py", ["--n", "4", "--workers", "2,x"], "--workers must be whole"),
+        (
+            "worker_throughput.py",
+            ["--n", "4", "--workers", "0"],
+            "--workers must each be at least 1",
+        ),
+        ("checkpoint_writes.py", ["--n", "0"], "--n must be at least 1"),
+    ],
+)
+def test_a_load_benchmark_refuses_a_workload_it_cannot_measure(
+    script: str, arguments: list[str], expected: str, tmp_path: Path
+) -> None:
+    """Bad input: no invocations, a negative or non-finite latency, bad worker counts: exit 2
+    with the reason, before anything runs (no traceback, no figures of nothing)."""
+    finished = subprocess.run(
+        [sys.executable, str(BENCH / script), *arguments],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert finished.returncode == 2, finished.stdout + finished.stderr
+    assert expected in finished.stderr
+    assert "Traceback" not in finished.stderr
+    assert finished.stdout == ""
