@@ -56,17 +56,27 @@ import tempfile  # noqa: E402
 from collections import Counter  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
+from functools import partial  # noqa: E402
 from importlib.metadata import version  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import trio  # noqa: E402
 from machine_speed import describe as describe_machine  # noqa: E402
-from turn_overhead import K, T, db_bytes, decide, lookup  # noqa: E402
+from turn_overhead import K, T, db_bytes, decide, lookup, lookup_value  # noqa: E402
 
 import loop_actors._journal as journal_module  # noqa: E402
 from aggregates.events import DomainEvent  # noqa: E402
-from loop_actors import Agent, Budget, ModelReply, ModelRequest, Runtime, ScriptedModel  # noqa: E402
+from loop_actors import (  # noqa: E402
+    Agent,
+    Budget,
+    ModelReply,
+    ModelRequest,
+    Runtime,
+    ScriptedModel,
+    Tool,
+    tool,
+)
 from loop_actors._messages import CommitOutcome  # noqa: E402
 
 COMMITS_PER_INVOCATION = 1 + 2 * (T - 1) + 1
@@ -161,11 +171,24 @@ class TimedModel:
         return await self.inner.decide(request)
 
 
-def make_agent(model: TimedModel) -> Agent:
+@tool(name="lookup", inline=True)
+def lookup_inline(key: str) -> dict[str, Any]:
+    """Return a small record at once."""
+    return lookup_value(key)
+
+
+TOOLS: dict[str, Tool] = {"async": lookup, "inline": lookup_inline}
+"""``--tool``: the workload's ``lookup`` as an async function (the default, as in every
+figure before session 6 of issue 17), or as a plain function run inline (what the peer
+benchmark's workload names: "the tool is a plain def", each runtime running it its own
+way)."""
+
+
+def make_agent(model: TimedModel, kind: str = "async") -> Agent:
     return Agent(
         "bench-concurrency",
         model,
-        [lookup],
+        [TOOLS[kind]],
         Budget(max_steps=T, max_tool_calls=K * (T - 1)),
     )
 
@@ -187,11 +210,17 @@ def rss_now_mb() -> float:
 
 
 async def run_all(
-    path: Path, n: int, delay_s: float, counter: CommitCounter, at_once: bool = True
+    path: Path,
+    n: int,
+    delay_s: float,
+    counter: CommitCounter,
+    at_once: bool = True,
+    *,
+    kind: str = "async",
 ) -> Run:
     """Run n invocations, all at once (or one after another), after an untimed warm-up."""
     model = TimedModel(delay_s)
-    agent = make_agent(model)
+    agent = make_agent(model, kind)
     run = Run()
 
     async def one(runtime: Runtime, goal: str, agent: Agent = agent) -> None:
@@ -212,7 +241,7 @@ async def run_all(
         run.rss_after_setup_mb = rss_now_mb()
         for i in range(WARMUP):
             # untimed: no model delay
-            await one(runtime, f"warm-{i:05d}", make_agent(TimedModel(0.0)))
+            await one(runtime, f"warm-{i:05d}", make_agent(TimedModel(0.0), kind))
         run.latencies.clear()
         run.added.clear()
         run.calls.clear()
@@ -269,12 +298,14 @@ def peer_contract(args: argparse.Namespace, counter: CommitCounter) -> None:
     path = Path(args.db)
     for leftover in path.parent.glob(path.name + "*"):
         leftover.unlink()
-    run = trio.run(run_all, path, args.n, 0.0, counter, args.mode == "conc")
+    at_once = args.mode == "conc"
+    run = trio.run(partial(run_all, kind=args.tool), path, args.n, 0.0, counter, at_once)
     size = db_bytes(path)
     wrong = [line for line in run.failures if ": completed " in line]
     payload: dict[str, Any] = {
         "name": "loop_actors",
         "mode": args.mode,
+        "tool": args.tool,
         "n": args.n,
         "warmup": WARMUP,
         "T": T,
@@ -324,6 +355,9 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=None, help="model latency, s (1.0)")
     parser.add_argument("--quick", action="store_true", help="--n 200 --delay 0.2 unless given")
     parser.add_argument("--dir", default=None, help="where the database file goes")
+    parser.add_argument(
+        "--tool", choices=sorted(TOOLS), default="async", help="lookup: async (default) or inline"
+    )
     parser.add_argument("--mode", choices=["seq", "conc"], help="peer benchmark contract")
     parser.add_argument("--db", default="", help="peer contract: the SQLite file")
     parser.add_argument("--out", default="", help="peer contract: the JSON result file")
@@ -345,7 +379,7 @@ def main() -> None:
     machine = describe_machine()
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         path = Path(tmp) / "concurrency.db"
-        run = trio.run(run_all, path, n, delay, counter)
+        run = trio.run(partial(run_all, kind=args.tool), path, n, delay, counter)
         size = db_bytes(path)
 
     floor = T * delay
@@ -354,8 +388,9 @@ def main() -> None:
     latencies = sorted(run.latencies)
     wall = run.wall_s
     print(
-        f"workload: {n} invocations at once x {T} turns, {K} parallel instant reads in "
-        f"turns 1-{T - 1}, model latency {delay:g} s per decision (floor {floor:g} s)"
+        f"workload: {n} invocations at once x {T} turns, {K} parallel instant reads "
+        f"({args.tool}) in turns 1-{T - 1}, model latency {delay:g} s per decision "
+        f"(floor {floor:g} s)"
     )
     print(machine)
     if run.failures or len(latencies) != n:

@@ -55,6 +55,7 @@ sys.path.insert(0, str(HERE))
 from concurrency import (  # noqa: E402
     COLLECTOR,
     COMMITS_PER_INVOCATION,
+    TOOLS,
     CommitCounter,
     TimedModel,
     check_workload,
@@ -197,7 +198,7 @@ async def serve(args: argparse.Namespace) -> dict[str, Any]:
     probe = WorkerProbe()
     probe.install()
     worker = Worker(
-        make_agent(TimedModel(args.delay)),
+        make_agent(TimedModel(args.delay), args.tool),
         args.db,
         concurrency=args.concurrency,
         lease_s=args.lease_s,
@@ -230,6 +231,8 @@ def start_worker(args: argparse.Namespace, db: str, concurrency: int, report: Pa
         str(concurrency),
         "--delay",
         str(args.delay),
+        "--tool",
+        args.tool,
         "--lease-s",
         str(args.lease_s),
         "--report",
@@ -242,8 +245,8 @@ def start_worker(args: argparse.Namespace, db: str, concurrency: int, report: Pa
     return subprocess.Popen(command, cwd=HERE, stdout=subprocess.DEVNULL, stderr=log)
 
 
-async def submit_all(db: str, ids: list[str]) -> None:
-    agent = make_agent(TimedModel(0.0))
+async def submit_all(db: str, ids: list[str], kind: str = "async") -> None:
+    agent = make_agent(TimedModel(0.0), kind)
     async with Runtime(db) as runtime, trio.open_nursery() as nursery:
         for invocation_id in ids:
             nursery.start_soon(submit_one, runtime, agent, invocation_id)
@@ -293,7 +296,7 @@ def run_workers(args: argparse.Namespace, workers: int, n: int) -> dict[str, Any
     try:
         wait_for(lambda: queue.holders() == workers, 120, "the workers to register")
         started = time.time()
-        trio.run(submit_all, db, ids)
+        trio.run(submit_all, db, ids, args.tool)
         submitted = time.time()
         wait_for(lambda: queue.not_ended() == 0, 1200, "every invocation to end")
     finally:
@@ -396,6 +399,9 @@ def main() -> None:
     parser.add_argument("--dir", default=tempfile.gettempdir())
     parser.add_argument("--gc-threshold", default="", help="gc.set_threshold in the workers")
     parser.add_argument("--quick", action="store_true", help="--n 200 --delay 0.2 --workers 1,2")
+    parser.add_argument(
+        "--tool", choices=sorted(TOOLS), default="async", help="lookup: async (default) or inline"
+    )
     parser.add_argument("--as-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--report", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -418,8 +424,9 @@ def main() -> None:
         parser.error(f"--workers must each be at least 1, not {args.workers!r}")
     store = "PostgreSQL" if args.db and args.db.startswith("postgresql") else "SQLite"
     print(
-        f"workload: {n} invocations at once x {T} turns, {K} parallel instant reads in turns "
-        f"1-{T - 1}, model latency {args.delay:g} s per decision, on {store}, worker processes "
+        f"workload: {n} invocations at once x {T} turns, {K} parallel instant reads "
+        f"({args.tool}) in turns 1-{T - 1}, model latency {args.delay:g} s per decision, on "
+        f"{store}, worker processes "
         f"with lease {args.lease_s:g} s"
         + (f", gc threshold {args.gc_threshold} in the workers" if args.gc_threshold else "")
         + f"; load average {os.getloadavg()[0]:.1f}"

@@ -779,10 +779,17 @@ class BatchRun:
                 break
             if not group:
                 continue
-            self._pending = len(group)
+            spawned = 0
             for call_id in group:
-                nursery.start_soon(self._run_one, by_id[call_id])
-            await self._wait()
+                call = by_id[call_id]
+                if self._runs_in_place(call):
+                    self._run_in_place(call)
+                else:
+                    nursery.start_soon(self._run_one, call)
+                    spawned += 1
+            self._pending = spawned  # the tasks start once this one waits
+            if spawned:
+                await self._wait()
             if self.cancelled:
                 interruption = Interruption.CANCELLED
                 if self._pending:
@@ -807,34 +814,85 @@ class BatchRun:
                 )
         return BatchExecuted(step=self.step, results=ordered, interruption=interruption)
 
+    def _runs_in_place(self, call: DispatchedCall) -> bool:
+        """Whether ``call`` runs in the batch's own task, to its end, before any other.
+
+        An inline plain function called through ``Tool.invoke`` never reaches a
+        checkpoint, and neither does a call of a tool no longer in the catalogue:
+        no timeout or cancel request can stop either while it runs, so neither needs
+        a task or a cancel scope of its own (one of each costs about as much as the
+        rest of the call). The group's other calls start when the batch waits, as
+        they could have in any order of their tasks.
+        """
+        tool_ = self.toolbox.tools.get(call.name)
+        return tool_ is None or (tool_.inline and type(tool_).invoke is Tool.invoke)
+
+    def _begin(self, call: DispatchedCall) -> tuple[Tool, ToolContext | None, float] | None:
+        """Start ``call``: its tool, context and start time; None when it ends here.
+
+        It ends here when the batch was cancelled before it started (no result: the
+        batch answers for it), or when its tool is no longer in the catalogue.
+        """
+        if self.cancelled:
+            return None  # cancelled before it ran: the call never starts
+        call_id = call.call_id
+        self._started.add(call_id)
+        started = self._now()
+        tool_ = self.toolbox.tools.get(call.name)
+        if tool_ is None:
+            ending = _Ending(
+                error_class=ErrorClass.UNAVAILABLE,
+                message=f"tool {call.name!r} is no longer in the agent's catalogue",
+                retryable=False,
+                ran=False,
+            )
+            self.results[call_id] = _result(call, None, ending, 0.0)
+            return None
+        context = None
+        if tool_.context_parameter is not None:
+            context = ToolContext(
+                invocation_id=self.invocation_id,
+                call_id=call_id,
+                effect_key=call.effect_key,
+                attempt=self.attempts.get(call_id, 1),
+            )
+        return tool_, context, started
+
+    def _run_in_place(self, call: DispatchedCall) -> None:
+        """Run a call that ``_runs_in_place`` in this task: what ``Tool.invoke`` does inline."""
+        begun = self._begin(call)
+        if begun is None:
+            return
+        tool_, context, started = begun
+        key = call.effect_key
+        running = self.toolbox.attempt_started(key) if key is not None else None
+        try:
+            returned = tool_.fn(**tool_.keyword_arguments(call.arguments, context))
+        except BaseException as error:
+            if is_cancellation(error):
+                raise
+            ending: _Ending | None = _failure(error)
+            output: Any = None
+        else:
+            output, ending = _output(returned)
+        finally:
+            if running is not None:
+                running.set()
+        if running is not None and key is not None:
+            self.toolbox.attempt_ended(key, running)
+        duration_ms = (self._now() - started) * 1000.0
+        self.results[call.call_id] = _result(call, output, ending, duration_ms)
+
     async def _run_one(self, call: DispatchedCall) -> None:
         call_id = call.call_id
         ending: _Ending | None = None
         output: Any = None
         try:
-            if self.cancelled:
-                return  # cancelled before this task ran: the call never starts
-            self._started.add(call_id)
-            started = self._now()
-            toolbox = self.toolbox
-            tool_ = toolbox.tools.get(call.name)
-            if tool_ is None:
-                ending = _Ending(
-                    error_class=ErrorClass.UNAVAILABLE,
-                    message=f"tool {call.name!r} is no longer in the agent's catalogue",
-                    retryable=False,
-                    ran=False,
-                )
-                self.results[call_id] = _result(call, None, ending, 0.0)
+            begun = self._begin(call)
+            if begun is None:
                 return
-            context = None
-            if tool_.context_parameter is not None:
-                context = ToolContext(
-                    invocation_id=self.invocation_id,
-                    call_id=call_id,
-                    effect_key=call.effect_key,
-                    attempt=self.attempts.get(call_id, 1),
-                )
+            tool_, context, started = begun
+            toolbox = self.toolbox
             timeout_s = toolbox.timeout_for(call.name)
             # One scope: the call's timeout, the invocation's deadline, a cancel request.
             scope = trio.CancelScope(deadline=min(started + timeout_s, self.deadline))

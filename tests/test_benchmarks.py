@@ -22,6 +22,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
         ("turn_core_events.py", ["--n", "3", "--reps", "1"], "private-attribute set-ups"),
         ("concurrency.py", ["--n", "5", "--delay", "0.01"], "5/5 completed"),
         ("concurrency.py", ["--n", "4", "--delay", "0.01"], "spread of each round's model calls"),
+        ("concurrency.py", ["--n", "4", "--delay", "0.01", "--tool", "inline"], "reads (inline)"),
         (
             "resume_long_history.py",
             ["--turns", "5", "--reps", "1", "--check-reps", "1"],
@@ -40,6 +41,11 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
             "worker_throughput.py",
             ["--n", "6", "--delay", "0.01", "--workers", "1,2"],
             "6/6 completed with the right answer",
+        ),
+        (
+            "worker_throughput.py",
+            ["--n", "4", "--delay", "0.01", "--workers", "1", "--tool", "inline"],
+            "4/4 completed with the right answer",
         ),
         (
             "workers.py",
