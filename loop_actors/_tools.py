@@ -7,6 +7,7 @@ same model produces the JSON Schema a model provider sees.
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import math
 import threading
@@ -859,7 +860,10 @@ class BatchRun:
         return tool_, context, started
 
     def _run_in_place(self, call: DispatchedCall) -> None:
-        """Run a call that ``_runs_in_place`` in this task: what ``Tool.invoke`` does inline."""
+        """Run a call that ``_runs_in_place`` in this task: what ``Tool.invoke`` does inline.
+
+        The function runs in a copy of this task's context (as a task of its own would).
+        """
         begun = self._begin(call)
         if begun is None:
             return
@@ -867,7 +871,10 @@ class BatchRun:
         key = call.effect_key
         running = self.toolbox.attempt_started(key) if key is not None else None
         try:
-            returned = tool_.fn(**tool_.keyword_arguments(call.arguments, context))
+            kwargs = tool_.keyword_arguments(call.arguments, context)
+            # In a copy of this task's context, as a task of its own would be: what the
+            # function sets in context variables does not reach the batch's task.
+            returned = contextvars.copy_context().run(tool_.fn, **kwargs)
         except BaseException as error:
             if is_cancellation(error):
                 raise

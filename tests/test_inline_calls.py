@@ -14,6 +14,7 @@ whose tool the resuming agent no longer has (after a real SIGKILL).
 
 from __future__ import annotations
 
+import contextvars
 import signal
 import time
 from pathlib import Path
@@ -282,3 +283,38 @@ async def test_a_dispatched_call_whose_tool_is_gone_on_resume_is_answered_unavai
     assert result.call_id == "l1"
     assert result.error is not None
     assert "no longer in the agent's catalogue" in result.error.message
+
+
+MARK: contextvars.ContextVar[str] = contextvars.ContextVar("MARK", default="unset")
+
+
+async def test_what_an_inline_call_sets_in_a_context_variable_stays_in_that_call(
+    db_url: str,
+) -> None:
+    @tool(inline=True)
+    def mark(key: str) -> str:
+        """Set a context variable (as tracing libraries do) and leave it set."""
+        MARK.set(key)
+        return MARK.get()
+
+    @tool(inline=True)
+    def read_mark(key: str) -> str:
+        """What the context variable holds."""
+        return MARK.get()
+
+    model = ScriptedModel(
+        [
+            calls(("m", "mark", {"key": "changed"}), ("r", "read_mark", {"key": "r"})),
+            calls(("r2", "read_mark", {"key": "r2"})),
+            {"kind": "final", "answer": "done"},
+        ]
+    )
+    with trio.fail_after(30):
+        async with Runtime(db_url) as runtime:
+            agent = Agent("marks", model, [mark, read_mark])
+            outcome = await runtime.run(agent, "g", invocation_id="v")
+            events = await runtime.history("v")
+    assert outcome.reason is TerminalReason.COMPLETED
+    outputs = [r.output for e in events if isinstance(e, ResultsCommitted) for r in e.results]
+    assert outputs == ["changed", "unset", "unset"]  # as if each call had a task of its own
+    assert MARK.get() == "unset"
