@@ -21,7 +21,11 @@ its model call i to the start of model call i+1, turn 1 from the call of
 length minus DELAY; p50 and p99 over every turn), the spread of each round of
 model calls (round k: every invocation's call k, from the first start to the last:
 a round's replies come back as spread as its calls, and the next round's spread is at
-least the time the process took to work through them), and the RSS per in-flight
+least the time the process took to work through them), how long the trio thread waited
+for I/O with nothing to run (a trio instrument timing each wait, ``before_io_wait`` to
+``after_io_wait``): before the first model reply came back, and after it, as a share
+of the rest of the run (the share left idle in a run bound by the process's CPU is
+small; a large one says the runs waited for their model and commits), and the RSS per in-flight
 invocation (peak RSS minus the RSS of the open runtime after the warm-up,
 divided by N).
 
@@ -119,6 +123,8 @@ class Run:
     """What one timed run measured."""
 
     wall_s: float = 0.0
+    started_s: float = 0.0
+    """When the timed invocations started (``perf_counter``)."""
     ready_s: float = 0.0
     rss_after_setup_mb: float = 0.0
     rss_before_mb: float = 0.0
@@ -133,6 +139,33 @@ class Run:
     calls: list[list[float]] = field(default_factory=list)
     """Per invocation: when each of its model calls started (``perf_counter``)."""
     failures: list[str] = field(default_factory=list)
+    waits: list[tuple[float, float]] = field(default_factory=list)
+    """Each wait of the trio thread for I/O: (start, seconds), ``perf_counter``."""
+
+
+class IoWaits(trio.abc.Instrument):
+    """Times each wait of the trio thread for I/O (nothing else to run meanwhile)."""
+
+    def __init__(self, waits: list[tuple[float, float]]) -> None:
+        self.waits = waits
+        self.started = 0.0
+
+    def before_io_wait(self, timeout: float) -> None:
+        self.started = time.perf_counter()
+
+    def after_io_wait(self, timeout: float) -> None:
+        now = time.perf_counter()
+        self.waits.append((self.started, now - self.started))
+
+
+def idle_split(waits: Sequence[tuple[float, float]], cut: float) -> tuple[float, float]:
+    """The seconds of waiting before ``cut`` and after it (a wait across it split)."""
+    before = after = 0.0
+    for start, seconds in waits:
+        end = start + seconds
+        before += max(0.0, min(end, cut) - start)
+        after += max(0.0, end - max(start, cut))
+    return before, after
 
 
 class CollectorClock:
@@ -251,6 +284,8 @@ async def run_all(
         run.rss_before_mb = rss_now_mb()
         cpu_before, trio_cpu_before = cpu_s(), time.thread_time()
         COLLECTOR.on = True
+        waits = IoWaits(run.waits)
+        trio.lowlevel.add_instrument(waits)
         started = time.perf_counter()
         if at_once:
             async with trio.open_nursery() as nursery:
@@ -260,6 +295,8 @@ async def run_all(
             for i in range(n):
                 await one(runtime, f"g-{i:05d}")
         run.wall_s = time.perf_counter() - started
+        trio.lowlevel.remove_instrument(waits)
+        run.started_s = started
         run.cpu_s = cpu_s() - cpu_before
         run.trio_cpu_s = time.thread_time() - trio_cpu_before
         COLLECTOR.on = False
@@ -433,6 +470,16 @@ def main() -> None:
         print(
             "spread of each round's model calls (first to last start, s): "
             + ", ".join(f"{spread:.2f}" for spread in spreads)
+        )
+    first_calls = [starts[0] for starts in run.calls if starts]
+    if first_calls:
+        first_reply = min(first_calls) + delay
+        before, after = idle_split(run.waits, first_reply)
+        rest = run.started_s + wall - first_reply
+        print(
+            f"trio thread waiting for I/O: {before + after:.2f} s of the {wall:.2f} s; "
+            f"{before:.2f} s before the first model reply, {after:.2f} s after it "
+            f"({after / rest if rest > 0 else 0.0:.0%} of the {max(rest, 0.0):.2f} s left)"
         )
     print(
         f"durable commits: {counter.requests:,} ({expected_requests:,} expected), "

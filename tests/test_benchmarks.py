@@ -23,6 +23,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
         ("concurrency.py", ["--n", "5", "--delay", "0.01"], "5/5 completed"),
         ("concurrency.py", ["--n", "4", "--delay", "0.01"], "spread of each round's model calls"),
         ("concurrency.py", ["--n", "4", "--delay", "0.01", "--tool", "inline"], "reads (inline)"),
+        ("concurrency.py", ["--n", "3", "--delay", "0.05"], "before the first model reply"),
         (
             "resume_long_history.py",
             ["--turns", "5", "--reps", "1", "--check-reps", "1"],
@@ -106,3 +107,16 @@ def test_a_load_benchmark_refuses_a_workload_it_cannot_measure(
     assert expected in finished.stderr
     assert "Traceback" not in finished.stderr
     assert finished.stdout == ""
+
+
+def test_the_idle_figure_splits_a_wait_across_the_first_reply_between_its_two_sides() -> None:
+    sys.path.insert(0, str(BENCH))
+    try:
+        from concurrency import idle_split  # a script of bench/, for this test
+    finally:
+        sys.path.remove(str(BENCH))
+    waits = [(0.0, 1.0), (1.5, 1.0), (3.0, 0.5)]  # (start, seconds)
+    assert idle_split(waits, 2.0) == (1.5, 1.0)  # 1 + 0.5 before; 0.5 + 0.5 after
+    assert idle_split(waits, 0.0) == (0.0, 2.5)
+    assert idle_split(waits, 10.0) == (2.5, 0.0)
+    assert idle_split([], 1.0) == (0.0, 0.0)
