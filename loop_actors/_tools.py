@@ -710,10 +710,12 @@ class BatchRun:
 
     Groups run one after another; the calls of a group run concurrently, each in a
     task of its own under one cancel scope that carries its timeout, the
-    invocation's deadline and a cancel request. :meth:`run` answers one result per
-    call, in call order; :meth:`cancel` stops the batch: no new call starts, the
-    calls in flight are cancelled, and :meth:`run` returns once they have stopped
-    (at most ``grace_s`` later), unfinished calls answered ``cancelled``.
+    invocation's deadline and a cancel request, except the calls that nothing can
+    interrupt (inline ones: ``_runs_in_place``), which the batch's task runs first.
+    :meth:`run` answers one result per call, in call order; :meth:`cancel` stops
+    the batch: no new call starts, the calls in flight are cancelled, and
+    :meth:`run` returns once they have stopped (at most ``grace_s`` later),
+    unfinished calls answered ``cancelled``.
     """
 
     def __init__(
