@@ -5,6 +5,9 @@ honours idempotency keys: paying twice with one key records one payment and
 returns the first receipt. Every request it receives is logged in ``attempts``,
 so tests can count how often a write reached it.
 
+``$PAYMENTS_INLINE=1`` makes both tools inline (run in the batch's own task on the
+event loop) instead of plain functions run in a worker thread.
+
 Switches, as files (so a test can flip them between processes):
 - ``$PAYMENTS_DB.down``: the service cannot be reached (pay and lookup raise).
 - ``$PAYMENTS_DB.lose-reply``: the next payment is committed, then the reply
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -94,10 +98,20 @@ def service() -> PaymentService:
 
 BALANCES = {"alice": 100, "bob": 5, "carol": 7}
 
+INLINE = os.environ.get("PAYMENTS_INLINE") == "1"
 
-@tool
+
+def _check_thread() -> None:
+    """Inline tools run on the event loop's thread; the others in worker threads."""
+    on_main = threading.current_thread() is threading.main_thread()
+    if on_main is not INLINE:
+        raise RuntimeError(f"inline={INLINE} but the tool runs on {threading.current_thread()}")
+
+
+@tool(inline=INLINE)
 def read_balance(account: str) -> dict[str, Any]:
     """Read an account's balance."""
+    _check_thread()
     return {"account": account, "balance": BALANCES[account]}
 
 
@@ -109,9 +123,10 @@ def reconcile_payment(effect_key: str) -> Reconciled:
     return Reconciled(status="committed", receipt=receipt)
 
 
-@tool(effect="write", reconcile=reconcile_payment)
+@tool(effect="write", reconcile=reconcile_payment, inline=INLINE)
 def pay(recipient: str, amount: int, context: ToolContext) -> dict[str, Any]:
     """Pay an amount to a recipient."""
+    _check_thread()
     assert context.effect_key is not None
     return service().pay(context.effect_key, recipient, amount)
 

@@ -39,9 +39,11 @@ CRASH_CASES = [
 
 
 def loop_actors(
-    *args: str, cwd: Path, crash_at: str | None = None
+    *args: str, cwd: Path, crash_at: str | None = None, inline: bool = False
 ) -> subprocess.CompletedProcess[str]:
     env = {"PAYMENTS_DB": str(cwd / "service.db")}
+    if inline:
+        env["PAYMENTS_INLINE"] = "1"  # the tools run in the batch's own task
     if crash_at is not None:
         env["LOOP_ACTORS_CRASH_AT"] = crash_at
     return run_cli(*args, cwd=cwd, db="sqlite:///run.db", env=env)
@@ -97,16 +99,17 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"outcome": outcome, "types": [r["type"] for r in history(folder)]}
 
 
+@pytest.mark.parametrize("inline", [False, True], ids=["in-threads", "inline"])
 @pytest.mark.parametrize("crash_at", CRASH_CASES)
 def test_killed_at_a_crash_point_resume_finishes_like_an_uncrashed_run(
-    tmp_path: Path, baseline: dict[str, Any], crash_at: str
+    tmp_path: Path, baseline: dict[str, Any], crash_at: str, inline: bool
 ) -> None:
     folder = workspace(tmp_path, "run")
-    crashed = loop_actors(*run_args(), cwd=folder, crash_at=crash_at)
+    crashed = loop_actors(*run_args(), cwd=folder, crash_at=crash_at, inline=inline)
     assert crashed.returncode == -signal.SIGKILL, (crashed.stdout, crashed.stderr)
 
     resumed = loop_actors(
-        "resume", INVOCATION, "--agent", "payments_app:agent", "--json", cwd=folder
+        "resume", INVOCATION, "--agent", "payments_app:agent", "--json", cwd=folder, inline=inline
     )
     assert resumed.returncode == 0, resumed.stderr
     outcome = json.loads(resumed.stdout)
@@ -127,7 +130,9 @@ def test_killed_at_a_crash_point_resume_finishes_like_an_uncrashed_run(
     records = history(folder)
     assert_history_is_whole(records)
 
-    again = loop_actors("resume", INVOCATION, "--agent", "payments_app:agent", "--json", cwd=folder)
+    again = loop_actors(
+        "resume", INVOCATION, "--agent", "payments_app:agent", "--json", cwd=folder, inline=inline
+    )
     assert again.returncode == 0
     assert json.loads(again.stdout) == outcome
     assert len(history(folder)) == len(records)  # resuming a finished invocation runs nothing
