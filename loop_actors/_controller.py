@@ -179,8 +179,9 @@ class Controller:
             raise single_exception(group) from None
 
     async def _run(self) -> Outcome:
-        # The run's nursery holds the tasks of its tool calls (one per call in flight)
-        # and, once needed, the EffectReconciler. The model is called from this task.
+        # The run's nursery holds the tasks of its tool calls (one per call in flight;
+        # inline calls run in this task) and, once needed, the EffectReconciler. The
+        # model is called from this task.
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             try:

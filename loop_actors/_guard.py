@@ -6,7 +6,8 @@ result where the code is called. Only trio's own cancellation passes through (a
 timeout, a cancelled run): it is how the runtime stops user code, not user code's
 failure. A real Ctrl-C does not reach user code: the runtime's trio loops deliver it
 to their main task at a checkpoint (``restrict_keyboard_interrupt_to_checkpoints``),
-and tools, models and services run in other tasks.
+and tools, models and services run in other tasks, or (inline tools) with no checkpoint
+in them.
 """
 
 from __future__ import annotations

@@ -711,7 +711,7 @@ class BatchRun:
     Groups run one after another; the calls of a group run concurrently, each in a
     task of its own under one cancel scope that carries its timeout, the
     invocation's deadline and a cancel request, except the calls that nothing can
-    interrupt (inline ones: ``_runs_in_place``), which the batch's task runs first.
+    interrupt (inline ones: ``_needs_no_task``), which the batch's task runs first.
     :meth:`run` answers one result per call, in call order; :meth:`cancel` stops
     the batch: no new call starts, the calls in flight are cancelled, and
     :meth:`run` returns once they have stopped (at most ``grace_s`` later),
@@ -768,31 +768,44 @@ class BatchRun:
     async def run(self, nursery: trio.Nursery) -> BatchExecuted:
         """Run the plan's groups in ``nursery``; one result per call, in call order.
 
-        Cancellation: a checkpoint. Cancelled from outside, the calls in flight (in
-        ``nursery``, which the caller's cancellation reaches too) are abandoned.
+        Cancellation: a checkpoint in each group (before its inline calls, if it has
+        any). Cancelled from outside, the calls in flight (in ``nursery``, which the
+        caller's cancellation reaches too) are abandoned.
         """
         by_id = {call.call_id: call for call in self.calls}
         interruption = Interruption.NONE
         for group in self.plan:
-            if self.cancelled:
-                interruption = Interruption.CANCELLED
-                break
-            if self._now() >= self.deadline:
-                interruption = Interruption.DEADLINE
+            stop = self._stop()
+            if stop is not None:
+                interruption = stop
                 break
             if not group:
                 continue
-            spawned = 0
+            in_place: list[DispatchedCall] = []
+            spawned: list[DispatchedCall] = []
             for call_id in group:
                 call = by_id[call_id]
-                if self._runs_in_place(call):
+                (in_place if self._needs_no_task(call) else spawned).append(call)
+            if in_place:
+                # The inline calls have no checkpoint: this is where a cancellation from
+                # outside (a cancelled scope, Ctrl-C) lands, before any of them runs.
+                await trio.lowlevel.checkpoint()
+                stop = self._stop()
+                if stop is not None:
+                    interruption = stop
+                    break
+                for call in in_place:
                     self._run_in_place(call)
-                else:
-                    nursery.start_soon(self._run_one, call)
-                    spawned += 1
-            self._pending = spawned  # the tasks start once this one waits
-            if spawned:
-                await self._wait()
+                if not spawned:
+                    continue
+                stop = self._stop()  # no new call starts: the others never start
+                if stop is not None:
+                    interruption = stop
+                    break
+            self._pending = len(spawned)  # the tasks start once this one waits
+            for call in spawned:
+                nursery.start_soon(self._run_one, call)
+            await self._wait()
             if self.cancelled:
                 interruption = Interruption.CANCELLED
                 if self._pending:
@@ -817,7 +830,15 @@ class BatchRun:
                 )
         return BatchExecuted(step=self.step, results=ordered, interruption=interruption)
 
-    def _runs_in_place(self, call: DispatchedCall) -> bool:
+    def _stop(self) -> Interruption | None:
+        """Why no further call may start (a cancel request, the deadline), or None."""
+        if self.cancelled:
+            return Interruption.CANCELLED
+        if self._now() >= self.deadline:
+            return Interruption.DEADLINE
+        return None
+
+    def _needs_no_task(self, call: DispatchedCall) -> bool:
         """Whether ``call`` runs in the batch's own task, to its end, before any other.
 
         An inline plain function called through ``Tool.invoke`` never reaches a
@@ -862,9 +883,11 @@ class BatchRun:
         return tool_, context, started
 
     def _run_in_place(self, call: DispatchedCall) -> None:
-        """Run a call that ``_runs_in_place`` in this task: what ``Tool.invoke`` does inline.
+        """Run a call that ``_needs_no_task`` in this task: what ``Tool.invoke`` does inline.
 
         The function runs in a copy of this task's context (as a task of its own would).
+        Whatever it raises is its result, trio's ``Cancelled`` too: with no checkpoint
+        in it, no cancellation of trio's can reach it, so a ``Cancelled`` is its own.
         """
         begun = self._begin(call)
         if begun is None:
@@ -877,9 +900,7 @@ class BatchRun:
             # In a copy of this task's context, as a task of its own would be: what the
             # function sets in context variables does not reach the batch's task.
             returned = contextvars.copy_context().run(tool_.fn, **kwargs)
-        except BaseException as error:
-            if is_cancellation(error):
-                raise
+        except BaseException as error:  # a tool's failure is its result, whatever it is
             ending: _Ending | None = _failure(error)
             output: Any = None
         else:

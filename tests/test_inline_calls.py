@@ -7,9 +7,12 @@ change: one result per call in call order, a failing call answered with its erro
 a cancel request answered for the calls still running, and a tool that is no longer
 in the catalogue (a resume with a changed agent) answered ``unavailable``.
 
-Bad inputs tried: an inline tool that raises, one that takes longer than its timeout,
-a cancel request while an async call of the same group blocks, and a dispatched call
-whose tool the resuming agent no longer has (after a real SIGKILL).
+Bad inputs tried: an inline tool that raises, one that raises trio's ``Cancelled`` of
+its own making, one that takes longer than its timeout, one that blocks past the
+invocation's deadline before an async call of its group, a cancel request while an async
+call of the same group blocks, the caller's scope cancelled during a run whose every
+call is inline (nothing else in it checkpoints), and a dispatched call whose tool the
+resuming agent no longer has (after a real SIGKILL).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import trio
 from aggregates.invocation import ResultsCommitted, Terminated
 from loop_actors import (
     Agent,
+    Budget,
     ErrorClass,
     ModelRequest,
     Runtime,
@@ -318,3 +322,88 @@ async def test_what_an_inline_call_sets_in_a_context_variable_stays_in_that_call
     outputs = [r.output for e in events if isinstance(e, ResultsCommitted) for r in e.results]
     assert outputs == ["changed", "unset", "unset"]  # as if each call had a task of its own
     assert MARK.get() == "unset"
+
+
+async def test_a_cancelled_callers_scope_stops_a_run_whose_calls_are_all_inline(
+    db_url: str,
+) -> None:
+    ran: list[int] = []
+    scope = trio.CancelScope()
+
+    @tool(inline=True)
+    def count(n: int) -> int:
+        """Count; the fifth call cancels the caller's scope (as a timeout would)."""
+        ran.append(n)
+        if n == 5:
+            scope.cancel()
+        return n
+
+    def decide(request: ModelRequest) -> dict[str, Any]:  # never awaits: no checkpoint
+        return calls((f"c{request.step}", "count", {"n": request.step}))
+
+    agent = Agent("counter", ScriptedModel(decide), [count], Budget(max_steps=50))
+    with trio.fail_after(30):
+        async with Runtime(db_url) as runtime:
+            with scope:
+                await runtime.run(agent, "count", invocation_id="n")
+            invocation = await runtime.load("n")
+    assert scope.cancelled_caught
+    assert ran == [1, 2, 3, 4, 5]  # the next batch's checkpoint is where it landed
+    assert invocation.terminated is not None
+    assert invocation.terminated.reason is TerminalReason.CANCELLED
+
+
+async def test_no_async_call_starts_once_the_inline_calls_before_it_passed_the_deadline(
+    db_url: str,
+) -> None:
+    started: list[str] = []
+
+    @tool(inline=True)
+    def slow(key: str) -> str:
+        """Block past the invocation's deadline."""
+        time.sleep(0.2)
+        return key
+
+    @tool
+    async def later(key: str) -> str:
+        """Must not start after the deadline."""
+        started.append(key)
+        return key
+
+    model = ScriptedModel([calls(("s", "slow", {"key": "s"}), ("l", "later", {"key": "l"}))])
+    agent = Agent("late", model, [slow, later], Budget(deadline_s=0.1))
+    with trio.fail_after(30):
+        async with Runtime(db_url) as runtime:
+            outcome = await runtime.run(agent, "g", invocation_id="d")
+            events = await runtime.history("d")
+    assert outcome.reason is TerminalReason.DEADLINE_EXCEEDED
+    assert started == []
+    (committed,) = [e for e in events if isinstance(e, ResultsCommitted)]
+    by_id = {r.call_id: r for r in committed.results}
+    assert by_id["s"].output == "s"  # it ran: its result is kept
+    assert by_id["l"].error is not None
+    assert by_id["l"].error.error_class is ErrorClass.DEADLINE_EXCEEDED
+    assert "never started" in by_id["l"].error.message
+
+
+async def test_an_inline_tool_that_raises_trios_cancelled_itself_is_answered_tool_failed(
+    db_url: str,
+) -> None:
+    @tool(inline=True)
+    def impostor(key: str) -> str:
+        """Raise a Cancelled of its own making (no cancellation of trio's can reach it)."""
+        raise trio.Cancelled._create()  # what a buggy tool could do
+
+    model = ScriptedModel(
+        [calls(("x", "impostor", {"key": "x"})), {"kind": "final", "answer": "done"}]
+    )
+    with trio.fail_after(30):
+        async with Runtime(db_url) as runtime:
+            agent = Agent("impostor", model, [impostor])
+            outcome = await runtime.run(agent, "g", invocation_id="i")
+            events = await runtime.history("i")
+    assert outcome.reason is TerminalReason.COMPLETED
+    (committed,) = [e for e in events if isinstance(e, ResultsCommitted)]
+    (result,) = committed.results
+    assert result.error is not None
+    assert result.error.error_class is ErrorClass.TOOL_FAILED

@@ -6,7 +6,9 @@ returns the first receipt. Every request it receives is logged in ``attempts``,
 so tests can count how often a write reached it.
 
 ``$PAYMENTS_INLINE=1`` makes both tools inline (run in the batch's own task on the
-event loop) instead of plain functions run in a worker thread.
+event loop) instead of plain functions run in a worker thread. The service's SQLite
+writes then block the event loop for a moment, which a real inline tool must not do:
+harmless here, where one invocation runs at a time.
 
 Switches, as files (so a test can flip them between processes):
 - ``$PAYMENTS_DB.down``: the service cannot be reached (pay and lookup raise).
