@@ -775,8 +775,7 @@ class BatchRun:
         by_id = {call.call_id: call for call in self.calls}
         interruption = Interruption.NONE
         for group in self.plan:
-            stop = self._stop()
-            if stop is not None:
+            if (stop := self._stop()) is not None:
                 interruption = stop
                 break
             if not group:
@@ -790,16 +789,14 @@ class BatchRun:
                 # The inline calls have no checkpoint: this is where a cancellation from
                 # outside (a cancelled scope, Ctrl-C) lands, before any of them runs.
                 await trio.lowlevel.checkpoint()
-                stop = self._stop()
-                if stop is not None:
+                if (stop := self._stop()) is not None:
                     interruption = stop
                     break
                 for call in in_place:
                     self._run_in_place(call)
                 if not spawned:
                     continue
-                stop = self._stop()  # no new call starts: the others never start
-                if stop is not None:
+                if (stop := self._stop()) is not None:  # the others never start
                     interruption = stop
                     break
             self._pending = len(spawned)  # the tasks start once this one waits

@@ -31,6 +31,7 @@ from loop_actors import (
     Budget,
     ErrorClass,
     ModelRequest,
+    Outcome,
     Runtime,
     ScriptedModel,
     TerminalReason,
@@ -45,6 +46,15 @@ def calls(*items: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
         "kind": "tool_calls",
         "calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
     }
+
+
+async def run_once(db_url: str, agent: Agent) -> tuple[Outcome, list[ResultsCommitted]]:
+    """Run ``agent`` once on a new runtime: its outcome and the batches' results it committed."""
+    with trio.fail_after(30):
+        async with Runtime(db_url) as runtime:
+            outcome = await runtime.run(agent, "g", invocation_id="inv")
+            events = await runtime.history("inv")
+    return outcome, [e for e in events if isinstance(e, ResultsCommitted)]
 
 
 class CallTasks(trio.abc.Instrument):
@@ -128,12 +138,9 @@ async def test_a_group_of_inline_and_async_calls_answers_each_call_in_call_order
             {"kind": "final", "answer": "done"},
         ]
     )
-    with trio.fail_after(30):
-        async with Runtime(db_url) as runtime:
-            outcome = await runtime.run(Agent("mixed", model, [now, later]), "g", invocation_id="m")
-            events = await runtime.history("m")
+    outcome, batches = await run_once(db_url, Agent("mixed", model, [now, later]))
     assert outcome.reason is TerminalReason.COMPLETED
-    (committed,) = [e for e in events if isinstance(e, ResultsCommitted)]
+    (committed,) = batches
     assert [(r.call_id, r.output) for r in committed.results] == [
         ("a1", "later a1"),
         ("i1", "now i1"),
@@ -161,13 +168,9 @@ async def test_an_inline_call_that_raises_is_answered_tool_failed_and_the_others
             {"kind": "final", "answer": "done"},
         ]
     )
-    with trio.fail_after(30):
-        async with Runtime(db_url) as runtime:
-            agent = Agent("breaks", model, [broken, inline_lookup])
-            outcome = await runtime.run(agent, "g", invocation_id="b")
-            events = await runtime.history("b")
+    outcome, batches = await run_once(db_url, Agent("breaks", model, [broken, inline_lookup]))
     assert outcome.reason is TerminalReason.COMPLETED
-    (committed,) = [e for e in events if isinstance(e, ResultsCommitted)]
+    (committed,) = batches
     by_id = {r.call_id: r for r in committed.results}
     assert by_id["b"].error is not None
     assert by_id["b"].error.error_class is ErrorClass.TOOL_FAILED
@@ -183,12 +186,9 @@ async def test_an_inline_call_longer_than_its_timeout_keeps_its_result(db_url: s
         return key
 
     model = ScriptedModel([calls(("s", "slow", {"key": "s"})), {"kind": "final", "answer": "done"}])
-    with trio.fail_after(30):
-        async with Runtime(db_url) as runtime:
-            outcome = await runtime.run(Agent("slow", model, [slow]), "g", invocation_id="s")
-            events = await runtime.history("s")
+    outcome, batches = await run_once(db_url, Agent("slow", model, [slow]))
     assert outcome.reason is TerminalReason.COMPLETED
-    (committed,) = [e for e in events if isinstance(e, ResultsCommitted)]
+    (committed,) = batches
     (result,) = committed.results
     assert result.output == "s"  # nothing can interrupt it: its result is kept
     assert result.duration_ms is not None
@@ -313,13 +313,9 @@ async def test_what_an_inline_call_sets_in_a_context_variable_stays_in_that_call
             {"kind": "final", "answer": "done"},
         ]
     )
-    with trio.fail_after(30):
-        async with Runtime(db_url) as runtime:
-            agent = Agent("marks", model, [mark, read_mark])
-            outcome = await runtime.run(agent, "g", invocation_id="v")
-            events = await runtime.history("v")
+    outcome, batches = await run_once(db_url, Agent("marks", model, [mark, read_mark]))
     assert outcome.reason is TerminalReason.COMPLETED
-    outputs = [r.output for e in events if isinstance(e, ResultsCommitted) for r in e.results]
+    outputs = [r.output for e in batches for r in e.results]
     assert outputs == ["changed", "unset", "unset"]  # as if each call had a task of its own
     assert MARK.get() == "unset"
 
@@ -372,13 +368,10 @@ async def test_no_async_call_starts_once_the_inline_calls_before_it_passed_the_d
 
     model = ScriptedModel([calls(("s", "slow", {"key": "s"}), ("l", "later", {"key": "l"}))])
     agent = Agent("late", model, [slow, later], Budget(deadline_s=0.1))
-    with trio.fail_after(30):
-        async with Runtime(db_url) as runtime:
-            outcome = await runtime.run(agent, "g", invocation_id="d")
-            events = await runtime.history("d")
+    outcome, batches = await run_once(db_url, agent)
     assert outcome.reason is TerminalReason.DEADLINE_EXCEEDED
     assert started == []
-    (committed,) = [e for e in events if isinstance(e, ResultsCommitted)]
+    (committed,) = batches
     by_id = {r.call_id: r for r in committed.results}
     assert by_id["s"].output == "s"  # it ran: its result is kept
     assert by_id["l"].error is not None
@@ -397,13 +390,9 @@ async def test_an_inline_tool_that_raises_trios_cancelled_itself_is_answered_too
     model = ScriptedModel(
         [calls(("x", "impostor", {"key": "x"})), {"kind": "final", "answer": "done"}]
     )
-    with trio.fail_after(30):
-        async with Runtime(db_url) as runtime:
-            agent = Agent("impostor", model, [impostor])
-            outcome = await runtime.run(agent, "g", invocation_id="i")
-            events = await runtime.history("i")
+    outcome, batches = await run_once(db_url, Agent("impostor", model, [impostor]))
     assert outcome.reason is TerminalReason.COMPLETED
-    (committed,) = [e for e in events if isinstance(e, ResultsCommitted)]
+    (committed,) = batches
     (result,) = committed.results
     assert result.error is not None
     assert result.error.error_class is ErrorClass.TOOL_FAILED
