@@ -1,6 +1,6 @@
 """The rules of leases: who may drive an invocation, when a lease is live, what an epoch is.
 
-Pure: the queue (``loop_actors._queue``) reads and writes rows and hands them here
+Pure: the queue (``loop_actors.store.queue``) reads and writes rows and hands them here
 with the time; nothing in this module reads a clock or a database.
 
 An invocation has one row in the queue. Its ``status`` says whether a worker may

@@ -2,7 +2,7 @@
 
 A runtime with ``checkpoint_dir`` writes a checkpoint after each run that ends (and
 every ``checkpoint_every`` commits), each a new numbered file chained to the one
-before (``loop_actors._checkpointer.CheckpointDirectory.write_next``: the note, a
+before (``loop_actors.audit.checkpointer.CheckpointDirectory.write_next``: the note, a
 temporary file, fsync, a hard link that never replaces a file, fsync of the
 directory). A deployment that runs for months fills its directory with hundreds of
 thousands of them.
@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from loop_actors._checkpoint import Checkpoint, checkpoint_note
-from loop_actors._checkpointer import CheckpointDirectory
+from loop_actors.audit.checkpoint import Checkpoint, checkpoint_note
+from loop_actors.audit.checkpointer import CheckpointDirectory
 
 
 def note_for(size: int) -> Callable[[Checkpoint | None, str], str | None]:

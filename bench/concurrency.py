@@ -7,7 +7,7 @@ delay_s=DELAY)``, a ``trio.sleep``), and N invocations run at the same time in
 one trio nursery inside one ``async with Runtime(url)``, on one SQLite file.
 One untimed warm-up invocation (no model delay) runs first on the same file.
 
-Commits are counted by wrapping ``loop_actors._journal.commit_group`` from this
+Commits are counted by wrapping ``loop_actors.store.journal.commit_group`` from this
 script (the wrapper only counts; the library is not changed): each call that
 returns is one transaction, and the commits it answers are the commit requests of
 the controllers (10 per invocation: start, dispatch + results in turns 1-4, final).
@@ -69,7 +69,7 @@ import trio  # noqa: E402
 from machine_speed import describe as describe_machine  # noqa: E402
 from turn_overhead import K, T, db_bytes, decide, lookup, lookup_value  # noqa: E402
 
-import loop_actors._journal as journal_module  # noqa: E402
+import loop_actors.store.journal as journal_module  # noqa: E402
 from aggregates.events import DomainEvent  # noqa: E402
 from loop_actors import (  # noqa: E402
     Agent,

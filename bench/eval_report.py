@@ -25,8 +25,8 @@ from typing import Any
 import trio
 
 from loop_actors import Agent, Runtime, ScriptedModel, tool
-from loop_actors._eval import ReportFile, Suite, compare, report, run_suite
-from loop_actors._eval_html import compare_html, eval_html
+from loop_actors.eval.evaluate import ReportFile, Suite, compare, report, run_suite
+from loop_actors.eval.html import compare_html, eval_html
 
 
 @tool

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from aggregates.invocation import DecisionProposed, Paused, ResultsCommitted, Terminated
-from loop_actors._store import EventStore
+from loop_actors.store.store import EventStore
 from tests.test_fuzz_edges import check_cli, fuzz
 
 

@@ -34,7 +34,12 @@ from typing import Any
 import trio
 
 from loop_actors import Agent, Runtime, ScriptedModel, StdioServer, TerminalReason
-from loop_actors._mcp import call_mcp_tool, mcp_tools_async, open_mcp_sessions, using_mcp_sessions
+from loop_actors.agent.mcp import (
+    call_mcp_tool,
+    mcp_tools_async,
+    open_mcp_sessions,
+    using_mcp_sessions,
+)
 
 SERVER = StdioServer(
     command=sys.executable,

@@ -34,7 +34,7 @@ from loop_actors import (
     ToolContext,
     tool,
 )
-from loop_actors._store import EventStore
+from loop_actors.store.store import EventStore
 
 
 @tool(effect="write", reconcile=lambda key: Reconciled(status="not_found"))

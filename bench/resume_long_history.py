@@ -32,8 +32,8 @@ import trio
 
 from aggregates.events import fold
 from loop_actors import Agent, Budget, ModelRequest, Runtime, ScriptedModel, tool
-from loop_actors._reader import StoreReader
-from loop_actors._store import EventStore
+from loop_actors.store.reader import StoreReader
+from loop_actors.store.store import EventStore
 
 
 @tool

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from turn_overhead import AGENT, T
 
-import loop_actors._journal as journal_module
+import loop_actors.store.journal as journal_module
 from loop_actors import Runtime
 
 

@@ -8,7 +8,7 @@ The workload of bench/turn_overhead.py (N invocations one after another, 5 turns
   (``time.thread_time``), and the scheduler passes and task steps per turn
   (counted with a trio instrument);
 - on a SQLite file: the same (and the process's CPU, every thread), plus the
-  median time of one Journal transaction (``loop_actors._journal.commit_group``
+  median time of one Journal transaction (``loop_actors.store.journal.commit_group``
   timed from this script; the wrapper only times) and the share of the
   transactions written on the trio thread (the Journal commits there while
   nothing else is runnable);
@@ -36,7 +36,7 @@ from typing import Any
 import trio
 from turn_overhead import AGENT, T
 
-import loop_actors._journal as journal_module
+import loop_actors.store.journal as journal_module
 from aggregates.events import DomainEvent
 from loop_actors import Runtime
 from loop_actors._messages import CommitOutcome

@@ -47,7 +47,7 @@ from aggregates.decisions import (
     Usage,
 )
 from aggregates.invocation import DispatchedCall, Invocation, InvocationEvent, ToolSpec
-from loop_actors._store import EventStore
+from loop_actors.store.store import EventStore
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 TOOLS = [ToolSpec(name="lookup", effect=ToolEffect.READ, schema_digest="0" * 64)]

@@ -58,9 +58,9 @@ from aggregates.decisions import (
 from aggregates.events import DomainEvent
 from aggregates.invocation import DispatchedCall, Invocation
 from loop_actors import Runtime
-from loop_actors._journal import Journal
 from loop_actors._messages import CommitOutcome
-from loop_actors._store import EventStore
+from loop_actors.store.journal import Journal
+from loop_actors.store.store import EventStore
 
 
 class Committer(Protocol):

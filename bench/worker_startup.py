@@ -33,7 +33,7 @@ from concurrency import TimedModel, make_agent  # noqa: E402
 from turn_overhead import K, T, lookup  # noqa: E402
 
 from loop_actors import Agent, Budget, ModelReply, ModelRequest, Runtime, Worker  # noqa: E402
-from loop_actors._leases import LeaseKeeper  # noqa: E402
+from loop_actors.runtime.leases import LeaseKeeper  # noqa: E402
 
 
 class FirstCalls:

@@ -68,9 +68,9 @@ from machine_speed import describe as describe_machine  # noqa: E402
 from turn_overhead import K, T  # noqa: E402
 from workers import Queue, fresh_db, wait_for  # noqa: E402
 
-import loop_actors._queue as queue_module  # noqa: E402
+import loop_actors.store.queue as queue_module  # noqa: E402
 from loop_actors import Agent, EventStore, Runtime, Worker  # noqa: E402
-from loop_actors._leases import LeaseKeeper  # noqa: E402
+from loop_actors.runtime.leases import LeaseKeeper  # noqa: E402
 
 EVENTS_PER_INVOCATION = 1 + 3 * (T - 1) + 2
 """Started; decision, dispatch and results in turns 1-4; decision and Terminated."""

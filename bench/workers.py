@@ -67,7 +67,7 @@ def worker_process(
         [
             sys.executable,
             "-m",
-            "loop_actors._cli",
+            "loop_actors.cli.main",
             "worker",
             "--agent",
             "workers:agent",

@@ -1,6 +1,9 @@
 """loop-actors: an event-sourced runtime for AI agent loops on trio.
 
-The public API. Everything else lives in private modules.
+The public API: every name a user needs is imported from here. The code lives in
+subpackages by responsibility (``agent``, ``store``, ``audit``, ``runtime``,
+``workers``, ``eval``, ``cli``), each importing only those below it
+(docs/explanation/architecture.md); their modules are internal.
 """
 
 from aggregates.decisions import Budget as Budget
@@ -23,16 +26,6 @@ from aggregates.decisions import ToolResult as ToolResult
 from aggregates.decisions import Usage as Usage
 from aggregates.effect import Resolution as Resolution
 from aggregates.settings import RunSettings as RunSettings
-from loop_actors._adapters import AnthropicModel as AnthropicModel
-from loop_actors._adapters import ModelCallError as ModelCallError
-from loop_actors._adapters import OpenAIModel as OpenAIModel
-from loop_actors._adapters import ProviderErrorClass as ProviderErrorClass
-from loop_actors._adapters import RetryPolicy as RetryPolicy
-from loop_actors._adapters import model_from_name as model_from_name
-from loop_actors._agent import Agent as Agent
-from loop_actors._agent import CatalogueChangedError as CatalogueChangedError
-from loop_actors._agent import SettingsChangedError as SettingsChangedError
-from loop_actors._asyncio import AsyncioRuntime as AsyncioRuntime
 from loop_actors._errors import AgentLoadError as AgentLoadError
 from loop_actors._errors import ApprovalRefusedError as ApprovalRefusedError
 from loop_actors._errors import EffectNotFoundError as EffectNotFoundError
@@ -51,33 +44,43 @@ from loop_actors._errors import StoreUrlError as StoreUrlError
 from loop_actors._errors import ToolDefinitionError as ToolDefinitionError
 from loop_actors._errors import ToolError as ToolError
 from loop_actors._errors import UsageError as UsageError
-from loop_actors._gc import GcPolicy as GcPolicy
-from loop_actors._mcp import HttpServer as HttpServer
-from loop_actors._mcp import McpServer as McpServer
-from loop_actors._mcp import McpTool as McpTool
-from loop_actors._mcp import StdioServer as StdioServer
-from loop_actors._mcp import mcp_tools as mcp_tools
-from loop_actors._mcp import mcp_tools_async as mcp_tools_async
 from loop_actors._messages import ModelReply as ModelReply
 from loop_actors._messages import ModelRequest as ModelRequest
-from loop_actors._model import Model as Model
-from loop_actors._model import ScriptedModel as ScriptedModel
-from loop_actors._outcome import Outcome as Outcome
-from loop_actors._policy import AccessRequest as AccessRequest
-from loop_actors._policy import Deny as Deny
-from loop_actors._runtime import CancelResult as CancelResult
-from loop_actors._runtime import NeedsPerson as NeedsPerson
-from loop_actors._runtime import ReconcileReport as ReconcileReport
-from loop_actors._runtime import ResolvedEffect as ResolvedEffect
-from loop_actors._runtime import Runtime as Runtime
-from loop_actors._store import EventStore as EventStore
-from loop_actors._tools import Reconciled as Reconciled
-from loop_actors._tools import Tool as Tool
-from loop_actors._tools import ToolContext as ToolContext
-from loop_actors._tools import tool as tool
-from loop_actors._views import open_runner as open_runner
-from loop_actors._worker import Worker as Worker
-from loop_actors._worker import WorkerReport as WorkerReport
+from loop_actors.agent.adapters import AnthropicModel as AnthropicModel
+from loop_actors.agent.adapters import ModelCallError as ModelCallError
+from loop_actors.agent.adapters import OpenAIModel as OpenAIModel
+from loop_actors.agent.adapters import ProviderErrorClass as ProviderErrorClass
+from loop_actors.agent.adapters import RetryPolicy as RetryPolicy
+from loop_actors.agent.adapters import model_from_name as model_from_name
+from loop_actors.agent.agent import Agent as Agent
+from loop_actors.agent.agent import CatalogueChangedError as CatalogueChangedError
+from loop_actors.agent.agent import SettingsChangedError as SettingsChangedError
+from loop_actors.agent.mcp import HttpServer as HttpServer
+from loop_actors.agent.mcp import McpServer as McpServer
+from loop_actors.agent.mcp import McpTool as McpTool
+from loop_actors.agent.mcp import StdioServer as StdioServer
+from loop_actors.agent.mcp import mcp_tools as mcp_tools
+from loop_actors.agent.mcp import mcp_tools_async as mcp_tools_async
+from loop_actors.agent.model import Model as Model
+from loop_actors.agent.model import ScriptedModel as ScriptedModel
+from loop_actors.agent.policy import AccessRequest as AccessRequest
+from loop_actors.agent.policy import Deny as Deny
+from loop_actors.agent.tools import Reconciled as Reconciled
+from loop_actors.agent.tools import Tool as Tool
+from loop_actors.agent.tools import ToolContext as ToolContext
+from loop_actors.agent.tools import tool as tool
+from loop_actors.runtime.asyncio_runtime import AsyncioRuntime as AsyncioRuntime
+from loop_actors.runtime.gc_policy import GcPolicy as GcPolicy
+from loop_actors.runtime.outcome import Outcome as Outcome
+from loop_actors.runtime.runtime import CancelResult as CancelResult
+from loop_actors.runtime.runtime import NeedsPerson as NeedsPerson
+from loop_actors.runtime.runtime import ReconcileReport as ReconcileReport
+from loop_actors.runtime.runtime import ResolvedEffect as ResolvedEffect
+from loop_actors.runtime.runtime import Runtime as Runtime
+from loop_actors.store.store import EventStore as EventStore
+from loop_actors.store.views import open_runner as open_runner
+from loop_actors.workers.worker import Worker as Worker
+from loop_actors.workers.worker import WorkerReport as WorkerReport
 
 __all__ = [
     "AccessRequest",

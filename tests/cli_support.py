@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-CLI = [sys.executable, "-m", "loop_actors._cli"]
+CLI = [sys.executable, "-m", "loop_actors.cli.main"]
 """The command line that runs the CLI with this interpreter."""
 
 

@@ -19,7 +19,7 @@ import psycopg
 from eventsourcing.application import Application
 from eventsourcing.persistence import StoredEvent
 
-from loop_actors._store import EventStore, InvocationApplication
+from loop_actors.store.store import EventStore, InvocationApplication
 from projections import Projection, ProjectionRunner, default_projections
 
 BACKENDS = ["sqlite", "postgresql"]

@@ -18,7 +18,7 @@ import trio
 
 from aggregates.events import fold
 from loop_actors import Agent, ModelRequest, ScriptedModel, ToolContext, Usage, tool
-from loop_actors._store import EventStore
+from loop_actors.store.store import EventStore
 
 SNAPSHOT_EVERY = 3
 """The fixture has a snapshot after every this many events of each invocation."""

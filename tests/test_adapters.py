@@ -358,7 +358,7 @@ def test_the_cli_runs_an_agent_with_a_model_named_on_the_command_line(tmp_path: 
         env = {k: v for k, v in os.environ.items() if k not in ("LOOP_ACTORS_DB", "OPENAI_API_KEY")}
         result = subprocess.run(
             [
-                sys.executable, "-m", "loop_actors._cli", "run", "plain_app:agent",
+                sys.executable, "-m", "loop_actors.cli.main", "run", "plain_app:agent",
                 "--goal", "x", "--model", "openai:local-model",
                 "--base-url", f"{provider.url}/v1", "--json",
             ],
@@ -372,7 +372,7 @@ def test_the_cli_runs_an_agent_with_a_model_named_on_the_command_line(tmp_path: 
 def test_an_unknown_provider_is_a_usage_error(tmp_path: Path) -> None:
     result = subprocess.run(
         [
-            sys.executable, "-m", "loop_actors._cli", "run", "loop_actors._demo:demo_agent",
+            sys.executable, "-m", "loop_actors.cli.main", "run", "loop_actors.cli.demo:demo_agent",
             "--goal", "x", "--model", "mystery:m",
         ],
         cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,

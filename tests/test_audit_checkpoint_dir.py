@@ -25,10 +25,10 @@ import trio
 
 from aggregates.audit import chain_hash_of
 from loop_actors import Agent, Runtime, ScriptedModel, UsageError, tool
-from loop_actors._checkpoint import Checkpoint, checkpoint_note, generate_key, load_signing_key
-from loop_actors._checkpointer import CheckpointDirectory, checkpoint_file_name
-from loop_actors._cli import main
-from loop_actors._store import EventStore
+from loop_actors.audit.checkpoint import Checkpoint, checkpoint_note, generate_key, load_signing_key
+from loop_actors.audit.checkpointer import CheckpointDirectory, checkpoint_file_name
+from loop_actors.cli.main import main
+from loop_actors.store.store import EventStore
 from tests.audit_support import AGENT
 from tests.cli_support import run_cli
 
@@ -237,7 +237,7 @@ def test_a_checkpoint_that_cannot_be_written_is_logged_and_the_runs_go_on(
                 await eventually(lambda: covered(tmp_path, rows(db)))
         return reasons
 
-    with caplog.at_level(logging.WARNING, logger="loop_actors._checkpointer"):
+    with caplog.at_level(logging.WARNING, logger="loop_actors.audit.checkpointer"):
         assert trio.run(go) == ["completed", "completed"]
     (warning,) = {r.getMessage() for r in caplog.records if "checkpoint" in r.getMessage()}
     assert str(folder) in warning
@@ -538,7 +538,7 @@ def test_a_damaged_last_checkpoint_does_not_stop_the_runtime(
     reports the damaged one."""
     files = notes(folder)
     files[-1].write_text("not a checkpoint\n")
-    with caplog.at_level(logging.WARNING, logger="loop_actors._checkpointer"):
+    with caplog.at_level(logging.WARNING, logger="loop_actors.audit.checkpointer"):
         run(folder / "audit.db", "inv-d", key=folder / "ops.key")
     assert any("not a checkpoint note" in r.getMessage() for r in caplog.records)
     after = notes(folder)
@@ -612,7 +612,7 @@ def test_a_writer_lists_the_checkpoint_directory_once_not_once_per_checkpoint(
         listings.append(str(path))
         return real_listdir(path)
 
-    monkeypatch.setattr("loop_actors._checkpointer.os.listdir", counting_listdir)
+    monkeypatch.setattr("loop_actors.audit.checkpointer.os.listdir", counting_listdir)
     mine, other = CheckpointDirectory(tmp_path), CheckpointDirectory(tmp_path)
     for size in range(1, 41):
         assert mine.write_next(_note_for(size)) == tmp_path / checkpoint_file_name(size)

@@ -27,7 +27,7 @@ from loop_actors import (
     Runtime,
     ScriptedModel,
 )
-from loop_actors._store import EventStore
+from loop_actors.store.store import EventStore
 from tests.audit_support import AGENT, RUNS, tamperable
 from tests.cli_support import run_cli
 

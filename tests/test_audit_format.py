@@ -33,7 +33,7 @@ from aggregates.decisions import Budget, Final, Usage
 from aggregates.events import stored_body
 from aggregates.invocation import Invocation
 from loop_actors import Runtime
-from loop_actors._store import EventStore
+from loop_actors.store.store import EventStore
 from tests.audit_support import AGENT
 from tests.cli_support import run_cli
 

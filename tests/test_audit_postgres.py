@@ -149,7 +149,7 @@ async def test_the_hole_a_conflict_leaves_in_postgresql_ids_is_not_a_deletion(
     store: str, tmp_path: Path
 ) -> None:
     """A conflict (a second writer on one invocation) uses sequence values no row gets."""
-    from loop_actors._store import EventStore
+    from loop_actors.store.store import EventStore
     from tests.test_store import _started
 
     events = EventStore(store)

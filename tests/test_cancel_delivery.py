@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import trio
 
-import loop_actors._controller as controller_module
+import loop_actors.runtime.controller as controller_module
 from aggregates.invocation import DecisionProposed, ResultsCommitted, Terminated
 from loop_actors import (
     AccessRequest,

@@ -19,7 +19,7 @@ from loop_actors import (
     TerminalReason,
     tool,
 )
-from loop_actors._store import EventStore
+from loop_actors.store.store import EventStore
 
 CARD = "4111111111111111"
 TOKEN = "tok_live_9f8e7d6c5b4a"

@@ -66,7 +66,7 @@ def _cli(
     *args: str, tmp_path: Path, cwd: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     script = Path(sys.executable).with_name("loop-actors")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "loop_actors._cli"]
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "loop_actors.cli.main"]
     return subprocess.run(
         [*command, *args],
         cwd=cwd,

@@ -35,6 +35,6 @@ def test_every_exported_name_is_importable() -> None:
 
 @pytest.mark.parametrize("page", _doc_pages(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_doc_names_a_private_module(page: Path) -> None:
-    """``loop_actors._store``, ``loop_actors._views``... are private: docs name public ones."""
+    """``loop_actors.store.store``, ``loop_actors.store.views``... are private: docs name public ones."""
     private = re.findall(r"loop_actors\._(?!_)\w*", page.read_text())
     assert not private, f"{page.relative_to(ROOT)} sends users to {sorted(set(private))}"

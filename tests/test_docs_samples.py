@@ -156,7 +156,7 @@ class Shell:
                         path.unlink()
                 return []
             case ["loop-actors", *rest]:
-                argv = [sys.executable, "-m", "loop_actors._cli", *rest]
+                argv = [sys.executable, "-m", "loop_actors.cli.main", *rest]
             case ["python", script, *rest]:
                 argv = [sys.executable, script.removeprefix("docs/examples/"), *rest]
             case _:

@@ -24,7 +24,7 @@ from loop_actors import (
     ToolDefinitionError,
     tool,
 )
-from loop_actors._store import EventStore
+from loop_actors.store.store import EventStore
 
 
 @pytest.fixture

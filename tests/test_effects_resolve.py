@@ -41,7 +41,7 @@ from loop_actors import (
     UsageError,
     tool,
 )
-from loop_actors._store import EventStore
+from loop_actors.store.store import EventStore
 from tests.cli_support import run_cli
 
 

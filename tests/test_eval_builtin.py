@@ -13,8 +13,8 @@ import pytest
 import trio
 
 from loop_actors import Agent, InvocationNotFoundError, Runtime, ScriptedModel
-from loop_actors._eval import Case, Job, Suite, run_jobs, suite_jobs
-from loop_actors._eval_builtin import GUARDS, Fault, builtin_jobs, builtin_suite, service_file
+from loop_actors.eval.builtin import GUARDS, Fault, builtin_jobs, builtin_suite, service_file
+from loop_actors.eval.evaluate import Case, Job, Suite, run_jobs, suite_jobs
 from projections.evaluation import CaseStatus
 from tests.cli_support import run_cli
 
@@ -242,7 +242,7 @@ async def test_an_eval_run_killed_midway_finishes_without_rerunning_finished_cas
 
 
 def _first_id(job: Job) -> str:
-    from loop_actors._eval import case_invocation_id
+    from loop_actors.eval.evaluate import case_invocation_id
 
     return case_invocation_id(job.suite, job.case, job.epoch, job.agent)
 
@@ -325,7 +325,7 @@ def test_rerun_failed_runs_only_the_failed_cases_again_and_counts_attempts(
 async def test_cases_run_concurrently_in_one_runtime_with_group_commit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import loop_actors._journal as journal_module
+    import loop_actors.store.journal as journal_module
 
     groups: list[int] = []
     original = journal_module.commit_group

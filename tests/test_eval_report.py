@@ -461,7 +461,7 @@ def test_bad_fakes_are_refused_before_anything_runs(project: Path) -> None:
 def test_with_tools_replaces_tools_by_name_and_keeps_the_catalogue_of_a_fake() -> None:
     """Bad inputs: a tool the agent does not have, something that is not a Tool."""
     from loop_actors import Agent, ScriptedModel, UsageError, tool
-    from loop_actors._eval_fakes import ToolFake, with_fakes
+    from loop_actors.eval.fakes import ToolFake, with_fakes
 
     @tool(effect="write", requires_approval=True)
     def pay(amount: int) -> str:

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from aggregates.events import DomainEvent
 from aggregates.invocation import BatchDispatched
 from loop_actors import Agent, Budget, Runtime, ScriptedModel, Usage, tool
-from loop_actors._eval import mcnemar_exact
+from loop_actors.eval.evaluate import mcnemar_exact
 from projections.evaluation import (
     CaseResult,
     CaseStatus,

@@ -17,7 +17,7 @@ from pydantic import JsonValue, ValidationError
 
 from aggregates.events import DomainEvent
 from loop_actors import Agent, Runtime, ScriptedModel, tool
-from loop_actors._eval_stats import paired_bootstrap
+from loop_actors.eval.stats import paired_bootstrap
 from projections.evaluation import (
     ApprovalOutcome,
     Expectations,

@@ -311,7 +311,7 @@ async def test_recording_a_cancelled_scope_is_bounded_even_when_the_store_is_loc
     cancellation cannot commit, and the run gives up waiting after the cleanup bound
     instead of the store's 30 s lock timeout. The commit lands once the lock is gone.
     """
-    monkeypatch.setattr("loop_actors._controller.CLEANUP_S", 0.5)
+    monkeypatch.setattr("loop_actors.runtime.controller.CLEANUP_S", 0.5)
     path = tmp_path / "locked.db"
     url = f"sqlite:///{path}?lock_timeout=30"
     locked = trio.Event()

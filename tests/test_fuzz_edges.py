@@ -49,8 +49,8 @@ from loop_actors import (
     Usage,
     tool,
 )
-from loop_actors._audit import verify_invocation
-from loop_actors._store import EventStore
+from loop_actors.audit.verify import verify_invocation
+from loop_actors.store.store import EventStore
 from tests.cli_support import CLI, cli_env
 
 

@@ -23,12 +23,12 @@ import pytest
 import trio
 from eventsourcing.persistence import IntegrityError
 
-import loop_actors._journal as journal_module
+import loop_actors.store.journal as journal_module
 from aggregates.decisions import Usage, parse_decision
 from aggregates.events import DomainEvent
-from loop_actors._journal import Journal, commit_group
 from loop_actors._messages import CommitFailed, Committed
-from loop_actors._store import EventStore
+from loop_actors.store.journal import Journal, commit_group
+from loop_actors.store.store import EventStore
 from tests.test_journal_locks import FakeClock, FakeStore, commits, locked
 from tests.test_store import _started
 

@@ -18,8 +18,8 @@ import trio
 
 from aggregates.lease import HolderKind, QueueStatus
 from loop_actors import Agent, Budget, Runtime, ScriptedModel
-from loop_actors._leases import LeaseKeeper
-from loop_actors._queue import SQLiteQueue, WorkQueue
+from loop_actors.runtime.leases import LeaseKeeper
+from loop_actors.store.queue import SQLiteQueue, WorkQueue
 
 N = 200
 

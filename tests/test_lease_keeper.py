@@ -16,8 +16,8 @@ import trio.testing
 
 from aggregates.lease import HolderKind, QueueStatus, Release
 from loop_actors._errors import StoreUnavailableError
-from loop_actors._leases import LeaseKeeper
-from loop_actors._queue import NewRow, SQLiteQueue
+from loop_actors.runtime.leases import LeaseKeeper
+from loop_actors.store.queue import NewRow, SQLiteQueue
 
 ENDED = Release(status=QueueStatus.ENDED)
 

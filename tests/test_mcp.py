@@ -33,7 +33,7 @@ from loop_actors import (
     ToolError,
     UsageError,
 )
-from loop_actors._mcp import (
+from loop_actors.agent.mcp import (
     HttpServer,
     McpTool,
     StdioServer,
@@ -41,7 +41,7 @@ from loop_actors._mcp import (
     mcp_tools,
     mcp_tools_async,
 )
-from loop_actors._tools import Reconciled
+from loop_actors.agent.tools import Reconciled
 
 SERVER_APP = Path(__file__).with_name("mcp_server_app.py")
 SERVER = StdioServer(command=sys.executable, args=[str(SERVER_APP)])
@@ -416,7 +416,7 @@ async def test_stderr_of_a_server_can_go_to_a_file(tmp_path: Path) -> None:
 
 CALL_ONCE = """
 import sys, trio
-from loop_actors._mcp import StdioServer, call_mcp_tool
+from loop_actors.agent.mcp import StdioServer, call_mcp_tool
 server = StdioServer(command=sys.executable, args=[sys.argv[1]],
                      env={"MCP_TEST_BANNER": "banner-7"}, **eval(sys.argv[2]))
 print(trio.run(call_mcp_tool, server, "echo", {"text": "hi"}))

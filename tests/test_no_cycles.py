@@ -16,7 +16,7 @@ import trio
 from aggregates.invocation import Invocation
 from aggregates.turn import TurnCore
 from loop_actors import Agent, Budget, ModelRequest, Runtime, ScriptedModel, tool
-from loop_actors._controller import Controller
+from loop_actors.runtime.controller import Controller
 
 
 @tool

@@ -31,7 +31,7 @@ from aggregates.audit import (
     unpack_state,
 )
 from loop_actors import Runtime
-from loop_actors._store import EventStore, LeanSQLiteRecorder
+from loop_actors.store.store import EventStore, LeanSQLiteRecorder
 from tests.audit_support import AGENT
 from tests.cli_support import run_cli
 

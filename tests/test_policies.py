@@ -353,7 +353,7 @@ def test_cancel_from_another_process_stops_a_slow_write_and_starts_no_new_call(
 
 
 async def test_cancelling_a_paused_invocation_ends_it(db_url: str) -> None:
-    from loop_actors._runtime import CancelResult
+    from loop_actors.runtime.runtime import CancelResult
 
     ledger = Ledger()
     runtime = Runtime(db_url)

@@ -38,7 +38,7 @@ from loop_actors import (
     TerminalReason,
     tool,
 )
-from loop_actors._store import EventStore, StoreUrl
+from loop_actors.store.store import EventStore, StoreUrl
 from projections import list_invocations
 from tests.cli_support import run_cli
 from tests.conftest import postgres_admin_url
@@ -225,7 +225,7 @@ def test_processes_creating_the_tables_at_once_all_open_the_same_store(
         textwrap.dedent(
             """
             import sys, time
-            from loop_actors._store import EventStore
+            from loop_actors.store.store import EventStore
             start = float(sys.argv[2])
             time.sleep(max(0.0, start - time.time()))
             store = EventStore(sys.argv[1])
@@ -427,7 +427,7 @@ def _translated(cause: BaseException) -> BaseException:
 def test_the_journal_waits_for_a_lock_but_not_for_a_lost_connection() -> None:
     import psycopg_pool
 
-    from loop_actors._journal import is_lock_failure
+    from loop_actors.store.journal import is_lock_failure
 
     for retried in (
         psycopg.errors.LockNotAvailable("canceling statement due to lock timeout"),

@@ -19,7 +19,7 @@ from eventsourcing.sqlite import SQLiteCursor
 
 from aggregates.events import DomainEvent
 from aggregates.invocation import BatchDispatched, ResultsCommitted
-from loop_actors._store import EventStore
+from loop_actors.store.store import EventStore
 from projections import (
     MetricsProjection,
     OpenEffectsProjection,

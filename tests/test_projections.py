@@ -31,7 +31,7 @@ from loop_actors import (
     ToolError,
     tool,
 )
-from loop_actors._store import EventStore
+from loop_actors.store.store import EventStore
 from projections import (
     InvocationStatus,
     TrajectoryProjection,

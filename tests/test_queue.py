@@ -26,7 +26,7 @@ from aggregates.lease import (
     Take,
 )
 from loop_actors import Agent, Runtime, ScriptedModel
-from loop_actors._queue import (
+from loop_actors.store.queue import (
     CLAIM_AT_MOST,
     ROWS_PER_STATEMENT,
     Claimed,

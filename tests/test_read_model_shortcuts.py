@@ -39,7 +39,7 @@ from aggregates.effect import (
 )
 from aggregates.events import ByClass, DomainEvent, isoformat
 from aggregates.invocation import InvocationEvent, Terminated
-from loop_actors._store import EventStore, PydanticEventMapper
+from loop_actors.store.store import EventStore, PydanticEventMapper
 from projections.trajectory import CallView, InvocationStatus, Trajectory
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -25,7 +25,7 @@ import pytest
 from aggregates.invocation import Invocation
 from loop_actors import Budget
 from loop_actors._errors import StoreReadOnlyError, StoreUnavailableError
-from loop_actors._store import EventStore
+from loop_actors.store.store import EventStore
 from tests.cli_support import cli_env, run_cli
 
 AGENTS = '''
@@ -66,7 +66,7 @@ Snapshot = dict[str, tuple[bytes, int, int]]
 def unprivileged(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """``loop-actors ARGS`` in ``cwd``, without root's power to ignore file permissions."""
     return subprocess.run(
-        [sys.executable, LAUNCHER, "-m", "loop_actors._cli", *args],
+        [sys.executable, LAUNCHER, "-m", "loop_actors.cli.main", *args],
         cwd=cwd,
         env=cli_env(),
         capture_output=True,

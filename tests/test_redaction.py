@@ -33,7 +33,7 @@ from aggregates.turn import (
     settle_ended_effect,
 )
 from loop_actors import tool
-from loop_actors._tools import Toolbox
+from loop_actors.agent.tools import Toolbox
 from tests.test_turn_core import (
     TOOLS,
     Answers,

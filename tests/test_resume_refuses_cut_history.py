@@ -21,7 +21,7 @@ from loop_actors import (
     ToolContext,
     tool,
 )
-from loop_actors._store import EventStore, LeanSQLiteRecorder
+from loop_actors.store.store import EventStore, LeanSQLiteRecorder
 from tests.audit_support import AGENT
 from tests.cli_support import run_cli
 

@@ -24,7 +24,7 @@ from aggregates.errors import IllegalTransitionError
 from aggregates.events import fold
 from aggregates.invocation import LAZY_TURNS, Invocation, InvocationSnapshot, Turns
 from loop_actors import Agent, InconsistentHistoryError, ModelRequest, Runtime, ScriptedModel
-from loop_actors._store import EventStore
+from loop_actors.store.store import EventStore
 from tests.snapshot_support import SNAPSHOT_EVERY, decide, fail, lookup, main, refund, restore
 from tests.test_invocation_aggregate import RICH_COMMANDS, apply_rich, new
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from aggregates.effect import EFFECT_EVENT_TYPES
 from aggregates.invocation import EVENT_TYPES, InvocationSnapshot
 from loop_actors import Agent, ModelRequest, Runtime, ScriptedModel, tool
-from loop_actors._store import EventStore
+from loop_actors.store.store import EventStore
 
 
 def _admits_none(annotation: Any) -> bool:
@@ -208,7 +208,7 @@ def test_an_append_to_a_taken_position_raises_integrity_error_and_writes_nothing
 
 
 def _rows_per_insert(store: EventStore) -> int:
-    from loop_actors._store import LeanSQLiteRecorder
+    from loop_actors.store.store import LeanSQLiteRecorder
 
     recorder = store.app.recorder  # how many rows one of its INSERT statements takes
     if not isinstance(recorder, LeanSQLiteRecorder):
@@ -271,7 +271,7 @@ def test_an_insert_statement_of_another_shape_is_refused_when_the_store_opens(
 
 
 def test_a_memory_store_appends_through_the_same_recorder_as_a_file(db_url: str) -> None:
-    from loop_actors._store import LeanSQLiteRecorder
+    from loop_actors.store.store import LeanSQLiteRecorder
 
     memory, file = EventStore("memory://"), EventStore(db_url)
     assert type(memory.app.recorder) is type(file.app.recorder) is LeanSQLiteRecorder
@@ -345,7 +345,7 @@ async def test_the_journal_puts_commits_that_arrive_together_into_one_transactio
 ) -> None:
     import trio
 
-    import loop_actors._journal as journal_module
+    import loop_actors.store.journal as journal_module
 
     groups: list[int] = []
     original = journal_module.commit_group
@@ -370,8 +370,8 @@ async def test_the_journal_puts_commits_that_arrive_together_into_one_transactio
 async def test_a_commit_handed_to_a_closed_journal_fails_and_writes_nothing(
     store_url: str,
 ) -> None:
-    from loop_actors._journal import Journal
     from loop_actors._messages import CommitFailed, Committed
+    from loop_actors.store.journal import Journal
 
     store = EventStore(store_url)
     async with Journal(store) as journal:

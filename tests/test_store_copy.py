@@ -15,8 +15,8 @@ import pytest
 import trio
 
 from loop_actors import Runtime, TerminalReason
-from loop_actors._copy import StoreCopyError, copy_store
-from loop_actors._store import EventStore
+from loop_actors.audit.store_copy import StoreCopyError, copy_store
+from loop_actors.store.store import EventStore
 from tests.audit_support import AGENT
 from tests.cli_support import run_cli
 from tests.test_store import _started

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from loop_actors._store import EventStore
-from loop_actors._views import open_runner, views_location
+from loop_actors.store.store import EventStore
+from loop_actors.store.views import open_runner, views_location
 from projections import ForeignReadModelsError, ProjectionRunner, default_projections
 from tests.cli_support import cli_env, run_cli
 
@@ -138,7 +138,7 @@ def test_a_store_keeps_its_identity_and_another_store_has_another(tmp_path: Path
 RACER = """
 import sys, time
 from pathlib import Path
-from loop_actors._store import EventStore
+from loop_actors.store.store import EventStore
 go = Path(sys.argv[2])
 while not go.exists():
     time.sleep(0.001)

@@ -28,8 +28,8 @@ from eventsourcing.sqlite import SQLiteFactory
 from eventsourcing.tests import persistence as contract
 from eventsourcing.utils import Environment, get_topic
 
-from loop_actors._postgres import LeanPostgresRecorder, PostgresStoreFactory
-from loop_actors._store import EventStore, LeanSQLiteRecorder, StoreUrl
+from loop_actors.store.postgres import LeanPostgresRecorder, PostgresStoreFactory
+from loop_actors.store.store import EventStore, LeanSQLiteRecorder, StoreUrl
 
 
 class _RecorderAsAggregateRecorder(LeanSQLiteRecorder):

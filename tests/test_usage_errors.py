@@ -195,7 +195,9 @@ BLOCK_CRYPTO = "import sys; sys.modules['Crypto'] = None; "
 def _cli_with(
     env: dict[str, str], *args: str, cwd: Path, prelude: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    code = prelude + "import sys; from loop_actors._cli import main; sys.exit(main(sys.argv[1:]))"
+    code = (
+        prelude + "import sys; from loop_actors.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    )
     base = {k: v for k, v in cli_env().items() if k not in ("CIPHER_TOPIC", "CIPHER_KEY")}
     return subprocess.run(
         [sys.executable, "-c", code, *args],

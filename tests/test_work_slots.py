@@ -10,7 +10,7 @@ import trio
 import trio.testing
 
 from loop_actors import Agent, Budget, ModelRequest, Runtime, ScriptedModel, UsageError, tool
-from loop_actors._slots import Slot, WorkSlots
+from loop_actors.runtime.slots import Slot, WorkSlots
 
 
 async def test_a_free_slot_is_taken_without_waiting_and_given_back() -> None:

@@ -27,7 +27,7 @@ from loop_actors import (
     Worker,
     tool,
 )
-from loop_actors._queue import WorkQueue
+from loop_actors.store.queue import WorkQueue
 
 
 @tool

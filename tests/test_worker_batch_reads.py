@@ -34,8 +34,8 @@ from loop_actors import (
     TerminalReason,
     Worker,
 )
-from loop_actors._reader import DriveReads, StoreReader
-from loop_actors._store import EventStore
+from loop_actors.store.reader import DriveReads, StoreReader
+from loop_actors.store.store import EventStore
 from tests.snapshot_support import SNAPSHOT_EVERY, _write
 from tests.test_resume_refuses_cut_history import (
     CHARGES,
@@ -213,7 +213,7 @@ async def test_a_batch_read_that_fails_leaves_each_run_to_read_its_own(
         async with Runtime(db_url) as runtime:
             for n in range(3):
                 await runtime.submit(AGENT, f"goal {n}", invocation_id=f"f-{n}")
-        with caplog.at_level(logging.WARNING, logger="loop_actors._worker"):
+        with caplog.at_level(logging.WARNING, logger="loop_actors.workers.worker"):
             report = await Worker(AGENT, db_url, concurrency=3, poll_s=0.05).run(until_idle=True)
     assert report.outcomes == {"completed": 3}
     assert any("each reads its own" in record.getMessage() for record in caplog.records)

@@ -23,9 +23,9 @@ import trio
 from aggregates.audit import GENESIS
 from aggregates.lease import HolderRow, QueueRow
 from loop_actors import EventStore, Runtime, StoreUnavailableError, StoreUrlError
-from loop_actors._cli import event_record
-from loop_actors._queue import PostgresQueue, SQLiteQueue, WorkQueue
-from loop_actors._store import StoreUrl
+from loop_actors.cli.main import event_record
+from loop_actors.store.queue import PostgresQueue, SQLiteQueue, WorkQueue
+from loop_actors.store.store import StoreUrl
 from tests.cli_support import CLI, cli_env, run_cli
 from tests.scenarios import payments_app
 from tests.scenarios.payments_app import PaymentService

@@ -1,0 +1,1 @@
+"""The agent: its tools, models, policy, MCP servers and provider adapters."""

@@ -1,0 +1,1 @@
+"""Audit of the history: verification, signed checkpoints, the checkpointer, store copies."""

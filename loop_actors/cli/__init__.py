@@ -1,0 +1,1 @@
+"""The ``loop-actors`` command line."""

@@ -1,0 +1,307 @@
+"""The queue's commands: ``submit``, ``worker``, ``workers``, and ``list --status``'s statuses."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import trio
+from rich.console import Console
+from rich.table import Table
+
+from aggregates.lease import (
+    DEFAULT_LEASE_S,
+    HolderRow,
+    QueueRow,
+    QueueStatus,
+    effective_status,
+    lease_is_live,
+)
+from loop_actors._errors import UsageError
+from loop_actors._render import terminal_safe
+from loop_actors.agent.agent import Agent
+from loop_actors.runtime.leases import is_gone
+from loop_actors.runtime.runtime import Runtime, check_invocation_id
+from loop_actors.store.queue import WorkQueue, open_queue
+from loop_actors.store.store import EventStore
+from loop_actors.workers.worker import DEFAULT_CONCURRENCY, DEFAULT_GRACE_S, Worker, WorkerReport
+
+QUEUE_STATUSES = [status.value for status in QueueStatus]
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds, got {text!r}")
+    return value
+
+
+def add_queue_commands(
+    commands: Any,
+    db_option: Callable[[argparse.ArgumentParser], None],
+    positive_int: Callable[[str], int],
+) -> None:
+    """Add ``submit``, ``worker`` and ``workers`` to the parser."""
+    submit = commands.add_parser(
+        "submit", help="record a new invocation as runnable, for a worker to run; print its id"
+    )
+    submit.add_argument("agent", metavar="MODULE:ATTR", help="the agent a worker will run it with")
+    submit.add_argument("--goal", required=True, help="what the agent should achieve")
+    submit.add_argument("--id", dest="invocation_id", metavar="ID", help="choose the invocation id")
+    submit.add_argument("--task-class", help="recorded with the invocation, for metrics")
+    submit.add_argument("--actor", help="who the invocation acts for (for the agent's policy)")
+    submit.add_argument("--tenant", help="whose data it acts on (for the agent's policy)")
+    submit.add_argument("--json", action="store_true", help='print {"invocation_id": ...}')
+    db_option(submit)
+
+    worker = commands.add_parser(
+        "worker", help="claim runnable invocations of these agents and run them, many at once"
+    )
+    worker.add_argument(
+        "--agent",
+        dest="agents",
+        action="append",
+        required=True,
+        metavar="MODULE:ATTR",
+        help="an agent this worker serves (repeat for more)",
+    )
+    worker.add_argument(
+        "--concurrency",
+        type=positive_int,
+        default=DEFAULT_CONCURRENCY,
+        help=f"invocations driven at once (default {DEFAULT_CONCURRENCY})",
+    )
+    worker.add_argument(
+        "--lease-s",
+        type=_seconds,
+        default=DEFAULT_LEASE_S,
+        help=f"how long a lease lasts without a heartbeat (default {DEFAULT_LEASE_S:g})",
+    )
+    worker.add_argument(
+        "--grace-s",
+        type=_seconds,
+        default=DEFAULT_GRACE_S,
+        help="on SIGTERM/SIGINT, how long runs may take to reach their next commit "
+        f"(default {DEFAULT_GRACE_S:g})",
+    )
+    worker.add_argument("--json", action="store_true", help="print the final report as JSON")
+    db_option(worker)
+
+    workers = commands.add_parser(
+        "workers", help="live lease holders (workers and runs), their leases, last heartbeat"
+    )
+    workers.add_argument("--json", action="store_true", help="one JSON object a line")
+    db_option(workers)
+
+
+async def submit_command(runtime: Runtime, agent: Agent, args: argparse.Namespace) -> int:
+    """``submit``: print the id (or one JSON object)."""
+    invocation_id = await runtime.submit(
+        agent,
+        args.goal,
+        invocation_id=args.invocation_id,
+        task_class=args.task_class,
+        actor=args.actor,
+        tenant=args.tenant,
+        agent_ref=args.agent,
+    )
+    print(json.dumps({"invocation_id": invocation_id}) if args.json else invocation_id)
+    return 0
+
+
+def check_submit(args: argparse.Namespace) -> None:
+    """Refuse bad ``submit`` arguments before anything is opened."""
+    if not args.goal.strip():
+        raise UsageError("--goal must not be empty")
+    if args.invocation_id is not None:
+        check_invocation_id(args.invocation_id)
+
+
+def make_worker(args: argparse.Namespace, agents: Sequence[Agent]) -> Worker:
+    """The worker the ``worker`` command runs."""
+    return Worker(
+        agents,
+        args.db,
+        concurrency=args.concurrency,
+        lease_s=args.lease_s,
+        grace_s=args.grace_s,
+        checkpoint_dir=getattr(args, "checkpoint_dir", None),
+        checkpoint_key=getattr(args, "checkpoint_key", None),
+        checkpoint_every=getattr(args, "checkpoint_every", None),
+    )
+
+
+async def worker_command(worker: Worker, args: argparse.Namespace) -> int:
+    """``worker``: run until SIGTERM or SIGINT (a second one stops at once); exit 0."""
+    reports: list[WorkerReport] = []
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def on_signals() -> None:
+                count = 0
+                async for number in signals:
+                    count += 1
+                    name = signal.Signals(number).name
+                    if count == 1:
+                        _note(f"{name}: stopping; runs stop at their next commit")
+                        worker.stop()
+                    else:
+                        _note(f"{name} again: stopping at once")
+                        worker.stop_now()
+
+            async def work(*, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+                reports.append(await worker.run(task_status=task_status))
+                nursery.cancel_scope.cancel()  # the signal watcher ends with the worker
+
+            nursery.start_soon(on_signals)
+            started = await nursery.start(work)
+            _note(
+                f"worker {started} serving {', '.join(worker.agents)} "
+                f"(concurrency {worker.concurrency}, lease {worker.runtime.lease_s:g} s) "
+                f"on {worker.runtime.db_url}"
+            )
+    (report,) = reports
+    if args.json:
+        print(report.model_dump_json())
+    else:
+        outcomes = " ".join(f"{k}={v}" for k, v in sorted(report.outcomes.items())) or "none"
+        print(
+            f"worker {report.worker_id} stopped: claimed={report.claimed} "
+            f"drained={report.drained} abandoned={report.abandoned} failed={report.failed} "
+            f"outcomes: {outcomes}"
+        )
+    return 0
+
+
+def _note(text: str) -> None:
+    print(f"loop-actors: {terminal_safe(text)}", file=sys.stderr, flush=True)
+
+
+def read_queue(store: EventStore) -> WorkQueue:
+    """The work queue of a store opened for reading (nothing is created)."""
+    if store.url.kind == "sqlite":
+        assert store.url.path is not None
+        return open_queue("sqlite", str(store.url.path), read_only=True)
+    if store.url.kind == "memory":
+        raise UsageError("a memory:// store has no queue another process can read")
+    return open_queue(store.url.kind, store.url.url)
+
+
+def queue_statuses(store: EventStore) -> tuple[dict[str, QueueRow], float]:
+    """Every queue row by invocation id, and the queue's time."""
+    queue = read_queue(store)
+    try:
+        rows, now = queue.rows(limit=None)  # `list` walks every invocation: every row
+    finally:
+        queue.close()
+    return {row.invocation_id: row for row in rows}, now
+
+
+def status_of(row: QueueRow | None, trajectory_status: str, now: float) -> str | None:
+    """An invocation's queue status: its row's, else what its history says (no row)."""
+    if row is not None:
+        return effective_status(row, now).value
+    if trajectory_status == "terminated":
+        return QueueStatus.ENDED.value
+    if trajectory_status == "paused":
+        return QueueStatus.PAUSED.value
+    return None  # started, never queued, and not driven by anyone: no worker takes it
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds")
+
+
+def workers_command(store: EventStore, args: argparse.Namespace) -> int:
+    """``workers``: the registered holders, live or not, with their leases."""
+    queue = read_queue(store)
+    try:
+        holders, now = queue.holders()
+        rows, _ = queue.rows()
+    finally:
+        queue.close()
+    leases: dict[str, list[QueueRow]] = {}
+    expired: dict[str, list[QueueRow]] = {}
+    for row in rows:
+        if row.holder is not None and row.status is QueueStatus.CLAIMED:
+            bucket = leases if lease_is_live(row, now) else expired
+            bucket.setdefault(row.holder, []).append(row)
+    records = [
+        _holder_record(holder, leases.get(holder.holder, []), expired.get(holder.holder, []), now)
+        for holder in holders
+    ]
+    if args.json:
+        for record in records:
+            print(json.dumps(record))
+        return 0
+    table = Table("holder", "kind", "alive", "heartbeat", "agents", "leases", box=None)
+    for record in records:
+        held = ", ".join(
+            [
+                f"{lease['invocation_id']} (epoch {lease['epoch']}, {lease['expires_in_s']:.0f} s)"
+                for lease in record["leases"]
+            ]
+            + [
+                f"{lease['invocation_id']} (epoch {lease['epoch']}, ran out)"
+                for lease in record["expired_leases"]
+            ]
+        )
+        table.add_row(
+            terminal_safe(record["holder"]),
+            record["kind"],
+            "yes" if record["alive"] else "no",
+            f"{record['heartbeat_age_s']:.1f} s ago",
+            terminal_safe(", ".join(record["agents"])),
+            terminal_safe(held or "-"),
+        )
+    Console(highlight=False, width=None if sys.stdout.isatty() else 200).print(table)
+    live = sum(1 for record in records if record["alive"])
+    ran_out = sum(len(v) for v in expired.values())
+    print(
+        f"{live} live holder(s), {sum(len(v) for v in leases.values())} lease(s) held"
+        + (f", {ran_out} run out (to be taken over)" if ran_out else "")
+    )
+    return 0
+
+
+def _lease_record(row: QueueRow, now: float) -> dict[str, Any]:
+    return {
+        "invocation_id": row.invocation_id,
+        "epoch": row.epoch,
+        "expires_at": _iso(row.due_at),
+        "expires_in_s": round(row.due_at - now, 3),
+    }
+
+
+def _holder_record(
+    holder: HolderRow, leases: list[QueueRow], expired: list[QueueRow], now: float
+) -> dict[str, Any]:
+    """A holder as ``workers`` shows it, with its live leases and those that ran out.
+
+    Alive while its last heartbeat is within its lease and, on this machine, its
+    process still exists (a killed worker is not alive, whatever its heartbeat says).
+    """
+    return {
+        "holder": holder.holder,
+        "kind": holder.kind.value,
+        "host": holder.host,
+        "pid": holder.pid,
+        "started_at": _iso(holder.started_at),
+        "last_heartbeat": _iso(holder.heartbeat_at),
+        "heartbeat_age_s": round(now - holder.heartbeat_at, 3),
+        "alive": holder.heartbeat_at + holder.lease_s > now and not is_gone(holder, now),
+        "lease_s": holder.lease_s,
+        "agents": holder.agents,
+        "concurrency": holder.concurrency,
+        "leases": [_lease_record(row, now) for row in leases],
+        "expired_leases": [_lease_record(row, now) for row in expired],
+    }

@@ -1,0 +1,1 @@
+"""Evaluation: suites of cases run as invocations, scored from their events, reported."""

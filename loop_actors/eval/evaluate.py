@@ -1,0 +1,800 @@
+"""``loop-actors eval``: run a suite of cases as invocations and score their committed events.
+
+A cases file (JSON or YAML) names an agent (``MODULE:ATTR``) or a model spec and its
+cases (:class:`Suite`). Each case and epoch is an ordinary invocation with a
+deterministic id (:func:`case_invocation_id`), so ``show``, ``history`` and the
+audit work on it, and running the same suite again reuses every run that has
+stopped (``Runtime.run`` of a stopped id returns its recorded outcome) and
+resumes one that was interrupted; ``--rerun-failed`` runs a failed case again as a new
+attempt (:func:`attempt_id`). A case is a :class:`Job` with a driver: the built-in cases
+(``_eval_builtin``) bring drivers of their own. Scoring is pure (``projections.evaluation``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import math
+import os
+import re
+import sys
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+import yaml
+from pydantic import Field, JsonValue, ValidationError, field_validator, model_validator
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from aggregates.decisions import Frozen
+from loop_actors._errors import (
+    InvocationExistsError,
+    InvocationNotFoundError,
+    LoopActorsError,
+    UsageError,
+)
+from loop_actors._render import terminal_safe
+from loop_actors.agent.agent import Agent
+from loop_actors.agent.model import ScriptedModel
+from loop_actors.eval.fakes import ToolFake, unknown_fakes, with_fakes
+from loop_actors.eval.stats import paired_bootstrap
+from loop_actors.runtime.outcome import Outcome
+from loop_actors.runtime.runtime import Runtime
+from projections.evaluation import (
+    AnswerCheck,
+    CaseResult,
+    CaseStatus,
+    Expectations,
+    Summary,
+    score_events,
+    summarise,
+)
+
+REPORT_FORMAT = "loop-actors-eval/1"
+"""The ``format`` of the JSON report; a change that breaks readers bumps the number."""
+
+CASE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+
+
+class EvalInputError(UsageError):
+    """Raised when a cases file or a report cannot be read: one line per problem, located."""
+
+    def __init__(self, source: str, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        lines = "\n".join(f"  {problem}" for problem in self.problems)
+        super().__init__(f"{source}: {len(self.problems)} problem(s)\n{lines}")
+
+
+class Case(Frozen):
+    """One case: a goal, its task class, optional scripted model turns, and expectations."""
+
+    id: str = Field(pattern=CASE_ID_PATTERN)
+    goal: str = Field(min_length=1)
+    task_class: str = Field(min_length=1)
+    model: list[dict[str, JsonValue]] | None = None
+    """Scripted model turns (the ``ScriptedModel`` JSON shape, e.g.
+    ``{"kind": "final", "answer": "hi"}``): they replace the agent's model."""
+    fakes: dict[str, ToolFake] = {}
+    """Tools of the agent answered by the file (``{"output": ...}`` or ``{"error": ...}``),
+    not run; the agent's other tools are its real ones."""
+    epochs: int = Field(default=1, ge=1, le=1000)
+    expect: Expectations = Expectations()
+    proves: str | None = None
+    """What passing this case proves (shown in the report)."""
+
+    @field_validator("goal")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the goal must not be blank")
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _turns(cls, value: list[dict[str, JsonValue]] | None) -> list[dict[str, JsonValue]] | None:
+        if value is not None:
+            if not value:
+                raise ValueError("give at least one scripted turn")
+            for index, turn in enumerate(value):
+                if not isinstance(turn.get("kind"), str):
+                    # pydantic turns a ValueError (not a TypeError) into a located problem
+                    raise ValueError(  # noqa: TRY004
+                        f"turn {index} has no 'kind' (e.g. final, tool_calls)"
+                    )
+        return value
+
+
+class Suite(Frozen):
+    """A cases file: the agent (``MODULE:ATTR``) or a model spec, and the cases."""
+
+    name: str | None = Field(default=None, pattern=CASE_ID_PATTERN)
+    """Part of every run's id; default: the file's name without its extension."""
+    agent: str | None = None
+    """``MODULE:ATTR`` of a ``loop_actors.Agent``."""
+    model: str | None = None
+    """A model spec (``openai:gpt-4.1``): runs a tool-less agent named ``eval`` on it."""
+    cases: list[Case] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _one_agent(self) -> Suite:
+        if (self.agent is None) == (self.model is None):
+            raise ValueError("give exactly one of agent (MODULE:ATTR) and model")
+        seen: set[str] = set()
+        for index, case in enumerate(self.cases):
+            if case.id in seen:
+                raise ValueError(f"cases[{index}].id: {case.id!r} is used twice")
+            seen.add(case.id)
+        return self
+
+
+def schema() -> dict[str, Any]:
+    """The cases file's JSON Schema (``loop-actors eval schema``)."""
+    return Suite.model_json_schema()
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else part
+    return text or "(file)"
+
+
+def _problems(error: ValidationError) -> list[str]:
+    problems = []
+    for item in error.errors(include_url=False):
+        # Union members add their type names to the location; keep the fields only.
+        loc = tuple(p for p in item["loc"] if isinstance(p, int) or not any(c in p for c in "[("))
+        message = item["msg"].removeprefix("Value error, ")
+        problems.append(f"{_location(loc)}: {message}" if loc else message)
+    return problems
+
+
+def _parse_yaml(source: str, text: str) -> object:
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
+        raise EvalInputError(
+            source, [f"{where}not YAML: {error.problem or error.context}"]
+        ) from None
+    except yaml.YAMLError as error:
+        raise EvalInputError(source, [f"not YAML: {error}"]) from None
+
+
+def load_suite(path: Path) -> Suite:
+    """Read and check a cases file: JSON, or YAML for a ``.yaml`` or ``.yml`` file.
+
+    Raises:
+        EvalInputError: the file cannot be read, is not JSON (YAML), or breaks the schema
+            (one problem per line, each with its location: ``cases[1].expect.reason: ...``).
+    """
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise EvalInputError(source, [f"cannot read: {error}"]) from None
+    data: object
+    if path.suffix.lower() in (".yaml", ".yml"):
+        data = _parse_yaml(source, text)
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise EvalInputError(
+                source, [f"line {error.lineno} column {error.colno}: not JSON: {error.msg}"]
+            ) from None
+    try:
+        return Suite.model_validate(data)
+    except ValidationError as error:
+        raise EvalInputError(source, _problems(error)) from None
+
+
+def _import_check(reference: str) -> AnswerCheck:
+    """Import an answer check's ``MODULE:ATTR`` (the current directory on the import path).
+
+    Raises:
+        ValueError: the module cannot be imported, lacks the attribute, or it is not callable.
+    """
+    module_name, _, attribute = reference.partition(":")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        value: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        raise ValueError(f"cannot import module {module_name!r}: {error}") from None
+    except Exception as error:  # the user's module failed to import: one located line
+        raise ValueError(
+            f"importing {module_name!r} failed: {type(error).__name__}: {error}"
+        ) from None
+    for part in attribute.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            raise ValueError(f"module {module_name!r} has no attribute {attribute!r}") from None
+    if not callable(value):
+        # a ValueError, like the others: the caller turns it into a located problem
+        raise ValueError(  # noqa: TRY004
+            f"{reference} is a {type(value).__name__}, not a callable"
+        )
+    check: AnswerCheck = value
+    return check
+
+
+def import_checks(suite: Suite, source: str) -> dict[str, AnswerCheck]:
+    """Import every case's ``expect.answer.check`` (before anything runs).
+
+    Raises:
+        EvalInputError: one located problem per check that cannot be imported.
+    """
+    checks: dict[str, AnswerCheck] = {}
+    problems: list[str] = []
+    for index, case in enumerate(suite.cases):
+        for reference in case.expect.checks():
+            if reference in checks:
+                continue
+            try:
+                checks[reference] = _import_check(reference)
+            except ValueError as error:
+                problems.append(f"cases[{index}].expect.answer.check: {error}")
+    if problems:
+        raise EvalInputError(source, problems)
+    return checks
+
+
+def suite_name(suite: Suite, path: Path) -> str:
+    """The suite's name: its ``name``, else the file's stem.
+
+    Raises:
+        EvalInputError: no ``name`` and the file's stem cannot be part of an id.
+    """
+    name = suite.name or path.stem
+    if re.fullmatch(CASE_ID_PATTERN, name) is None:
+        raise EvalInputError(
+            str(path), [f"name: the file's name {name!r} cannot name the suite: give a name"]
+        )
+    return name
+
+
+def case_invocation_id(suite: str, case: Case, epoch: int, agent: Agent) -> str:
+    """The run's invocation id: the same suite, case, epoch and agent give the same id.
+
+    The digest covers the agent's name and version and what the run is given (the
+    goal, the task class, the scripted turns and the tool fakes), not the expectations:
+    editing an expectation re-scores the recorded run; editing the goal makes a new run.
+    """
+    given: list[Any] = [
+        suite, case.id, epoch, agent.name, agent.version, case.goal, case.task_class, case.model
+    ]  # fmt: skip
+    if case.fakes:  # only then: the ids of cases without fakes stay as they were
+        given.append({name: fake.model_dump(mode="json") for name, fake in case.fakes.items()})
+    inputs = json.dumps(given, sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(inputs.encode()).hexdigest()[:16]
+    return f"eval-{suite}-{case.id}-e{epoch}-{digest}"
+
+
+def attempt_id(invocation_id: str, attempt: int) -> str:
+    """The invocation id of an attempt: the first is the case's id, a later one ends ``-aN``."""
+    return invocation_id if attempt == 1 else f"{invocation_id}-a{attempt}"
+
+
+def _agent_for(agent: Agent, case: Case) -> Agent:
+    agent = with_fakes(agent, case.fakes)
+    if case.model is None:
+        return agent
+    return agent.with_model(ScriptedModel(list(case.model)))
+
+
+def check_fakes(suite: Suite, agent: Agent, source: str) -> None:
+    """Refuse fakes of tools the agent does not have (before anything runs).
+
+    Raises:
+        EvalInputError: one located problem per unknown tool.
+    """
+    problems = [
+        f"cases[{index}].fakes.{name}: the agent {agent.name} has no tool {name!r}"
+        for index, case in enumerate(suite.cases)
+        for name in unknown_fakes(agent, case.fakes)
+    ]
+    if problems:
+        raise EvalInputError(source, problems)
+
+
+Driver = Callable[[Runtime, Agent, Case, str], Awaitable[None]]
+"""``drive(runtime, agent, case, invocation_id)``: bring the case's run to a stop (an end
+or a pause). It starts the invocation, or continues it when it exists and has not stopped;
+the run is scored from its events afterwards."""
+
+
+async def drive_run(runtime: Runtime, agent: Agent, case: Case, invocation_id: str) -> None:
+    """The ordinary driver: run the case's goal; resume the run if it was interrupted.
+
+    Cancellation: as :meth:`Runtime.run`.
+    """
+    runner = _agent_for(agent, case)
+    try:
+        await runtime.run(
+            runner, case.goal, invocation_id=invocation_id, task_class=case.task_class
+        )
+    except InvocationExistsError:
+        # Interrupted earlier (killed midway): continue it from its events.
+        await runtime.resume(invocation_id, runner)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One case and epoch to run: the suite's name (part of the id), the agent, the driver."""
+
+    suite: str
+    case: Case
+    epoch: int
+    agent: Agent
+    drive: Driver = drive_run
+    checks: Mapping[str, AnswerCheck] = field(default_factory=dict)
+    """The answer checks of the suite (:func:`import_checks`), by ``MODULE:ATTR``."""
+
+
+def suite_jobs(
+    agent: Agent, suite: Suite, name: str, checks: Mapping[str, AnswerCheck] | None = None
+) -> list[Job]:
+    """Every case and epoch of a suite, in file order, run by ``agent``."""
+    return [
+        Job(suite=name, case=case, epoch=epoch, agent=agent, checks=checks or {})
+        for case in suite.cases
+        for epoch in range(1, case.epochs + 1)
+    ]
+
+
+async def _latest_attempt(runtime: Runtime, first_id: str) -> tuple[int, bool]:
+    """The latest attempt of a case that exists (0: none), and whether it has stopped."""
+    attempt, stopped = 0, False
+    while True:
+        try:
+            invocation = await runtime.load(attempt_id(first_id, attempt + 1))
+        except InvocationNotFoundError:
+            return attempt, stopped
+        attempt += 1
+        try:
+            Outcome.of(invocation)
+        except ValueError:
+            stopped = False
+        else:
+            stopped = True
+
+
+def _scored(job: Job, invocation_id: str, events: Sequence[Any]) -> CaseResult:
+    score = score_events(events, job.case.expect, job.checks)
+    measures = score.measures
+    return CaseResult(
+        case_id=job.case.id,
+        epoch=job.epoch,
+        invocation_id=invocation_id,
+        task_class=job.case.task_class,
+        proves=job.case.proves,
+        status=CaseStatus.PASSED if score.passed else CaseStatus.FAILED,
+        failures=score.failures,
+        reason=measures.reason,
+        answer=measures.answer,
+        steps=measures.steps,
+        tool_calls=measures.tool_calls,
+        tokens=measures.tokens,
+        cost=measures.cost,
+        latency_ms=measures.latency_ms,
+        effects_dispatched_twice=measures.effects_dispatched_twice,
+        effects_left_open=measures.effects_left_open,
+        approvals=score.approvals,
+        trajectory=score.trajectory,
+    )
+
+
+async def _run_case(
+    runtime: Runtime, job: Job, *, limiter: trio.CapacityLimiter, rerun_failed: bool
+) -> CaseResult:
+    first_id = case_invocation_id(job.suite, job.case, job.epoch, job.agent)
+    invocation_id = first_id
+    attempt = 1
+    async with limiter:
+        try:
+            latest, stopped = await _latest_attempt(runtime, first_id)
+            attempt = max(latest, 1)
+            invocation_id = attempt_id(first_id, attempt)
+            if rerun_failed and stopped:
+                earlier = _scored(job, invocation_id, await runtime.history(invocation_id))
+                if earlier.status is not CaseStatus.PASSED:
+                    attempt += 1  # a new invocation: a stopped one cannot run again
+                    invocation_id = attempt_id(first_id, attempt)
+            await job.drive(runtime, job.agent, job.case, invocation_id)
+            result = _scored(job, invocation_id, await runtime.history(invocation_id))
+        except (LoopActorsError, ValueError) as error:
+            return CaseResult(
+                case_id=job.case.id,
+                epoch=job.epoch,
+                invocation_id=invocation_id,
+                task_class=job.case.task_class,
+                proves=job.case.proves,
+                attempts=attempt,
+                status=CaseStatus.ERROR,
+                error=f"{type(error).__name__}: {error}",
+            )
+    return result.model_copy(update={"attempts": attempt})
+
+
+async def run_jobs(
+    runtime: Runtime,
+    jobs: Sequence[Job],
+    *,
+    concurrency: int,
+    rerun_failed: bool = False,
+    on_result: Callable[[CaseResult], None] | None = None,
+) -> list[CaseResult]:
+    """Run every job (at most ``concurrency`` at once) in one open ``runtime``; results in order.
+
+    The runs share the runtime's Journal, so their commits share transactions (group
+    commit). Each job's latest attempt is reused when it has stopped and continued when
+    it has not; with ``rerun_failed`` one whose latest attempt stopped and did not pass
+    runs again as a new attempt (``attempts`` in its result).
+
+    ``checks`` are the suite's answer checks (:func:`import_checks`); ``on_result`` is
+    called with each result as it is scored (the progress bar).
+
+    Cancellation: a checkpoint; the runs in flight are recorded ``cancelled`` by the
+    runtime (they have stopped: running the suite again reports them as they ended).
+    """
+    limiter = trio.CapacityLimiter(concurrency)
+    results: list[CaseResult | None] = [None] * len(jobs)
+
+    async def one(index: int, job: Job) -> None:
+        result = await _run_case(runtime, job, limiter=limiter, rerun_failed=rerun_failed)
+        results[index] = result
+        if on_result is not None:
+            on_result(result)
+
+    async with runtime, trio.open_nursery() as nursery:
+        for index, job in enumerate(jobs):
+            nursery.start_soon(one, index, job)
+    return [result for result in results if result is not None]
+
+
+async def run_suite(
+    runtime: Runtime,
+    agent: Agent,
+    suite: Suite,
+    name: str,
+    *,
+    concurrency: int,
+    rerun_failed: bool = False,
+    checks: Mapping[str, AnswerCheck] | None = None,
+    on_result: Callable[[CaseResult], None] | None = None,
+) -> list[CaseResult]:
+    """Run every case and epoch of ``suite`` with ``agent`` (see :func:`run_jobs`).
+
+    Cancellation: as :func:`run_jobs`.
+    """
+    return await run_jobs(
+        runtime,
+        suite_jobs(agent, suite, name, checks),
+        concurrency=concurrency,
+        rerun_failed=rerun_failed,
+        on_result=on_result,
+    )
+
+
+_REPORT_EXCLUDES: Any = {"trajectory": {"steps": {"__all__": {"decision"}}}}
+"""A step's decision repeats its summary and calls: the report keeps those."""
+
+
+def report(name: str, agent: Agent, results: Sequence[CaseResult]) -> dict[str, Any]:
+    """The versioned JSON report (``format: loop-actors-eval/1``)."""
+    summary: Summary = summarise(results)
+    return {
+        "format": REPORT_FORMAT,
+        "suite": name,
+        "agent": {"name": agent.name, "version": agent.version},
+        "cases": [result.model_dump(mode="json", exclude=_REPORT_EXCLUDES) for result in results],
+        **summary.model_dump(mode="json"),
+    }
+
+
+def check_writable(path: Path) -> None:
+    """Refuse a report path whose folder does not exist (before anything runs).
+
+    Raises:
+        UsageError: the folder is missing, or the path is a folder.
+    """
+    if path.is_dir() or not path.parent.is_dir():
+        raise UsageError(f"cannot write the report to {path}: no such folder, or a folder")
+
+
+def write_json(path: Path, document: dict[str, Any]) -> None:
+    """Write a report or a comparison as indented JSON.
+
+    Raises:
+        UsageError: the file cannot be written (the runs stay recorded: run again).
+    """
+    write_text(path, json.dumps(document, indent=2) + "\n")
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write a report (JSON or HTML) as UTF-8.
+
+    Raises:
+        UsageError: the file cannot be written (the runs stay recorded: run again).
+    """
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"cannot write the report to {path}: {error}") from None
+
+
+def exit_code(results: Sequence[CaseResult]) -> int:
+    """0 when every case and epoch passed, else 4."""
+    return 0 if all(r.status is CaseStatus.PASSED for r in results) else 4
+
+
+# --------------------------------------------------------------------------- compare
+
+
+class ReportCase(Frozen):
+    """The part of a report's case entry that ``compare`` reads."""
+
+    model_config = Frozen.model_config | {"extra": "ignore"}
+
+    case_id: str
+    epoch: int
+    status: CaseStatus
+    reason: str | None = None
+    steps: int = 0
+    tool_calls: int = 0
+    tokens: int = 0
+    cost: float = 0.0
+    latency_ms: float = 0.0
+    task_class: str = ""
+    answer: str | None = None
+    error: str | None = None
+    failures: list[dict[str, JsonValue]] = []
+    approvals: list[dict[str, JsonValue]] = []
+    trajectory: dict[str, JsonValue] | None = None
+    """Shown side by side by ``compare --html``; not compared."""
+
+
+class ReportFile(Frozen):
+    """A report as ``compare`` reads it."""
+
+    model_config = Frozen.model_config | {"extra": "ignore"}
+
+    format: str
+    suite: str = ""
+    agent: dict[str, JsonValue] = {}
+    cases: list[ReportCase]
+
+    @field_validator("format")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value != REPORT_FORMAT:
+            raise ValueError(f"expected {REPORT_FORMAT!r}, got {value!r}")
+        return value
+
+
+def load_report(path: Path) -> ReportFile:
+    """Read a JSON report written by ``loop-actors eval --json``.
+
+    Raises:
+        EvalInputError: unreadable, not JSON, not a report, or a (case, epoch) twice.
+    """
+    source = str(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as error:
+        raise EvalInputError(source, [f"cannot read: {error}"]) from None
+    except json.JSONDecodeError as error:
+        raise EvalInputError(
+            source, [f"line {error.lineno} column {error.colno}: not JSON: {error.msg}"]
+        ) from None
+    try:
+        loaded = ReportFile.model_validate(data)
+    except ValidationError as error:
+        raise EvalInputError(source, _problems(error)) from None
+    keys = [(c.case_id, c.epoch) for c in loaded.cases]
+    twice = sorted({f"{k[0]} epoch {k[1]}" for k in keys if keys.count(k) > 1})
+    if twice:
+        raise EvalInputError(source, [f"cases: listed twice: {', '.join(twice)}"])
+    return loaded
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Two-sided exact McNemar p-value: b and c are the discordant pairs (pass→fail, fail→pass).
+
+    Under the null each discordant pair flips either way with probability 1/2, so
+    the p-value is twice the binomial tail of the smaller count, capped at 1.
+    """
+    n = b + c
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(b, c) + 1)) / float(2**n)
+    return min(1.0, 2 * tail)
+
+
+_DELTAS = ("steps", "tool_calls", "tokens", "cost", "latency_ms")
+_BOOTSTRAPPED = ("cost", "latency_ms", "tokens", "steps")
+"""Measures given a paired bootstrap interval of their mean change."""
+
+
+def compare(a: ReportFile, b: ReportFile) -> dict[str, Any]:
+    """Pair two reports on (case id, epoch): flips first, then the other paired cases' deltas."""
+    before = {(c.case_id, c.epoch): c for c in a.cases}
+    after = {(c.case_id, c.epoch): c for c in b.cases}
+    paired = [key for key in before if key in after]
+    rows = []
+    for key in paired:
+        old, new = before[key], after[key]
+        was, now = old.status is CaseStatus.PASSED, new.status is CaseStatus.PASSED
+        rows.append(
+            {
+                "case_id": key[0],
+                "epoch": key[1],
+                "flip": None if was == now else ("fixed" if now else "broke"),
+                "status": [old.status.value, new.status.value],
+                "reason": [old.reason, new.reason],
+                **{f: round(getattr(new, f) - getattr(old, f), 6) for f in _DELTAS},
+            }
+        )
+    rows.sort(key=lambda row: (row["flip"] is None, row["case_id"], row["epoch"]))
+    broke = sum(row["flip"] == "broke" for row in rows)
+    fixed = sum(row["flip"] == "fixed" for row in rows)
+    rate_a = (
+        sum(before[k].status is CaseStatus.PASSED for k in paired) / len(paired) if paired else 0.0
+    )
+    rate_b = (
+        sum(after[k].status is CaseStatus.PASSED for k in paired) / len(paired) if paired else 0.0
+    )
+    scored = [
+        key for key in paired if CaseStatus.ERROR not in (before[key].status, after[key].status)
+    ]
+    bootstrap = {
+        measure: interval.model_dump()
+        if (
+            interval := paired_bootstrap(
+                [getattr(after[k], measure) - getattr(before[k], measure) for k in scored]
+            )
+        )
+        else None
+        for measure in _BOOTSTRAPPED
+    }
+    return {
+        "format": "loop-actors-eval-compare/1",
+        "paired": len(paired),
+        "only_in_a": sorted(f"{k[0]}#{k[1]}" for k in before if k not in after),
+        "only_in_b": sorted(f"{k[0]}#{k[1]}" for k in after if k not in before),
+        "pass_rate": {"a": round(rate_a, 4), "b": round(rate_b, 4)},
+        "broke": broke,
+        "fixed": fixed,
+        "mcnemar_p": round(mcnemar_exact(broke, fixed), 6),
+        "bootstrap": bootstrap,
+        "cases": rows,
+    }
+
+
+# --------------------------------------------------------------------------- terminal tables
+
+_SHORT = {"passed": "pass", "failed": "fail", "error": "error"}
+
+
+def _change(old: str, new: str) -> str:
+    return old if old == new else f"{old}→{new}"
+
+
+_STATUS_STYLE = {"passed": "green", "failed": "red", "error": "bold red"}
+
+
+def print_table(renderable: RenderableType) -> None:
+    """Print a table with no trailing blanks on its lines (rich pads them to the width)."""
+    console = Console()
+    with console.capture() as captured:
+        console.print(renderable)
+    for line in captured.get().splitlines():
+        print(line.rstrip())
+
+
+def _table(names: list[str], whole: list[str], numbers: list[str], *, title: str) -> Table:
+    """A table whose names and words are never cut; on a narrow terminal the numbers wrap."""
+    table = Table(title=title, box=box.SIMPLE_HEAD)
+    for name in [*names, *whole]:
+        table.add_column(name, no_wrap=True)
+    for name in numbers:
+        # A latency varies from run to run; a width of its own keeps the table's shape.
+        table.add_column(name, justify="right", min_width=9 if name.endswith("ms") else None)
+    return table
+
+
+def eval_table(document: dict[str, Any]) -> Group:
+    """The report on the terminal: one row per case and epoch, the totals, then each failure."""
+    table = _table(
+        ["case"],
+        ["class", "result", "reason"],
+        ["steps", "calls", "tokens", "cost", "ms"],
+        title=f"eval {terminal_safe(document['suite'])}",
+    )
+    failures: list[Text] = []
+    for case in document["cases"]:
+        name = terminal_safe(f"{case['case_id']}#{case['epoch']}")
+        attempts = case.get("attempts", 1)
+        table.add_row(
+            name if attempts == 1 else f"{name} (attempt {attempts})",
+            terminal_safe(case["task_class"]),
+            Text(case["status"], style=_STATUS_STYLE[case["status"]]),
+            case["reason"] or "-",
+            str(case["steps"]),
+            str(case["tool_calls"]),
+            str(case["tokens"]),
+            f"{case['cost']:.4f}",
+            f"{case['latency_ms']:.1f}",
+        )
+        whys = [f"{f['expectation']}: {f['why']}" for f in case["failures"]]
+        whys += [case["error"]] if case["error"] else []
+        failures += [Text(terminal_safe(f"{case['status']} {name} {why}")) for why in whys]
+        if whys and case.get("proves"):
+            failures.append(Text(terminal_safe(f"  {name} proves: {case['proves']}")))
+    totals = document["totals"]
+    table.caption = (
+        f"{totals['passed']}/{totals['cases']} passed, {totals['failed']} failed, "
+        f"{totals['errored']} errored, {totals['false_success']} false success "
+        f"(pass rate {totals['pass_rate']:.0%})"
+    )
+    unsafe = [
+        f"{totals[key]} {words}"
+        for key, words in (
+            ("effects_dispatched_twice", "effect key(s) dispatched twice"),
+            ("effects_left_open", "write(s) left open"),
+        )
+        if totals[key]
+    ]
+    if unsafe:
+        failures.insert(0, Text(f"effect safety: {', '.join(unsafe)}", style="bold red"))
+    return Group(table, *failures)
+
+
+def compare_table(comparison: dict[str, Any]) -> Group:
+    """A comparison on the terminal: flips first, then per-case deltas (B minus A)."""
+    table = _table(
+        ["case"],
+        ["flip", "A→B", "reason"],
+        ["Δsteps", "Δcalls", "Δtokens", "Δcost", "Δms"],
+        title="eval compare",
+    )
+    for row in comparison["cases"]:
+        flip = row["flip"] or ""
+        table.add_row(
+            terminal_safe(f"{row['case_id']}#{row['epoch']}"),
+            Text(flip, style="red" if flip == "broke" else "green"),
+            "→".join(_SHORT[status] for status in row["status"]),
+            _change(row["reason"][0] or "-", row["reason"][1] or "-"),
+            f"{row['steps']:+d}",
+            f"{row['tool_calls']:+d}",
+            f"{row['tokens']:+d}",
+            f"{row['cost']:+.4f}",
+            f"{row['latency_ms']:+.1f}",
+        )
+    rate = comparison["pass_rate"]
+    table.caption = (
+        f"{comparison['paired']} paired; pass rate {rate['a']:.0%} → {rate['b']:.0%}; "
+        f"{comparison['broke']} broke, {comparison['fixed']} fixed; "
+        f"McNemar exact p = {comparison['mcnemar_p']:.4g}"
+    )
+    intervals = [
+        Text(
+            f"mean Δ{measure} {interval['mean_delta']:+.4g}, 95% bootstrap interval "
+            f"{interval['low']:+.4g} to {interval['high']:+.4g} ({interval['pairs']} pairs)"
+        )
+        for measure, interval in comparison["bootstrap"].items()
+        if interval is not None and measure in ("cost", "latency_ms")
+    ]
+    return Group(table, *intervals)

@@ -1,0 +1,599 @@
+"""Holding leases from trio: the queue's one thread, the heartbeat, and what a run is told.
+
+A :class:`LeaseKeeper` belongs to one Runtime (a worker's, or a plain run's). It
+registers the process as a holder, takes and gives back leases, and renews them
+on a heartbeat. Each lease it holds is a :class:`HeldLease`, which the
+Controller of that invocation consults: before each commit (a lost lease
+commits nothing), before starting tool calls (a lease that could not be renewed
+starts no write) and after each commit (a holder that shuts down stops there).
+The rules are :mod:`aggregates.lease`'s; this module only does the I/O.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cache, partial
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+from uuid import uuid4
+
+import trio
+
+from aggregates.lease import (
+    HolderKind,
+    HolderRow,
+    QueueStatus,
+    Refuse,
+    Release,
+    Take,
+    heartbeat_every,
+    holder_gone,
+    may_start_calls,
+)
+from loop_actors.store.queue import Claimed, NewRow, WorkQueue
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+MAX_BATCH = 2_000
+"""The most queue rows written or released in one transaction.
+
+With thousands of runs starting or ending at once, a transaction per row queued them
+on the queue's one thread, and the heartbeat's renewal waited behind them until the
+leases were too old to start a call (every run ended ``lease_lost``)."""
+
+
+class LeaseDrained(Exception):
+    """Raised by a run at a commit when its holder is shutting down: it stops there.
+
+    Nothing is lost: the invocation stands at that commit, its lease is given
+    back, and another worker (or a resume) continues from there.
+    """
+
+
+@dataclass
+class HeldLease:
+    """One lease this process holds, as the run of that invocation sees it."""
+
+    invocation_id: str
+    holder: str
+    epoch: int
+    lease_s: float
+    valid_until: float
+    """Until when the lease surely runs (this process's monotonic clock)."""
+    lost: bool = False
+    """The heartbeat found it taken over (or the row gone): commit nothing more."""
+    draining: bool = False
+    """The holder shuts down: stop after the next commit."""
+    abandoned: bool = False
+    """The holder stops at once: a cancelled run records nothing (another takes it over)."""
+    row_written: trio.Event | None = None
+    """For a new invocation: set once its queue row was written (or could not be)."""
+    row_missing: bool = False
+    """Its queue row could not be written yet (the store failed): the heartbeat tries again."""
+    agent_name: str = ""
+
+    def may_start_calls(self) -> bool:
+        """Whether a tool call may start now: the lease is held and was renewed recently."""
+        return not self.lost and may_start_calls(
+            now=time.monotonic(), valid_until=self.valid_until, lease_s=self.lease_s
+        )
+
+
+_Release = tuple[HeldLease, Release, str | None]
+"""A lease to give back, how the row is left, and its note."""
+
+
+@dataclass
+class _Waiting(Generic[R]):
+    """One request in a :class:`_Grouped` batch, and its answer once written."""
+
+    done: trio.Event = field(default_factory=trio.Event)
+    result: R | None = None
+    error: Exception | None = None
+
+
+class _Grouped(Generic[T, R]):
+    """Queue writes of one kind that share a transaction: group commit for the queue.
+
+    Each caller waits for the next transaction that carries its request. One task
+    writes, in the queue's thread: everything that arrived while the previous batch
+    was out goes in the next one. So a burst of submits adds hundreds of rows with one
+    transaction, and one fsync, instead of one each; one alone is written at once.
+    """
+
+    def __init__(
+        self,
+        keeper: LeaseKeeper,
+        write: Callable[[Sequence[T]], list[R]],
+        *,
+        most: int = 1024,
+    ) -> None:
+        self._keeper = keeper
+        self._write = write
+        self._most = most
+        self._waiting: list[tuple[T, _Waiting[R]]] = []
+        self._writing = False
+
+    async def __call__(self, request: T) -> R:
+        """Write ``request`` with the next batch and return its answer.
+
+        Raises:
+            Exception: whatever the batch's write raised (no request of it was written).
+
+        Cancellation: a checkpoint; cancelled, the request may still be written.
+        """
+        waiting: _Waiting[R] = _Waiting()
+        self._waiting.append((request, waiting))
+        if not self._writing:
+            self._writing = True
+            nursery = self._keeper.nursery
+            assert nursery is not None
+            nursery.start_soon(self._write_batches)
+        await waiting.done.wait()
+        if waiting.error is not None:
+            raise waiting.error
+        return waiting.result  # type: ignore[return-value]
+
+    async def _write_batches(self) -> None:
+        try:
+            # Shielded: a closing runtime still writes what its runs handed over (each
+            # write is bounded by the store's own timeouts).
+            with trio.CancelScope(shield=True):
+                while self._waiting:
+                    batch, self._waiting = (
+                        self._waiting[: self._most],
+                        self._waiting[self._most :],
+                    )
+                    try:
+                        answers = await self._keeper.call(
+                            self._write, [request for request, _ in batch]
+                        )
+                    except Exception as error:  # each caller handles it, as for its own write
+                        for _, waiting in batch:
+                            waiting.error = error
+                    else:
+                        for (_, waiting), answer in zip(batch, answers, strict=True):
+                            waiting.result = answer
+                    for _, waiting in batch:
+                        waiting.done.set()
+        finally:
+            self._writing = False
+
+
+@cache
+def machine_identity() -> str:
+    """Host, boot and pid namespace: processes with the same identity can see each other's pids."""
+    boot = ""
+    with contextlib.suppress(OSError):
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    namespace = ""
+    with contextlib.suppress(OSError):
+        namespace = str(os.stat("/proc/self/ns/pid").st_ino)
+    return f"{socket.gethostname()}/{boot}/{namespace}"
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (None where /proc does not say)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces: split after it.
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def process_start(pid: int) -> str | None:
+    """When a process started, as the kernel counts it (None where /proc does not say)."""
+    fields = _stat_fields(pid)
+    return fields[19] if fields is not None and len(fields) > 19 else None  # field 22
+
+
+def process_alive(pid: int, started: str | None) -> bool:
+    """Whether process ``pid`` (which started at ``started``, when known) still runs.
+
+    A zombie (killed, not yet waited for by its parent) is not alive.
+    """
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, as another user
+    fields = _stat_fields(pid)
+    if fields is None:
+        return True  # no /proc: the signal check is all there is
+    if fields[0] in ("Z", "X"):  # field 3, the state: zombie or dead
+        return False
+    return started is None or len(fields) <= 19 or fields[19] == started
+
+
+def is_gone(holder: HolderRow | None, now: float) -> bool:
+    """Whether a registered holder is gone, as this machine can tell."""
+    if holder is None:
+        return False
+    same = holder.machine == machine_identity()
+    alive = process_alive(holder.pid, holder.pid_start) if same else True
+    return holder_gone(holder, now=now, same_machine=same, process_alive=alive)
+
+
+def new_holder_id(kind: HolderKind) -> str:
+    """A holder id that says where it runs: ``worker:HOST:PID:RANDOM``."""
+    return f"{kind.value}:{socket.gethostname()}:{os.getpid()}:{uuid4().hex[:8]}"
+
+
+@dataclass
+class LeaseKeeper:
+    """The leases of one Runtime: taken, renewed on a heartbeat, given back."""
+
+    queue: WorkQueue
+    holder: str
+    kind: HolderKind
+    lease_s: float
+    agents: list[str] = field(default_factory=list)
+    concurrency: int = 1
+    held: dict[str, HeldLease] = field(default_factory=dict)
+    reap: bool = False
+    """Expire the leases of holders that are gone, at each heartbeat (workers do)."""
+    nursery: trio.Nursery | None = None
+    """Where background releases run (the runtime's)."""
+    _registered: bool = False
+    _unreleased: dict[str, tuple[HeldLease, Release, str | None]] = field(default_factory=dict)
+    """Releases that failed (the store did not answer): tried again at each heartbeat, at close."""
+    _limiter: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(1))
+    _failures: int = 0
+    _new_rows: list[HeldLease] = field(default_factory=list)
+    """New runs whose queue row is still to be written: one transaction for all of them."""
+    _writing_rows: bool = False
+    _releases: list[_Release] = field(default_factory=list)
+    """Leases to give back in the background: one transaction for all of them."""
+    _releasing: bool = False
+    _enqueues: _Grouped[NewRow, bool] = field(init=False)
+
+    def __post_init__(self) -> None:
+        """Group the rows of submits that come together into shared transactions."""
+        self._enqueues = _Grouped(self, self.queue.enqueue_many)
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a queue operation in the queue's one thread."""
+        return await trio.to_thread.run_sync(partial(fn, *args, **kwargs), limiter=self._limiter)
+
+    async def register(self) -> None:
+        """Register this process as a holder (once)."""
+        if self._registered:
+            return
+        pid = os.getpid()
+        row = HolderRow(
+            holder=self.holder,
+            kind=self.kind,
+            host=socket.gethostname(),
+            machine=machine_identity(),
+            pid=pid,
+            pid_start=process_start(pid),
+            started_at=0.0,
+            heartbeat_at=0.0,
+            lease_s=self.lease_s,
+            agents=self.agents,
+            concurrency=self.concurrency,
+        )
+        await self.call(self.queue.register, row)
+        self._registered = True
+
+    async def aclose(self) -> None:
+        """Give back what could not be released yet, then deregister (bounded, shielded)."""
+        if self._unreleased:
+            with trio.move_on_after(10, shield=True):
+                await self._retry_releases()
+        if not self._registered:
+            return
+        with trio.move_on_after(5, shield=True):
+            try:
+                await self.call(self.queue.deregister, self.holder)
+            except Exception:
+                log.warning("cannot deregister holder %s", self.holder, exc_info=True)
+        self._registered = False
+
+    async def enqueue(
+        self,
+        invocation_id: str,
+        agent_name: str,
+        *,
+        agent_ref: str | None = None,
+        status: QueueStatus = QueueStatus.RUNNABLE,
+    ) -> bool:
+        """Add an invocation's row (with others added at the same time); False if it had one.
+
+        Raises:
+            StoreUnavailableError: the queue cannot be written; adding again is safe.
+
+        Cancellation: a checkpoint; cancelled, the row may still be added.
+        """
+        return await self._enqueues(NewRow(invocation_id, agent_name, agent_ref, status))
+
+    def _hold(self, invocation_id: str, epoch: int, sent: float) -> HeldLease:
+        lease = HeldLease(
+            invocation_id=invocation_id,
+            holder=self.holder,
+            epoch=epoch,
+            lease_s=self.lease_s,
+            valid_until=sent + self.lease_s,
+        )
+        self.held[invocation_id] = lease
+        return lease
+
+    def hold_new(self, invocation_id: str, agent_name: str) -> HeldLease:
+        """Hold the lease of an invocation this process just started; its row is written soon.
+
+        The run goes on at once. It is safe before the row exists: a process that finds
+        no row takes the lease and records ``LeaseAcquired``, which fences this run off
+        (its next append is refused). If the row cannot be written (another process
+        wrote one first), the lease is lost: the run commits nothing more. The rows of
+        runs started meanwhile are written together, in one transaction.
+        """
+        lease = self._hold(invocation_id, 0, time.monotonic())
+        lease.row_written = trio.Event()
+        lease.agent_name = agent_name
+        self._new_rows.append(lease)
+        if not self._writing_rows:
+            self._writing_rows = True
+            assert self.nursery is not None
+            self.nursery.start_soon(self._write_new_rows)
+        return lease
+
+    async def _write_new_rows(self) -> None:
+        """Write the rows of the new runs waiting for theirs, many in one transaction."""
+        batch: list[HeldLease] = []
+        try:
+            while self._new_rows:
+                batch, self._new_rows = self._new_rows[:MAX_BATCH], self._new_rows[MAX_BATCH:]
+                try:
+                    await self.register()
+                    await self._insert_rows(batch)
+                except Exception:
+                    # Not lost: whoever finds no row takes the lease and records it, which
+                    # fences these runs off; the heartbeat writes the rows once the store answers.
+                    for lease in batch:
+                        lease.row_missing = True
+                    log.warning(
+                        "cannot write the queue rows of %d new run(s) yet (the first: %s); "
+                        "the heartbeat tries again",
+                        len(batch),
+                        batch[0].invocation_id,
+                        exc_info=True,
+                    )
+                finally:
+                    for lease in batch:
+                        assert lease.row_written is not None
+                        lease.row_written.set()
+        finally:
+            self._writing_rows = False
+            # Cancelled (the runtime closes): nobody waits for the rows not written.
+            for lease in self._new_rows:
+                assert lease.row_written is not None
+                lease.row_written.set()
+            self._new_rows = []
+
+    async def _insert_rows(self, leases: list[HeldLease]) -> None:
+        """Write new invocations' rows; a row that exists already means that lease is lost.
+
+        A row written is a lease until its write plus ``lease_s``: counted from when the
+        write was sent, as a renewal is (the runs may start calls that much longer).
+        """
+        sent = time.monotonic()
+        made = await self.call(
+            self.queue.hold_new_many,
+            [(lease.invocation_id, lease.agent_name) for lease in leases],
+            holder=self.holder,
+            lease_s=self.lease_s,
+        )
+        for lease in leases:
+            lease.row_missing = False
+            if lease.invocation_id in made:
+                lease.valid_until = max(lease.valid_until, sent + self.lease_s)
+            else:
+                lease.lost = True
+                self._drop(lease)
+
+    async def acquire(
+        self, invocation_id: str, agent_name: str, *, take_over: bool
+    ) -> tuple[HeldLease, Take] | Refuse:
+        """Take the lease of an existing invocation, or say who holds it."""
+        await self.register()
+        sent = time.monotonic()
+        verdict = await self.call(
+            self.queue.acquire,
+            invocation_id,
+            agent_name,
+            holder=self.holder,
+            lease_s=self.lease_s,
+            take_over=take_over,
+            gone=is_gone,
+        )
+        if isinstance(verdict, Refuse):
+            return verdict
+        return self._hold(invocation_id, verdict.epoch, sent), verdict
+
+    async def claim(self, agent_names: list[str], limit: int) -> list[tuple[HeldLease, Claimed]]:
+        """Claim up to ``limit`` runnable invocations of these agents."""
+        await self.register()
+        sent = time.monotonic()
+        claimed = await self.call(
+            self.queue.claim,
+            holder=self.holder,
+            agent_names=agent_names,
+            limit=limit,
+            lease_s=self.lease_s,
+        )
+        return [(self._hold(c.invocation_id, c.epoch, sent), c) for c in claimed]
+
+    def release_soon(self, lease: HeldLease, release: Release, note: str | None = None) -> None:
+        """Stop renewing a lease and give it back in the background (the caller goes on).
+
+        A release that waits for a locked store does not hold up the run's outcome;
+        the runtime waits for it when it closes. The leases of runs that end meanwhile
+        are given back together, in one transaction.
+        """
+        self._drop(lease)
+        self._releases.append((lease, release, note))
+        if not self._releasing:
+            self._releasing = True
+            assert self.nursery is not None
+            self.nursery.start_soon(self._write_releases)
+
+    async def _write_releases(self) -> None:
+        try:
+            while self._releases:
+                batch, self._releases = self._releases[:MAX_BATCH], self._releases[MAX_BATCH:]
+                await self._release_all(batch)
+        finally:
+            self._releasing = False
+
+    async def release(self, lease: HeldLease, release: Release, note: str | None = None) -> None:
+        """Give a lease back (bounded, shielded); a failure leaves it to expire."""
+        self._drop(lease)
+        await self._release_all([(lease, release, note)])
+
+    async def _release_all(self, batch: list[_Release]) -> None:
+        """Give leases back (bounded, shielded); those that fail wait for the next heartbeat."""
+        with trio.move_on_after(10, shield=True):
+            for lease, _, _ in batch:
+                if lease.row_written is not None:
+                    await lease.row_written.wait()  # the release comes after the row
+            try:
+                released = await self._give_back(batch)
+            except Exception:
+                log.warning(
+                    "cannot release %d lease(s) (the first: %s); tried again at the next "
+                    "heartbeat (else they expire in %g s)",
+                    len(batch),
+                    batch[0][0].invocation_id,
+                    self.lease_s,
+                    exc_info=True,
+                )
+                for item in batch:
+                    self._unreleased[item[0].invocation_id] = item
+                return
+            for lease, _, _ in batch:
+                if lease.invocation_id not in released:
+                    log.info("the lease of %s was no longer held at release", lease.invocation_id)
+
+    async def _give_back(self, batch: list[_Release]) -> set[str]:
+        """Release the leases (one transaction for those whose row exists); the ids released."""
+        # A row never written is written now, held (epoch 0, as its lease), and released
+        # with the others: with its release's status, delay and note, and nobody needs
+        # to fence off a run that has stopped. One that another process wrote meanwhile
+        # is not this run's to release.
+        missing = [lease for lease, _, _ in batch if lease.row_missing]
+        made: set[str] = set()
+        if missing:
+            made = await self.call(
+                self.queue.hold_new_many,
+                [(lease.invocation_id, lease.agent_name) for lease in missing],
+                holder=self.holder,
+                lease_s=self.lease_s,
+            )
+        written: list[tuple[str, int, Release, str | None]] = []
+        for lease, release, note in batch:
+            if lease.row_missing:
+                lease.row_missing = False
+                if lease.invocation_id not in made:
+                    continue
+            written.append((lease.invocation_id, lease.epoch, release, note))
+        if not written:
+            return set()
+        released: set[str] = await self.call(self.queue.release_many, written, holder=self.holder)
+        return released
+
+    async def _retry_releases(self) -> None:
+        if not self._unreleased:
+            return
+        batch = list(self._unreleased.values())
+        await self._give_back(batch)
+        for lease, _, _ in batch:
+            self._unreleased.pop(lease.invocation_id, None)
+
+    def _drop(self, lease: HeldLease) -> None:
+        """Stop renewing ``lease`` (not a newer lease of the same invocation)."""
+        if self.held.get(lease.invocation_id) is lease:
+            del self.held[lease.invocation_id]
+
+    def forget(self, lease: HeldLease) -> None:
+        """Stop renewing a lease that was lost (another holder owns the row)."""
+        self._drop(lease)
+
+    async def run_heartbeat(
+        self, *, task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Renew every held lease each third of a lease; mark those found taken over lost.
+
+        Beats keep their cadence however long one takes (a renewal of thousands of
+        leases on a busy process takes seconds); one that ends late is followed at once.
+        """
+        with trio.CancelScope() as scope:
+            task_status.started(scope)
+            every = heartbeat_every(self.lease_s)
+            due = trio.current_time() + every
+            while True:
+                await trio.sleep_until(due)
+                await self.beat()
+                due = max(due + every, trio.current_time())
+
+    async def beat(self) -> None:
+        """One heartbeat: renew the held leases (and reap gone holders, for a worker)."""
+        if not self.held and not self._registered and not self._unreleased:
+            return
+        sent = time.monotonic()
+        try:
+            await self.register()
+            await self._retry_releases()
+            missing = [lease for lease in self.held.values() if lease.row_missing]
+            if missing:
+                await self._insert_rows(missing)
+            # A new run whose row is still being written is not renewed (nothing to renew
+            # yet): renewing it would find no row and take the lease for lost.
+            leases = [
+                lease
+                for lease in self.held.values()
+                if not lease.row_missing
+                and (lease.row_written is None or lease.row_written.is_set())
+            ]
+            kept = await self.call(
+                self.queue.renew,
+                holder=self.holder,
+                leases=[(lease.invocation_id, lease.epoch) for lease in leases],
+                lease_s=self.lease_s,
+            )
+            if self.reap:
+                reaped = await self.call(self.queue.reap, is_gone)
+                if reaped:
+                    log.warning("holders gone, their leases expired: %s", ", ".join(reaped))
+        except Exception:
+            self._failures += 1
+            if self._failures == 1 or self._failures % 30 == 0:
+                log.warning(
+                    "cannot renew %d lease(s) (%d failed heartbeats); no call starts on a "
+                    "lease that may have run out",
+                    len(self.held),
+                    self._failures,
+                    exc_info=True,
+                )
+            return
+        self._failures = 0
+        for lease in leases:
+            if lease.invocation_id in kept:
+                lease.valid_until = sent + self.lease_s
+            elif self.held.get(lease.invocation_id) is lease:
+                lease.lost = True
+                log.warning(
+                    "the lease of %s (epoch %d) was taken over; its run stops at its next step",
+                    lease.invocation_id,
+                    lease.epoch,
+                )

@@ -1,0 +1,563 @@
+"""The Journal: the one writer to the event store, with group commit in its own thread.
+
+A commit that nothing else would wait for is written on the trio thread instead
+(see :class:`Journal`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import queue
+import sqlite3
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Protocol
+
+import outcome
+import trio
+from eventsourcing.persistence import IntegrityError, OperationalError, PersistenceError
+
+from aggregates.events import DomainEvent
+from loop_actors._messages import CommitFailed, CommitOutcome, Committed
+from loop_actors.store.store import DEFAULT_LOCK_RETRY_S, EventStore, StoreUrl
+
+log = logging.getLogger(__name__)
+
+MAX_GROUP = 512
+"""The most commits put into one transaction."""
+
+FIRST_BACKOFF_S = 0.05
+"""The pause before the first retry of a commit that failed on a lock; doubled each time."""
+
+MAX_BACKOFF_S = 0.5
+"""The longest pause between two retries."""
+
+LOCKED_POLLS_S = (0.0001, 0.0001, 0.0002, 0.0004, 0.0008)
+"""The pauses of the quick tries of a commit that found the store locked inline."""
+
+INLINE_IDLE_S = 0.005
+"""How far the event loop's next deadline must be for a commit to be written inline."""
+
+INLINE_MAX_RUNNABLE = 2
+"""The most other runnable tasks a commit written inline may keep waiting (one commit's time)."""
+
+
+class _Waiter:
+    """A task parked on a commit; ``abandoned`` once it stopped waiting (cancelled).
+
+    ``found_locked``: the commit was tried inline and found the store locked.
+    """
+
+    __slots__ = ("abandon_on_cancel", "abandoned", "found_locked", "task")
+
+    def __init__(
+        self, task: trio.lowlevel.Task, *, abandon_on_cancel: bool, found_locked: bool = False
+    ) -> None:
+        self.task = task
+        self.abandon_on_cancel = abandon_on_cancel
+        self.abandoned = False
+        self.found_locked = found_locked
+
+    def abort(self, _: object) -> trio.lowlevel.Abort:
+        """Whether the parked task may stop waiting when cancelled (trio's abort hook)."""
+        if not self.abandon_on_cancel:
+            return trio.lowlevel.Abort.FAILED
+        self.abandoned = True
+        return trio.lowlevel.Abort.SUCCEEDED
+
+
+_Pending = tuple[Sequence[DomainEvent], _Waiter]
+
+
+class _Refused(enum.Enum):
+    """Why a commit was not written inline."""
+
+    BUSY = "the Journal's thread is writing"
+    LOCKED = "another connection holds the store's lock"
+
+
+class _Locked(BaseException):
+    """The store is locked: an inline commit gives up (nothing was written).
+
+    A ``BaseException``, so that :func:`commit_group`'s handling of failures lets it through.
+    """
+
+
+class _NoLockWait:
+    """An :class:`Appender` that does not wait for a lock: it raises :class:`_Locked`."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: EventStore) -> None:
+        self._store = store
+
+    def append(self, events: Sequence[DomainEvent], *, lock_wait_s: float | None = None) -> int:
+        try:
+            return self._store.append(events, lock_wait_s=0.0)
+        except Exception as error:
+            if is_lock_failure(error):
+                raise _Locked from error
+            raise
+
+
+class _Passes(trio.abc.Instrument):
+    """Counts the scheduler's passes (one wait for I/O each)."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def before_io_wait(self, timeout: float) -> None:
+        """A pass ends (trio's instrument hook)."""
+        self.count += 1
+
+
+def _loop_idle() -> bool:
+    """Whether no other task is runnable and no deadline is due within ``INLINE_IDLE_S``."""
+    statistics = trio.lowlevel.current_statistics()
+    return (
+        statistics.tasks_runnable <= INLINE_MAX_RUNNABLE
+        and statistics.seconds_to_next_deadline > INLINE_IDLE_S
+    )
+
+
+class Appender(Protocol):
+    """What group commit needs of a store: :meth:`EventStore.append`."""
+
+    def append(self, events: Sequence[DomainEvent], *, lock_wait_s: float | None = None) -> int:
+        """Append atomically; ``lock_wait_s`` bounds the wait for a lock."""
+
+
+@dataclass(frozen=True)
+class LockRetry:
+    """How the Journal waits for a locked store: one bounded wait for a whole group.
+
+    A transaction waits up to ``lock_wait_s`` for the lock (SQLite's busy timeout,
+    the URL's ``lock_timeout``). If it still fails on a lock, the group is tried
+    again, with backoff, until ``retry_s`` (the URL's ``lock_retry``) have passed
+    since that failure, each attempt waiting no longer than what is left. So every
+    commit of the group is answered within ``lock_wait_s + retry_s`` of the
+    group's first attempt (after the quick tries of a group that found the store
+    locked inline: ``LOCKED_POLLS_S``, 1.6 ms in all).
+    """
+
+    lock_wait_s: float = 5.0
+    retry_s: float = DEFAULT_LOCK_RETRY_S
+    first_backoff_s: float = FIRST_BACKOFF_S
+    max_backoff_s: float = MAX_BACKOFF_S
+
+    @classmethod
+    def of(cls, url: StoreUrl) -> LockRetry:
+        """The settings of a store's URL."""
+        return cls(lock_wait_s=url.lock_wait_s, retry_s=url.lock_retry_s)
+
+
+POSTGRES_LOCK_FAILURES = frozenset({"55P03", "40P01", "40001"})
+"""PostgreSQL's SQLSTATEs for "wait and try again": lock_not_available (the events
+table's lock was not granted within ``lock_timeout``), deadlock_detected,
+serialization_failure. The transaction was rolled back: nothing of it was written."""
+
+
+def is_lock_failure(error: BaseException) -> bool:
+    """Whether a store failure means "the database is locked or busy": worth waiting for.
+
+    On SQLite: eventsourcing's ``OperationalError`` (or sqlite3's) with SQLite's
+    result code ``SQLITE_BUSY`` or ``SQLITE_LOCKED``, or, where there is no code,
+    a message saying the database is locked or busy. On PostgreSQL: psycopg's
+    error (the ``__cause__``) with a SQLSTATE of :data:`POSTGRES_LOCK_FAILURES`;
+    a lost connection is not one (the commit fails: ``checkpoint_failed``).
+    """
+    if not isinstance(error, OperationalError | sqlite3.OperationalError):
+        return False
+    cause = error if isinstance(error, sqlite3.Error) else error.__cause__
+    if type(cause).__module__.split(".")[0] in ("psycopg", "psycopg_pool"):
+        return getattr(cause, "sqlstate", None) in POSTGRES_LOCK_FAILURES
+    code = getattr(cause, "sqlite_errorcode", None)  # set on errors SQLite raised
+    if isinstance(code, int):
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    message = str(error).lower()
+    return "locked" in message or "busy" in message
+
+
+def _failed(error: BaseException, *, conflict: bool = False, note: str = "") -> CommitFailed:
+    return CommitFailed(
+        error_type=type(error).__name__, message=str(error) + note, conflict=conflict
+    )
+
+
+def commit_group(
+    store: Appender,
+    group: list[Sequence[DomainEvent]],
+    *,
+    retry: LockRetry | None = None,
+    take_more: Callable[[], list[Sequence[DomainEvent]]] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    polls: Sequence[float] = (),
+) -> list[CommitOutcome]:
+    """Commit a group of commits in one transaction; answer each, within one bounded wait.
+
+    With ``polls`` (a group that found the store locked a moment ago), the group is
+    first tried without waiting for the lock, once after each of these pauses:
+    SQLite's own wait for a lock sleeps a millisecond or more at a time, longer than
+    most transactions of another connection hold it. A try that fails on anything
+    but the lock, and the last one, leave the group to what follows.
+
+    How a failed transaction is handled depends on why it failed (nothing of it
+    was written):
+
+    - a conflict (``IntegrityError``: another writer took a position first): each
+      commit is tried alone, to answer the culprit ``conflict`` and commit the rest;
+    - the database is locked or busy (:func:`is_lock_failure`): the same
+      commits are tried again together, with backoff, within ``retry`` (see
+      :class:`LockRetry`); commits that ``take_more`` hands over meanwhile (those
+      queued behind the group) join them. When the window closes, every one of
+      them is answered with the lock failure;
+    - any other failure of the database (disk full, read-only, I/O error): every
+      commit of the transaction is answered with it at once; trying each alone
+      would meet the same failure once per commit;
+    - an error raised before the database was reached (an event that cannot be
+      encoded): each commit is tried alone, as for a conflict, so that only the
+      culprit fails; nothing waits for a lock there.
+
+    Returns one outcome per commit: those of ``group`` in order, then those taken
+    with ``take_more``, in order.
+
+    Blocking: runs in the Journal's thread.
+    """
+    retry = retry or LockRetry()
+    commits = list(group)
+    for pause in polls:
+        sleep(pause)
+        try:
+            position = store.append(
+                [event for events in commits for event in events], lock_wait_s=0
+            )
+        except Exception as error:  # answered below, by the attempts that follow
+            if is_lock_failure(error):
+                continue
+            break
+        return [Committed(position=position)] * len(commits)  # frozen: one answers them all
+    results: dict[int, CommitOutcome] = {}
+    attempts: deque[list[int]] = deque([list(range(len(commits)))])
+    locked: list[int] = []
+    deadline: float | None = None
+    backoff = retry.first_backoff_s
+    last_lock_error: BaseException | None = None
+    while attempts or locked:
+        if attempts:
+            batch = attempts.popleft()
+        else:
+            assert deadline is not None
+            assert last_lock_error is not None
+            left = deadline - clock()
+            if left <= 0:
+                note = f" (still locked after waiting {retry.lock_wait_s:g} s" + (
+                    f" and retrying for {retry.retry_s:g} s)" if retry.retry_s > 0 else ")"
+                )
+                log.warning(
+                    "the store stayed locked: %d commit(s) not written; %s",
+                    len(locked),
+                    last_lock_error,
+                )
+                for index in locked:
+                    results[index] = _failed(last_lock_error, note=note)
+                break
+            sleep(min(backoff, left))
+            backoff = min(backoff * 2, retry.max_backoff_s)
+            if take_more is not None:
+                more = take_more()
+                locked += range(len(commits), len(commits) + len(more))
+                commits += more
+            batch, locked = locked, []
+        wait = None if deadline is None else max(0.0, deadline - clock())
+        try:
+            position = store.append(
+                [event for index in batch for event in commits[index]], lock_wait_s=wait
+            )
+        except IntegrityError as error:
+            if len(batch) == 1:
+                results[batch[0]] = _failed(error, conflict=True)
+            else:
+                attempts.extend([index] for index in batch)
+        except Exception as error:  # every failure is answered to the commits it concerns
+            if is_lock_failure(error):
+                if deadline is None:
+                    deadline = clock() + retry.retry_s
+                if retry.retry_s > 0 and last_lock_error is None:
+                    log.warning(
+                        "the store is locked (%s); retrying %d commit(s) for up to %g s",
+                        error,
+                        len(batch),
+                        retry.retry_s,
+                    )
+                last_lock_error = error
+                locked += batch
+            elif isinstance(error, PersistenceError) or len(batch) == 1:
+                for index in batch:
+                    results[index] = _failed(error)
+            else:
+                attempts.extend([index] for index in batch)
+        else:
+            done = Committed(position=position)  # frozen: one answers every commit of the batch
+            for index in batch:
+                results[index] = done
+    return [results[index] for index in range(len(commits))]
+
+
+class Journal:
+    """The one writer: a dedicated OS thread that commits what controllers hand it.
+
+    ``await journal.commit(events)`` puts the events on the thread's queue and
+    parks the calling task until they are durable (or refused). The thread takes
+    everything queued while its last transaction ran and writes it in one
+    transaction (group commit), then wakes every waiting task with one call into
+    trio. No trio task sits in between: a commit costs one queue put, one
+    transaction, and one wake-up of the trio thread.
+
+    **Inline when idle.** Handing a commit to the thread and being woken costs
+    more than the commit itself on a fast disk (docs/performance.md, section 2).
+    So on a SQLite file, a commit is written on the trio thread, at once, when
+    nothing would wait for it there: nothing is queued or in flight in the
+    thread, at most ``INLINE_MAX_RUNNABLE`` other tasks are runnable, no deadline
+    (a timeout, a sleep) is due within ``INLINE_IDLE_S``, no other task of the
+    same scheduler pass wrote inline (the tasks that run later in a pass are not
+    counted as runnable, so many commits made in one pass still go to the thread
+    together), and the commit takes no snapshot (that reads the store). The same
+    transaction is written, on the same connection, with the same answers; only a
+    locked store is not waited for there: the commit goes to the thread, which
+    tries it again a few times without waiting (``LOCKED_POLLS_S``), then waits as
+    :class:`LockRetry` says. What waits meanwhile is I/O readiness (a socket that
+    becomes readable is seen after the commit).
+
+    Open it with ``async with Journal(store):`` inside ``trio.run``.
+    """
+
+    def __init__(
+        self,
+        store: EventStore,
+        *,
+        committed: trio.MemorySendChannel[None] | None = None,
+        after_commit: Callable[[Sequence[Sequence[DomainEvent]]], None] | None = None,
+        inline: bool = True,
+    ) -> None:
+        """Prepare the Journal; ``committed`` (buffer of one) is poked after each transaction.
+
+        ``after_commit`` is called after each transaction, once its commits were
+        answered, with the commits that were written, on the thread that wrote them:
+        the Journal's, or the trio thread for a commit written inline (so it must be
+        thread-safe and quick; what it raises is logged). ``inline=False`` hands every
+        commit to the thread.
+        """
+        self._store = store
+        self._committed = committed
+        self._after_commit = after_commit
+        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._stop_seen = False
+        """The thread took the stop mark from the queue (nothing follows it)."""
+        self._inline = inline and store.url.kind == "sqlite"
+        self._outstanding = 0
+        """Commits handed to the thread and not answered yet (kept on the trio thread)."""
+        self._passes = _Passes()
+        self._inline_by: tuple[int, trio.lowlevel.Task | None] = (-1, None)
+        """The scheduler pass and the task of the last commit made inline."""
+        self._writing = threading.Lock()
+        """Held while a transaction runs, on either thread."""
+
+    async def __aenter__(self) -> Journal:
+        """Start the writer thread.
+
+        Cancellation: not a checkpoint.
+        """
+        self._token = trio.lowlevel.current_trio_token()
+        if self._inline:
+            trio.lowlevel.add_instrument(self._passes)
+        self._thread = threading.Thread(target=self._work, name="loop-actors-journal", daemon=True)
+        self._thread.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Stop the writer thread (see :meth:`aclose`).
+
+        Cancellation: shielded, as :meth:`aclose`.
+        """
+        await self.aclose()
+
+    async def commit(
+        self, events: Sequence[DomainEvent], *, abandon_on_cancel: bool = False
+    ) -> CommitOutcome:
+        """Append ``events`` atomically and wait until they are durable (or refused).
+
+        Cancellation: by default not a cancellation point once handed over: a
+        commit that was handed to the thread is waited for (on a locked store, at
+        most about the URL's ``lock_timeout`` twice plus its ``lock_retry``: see
+        :class:`LockRetry`), so the caller never loses track of what is durable. With
+        ``abandon_on_cancel`` (cleanup under a bound), a cancelled caller stops
+        waiting at once; the commit may still become durable, so the caller must
+        read the store again to know. A commit written inline (see the class) is
+        not a cancellation point either, nor a schedule point: it returns once
+        durable, and a cancellation is delivered at the caller's next checkpoint;
+        ``abandon_on_cancel`` commits always go to the thread.
+        """
+        if self._closed or self._thread is None:
+            await trio.lowlevel.checkpoint()
+            return CommitFailed(
+                error_type="ClosedResourceError", message="the journal is closed", conflict=False
+            )
+        task = trio.lowlevel.current_task()
+        found_locked = False
+        if (
+            self._inline
+            and not abandon_on_cancel
+            and not self._outstanding
+            and not self._store.snapshots_due(events)
+            and self._may_inline(task)
+        ):
+            done = self._commit_inline(events)
+            if not isinstance(done, _Refused):
+                return done
+            found_locked = done is _Refused.LOCKED
+        waiter = _Waiter(task, abandon_on_cancel=abandon_on_cancel, found_locked=found_locked)
+        self._outstanding += 1
+        self._queue.put((events, waiter))
+        return await trio.lowlevel.wait_task_rescheduled(waiter.abort)  # type: ignore[no-any-return]
+
+    def _may_inline(self, task: trio.lowlevel.Task) -> bool:
+        """Whether the loop is idle and no other task committed inline in this pass.
+
+        Tasks that run later in the same pass are not counted as runnable: after one
+        task's commit made inline, the others of its pass hand theirs to the thread,
+        where they are grouped.
+        """
+        count = self._passes.count
+        last_pass, last_task = self._inline_by
+        if last_pass == count and last_task is not task:
+            return False
+        if not _loop_idle():
+            return False
+        self._inline_by = (count, task)
+        return True
+
+    @trio.lowlevel.enable_ki_protection
+    def _commit_inline(self, events: Sequence[DomainEvent]) -> CommitOutcome | _Refused:
+        """Commit on the trio thread, if the store can be written at once."""
+        if not self._writing.acquire(blocking=False):
+            return _Refused.BUSY  # the thread is writing
+        try:
+            try:
+                [result] = commit_group(_NoLockWait(self._store), [events])
+            except _Locked:
+                return _Refused.LOCKED
+        finally:
+            self._writing.release()
+        self._poke()
+        self._after([events], [result])
+        return result
+
+    async def aclose(self) -> None:
+        """Answer every commit already handed over, then stop the thread.
+
+        Cancellation: shielded: the thread is always joined, so nothing handed over
+        is left unanswered or half-written.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self._inline:
+            trio.lowlevel.remove_instrument(self._passes)
+        self._queue.put(None)
+        if self._thread is not None:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self._thread.join)
+        if self._committed is not None:
+            self._committed.close()
+
+    # ----------------------------------------------------------------- the thread
+
+    def _work(self) -> None:
+        assert self._token is not None
+        retry = LockRetry.of(self._store.url)
+        while not self._stop_seen:
+            first = self._queue.get()
+            if first is None:
+                return
+            group = [first]
+            with self._writing:
+                self._take(group)
+                try:
+                    found_locked = any(waiter.found_locked for _, waiter in group)
+                    results = commit_group(
+                        self._store,
+                        [events for events, _ in group],
+                        retry=retry,
+                        take_more=partial(self._take, group),
+                        polls=LOCKED_POLLS_S if found_locked else (),
+                    )
+                except BaseException as error:  # never leave a task waiting for an answer
+                    log.exception("group commit failed unexpectedly; %d commit(s) fail", len(group))
+                    failed = CommitFailed(
+                        error_type=type(error).__name__, message=str(error), conflict=False
+                    )
+                    results = [failed] * len(group)
+            # Released first: the woken tasks may commit inline at once.
+            self._token.run_sync_soon(self._deliver, group, results)
+            self._after([events for events, _ in group], results)
+
+    def _after(self, commits: list[Sequence[DomainEvent]], results: list[CommitOutcome]) -> None:
+        """Call the after-commit hook with the commits that were written."""
+        if self._after_commit is None:
+            return
+        written = [
+            events
+            for events, result in zip(commits, results, strict=True)
+            if isinstance(result, Committed)
+        ]
+        if written:
+            try:
+                self._after_commit(written)
+            except Exception:  # the commits are durable and answered: only log it
+                log.exception("the after-commit hook failed")
+
+    def _take(self, group: list[_Pending]) -> list[Sequence[DomainEvent]]:
+        """Move queued commits into ``group`` (up to ``MAX_GROUP``); return their events.
+
+        Called again while the group waits for a lock: commits queued behind it
+        join its wait. Notes the stop mark, after which nothing else is queued.
+        """
+        taken: list[Sequence[DomainEvent]] = []
+        while not self._stop_seen and len(group) < MAX_GROUP:
+            try:
+                pending = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if pending is None:
+                self._stop_seen = True
+                break
+            group.append(pending)
+            taken.append(pending[0])
+        return taken
+
+    def _deliver(self, group: list[_Pending], results: list[CommitOutcome]) -> None:
+        """Wake the waiting tasks (on the trio thread)."""
+        self._outstanding -= len(group)
+        for (_, waiter), result in zip(group, results, strict=True):
+            if not waiter.abandoned:
+                trio.lowlevel.reschedule(waiter.task, outcome.Value(result))
+        self._poke()
+
+    def _poke(self) -> None:
+        """Wake the follower of the store, if any (on the trio thread)."""
+        if self._committed is not None:
+            # A wake-up flag (buffer of one): if one is already pending, that is enough.
+            with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError):
+                self._committed.send_nowait(None)

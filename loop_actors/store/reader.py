@@ -1,0 +1,249 @@
+"""The one owner of blocking store reads on the trio side.
+
+The event store blocks (SQLite); trio code never calls it directly. Writes go
+through the Journal's thread; every read goes through a :class:`StoreReader`,
+which runs it in a worker thread (at most ``MAX_CONCURRENT_READS`` at once, so
+a burst of resumes does not start a thread per invocation) and abandons the
+thread when the caller is cancelled: a read changes nothing, so giving up on it
+is always safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
+
+import trio
+from eventsourcing.persistence import PersistenceError
+
+from aggregates.audit_coverage import snapshot_problems
+from aggregates.effect import Effect
+from aggregates.events import fold
+from aggregates.invocation import Invocation, InvocationEvent
+from aggregates.ledger_check import cut_history_problem
+from aggregates.requests import CancelRequest
+from loop_actors._errors import InvocationNotFoundError
+from loop_actors.store.store import EventStore
+
+log = logging.getLogger(__name__)
+
+MAX_CONCURRENT_READS = 8
+"""Worker threads reading the store at once."""
+
+IDLE_WAIT_S = 10.0
+"""How long closing waits for abandoned reads to finish before the store is closed."""
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class DriveReads:
+    """What a claimed run reads before it drives, read with others' in one trip to a thread.
+
+    The invocation as its events make it, why its stored history cannot be driven
+    (None: it can), its cancel request if someone made one, and the store's head
+    read before that request was looked up: a cancel request recorded after
+    ``position`` was not seen here (``Runtime._drive`` looks again if the runtime's
+    watcher went past it before the run was registered).
+    """
+
+    invocation: Invocation
+    history_problem: str | None
+    cancel_request: CancelRequest | None
+    position: int
+
+
+def history_problem_of(
+    invocation_id: str,
+    events: list[InvocationEvent],
+    snapshots: list[tuple[int, object]],
+    effects: Callable[[], list[Effect]],
+) -> str | None:
+    """Why an invocation's stored history disagrees with its newest snapshot or its ledger.
+
+    ``effects`` gives its ledger entries (read only when its snapshot agrees).
+    """
+    for version, why in snapshot_problems(events, snapshots):
+        return (
+            f"invocation {invocation_id}'s snapshot at version {version} does not match "
+            f"its events: {why}; nothing was run (check the store with: "
+            "loop-actors audit verify)"
+        )
+    return cut_history_problem(invocation_id, events, effects())
+
+
+class StoreReader:
+    """Async, cancellable reads of one :class:`EventStore`."""
+
+    def __init__(self, store: EventStore) -> None:
+        """Read ``store`` from trio."""
+        self.store = store
+        self._limiter = trio.CapacityLimiter(MAX_CONCURRENT_READS)
+        self._running = 0
+        self._idle = threading.Condition()
+
+    async def call(self, read: Callable[[], T]) -> T:
+        """Run a blocking read of the store in a worker thread.
+
+        Cancellation: a checkpoint; the thread is abandoned (its result dropped).
+        """
+        return await trio.to_thread.run_sync(
+            self._counted, read, abandon_on_cancel=True, limiter=self._limiter
+        )
+
+    def _counted(self, read: Callable[[], T]) -> T:
+        with self._idle:
+            self._running += 1
+        try:
+            return read()
+        finally:
+            with self._idle:
+                self._running -= 1
+                self._idle.notify_all()
+
+    async def aclose(self) -> None:
+        """Wait (shielded, bounded) until no read runs; the store may then be closed.
+
+        Cancellation: shielded; at most ``IDLE_WAIT_S``.
+        """
+        with trio.CancelScope(shield=True):
+            idle = await trio.to_thread.run_sync(self.wait_idle)
+        if not idle:
+            log.warning("store reads still running after %.0f s; closing anyway", IDLE_WAIT_S)
+
+    def wait_idle(self, timeout_s: float = IDLE_WAIT_S) -> bool:
+        """Block until no read runs (abandoned ones included): the store may then close.
+
+        Returns False when reads were still running after ``timeout_s``.
+        """
+        with self._idle:
+            return self._idle.wait_for(lambda: self._running == 0, timeout=timeout_s)
+
+    async def invocation(self, invocation_id: str) -> Invocation:
+        """The invocation as its events make it (``InvocationNotFoundError`` if none).
+
+        Cancellation: as :meth:`call`.
+        """
+        return await self.call(lambda: self.store.get(invocation_id))
+
+    async def events(self, invocation_id: str) -> list[InvocationEvent]:
+        """Every committed event of an invocation (``InvocationNotFoundError`` if none).
+
+        Cancellation: as :meth:`call`.
+        """
+        return await self.call(lambda: self.store.events(invocation_id))
+
+    async def effects(self, keys: list[str]) -> dict[str, Effect | None]:
+        """The ledger entries of these effect keys (None for a key never prepared).
+
+        Cancellation: as :meth:`call`.
+        """
+        return await self.call(lambda: {key: self.store.get_effect(key) for key in keys})
+
+    async def history_problem(self, invocation_id: str) -> str | None:
+        """Why the invocation's stored history disagrees with its snapshots or ledger, or None.
+
+        Cancellation: as :meth:`call`.
+        """
+
+        def check() -> str | None:
+            events = self.store.events(invocation_id)
+            # The snapshot the invocation was loaded from (``audit verify`` checks them all).
+            snapshots = self.store.newest_snapshot(invocation_id)
+            return history_problem_of(
+                invocation_id, events, snapshots, lambda: self.store.effects_of(invocation_id)
+            )
+
+        return await self.call(check)
+
+    async def before_drive(
+        self, invocation_ids: Sequence[str]
+    ) -> dict[str, DriveReads | Exception]:
+        """What each invocation's run reads before it drives, in one trip to a thread.
+
+        For each: what :meth:`invocation`, :meth:`history_problem` and
+        :meth:`cancel_request` would read, its events read once for its state and
+        for the check. An invocation that cannot be read gets the exception its read
+        raised (``InvocationNotFoundError``, a damaged row...); a store that cannot be
+        read at all raises, as :meth:`call` does.
+
+        Cancellation: as :meth:`call`.
+        """
+        store = self.store
+
+        def read_all() -> dict[str, DriveReads | Exception]:
+            # The head first: a cancel request recorded after it is not in what follows.
+            position = store.head()
+            events_of = store.events_of(invocation_ids)
+            snapshots_of = store.newest_snapshots(invocation_ids)
+            requests_of = store.cancel_requests_of(invocation_ids)
+            effects_of = store.effects_of_many(invocation_ids)
+            found: dict[str, DriveReads | Exception] = {}
+            for invocation_id in invocation_ids:
+                events, request = events_of[invocation_id], requests_of[invocation_id]
+                if isinstance(events, Exception):
+                    found[invocation_id] = events
+                    continue
+                if isinstance(request, Exception):
+                    found[invocation_id] = request
+                    continue
+                snapshots = snapshots_of[invocation_id]
+                try:
+                    if snapshots:  # loaded from its snapshot, as resume loads it
+                        invocation = store.get(invocation_id)
+                    else:  # what ``store.get`` folds when there is no snapshot
+                        invocation = fold(None, events)
+                        if not isinstance(invocation, Invocation):
+                            raise InvocationNotFoundError(invocation_id)
+                    problem = history_problem_of(
+                        invocation_id,
+                        events,
+                        snapshots,
+                        partial(effects_of.__getitem__, invocation_id),
+                    )
+                except PersistenceError:
+                    raise  # the store, not this invocation: nothing more can be read
+                except Exception as error:  # this one cannot be read (damaged...): others can
+                    found[invocation_id] = error
+                    continue
+                found[invocation_id] = DriveReads(
+                    invocation=invocation,
+                    history_problem=problem,
+                    cancel_request=request,
+                    position=position,
+                )
+            return found
+
+        return await self.call(read_all)
+
+    async def open_effects(self) -> list[Effect]:
+        """Every effect still dispatched or of unknown outcome.
+
+        Cancellation: as :meth:`call`.
+        """
+        return await self.call(self.store.open_effects)
+
+    async def cancel_request(self, invocation_id: str) -> CancelRequest | None:
+        """The invocation's cancel request, if someone made one.
+
+        Cancellation: as :meth:`call`.
+        """
+        return await self.call(lambda: self.store.cancel_request(invocation_id))
+
+    async def cancel_requests_after(self, position: int) -> tuple[list[str], int]:
+        """Invocation ids with a cancel request after a position, and the next position.
+
+        Cancellation: as :meth:`call`.
+        """
+        return await self.call(lambda: self.store.cancel_requests_after(position))
+
+    async def head(self) -> int:
+        """The last notification id.
+
+        Cancellation: as :meth:`call`.
+        """
+        return await self.call(self.store.head)

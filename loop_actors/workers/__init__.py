@@ -1,0 +1,1 @@
+"""Workers that claim submitted invocations from the queue and drive them."""

@@ -1,0 +1,326 @@
+"""The Worker: claims runnable invocations from the queue and drives many at once."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+from collections import Counter
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+import trio
+
+from aggregates.decisions import Frozen
+from aggregates.lease import DEFAULT_LEASE_S, HolderKind, QueueStatus, Release
+from loop_actors._errors import StoreUnavailableError, UsageError
+from loop_actors.agent.agent import Agent
+from loop_actors.runtime.gc_policy import GcPolicy
+from loop_actors.runtime.leases import HeldLease, LeaseDrained, LeaseKeeper, new_holder_id
+from loop_actors.runtime.runtime import Runtime, _utc_now
+from loop_actors.runtime.slots import DEFAULT_WORK_SLOTS
+from loop_actors.store.queue import Claimed
+from loop_actors.store.reader import DriveReads
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONCURRENCY = 8
+DEFAULT_GRACE_S = 30.0
+DEFAULT_POLL_S = 0.1
+"""How often an idle worker looks for runnable invocations (with jitter)."""
+
+
+class WorkerReport(Frozen):
+    """What a worker did, from its start to its stop."""
+
+    worker_id: str
+    claimed: int
+    """Invocations it claimed (an invocation claimed twice counts twice)."""
+    outcomes: dict[str, int]
+    """How the runs it drove stopped, by reason."""
+    drained: int
+    """Runs it stopped at a commit because it was shutting down (another worker continues)."""
+    abandoned: int
+    """Runs it stopped mid-step (the grace period ran out, or a second signal came)."""
+    failed: int
+    """Claims it could not drive (left paused with a note, for a person)."""
+
+
+class Worker:
+    """Claims runnable invocations of the agents it serves, with a lease, and drives them.
+
+    ``Worker(agents, db_url)`` does no I/O; ``await worker.run()`` registers it as a
+    holder, then claims up to ``concurrency`` invocations at once (new ones, ones
+    whose lease ran out, paused ones made runnable again), renews their leases
+    every third of ``lease_s``, and drives each through the normal resume path,
+    reconciliation included. :meth:`stop` shuts it down gracefully: it claims
+    nothing more, each run stops at its next commit and gives its lease back, and
+    whatever has not stopped within ``grace_s`` is abandoned (nothing is
+    recorded for it; another worker continues from its last commit).
+    """
+
+    def __init__(
+        self,
+        agents: Agent | Sequence[Agent],
+        db_url: str | None = None,
+        *,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        lease_s: float = DEFAULT_LEASE_S,
+        grace_s: float = DEFAULT_GRACE_S,
+        poll_s: float = DEFAULT_POLL_S,
+        now: Callable[[], datetime] = _utc_now,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
+        checkpoint_key: str | os.PathLike[str] | None = None,
+        checkpoint_every: int | None = None,
+        gc_policy: GcPolicy | None = None,
+        work_slots: int | None = DEFAULT_WORK_SLOTS,
+    ) -> None:
+        """Prepare a worker for ``agents`` on the store at ``db_url``.
+
+        The checkpoint options, ``gc_policy`` and ``work_slots`` are the
+        :class:`Runtime`'s (and default to the same environment variables): the worker's
+        runtime writes checkpoints of the log outside the store.
+
+        Raises:
+            UsageError: no agent, two agents of one name, something that is not an
+                Agent, a concurrency below 1, a lease shorter than 1 s, a negative
+                grace period or a poll interval that is not positive.
+            StoreUrlError: the URL is malformed.
+        """
+        served = [agents] if isinstance(agents, Agent) else list(agents)
+        if not served:
+            raise UsageError("a worker needs at least one agent to serve")
+        for agent in served:
+            if not isinstance(agent, Agent):
+                raise UsageError(f"a worker serves Agents, got {type(agent).__name__}")
+        names = [agent.name for agent in served]
+        if len(set(names)) != len(names):
+            raise UsageError(f"two agents of one name: {sorted(names)}")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise UsageError(f"concurrency must be a whole number, at least 1, got {concurrency!r}")
+        for name, value in (("grace_s", grace_s), ("poll_s", poll_s)):
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise UsageError(f"{name} must be a number of seconds, got {value!r}")
+            if not math.isfinite(value) or value < 0 or (name == "poll_s" and value == 0):
+                raise UsageError(f"{name} must be a finite number of seconds above 0, got {value}")
+        self.agents = {agent.name: agent for agent in served}
+        self.concurrency = concurrency
+        self.grace_s = float(grace_s)
+        self.poll_s = float(poll_s)
+        self.runtime = Runtime(
+            db_url,
+            now=now,
+            lease_s=lease_s,
+            checkpoint_dir=checkpoint_dir,
+            checkpoint_key=checkpoint_key,
+            checkpoint_every=checkpoint_every,
+            gc_policy=gc_policy,
+            work_slots=work_slots,
+        )
+        runtime = self.runtime
+        runtime._holder_kind = HolderKind.WORKER
+        runtime.holder_id = new_holder_id(HolderKind.WORKER)
+        runtime._holder_agents = names
+        runtime._holder_concurrency = concurrency
+        runtime._reap = True  # a worker expires the leases of holders that died on its machine
+        self.worker_id = runtime.holder_id
+        """Its holder id (``worker:HOST:PID:RANDOM``), as ``loop-actors workers`` shows it."""
+        self._active: dict[str, HeldLease] = {}
+        self._stopping = False
+        self._stop_requested = trio.Event()
+        self._idle = trio.Event()
+        self._wake = trio.Event()
+        self._drives: trio.Nursery | None = None
+        self._claimed = 0
+        self._outcomes: Counter[str] = Counter()
+        self._drained = 0
+        self._abandoned = 0
+        self._failed = 0
+
+    @property
+    def running(self) -> list[str]:
+        """The ids of the invocations it drives now."""
+        return list(self._active)
+
+    def stop(self) -> None:
+        """Shut down gracefully: claim nothing more, stop each run at its next commit.
+
+        Runs still going after ``grace_s`` are abandoned (:meth:`stop_now`).
+        """
+        self._stopping = True
+        for lease in self._active.values():
+            lease.draining = True
+        self._stop_requested.set()
+        self._wake.set()
+
+    def stop_now(self) -> None:
+        """Stop at once: every run is abandoned where it is (nothing is recorded for it).
+
+        Their leases are given back, so another worker continues each from its last
+        commit (a batch dispatched without results is reconciled there).
+        """
+        self.stop()
+        for lease in self._active.values():
+            lease.abandoned = True
+        if self._drives is not None:
+            self._drives.cancel_scope.cancel()
+
+    async def run(
+        self,
+        *,
+        until_idle: bool = False,
+        task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+    ) -> WorkerReport:
+        """Claim and drive invocations until :meth:`stop` (or, ``until_idle``, none is left).
+
+        Raises:
+            StoreUnavailableError: the store cannot be opened.
+
+        Cancellation: cancelling the caller abandons every run as :meth:`stop_now`
+        does (nothing is recorded for them; their leases are given back within a
+        bounded, shielded wait) and re-raises.
+        """
+        async with self.runtime:
+            await self.runtime._lease_keeper().register()
+            task_status.started(self.worker_id)
+            try:
+                async with trio.open_nursery() as drives:
+                    self._drives = drives
+                    drives.start_soon(self._keep_grace)
+                    await self._claim_until_stopped(drives, until_idle=until_idle)
+            except BaseException:
+                for lease in self._active.values():
+                    lease.abandoned = True
+                raise
+            finally:
+                self._drives = None
+        return WorkerReport(
+            worker_id=self.worker_id,
+            claimed=self._claimed,
+            outcomes=dict(self._outcomes),
+            drained=self._drained,
+            abandoned=self._abandoned,
+            failed=self._failed,
+        )
+
+    async def _claim_until_stopped(self, drives: trio.Nursery, *, until_idle: bool) -> None:
+        keeper = self.runtime._lease_keeper()
+        names = list(self.agents)
+        failures = 0
+        while not self._stopping:
+            free = self.concurrency - len(self._active)
+            claims: list[tuple[HeldLease, Claimed]] = []
+            if free > 0:
+                try:
+                    claims = await keeper.claim(names, free)
+                    failures = 0
+                except StoreUnavailableError:
+                    failures += 1
+                    if failures == 1 or failures % 100 == 0:
+                        log.warning(
+                            "cannot claim (%d failed polls); retrying", failures, exc_info=True
+                        )
+            fresh: list[tuple[HeldLease, Claimed]] = []
+            for lease, claim in claims:
+                self._claimed += 1
+                if claim.invocation_id in self._active:
+                    self._claimed_again(keeper, lease, claim)
+                    continue
+                self._active[claim.invocation_id] = lease
+                fresh.append((lease, claim))
+            # Read before the next claim: reads of batches at once, in threads of their
+            # own, fought over the interpreter and took twice the CPU (measured).
+            read = await self._read_before_driving([claim for _, claim in fresh])
+            for lease, claim in fresh:
+                drives.start_soon(self._drive, lease, claim, read.get(claim.invocation_id))
+            if claims and len(self._active) < self.concurrency:
+                await trio.lowlevel.checkpoint()
+                continue  # more may be waiting
+            if until_idle and not claims and not self._active:
+                break
+            self._wake = trio.Event()
+            jitter = random.uniform(0.8, 1.2)  # noqa: S311 - spreads polls, nothing secret
+            with trio.move_on_after(self.poll_s * jitter):
+                await self._wake.wait()
+        self.stop()
+
+    def _claimed_again(self, keeper: LeaseKeeper, lease: HeldLease, claim: Claimed) -> None:
+        """This worker claimed an invocation it still drives: its lease ran out meanwhile.
+
+        A renewal came too late (a busy event loop answers its heartbeat late), and the
+        row was claimable again. Nobody else holds it: the run goes on under the new
+        lease (no takeover to record). If the run is stopping already, the lease is
+        given back, to be claimed again once that run has stopped.
+        """
+        running = self._active[claim.invocation_id]
+        if running.lost or running.draining or running.abandoned:
+            keeper.release_soon(lease, Release(status=QueueStatus.RUNNABLE, delay_s=self.poll_s))
+            return
+        running.epoch, running.valid_until = lease.epoch, lease.valid_until
+        keeper.held[claim.invocation_id] = running
+
+    async def _keep_grace(self) -> None:
+        """After a stop, wait ``grace_s`` for the runs to reach a commit, then abandon the rest."""
+        await self._stop_requested.wait()
+        with trio.move_on_after(self.grace_s):
+            while self._active:
+                self._idle = trio.Event()
+                await self._idle.wait()
+        if self._active:
+            log.warning(
+                "%d run(s) did not reach a commit within %g s: abandoned (another worker "
+                "continues each from its last commit)",
+                len(self._active),
+                self.grace_s,
+            )
+            self.stop_now()
+
+    async def _read_before_driving(
+        self, claims: list[Claimed]
+    ) -> dict[str, DriveReads | Exception]:
+        """What the claimed runs read before they drive, for all of them at once.
+
+        One trip to a reader thread for a batch instead of three per run (their
+        invocation, the check of its history, its cancel request): a worker that
+        claims thousands at once starts them several times sooner. A claim whose
+        lease must be recorded first reads after recording it (``Runtime._drive_claim``);
+        if the store cannot be read now, each run reads for itself, as before.
+        """
+        ids = [claim.invocation_id for claim in claims if not claim.record]
+        if not ids:
+            return {}
+        try:
+            return await self.runtime._reads().before_drive(ids)
+        except Exception:
+            log.warning(
+                "cannot read %d claimed runs at once; each reads its own", len(ids), exc_info=True
+            )
+            return {}
+
+    async def _drive(
+        self, lease: HeldLease, claim: Claimed, before: DriveReads | Exception | None = None
+    ) -> None:
+        if self._stopping:
+            lease.draining = True
+        try:
+            outcome = await self.runtime._drive_claim(
+                lease, claim, self.agents[claim.agent_name], before
+            )
+            if outcome is None:
+                self._failed += 1
+            else:
+                self._outcomes[outcome.reason.value] += 1
+        except LeaseDrained:
+            self._drained += 1
+        except trio.Cancelled:
+            self._abandoned += 1
+            raise
+        except Exception:
+            self._failed += 1
+            log.exception("the run of %s failed; its row is left paused", claim.invocation_id)
+        finally:
+            if self._active.get(claim.invocation_id) is lease:
+                del self._active[claim.invocation_id]
+            self._wake.set()
+            self._idle.set()
