@@ -33,6 +33,7 @@ from aggregates.errors import AggregateError, IllegalTransitionError
 from aggregates.events import ByClass, ChainedAggregate, DomainEvent
 from aggregates.ids import EFFECT_KEY_PREFIX
 from aggregates.invocation import Phase
+from aggregates.values import DEFAULT_MAX_OUTPUT_BYTES, check_json, json_size
 
 KEY_SEPARATOR = "\x1f"
 
@@ -176,12 +177,29 @@ def hand_resolution(*, committed: bool, rejected: bool) -> Resolution:
     return Resolution.COMMITTED if committed else Resolution.REJECTED
 
 
+MAX_HAND_RECEIPT_BYTES = DEFAULT_MAX_OUTPUT_BYTES
+"""The largest receipt a person gives (compact JSON bytes): a larger one is refused, not cut."""
+
+
+def receipt_problem(receipt: Any) -> str | None:
+    """Why a receipt cannot enter the ledger, or None: the one check of every receipt.
+
+    A service's receipt (reconciled) and a person's (resolved by hand) are both checked
+    here, with the rules of every stored JSON value (:func:`aggregates.values.check_json`:
+    no NaN or Infinity, integers within 64 bits, at most 64 levels deep, no lone
+    surrogate, string keys).
+    """
+    return check_json(receipt)
+
+
 def storable_receipt(receipt: Any) -> JsonValue:
-    """A receipt given by hand, checked: JSON that reads back equal (no NaN, no Infinity).
+    """A receipt given by hand, checked: JSON that reads back equal, by :func:`receipt_problem`.
 
     Raises:
         InvalidResolutionError: it is not JSON, or not stored faithfully (NaN,
-            Infinity, a tuple, a key that is not a string, a lone surrogate...).
+            Infinity, a tuple, a key that is not a string, a lone surrogate, an
+            integer outside 64 bits, deeper than 64 levels), or it is larger than
+            :data:`MAX_HAND_RECEIPT_BYTES`.
     """
     try:
         text = json.dumps(receipt, allow_nan=False, ensure_ascii=False)
@@ -192,6 +210,15 @@ def storable_receipt(receipt: Any) -> JsonValue:
         raise InvalidResolutionError(
             "the receipt would not read back as given (tuples, keys that are not strings "
             "and the like are not JSON): give plain JSON"
+        )
+    problem = receipt_problem(receipt)
+    if problem is not None:
+        raise InvalidResolutionError(f"the receipt cannot be stored as JSON: {problem}")
+    size = json_size(receipt)
+    if size > MAX_HAND_RECEIPT_BYTES:
+        raise InvalidResolutionError(
+            f"the receipt is {size} bytes of JSON, more than {MAX_HAND_RECEIPT_BYTES}: "
+            "give the part that identifies the write (an id, a reference)"
         )
     return cast("JsonValue", receipt)
 

@@ -58,7 +58,7 @@ from aggregates.decisions import (
     parse_decision,
 )
 from aggregates.digest import digest_of
-from aggregates.effect import Effect, Resolution
+from aggregates.effect import Effect, Resolution, receipt_problem
 from aggregates.errors import AggregateError
 from aggregates.events import DomainEvent
 from aggregates.invocation import ApprovalDenied, DispatchedCall, Invocation, Phase, Turn
@@ -1031,19 +1031,16 @@ class TurnCore:
                         "still reach its service"
                     )
                 case EffectAnswered():
-                    problem = check_json(answer.receipt)
-                    if problem is not None:
+                    admitted = admit_receipt(
+                        self.catalogue, effect.tool, answer, max_bytes=self.settings.output_limit
+                    )
+                    if isinstance(admitted, str):
                         # Not a faithful answer: the effect stays open, as if unreachable.
-                        unreachable.append(
-                            f"{effect.key} ({effect.tool}): its receipt cannot be stored "
-                            f"faithfully: {problem}"
-                        )
+                        unreachable.append(f"{effect.key} ({effect.tool}): {admitted}")
                         continue
-                    # A receipt is an output of the write: stored as the tool redacts it.
-                    receipt = self.catalogue.redact_output(effect.tool, answer.receipt)
-                    if receipt is not answer.receipt:
+                    redacted, receipt = admitted
+                    if redacted is not answer.receipt:
                         self._keep(batch.step, call_id, effect.tool, "output", answer.receipt)
-                    receipt, _ = limit_size(receipt, max_bytes=self.settings.output_limit)
                     reason = answer.reason
                     if reason is not None:
                         reason = safe_text(
@@ -1334,11 +1331,10 @@ def settle_ended_effect(
     it). A receipt that cannot be stored faithfully is not recorded: the effect stays
     open, and the problem is returned (None when the answer was recorded).
     """
-    problem = check_json(answer.receipt)
-    if problem is not None:
-        return f"its receipt cannot be stored faithfully: {problem}"
-    receipt = catalogue.redact_output(effect.tool, answer.receipt)
-    receipt, _ = limit_size(receipt, max_bytes=max_bytes)
+    admitted = admit_receipt(catalogue, effect.tool, answer, max_bytes=max_bytes)
+    if isinstance(admitted, str):
+        return admitted
+    _, receipt = admitted
     reason = answer.reason
     if reason is not None:
         if holds_redacted(_proposed_arguments(invocation, effect.step, effect.call_id)):
@@ -1347,6 +1343,25 @@ def settle_ended_effect(
             reason = safe_text(scrub(reason, redacted_values(answer.receipt, receipt)))
     effect.reconcile(answer.status, receipt=receipt, reason=reason, at=at)
     return None
+
+
+def admit_receipt(
+    catalogue: Catalogue, tool: str, answer: EffectAnswered, *, max_bytes: int
+) -> tuple[Any, Any] | str:
+    """A service's receipt as the ledger stores it, or why it cannot be (the one admission).
+
+    The receipt is checked by :func:`aggregates.effect.receipt_problem` (the rules of
+    every stored JSON value, as for a receipt given by hand), then redacted as the
+    tool redacts its output (a receipt is an output of the write), then cut to
+    ``max_bytes``. Returns ``(redacted, stored)``: the receipt as redacted (the same
+    object when the tool redacts nothing) and as stored; or the problem, as text.
+    """
+    problem = receipt_problem(answer.receipt)
+    if problem is not None:
+        return f"its receipt cannot be stored faithfully: {problem}"
+    redacted = catalogue.redact_output(tool, answer.receipt)
+    stored, _ = limit_size(redacted, max_bytes=max_bytes)
+    return redacted, stored
 
 
 def _proposed_arguments(invocation: Invocation, step: int, call_id: str) -> Any:
