@@ -139,6 +139,44 @@ OPEN_STATUSES = frozenset({EffectStatus.DISPATCHED, EffectStatus.OUTCOME_UNKNOWN
 """Effects whose outcome nobody knows yet: the reconciler's backlog."""
 
 
+_OPENED: dict[type[EffectEvent], frozenset[EffectStatus]] = {
+    # What the service or a person says about an open write: reconciled ``not_found``
+    # prepares it to be dispatched again; any other answer settles it.
+    EffectReconciled: frozenset({EffectStatus.RECONCILED, EffectStatus.PREPARED}),
+    EffectResolvedByHand: frozenset({EffectStatus.RECONCILED}),
+}
+
+LEDGER_TRANSITIONS: dict[EffectStatus, dict[type[EffectEvent], frozenset[EffectStatus]]] = {
+    EffectStatus.PREPARED: {EffectDispatched: frozenset({EffectStatus.DISPATCHED})},
+    EffectStatus.DISPATCHED: {
+        EffectCommitted: frozenset({EffectStatus.COMMITTED}),
+        EffectRejected: frozenset({EffectStatus.REJECTED}),
+        EffectOutcomeUnknown: frozenset({EffectStatus.OUTCOME_UNKNOWN}),
+        **_OPENED,
+    },
+    EffectStatus.OUTCOME_UNKNOWN: dict(_OPENED),
+    EffectStatus.COMMITTED: {},
+    EffectStatus.REJECTED: {},
+    EffectStatus.RECONCILED: {},
+}
+"""The table of the effect ledger: status and event → the statuses the event may lead to.
+
+``EffectPrepared`` creates the entry (in status ``prepared``) and comes once, first.
+An event outside its status's row is refused before anything changes.
+"""
+
+_REFUSED_WHY: dict[type[EffectEvent], str] = {
+    EffectPrepared: "an effect is prepared once, first",
+    EffectDispatched: "only a prepared write is dispatched",
+    EffectCommitted: "an outcome needs a dispatched write",
+    EffectRejected: "an outcome needs a dispatched write",
+    EffectOutcomeUnknown: "an outcome needs a dispatched write",
+    EffectReconciled: "only an open effect is reconciled",
+    EffectResolvedByHand: "only an open effect is resolved by hand",
+}
+"""Why an event outside its status's row is refused, by event class."""
+
+
 class InvalidResolutionError(AggregateError):
     """Raised when a resolution by hand is malformed; nothing is recorded."""
 
@@ -398,7 +436,17 @@ class Effect(ChainedAggregate):
         )
 
     def _evolve(self, event: EffectEvent) -> None:
-        """Check that ``event`` is legal now, then apply it (the only place state changes)."""
+        """Check that ``event`` is legal now, then apply it (the only place state changes).
+
+        First the table (:data:`LEDGER_TRANSITIONS`), then the event's own checks.
+        """
+        if isinstance(event, EffectPrepared):
+            if self.invocation_id:
+                raise self._refuse(event, _REFUSED_WHY[EffectPrepared])
+        elif type(event) not in LEDGER_TRANSITIONS[self.status]:
+            raise self._refuse(
+                event, _REFUSED_WHY.get(type(event), f"unknown event {type(event).__name__}")
+            )
         match event:
             case EffectPrepared():
                 self.invocation_id = event.invocation_id
@@ -408,24 +456,17 @@ class Effect(ChainedAggregate):
                 self.arguments_digest = event.arguments_digest
                 self.status = EffectStatus.PREPARED
             case EffectDispatched():
-                if self.status is not EffectStatus.PREPARED:
-                    raise self._refuse(event, "only a prepared write is dispatched")
                 if event.attempt != self.attempt + 1:
                     raise self._refuse(event, f"attempt must be {self.attempt + 1}")
                 self.attempt = event.attempt
                 self.status = EffectStatus.DISPATCHED
-            case EffectCommitted() | EffectRejected() | EffectOutcomeUnknown():
-                if self.status is not EffectStatus.DISPATCHED:
-                    raise self._refuse(event, "an outcome needs a dispatched write")
-                if isinstance(event, EffectCommitted):
-                    self.status, self.receipt = EffectStatus.COMMITTED, event.receipt
-                elif isinstance(event, EffectRejected):
-                    self.status, self.reason = EffectStatus.REJECTED, event.reason
-                else:
-                    self.status, self.reason = EffectStatus.OUTCOME_UNKNOWN, event.reason
+            case EffectCommitted():
+                self.status, self.receipt = EffectStatus.COMMITTED, event.receipt
+            case EffectRejected():
+                self.status, self.reason = EffectStatus.REJECTED, event.reason
+            case EffectOutcomeUnknown():
+                self.status, self.reason = EffectStatus.OUTCOME_UNKNOWN, event.reason
             case EffectReconciled():
-                if self.status not in OPEN_STATUSES:
-                    raise self._refuse(event, "only an open effect is reconciled")
                 if event.resolution is Resolution.NOT_FOUND:
                     # The service never saw this key: dispatch again, with the same key.
                     self.status = EffectStatus.PREPARED
@@ -435,8 +476,6 @@ class Effect(ChainedAggregate):
                     self.receipt = event.receipt
                     self.reason = event.reason
             case EffectResolvedByHand():
-                if self.status not in OPEN_STATUSES:
-                    raise self._refuse(event, "only an open effect is resolved by hand")
                 if event.resolution is Resolution.NOT_FOUND:
                     raise self._refuse(event, "a person settles a write as committed or rejected")
                 self.status = EffectStatus.RECONCILED

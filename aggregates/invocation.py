@@ -270,32 +270,66 @@ PAUSED_PHASE: dict[TerminalReason, Phase] = {
 }
 """The phase each pausing reason puts an invocation in."""
 
-TRANSITIONS: dict[Phase, frozenset[type[InvocationEvent]]] = {
-    Phase.NEW: frozenset({InvocationStarted}),
-    Phase.READY: frozenset(
-        {DecisionProposed, ContextCompacted, Terminated, SettingsChanged, LeaseAcquired}
-    ),
-    Phase.CALLS_PROPOSED: frozenset(
-        {BatchDispatched, Paused, Terminated, SettingsChanged, LeaseAcquired}
-    ),
-    Phase.DECIDED: frozenset(
-        {Paused, VerificationFailed, Terminated, SettingsChanged, LeaseAcquired}
-    ),
-    Phase.DISPATCHED: frozenset({ResultsCommitted, Paused, SettingsChanged, LeaseAcquired}),
-    Phase.AWAITING_APPROVAL: frozenset(
-        {ApprovalGranted, ApprovalDenied, Terminated, SettingsChanged, LeaseAcquired}
-    ),
-    Phase.AWAITING_CLARIFICATION: frozenset(
-        {ClarificationProvided, Terminated, SettingsChanged, LeaseAcquired}
-    ),
+
+def _stays(phase: Phase) -> dict[type[InvocationEvent], frozenset[Phase]]:
+    """The events every live phase accepts without leaving it (settings, a new lease)."""
+    return {SettingsChanged: frozenset({phase}), LeaseAcquired: frozenset({phase})}
+
+
+_READY = frozenset({Phase.READY})
+_ENDED = frozenset({Phase.TERMINATED})
+
+TRANSITIONS: dict[Phase, dict[type[InvocationEvent], frozenset[Phase]]] = {
+    Phase.NEW: {InvocationStarted: _READY},
+    Phase.READY: {
+        DecisionProposed: frozenset({Phase.CALLS_PROPOSED, Phase.DECIDED}),
+        ContextCompacted: _READY,
+        Terminated: _ENDED,
+        **_stays(Phase.READY),
+    },
+    Phase.CALLS_PROPOSED: {
+        BatchDispatched: frozenset({Phase.DISPATCHED}),
+        Paused: frozenset({Phase.AWAITING_APPROVAL}),
+        Terminated: _ENDED,
+        **_stays(Phase.CALLS_PROPOSED),
+    },
+    Phase.DECIDED: {
+        Paused: frozenset({Phase.AWAITING_APPROVAL, Phase.AWAITING_CLARIFICATION}),
+        VerificationFailed: _READY,
+        Terminated: _ENDED,
+        **_stays(Phase.DECIDED),
+    },
+    Phase.DISPATCHED: {
+        ResultsCommitted: _READY,
+        Paused: frozenset({Phase.AWAITING_RECONCILIATION}),
+        **_stays(Phase.DISPATCHED),
+    },
+    Phase.AWAITING_APPROVAL: {
+        # Back to the batch (approved or denied calls), or, when the model itself
+        # asked for approval, to a new decision.
+        ApprovalGranted: frozenset({Phase.CALLS_PROPOSED, Phase.READY}),
+        ApprovalDenied: frozenset({Phase.CALLS_PROPOSED, Phase.READY}),
+        Terminated: _ENDED,
+        **_stays(Phase.AWAITING_APPROVAL),
+    },
+    Phase.AWAITING_CLARIFICATION: {
+        ClarificationProvided: _READY,
+        Terminated: _ENDED,
+        **_stays(Phase.AWAITING_CLARIFICATION),
+    },
     # The batch is still dispatched: it ends with its results, never with a bare stop.
-    Phase.AWAITING_RECONCILIATION: frozenset({ResultsCommitted, SettingsChanged, LeaseAcquired}),
-    Phase.TERMINATED: frozenset(),
+    Phase.AWAITING_RECONCILIATION: {
+        ResultsCommitted: _READY,
+        **_stays(Phase.AWAITING_RECONCILIATION),
+    },
+    Phase.TERMINATED: {},
 }
-"""Which events each phase accepts (the table of the turn protocol).
+"""The table of the turn protocol: phase and event → the phases the event may lead to.
 
 An event outside its phase's row is refused before anything changes; an event
-inside it is then checked against the history (steps, call ids, digests, totals).
+inside it is then checked against the history (steps, call ids, digests, totals),
+and leads to one of the row's phases (which one, where there are two, its content
+says: the kind of decision, the pausing reason, whether a batch waits for approval).
 """
 
 
@@ -872,17 +906,10 @@ class Invocation(ChainedAggregate):
     def _on_pause(self, event: Paused) -> None:
         if not event.reason.pauses:
             raise self._refuse(event, f"{event.reason.value} is not a pausing reason")
-        # Which pause each phase allows: a running batch waits only for a service; a
-        # proposed batch only for an approval; another decision for a person.
-        allowed = {
-            Phase.DISPATCHED: {TerminalReason.RECONCILIATION_REQUIRED},
-            Phase.CALLS_PROPOSED: {TerminalReason.APPROVAL_REQUIRED},
-            Phase.DECIDED: {
-                TerminalReason.APPROVAL_REQUIRED,
-                TerminalReason.CLARIFICATION_REQUIRED,
-            },
-        }[self.phase]
-        if event.reason not in allowed:
+        # Which pause each phase allows is where the table lets it lead: a running batch
+        # waits only for a service; a proposed batch only for an approval; another
+        # decision for a person.
+        if PAUSED_PHASE[event.reason] not in TRANSITIONS[self.phase][Paused]:
             raise self._refuse(event, f"{event.reason.value} is not a pause of this phase")
         if event.calls is not None:
             decision = self.last_decision
