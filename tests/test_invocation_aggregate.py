@@ -20,6 +20,8 @@ from aggregates import (
     IllegalTransitionError,
     Invocation,
     Phase,
+    Rejection,
+    RejectionClass,
     TerminalReason,
     ToolCall,
     ToolCalls,
@@ -548,3 +550,25 @@ def test_a_lease_survives_a_snapshot() -> None:
     inv.acquire_lease("worker-a", 2, at=AT)
     restored = InvocationSnapshot.take(inv).mutate(None)
     assert (restored.lease_holder, restored.lease_epoch) == ("worker-a", 2)
+
+
+@pytest.mark.parametrize(
+    "propose",
+    ["final", "question", "batch", "rejection"],
+)
+def test_every_kind_of_decision_leads_where_the_table_says(propose: str) -> None:
+    """A rejected proposal too: it leads back to ``ready`` (the model is asked again)."""
+    inv = _in_phase(Phase.READY)
+    match propose:
+        case "final":
+            inv.propose(Final(answer="x"), usage=Usage(), at=AT)
+        case "question":
+            inv.propose(Clarification(question="which?"), usage=Usage(), at=AT)
+        case "batch":
+            inv.propose(batch("c7"), usage=Usage(), at=AT)
+        case _:
+            rejection = Rejection(
+                rejection_class=RejectionClass.SCHEMA_INVALID, problems=["no"], raw="x"
+            )
+            inv.reject(rejection, usage=Usage(), at=AT)
+    assert inv.phase in TRANSITIONS[Phase.READY][DecisionProposed]
