@@ -98,3 +98,4 @@ from aggregates.invocation import (
 from aggregates.invocation import (
     plan_fingerprint as plan_fingerprint,
 )
+from aggregates.topics import PERSISTED_TOPICS as PERSISTED_TOPICS

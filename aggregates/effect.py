@@ -33,6 +33,7 @@ from aggregates.errors import AggregateError, IllegalTransitionError
 from aggregates.events import ByClass, ChainedAggregate, DomainEvent
 from aggregates.ids import EFFECT_KEY_PREFIX
 from aggregates.invocation import Phase
+from aggregates.values import DEFAULT_MAX_OUTPUT_BYTES, check_json, json_size
 
 KEY_SEPARATOR = "\x1f"
 
@@ -138,6 +139,44 @@ OPEN_STATUSES = frozenset({EffectStatus.DISPATCHED, EffectStatus.OUTCOME_UNKNOWN
 """Effects whose outcome nobody knows yet: the reconciler's backlog."""
 
 
+_OPENED: dict[type[EffectEvent], frozenset[EffectStatus]] = {
+    # What the service or a person says about an open write: reconciled ``not_found``
+    # prepares it to be dispatched again; any other answer settles it.
+    EffectReconciled: frozenset({EffectStatus.RECONCILED, EffectStatus.PREPARED}),
+    EffectResolvedByHand: frozenset({EffectStatus.RECONCILED}),
+}
+
+LEDGER_TRANSITIONS: dict[EffectStatus, dict[type[EffectEvent], frozenset[EffectStatus]]] = {
+    EffectStatus.PREPARED: {EffectDispatched: frozenset({EffectStatus.DISPATCHED})},
+    EffectStatus.DISPATCHED: {
+        EffectCommitted: frozenset({EffectStatus.COMMITTED}),
+        EffectRejected: frozenset({EffectStatus.REJECTED}),
+        EffectOutcomeUnknown: frozenset({EffectStatus.OUTCOME_UNKNOWN}),
+        **_OPENED,
+    },
+    EffectStatus.OUTCOME_UNKNOWN: dict(_OPENED),
+    EffectStatus.COMMITTED: {},
+    EffectStatus.REJECTED: {},
+    EffectStatus.RECONCILED: {},
+}
+"""The table of the effect ledger: status and event → the statuses the event may lead to.
+
+``EffectPrepared`` creates the entry (in status ``prepared``) and comes once, first.
+An event outside its status's row is refused before anything changes.
+"""
+
+_REFUSED_WHY: dict[type[EffectEvent], str] = {
+    EffectPrepared: "an effect is prepared once, first",
+    EffectDispatched: "only a prepared write is dispatched",
+    EffectCommitted: "an outcome needs a dispatched write",
+    EffectRejected: "an outcome needs a dispatched write",
+    EffectOutcomeUnknown: "an outcome needs a dispatched write",
+    EffectReconciled: "only an open effect is reconciled",
+    EffectResolvedByHand: "only an open effect is resolved by hand",
+}
+"""Why an event outside its status's row is refused, by event class."""
+
+
 class InvalidResolutionError(AggregateError):
     """Raised when a resolution by hand is malformed; nothing is recorded."""
 
@@ -176,12 +215,29 @@ def hand_resolution(*, committed: bool, rejected: bool) -> Resolution:
     return Resolution.COMMITTED if committed else Resolution.REJECTED
 
 
+MAX_HAND_RECEIPT_BYTES = DEFAULT_MAX_OUTPUT_BYTES
+"""The largest receipt a person gives (compact JSON bytes): a larger one is refused, not cut."""
+
+
+def receipt_problem(receipt: Any) -> str | None:
+    """Why a receipt cannot enter the ledger, or None: the one check of every receipt.
+
+    A service's receipt (reconciled) and a person's (resolved by hand) are both checked
+    here, with the rules of every stored JSON value (:func:`aggregates.values.check_json`:
+    no NaN or Infinity, integers within 64 bits, at most 64 levels deep, no lone
+    surrogate, string keys).
+    """
+    return check_json(receipt)
+
+
 def storable_receipt(receipt: Any) -> JsonValue:
-    """A receipt given by hand, checked: JSON that reads back equal (no NaN, no Infinity).
+    """A receipt given by hand, checked: JSON that reads back equal, by :func:`receipt_problem`.
 
     Raises:
         InvalidResolutionError: it is not JSON, or not stored faithfully (NaN,
-            Infinity, a tuple, a key that is not a string, a lone surrogate...).
+            Infinity, a tuple, a key that is not a string, a lone surrogate, an
+            integer outside 64 bits, deeper than 64 levels), or it is larger than
+            :data:`MAX_HAND_RECEIPT_BYTES`.
     """
     try:
         text = json.dumps(receipt, allow_nan=False, ensure_ascii=False)
@@ -192,6 +248,15 @@ def storable_receipt(receipt: Any) -> JsonValue:
         raise InvalidResolutionError(
             "the receipt would not read back as given (tuples, keys that are not strings "
             "and the like are not JSON): give plain JSON"
+        )
+    problem = receipt_problem(receipt)
+    if problem is not None:
+        raise InvalidResolutionError(f"the receipt cannot be stored as JSON: {problem}")
+    size = json_size(receipt)
+    if size > MAX_HAND_RECEIPT_BYTES:
+        raise InvalidResolutionError(
+            f"the receipt is {size} bytes of JSON, more than {MAX_HAND_RECEIPT_BYTES}: "
+            "give the part that identifies the write (an id, a reference)"
         )
     return cast("JsonValue", receipt)
 
@@ -371,7 +436,17 @@ class Effect(ChainedAggregate):
         )
 
     def _evolve(self, event: EffectEvent) -> None:
-        """Check that ``event`` is legal now, then apply it (the only place state changes)."""
+        """Check that ``event`` is legal now, then apply it (the only place state changes).
+
+        First the table (:data:`LEDGER_TRANSITIONS`), then the event's own checks.
+        """
+        if isinstance(event, EffectPrepared):
+            if self.invocation_id:
+                raise self._refuse(event, _REFUSED_WHY[EffectPrepared])
+        elif type(event) not in LEDGER_TRANSITIONS[self.status]:
+            raise self._refuse(
+                event, _REFUSED_WHY.get(type(event), f"unknown event {type(event).__name__}")
+            )
         match event:
             case EffectPrepared():
                 self.invocation_id = event.invocation_id
@@ -381,24 +456,17 @@ class Effect(ChainedAggregate):
                 self.arguments_digest = event.arguments_digest
                 self.status = EffectStatus.PREPARED
             case EffectDispatched():
-                if self.status is not EffectStatus.PREPARED:
-                    raise self._refuse(event, "only a prepared write is dispatched")
                 if event.attempt != self.attempt + 1:
                     raise self._refuse(event, f"attempt must be {self.attempt + 1}")
                 self.attempt = event.attempt
                 self.status = EffectStatus.DISPATCHED
-            case EffectCommitted() | EffectRejected() | EffectOutcomeUnknown():
-                if self.status is not EffectStatus.DISPATCHED:
-                    raise self._refuse(event, "an outcome needs a dispatched write")
-                if isinstance(event, EffectCommitted):
-                    self.status, self.receipt = EffectStatus.COMMITTED, event.receipt
-                elif isinstance(event, EffectRejected):
-                    self.status, self.reason = EffectStatus.REJECTED, event.reason
-                else:
-                    self.status, self.reason = EffectStatus.OUTCOME_UNKNOWN, event.reason
+            case EffectCommitted():
+                self.status, self.receipt = EffectStatus.COMMITTED, event.receipt
+            case EffectRejected():
+                self.status, self.reason = EffectStatus.REJECTED, event.reason
+            case EffectOutcomeUnknown():
+                self.status, self.reason = EffectStatus.OUTCOME_UNKNOWN, event.reason
             case EffectReconciled():
-                if self.status not in OPEN_STATUSES:
-                    raise self._refuse(event, "only an open effect is reconciled")
                 if event.resolution is Resolution.NOT_FOUND:
                     # The service never saw this key: dispatch again, with the same key.
                     self.status = EffectStatus.PREPARED
@@ -408,8 +476,6 @@ class Effect(ChainedAggregate):
                     self.receipt = event.receipt
                     self.reason = event.reason
             case EffectResolvedByHand():
-                if self.status not in OPEN_STATUSES:
-                    raise self._refuse(event, "only an open effect is resolved by hand")
                 if event.resolution is Resolution.NOT_FOUND:
                     raise self._refuse(event, "a person settles a write as committed or rejected")
                 self.status = EffectStatus.RECONCILED

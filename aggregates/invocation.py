@@ -1,4 +1,7 @@
-"""The Invocation aggregate and its events: the persisted vocabulary of one agent run.
+"""The Invocation aggregate: the state machine of one agent run, and its snapshot.
+
+Its events (the persisted vocabulary) are in :mod:`aggregates.invocation_events`,
+its committed turns in :mod:`aggregates.turns`; both are importable from here.
 
 The aggregate is a pure state machine (no I/O, no clock, no randomness: the
 caller passes the time in). Every event goes through one transition function,
@@ -10,22 +13,18 @@ a command or from a stored history being replayed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, assert_never, cast, overload
+from typing import Any, assert_never, cast
 
-from eventsourcing.domain import CanInitAggregate, CanSnapshotAggregate
+from eventsourcing.domain import CanSnapshotAggregate
 from eventsourcing.utils import get_topic
 from pydantic import (
     BaseModel,
     ConfigDict,
-    Field,
-    GetCoreSchemaHandler,
-    ValidationInfo,
     model_validator,
 )
-from pydantic_core import core_schema
 
 from aggregates.decisions import (
     Budget,
@@ -39,195 +38,67 @@ from aggregates.decisions import (
     TerminalReason,
     ToolCall,
     ToolCalls,
-    ToolEffect,
     ToolResult,
     Usage,
 )
 from aggregates.digest import canonical_json, digest_of
 from aggregates.errors import IllegalTransitionError
-from aggregates.events import ChainedAggregate, DomainEvent, fold
+from aggregates.events import ChainedAggregate, fold
 from aggregates.ids import invocation_id_problem
-from aggregates.settings import RunSettings
-
-# --------------------------------------------------------------------------- events
-
-
-class InvocationEvent(DomainEvent):
-    """Base of every Invocation event."""
-
-
-class ToolSpec(Frozen):
-    """A tool as the invocation saw it when it started: name, effect and schema digest."""
-
-    name: str
-    effect: ToolEffect
-    schema_digest: str
-
-
-class InvocationStarted(InvocationEvent, CanInitAggregate[str]):
-    """An invocation was created with its goal, agent, tool catalogue and budget."""
-
-    originator_topic: str
-    goal: str
-    agent_name: str
-    agent_version: str
-    catalogue_digest: str
-    tools: list[ToolSpec]
-    budget: Budget
-    task_class: str | None = None
-    actor: str | None = None
-    """Who the invocation acts for (checked by the agent's policy)."""
-    tenant: str | None = None
-    """Whose data it acts on (checked by the agent's policy)."""
-    settings: RunSettings | None = None
-    """The rest of what decides the run's course (None in invocations recorded before it was)."""
-
-
-class SettingsChanged(InvocationEvent):
-    """A resume was told to use the agent's current budget and settings instead of the record."""
-
-    budget: Budget
-    settings: RunSettings
-    by: str | None = None
-
-
-class DecisionProposed(InvocationEvent):
-    """The model answered: the normalised decision, or the rejected output and why."""
-
-    step: int
-    decision: Decision | None = None
-    rejection: Rejection | None = None
-    usage: Usage = Usage()
-
-
-class DispatchedCall(Frozen):
-    """One call of a dispatched batch, as it will run."""
-
-    call_id: str
-    name: str
-    arguments: dict[str, Any]
-    effect: ToolEffect
-    effect_key: str | None = None
-    """For a write: its effect key (stable across retries, restarts and workers)."""
-    denied: str | None = None
-    """Why the call was denied (by a person or the policy): it is dispatched, never run."""
-
-
-class BatchDispatched(InvocationEvent):
-    """A validated tool batch is about to run; committed before any call starts."""
-
-    step: int
-    calls: list[DispatchedCall]
-    plan: list[list[str]]
-    """Execution groups of call ids: groups run one after another, calls in a group together."""
-
-
-class ResultsCommitted(InvocationEvent):
-    """Every call of the dispatched batch has a result, in call order."""
-
-    step: int
-    results: list[ToolResult]
-
-
-class Paused(InvocationEvent):
-    """The invocation waits for a person (approval or clarification) or for a service."""
-
-    step: int
-    reason: TerminalReason
-    question: str | None = None
-    proposal_digest: str | None = None
-    calls: list[DispatchedCall] | None = None
-    """For an approval: the exact batch that waits, as it would be dispatched."""
-    needs_approval: list[str] | None = None
-    """For an approval: the ids of the calls that require it."""
-
-
-class ApprovalGranted(InvocationEvent):
-    """A person approved the paused batch, identified by its digest."""
-
-    step: int
-    proposal_digest: str
-    by: str
-    note: str | None = None
-
-
-class ApprovalDenied(InvocationEvent):
-    """A person denied the paused batch; its calls that needed approval will not run."""
-
-    step: int
-    proposal_digest: str
-    by: str
-    reason: str
-
-
-class ClarificationProvided(InvocationEvent):
-    """A person answered the model's question."""
-
-    step: int
-    answer: str
-    by: str | None = None
-
-
-class VerificationFailed(InvocationEvent):
-    """The agent's verifier refused the final answer; the evidence goes back to the model."""
-
-    step: int
-    attempt: int
-    evidence: str
-
-
-class ContextCompacted(InvocationEvent):
-    """Older turns were left out of the model's view to fit its context; what and why."""
-
-    step: int
-    """The step the model was asked for with the compacted view."""
-    dropped_steps: list[int]
-    kept_steps: list[int]
-    size_before: int
-    size_after: int
-
-
-class LeaseAcquired(InvocationEvent):
-    """A worker took the invocation over with a lease: from now on only its appends are its.
-
-    Recorded when a worker (or a ``resume``) takes an invocation whose previous holder
-    did not release it (its lease expired, its process died, or it was fenced off
-    deliberately). It moves the aggregate's version, so the previous holder's next
-    append is refused: the aggregate version is the fence (``aggregates.lease``).
-    """
-
-    worker_id: str
-    epoch: int
-    """The lease's epoch: larger than every earlier ``LeaseAcquired`` of this invocation."""
-    taken_from: str | None = None
-    """The holder whose lease was taken over, when one was known."""
-
-
-class Terminated(InvocationEvent):
-    """The invocation is over for good, with a typed reason."""
-
-    reason: TerminalReason
-    answer: str | None = None
-    detail: str | None = None
-    steps: int
-    tool_calls: int
-
-
-EVENT_TYPES: tuple[type[InvocationEvent], ...] = (
-    InvocationStarted,
-    DecisionProposed,
-    BatchDispatched,
-    ResultsCommitted,
-    Paused,
-    ApprovalGranted,
+from aggregates.invocation_events import (
+    EVENT_TYPES,
     ApprovalDenied,
+    ApprovalGranted,
+    BatchDispatched,
     ClarificationProvided,
-    VerificationFailed,
     ContextCompacted,
-    SettingsChanged,
+    DecisionProposed,
+    DispatchedCall,
+    InvocationEvent,
+    InvocationStarted,
     LeaseAcquired,
+    Paused,
+    ResultsCommitted,
+    SettingsChanged,
     Terminated,
+    ToolSpec,
+    VerificationFailed,
 )
+from aggregates.settings import RunSettings
+from aggregates.turns import LAZY_TURNS, Turn, Turns
+
+__all__ = [
+    # Defined here, and (the events, the turns) importable from here as before they moved.
+    "EVENT_TYPES",
+    "LAZY_TURNS",
+    "PAUSED_PHASE",
+    "TRANSITIONS",
+    "ApprovalDenied",
+    "ApprovalGranted",
+    "BatchDispatched",
+    "ClarificationProvided",
+    "ContextCompacted",
+    "DecisionProposed",
+    "DispatchedCall",
+    "Invocation",
+    "InvocationEvent",
+    "InvocationSnapshot",
+    "InvocationStarted",
+    "InvocationState",
+    "LeaseAcquired",
+    "Paused",
+    "Phase",
+    "ResultsCommitted",
+    "SettingsChanged",
+    "Terminated",
+    "ToolSpec",
+    "Turn",
+    "Turns",
+    "VerificationFailed",
+    "failure_signature",
+    "plan_fingerprint",
+    "replay",
+]
 
 # --------------------------------------------------------------------------- state
 
@@ -270,188 +141,68 @@ PAUSED_PHASE: dict[TerminalReason, Phase] = {
 }
 """The phase each pausing reason puts an invocation in."""
 
-TRANSITIONS: dict[Phase, frozenset[type[InvocationEvent]]] = {
-    Phase.NEW: frozenset({InvocationStarted}),
-    Phase.READY: frozenset(
-        {DecisionProposed, ContextCompacted, Terminated, SettingsChanged, LeaseAcquired}
-    ),
-    Phase.CALLS_PROPOSED: frozenset(
-        {BatchDispatched, Paused, Terminated, SettingsChanged, LeaseAcquired}
-    ),
-    Phase.DECIDED: frozenset(
-        {Paused, VerificationFailed, Terminated, SettingsChanged, LeaseAcquired}
-    ),
-    Phase.DISPATCHED: frozenset({ResultsCommitted, Paused, SettingsChanged, LeaseAcquired}),
-    Phase.AWAITING_APPROVAL: frozenset(
-        {ApprovalGranted, ApprovalDenied, Terminated, SettingsChanged, LeaseAcquired}
-    ),
-    Phase.AWAITING_CLARIFICATION: frozenset(
-        {ClarificationProvided, Terminated, SettingsChanged, LeaseAcquired}
-    ),
+
+def _stays(phase: Phase) -> dict[type[InvocationEvent], frozenset[Phase]]:
+    """The events every live phase accepts without leaving it (settings, a new lease)."""
+    return {SettingsChanged: frozenset({phase}), LeaseAcquired: frozenset({phase})}
+
+
+_READY = frozenset({Phase.READY})
+_ENDED = frozenset({Phase.TERMINATED})
+
+TRANSITIONS: dict[Phase, dict[type[InvocationEvent], frozenset[Phase]]] = {
+    Phase.NEW: {InvocationStarted: _READY},
+    Phase.READY: {
+        # A tool batch, another decision, or a rejected proposal (the model is asked again).
+        DecisionProposed: frozenset({Phase.CALLS_PROPOSED, Phase.DECIDED, Phase.READY}),
+        ContextCompacted: _READY,
+        Terminated: _ENDED,
+        **_stays(Phase.READY),
+    },
+    Phase.CALLS_PROPOSED: {
+        BatchDispatched: frozenset({Phase.DISPATCHED}),
+        Paused: frozenset({Phase.AWAITING_APPROVAL}),
+        Terminated: _ENDED,
+        **_stays(Phase.CALLS_PROPOSED),
+    },
+    Phase.DECIDED: {
+        Paused: frozenset({Phase.AWAITING_APPROVAL, Phase.AWAITING_CLARIFICATION}),
+        VerificationFailed: _READY,
+        Terminated: _ENDED,
+        **_stays(Phase.DECIDED),
+    },
+    Phase.DISPATCHED: {
+        ResultsCommitted: _READY,
+        Paused: frozenset({Phase.AWAITING_RECONCILIATION}),
+        **_stays(Phase.DISPATCHED),
+    },
+    Phase.AWAITING_APPROVAL: {
+        # Back to the batch (approved or denied calls), or, when the model itself
+        # asked for approval, to a new decision.
+        ApprovalGranted: frozenset({Phase.CALLS_PROPOSED, Phase.READY}),
+        ApprovalDenied: frozenset({Phase.CALLS_PROPOSED, Phase.READY}),
+        Terminated: _ENDED,
+        **_stays(Phase.AWAITING_APPROVAL),
+    },
+    Phase.AWAITING_CLARIFICATION: {
+        ClarificationProvided: _READY,
+        Terminated: _ENDED,
+        **_stays(Phase.AWAITING_CLARIFICATION),
+    },
     # The batch is still dispatched: it ends with its results, never with a bare stop.
-    Phase.AWAITING_RECONCILIATION: frozenset({ResultsCommitted, SettingsChanged, LeaseAcquired}),
-    Phase.TERMINATED: frozenset(),
+    Phase.AWAITING_RECONCILIATION: {
+        ResultsCommitted: _READY,
+        **_stays(Phase.AWAITING_RECONCILIATION),
+    },
+    Phase.TERMINATED: {},
 }
-"""Which events each phase accepts (the table of the turn protocol).
+"""The table of the turn protocol: phase and event → the phases the event may lead to.
 
 An event outside its phase's row is refused before anything changes; an event
-inside it is then checked against the history (steps, call ids, digests, totals).
+inside it is then checked against the history (steps, call ids, digests, totals),
+and leads to one of the row's phases (which one, where there are two, its content
+says: the kind of decision, the pausing reason, whether a batch waits for approval).
 """
-
-
-class Turn(Frozen):
-    """One committed turn as the model will see it: what was decided and what came back."""
-
-    step: int
-    decision: Decision | None = None
-    rejection: Rejection | None = None
-    results: list[ToolResult] = Field(default_factory=list)
-    """The batch's results (a factory: pydantic deep-copies a list default for each turn)."""
-    approval: str | None = None
-    """For an approved or denied batch: who decided, and why."""
-    reply: str | None = None
-    """For a clarification: the person's answer."""
-    verification: str | None = None
-    """For a final answer the verifier refused: its evidence."""
-
-
-LAZY_TURNS = "loop-actors: turns as stored"
-"""The validation context that keeps a snapshot's turns as stored until each is read.
-
-``InvocationSnapshot.model_validate_json(data, context=LAZY_TURNS)`` validates
-everything but the turns, which it keeps in their stored form: :class:`Turns`
-validates each one, as :class:`Turn`, the first time it is read. What a load needs
-(the phase, the step, the totals and budgets, the pending batch, the last turn)
-then costs nothing per turn of history; the model's next request reads them all.
-"""
-
-_StoredTurn = Turn | str | dict[str, Any]
-"""A turn as :class:`Turns` holds it: validated, or as stored (its JSON text, or, in
-snapshots written before the turns were stored as text, its JSON object)."""
-
-_STORED = frozenset({str, dict, Turn})
-
-
-class Turns(Sequence[Turn]):
-    """An invocation's committed turns, oldest first (a read-only sequence of :class:`Turn`).
-
-    In a snapshot each turn is stored as its own JSON text (``Turn.model_dump_json``
-    with ``exclude_none``), so that a snapshot is read without building the turns,
-    and a turn read from one is written into the next as it was read. Snapshots
-    written before hold each turn as a JSON object; both are read.
-
-    Turns read from a snapshot with :data:`LAZY_TURNS` are validated the first time
-    each is read (a stored turn that is not a valid ``Turn`` raises
-    ``pydantic.ValidationError`` then); read without it, all are validated at once.
-    Equality compares the turns themselves.
-    """
-
-    __slots__ = ("_items",)
-
-    def __init__(self, turns: Iterable[Turn] = ()) -> None:
-        """Hold these turns (each already a ``Turn``)."""
-        self._items: list[_StoredTurn] = list(turns)
-
-    @classmethod
-    def _as_stored(cls, stored: list[_StoredTurn]) -> Turns:
-        turns = cls()
-        turns._items = stored
-        return turns
-
-    def copy(self) -> Turns:
-        """A new sequence of the same turns (each turn is frozen: they are shared)."""
-        return Turns._as_stored(list(self._items))
-
-    def append(self, turn: Turn) -> None:
-        """Add the turn of a new step (the aggregate's, in ``_evolve``)."""
-        self._items.append(turn)
-
-    def replace_last(self, turn: Turn) -> None:
-        """Put the latest turn, with what it was given since (the aggregate's, in ``_evolve``)."""
-        self._items[-1] = turn
-
-    def _turn(self, index: int) -> Turn:
-        item = self._items[index]
-        if type(item) is Turn:
-            return item
-        turn = Turn.model_validate_json(item) if type(item) is str else Turn.model_validate(item)
-        self._items[index] = turn
-        return turn
-
-    def _texts(self) -> list[str]:
-        """Each turn's JSON text, as a snapshot stores it (one read as text is not re-encoded)."""
-        return [
-            item if type(item) is str else self._turn(index).model_dump_json(exclude_none=True)
-            for index, item in enumerate(self._items)
-        ]
-
-    def __len__(self) -> int:
-        """How many turns."""
-        return len(self._items)
-
-    @overload
-    def __getitem__(self, index: int) -> Turn: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[Turn]: ...
-    def __getitem__(self, index: int | slice) -> Turn | list[Turn]:
-        """A turn (validated now if it is still as stored), or a list of them for a slice."""
-        if isinstance(index, slice):
-            return [self._turn(i) for i in range(*index.indices(len(self._items)))]
-        return self._turn(index)
-
-    def __iter__(self) -> Iterator[Turn]:
-        """The turns, oldest first."""
-        for index in range(len(self._items)):
-            yield self._turn(index)
-
-    def __eq__(self, other: object) -> bool:
-        """Equal to a sequence of the same turns (a ``Turns`` or a list)."""
-        if not isinstance(other, Turns | list):
-            return NotImplemented
-        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        """The turns as a list shows them."""
-        return f"Turns({list(self)!r})"
-
-    @classmethod
-    def __get_pydantic_core_schema__(
-        cls, source: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
-        """A list of turns (or of their JSON texts); dumped to JSON as texts, to Python as turns."""
-
-        def validate(
-            value: Any,
-            validate_list: core_schema.ValidatorFunctionWrapHandler,
-            info: ValidationInfo,
-        ) -> Turns:
-            if isinstance(value, Turns):
-                return value.copy()
-            lazy = info.context == LAZY_TURNS
-            if type(value) is not list or not set(map(type, value)) <= _STORED:
-                return cls(validate_list(value))  # it raises, saying which item is not a turn
-            if not lazy and str not in set(map(type, value)):
-                return cls(validate_list(value))  # turns, or turns as JSON objects
-            turns = cls._as_stored(list(value))
-            if not lazy:
-                for index in range(len(turns)):
-                    turns._turn(index)
-            return turns
-
-        def serialize(turns: Turns, info: core_schema.SerializationInfo) -> list[Turn] | list[str]:
-            return turns._texts() if info.mode_is_json() else list(turns)
-
-        return core_schema.with_info_wrap_validator_function(
-            validate,
-            handler.generate_schema(list[Turn]),
-            serialization=core_schema.plain_serializer_function_ser_schema(
-                serialize,
-                info_arg=True,
-                return_schema=handler.generate_schema(list[Turn | str]),
-            ),
-        )
 
 
 class Invocation(ChainedAggregate):
@@ -872,17 +623,10 @@ class Invocation(ChainedAggregate):
     def _on_pause(self, event: Paused) -> None:
         if not event.reason.pauses:
             raise self._refuse(event, f"{event.reason.value} is not a pausing reason")
-        # Which pause each phase allows: a running batch waits only for a service; a
-        # proposed batch only for an approval; another decision for a person.
-        allowed = {
-            Phase.DISPATCHED: {TerminalReason.RECONCILIATION_REQUIRED},
-            Phase.CALLS_PROPOSED: {TerminalReason.APPROVAL_REQUIRED},
-            Phase.DECIDED: {
-                TerminalReason.APPROVAL_REQUIRED,
-                TerminalReason.CLARIFICATION_REQUIRED,
-            },
-        }[self.phase]
-        if event.reason not in allowed:
+        # Which pause each phase allows is where the table lets it lead: a running batch
+        # waits only for a service; a proposed batch only for an approval; another
+        # decision for a person.
+        if PAUSED_PHASE[event.reason] not in TRANSITIONS[self.phase][Paused]:
             raise self._refuse(event, f"{event.reason.value} is not a pause of this phase")
         if event.calls is not None:
             decision = self.last_decision

@@ -28,13 +28,9 @@ results can be fed back in to re-drive it (replay) with no second copy of the ru
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, ClassVar, Literal, Protocol, assert_never
+from typing import Any, assert_never
 
-from pydantic import BaseModel, JsonValue, ValidationError
-from pydantic_core import to_jsonable_python
-
+from aggregates.call_secrets import CallSecrets
 from aggregates.context import compact
 from aggregates.decisions import (
     Budget,
@@ -45,29 +41,22 @@ from aggregates.decisions import (
     ErrorClass,
     ErrorInfo,
     Final,
-    Frozen,
     Rejection,
-    RejectionClass,
     RequestApproval,
     TerminalReason,
-    ToolCall,
     ToolCalls,
     ToolEffect,
     ToolResult,
     Usage,
-    parse_decision,
 )
 from aggregates.digest import digest_of
 from aggregates.effect import Effect, Resolution
 from aggregates.errors import AggregateError
 from aggregates.events import DomainEvent
-from aggregates.invocation import ApprovalDenied, DispatchedCall, Invocation, Phase, Turn
+from aggregates.invocation import ApprovalDenied, DispatchedCall, Invocation, Phase
+from aggregates.proposals import validate_proposal
 from aggregates.redaction import (
-    holds_redacted,
-    redact_proposal,
     redacted_values,
-    scrub,
-    withheld,
 )
 from aggregates.results import (
     Interruption,
@@ -78,261 +67,91 @@ from aggregates.results import (
     write_result,
 )
 from aggregates.settings import RunSettings
+from aggregates.turn_messages import (
+    WITHHELD_WHY,
+    Action,
+    AskModel,
+    AttemptStillRunning,
+    Authorise,
+    Catalogue,
+    Continue,
+    EffectAnswered,
+    EffectObservation,
+    Finished,
+    KeptSecret,
+    KeptValues,
+    LoadEffects,
+    ModelAnswered,
+    ModelFailed,
+    ModelInterrupted,
+    ModelObservation,
+    ModelTimedOut,
+    Moment,
+    PolicyVerdict,
+    Reconcile,
+    ReconcileOutcome,
+    RunCalls,
+    ServiceUnreachable,
+    Verify,
+)
+from aggregates.turn_records import (
+    admit_receipt,
+    batch_digest,
+    cancel_paused,
+    record_outcome,
+    record_outside_cancellation,
+    settle_ended_effect,
+    stop_after_failed_commit,
+)
 from aggregates.values import (
-    NotJsonError,
-    UnstorableError,
     check_json,
     check_text,
-    describe_error,
-    json_size,
-    json_text,
     limit_size,
-    parse_json_text,
     safe_text,
     storable_bound,
-    truncated,
-    unstorable,
     usage_problem,
 )
 
 MAX_DISPATCH_ROUNDS = 3
 """How many times one batch may dispatch a write whose service keeps answering "not found"."""
 
-
-# --------------------------------------------------------------------------- inputs
-
-
-@dataclass(frozen=True, slots=True)
-class Moment:
-    """What the shell knows when it asks the core: the time, and whether to stop."""
-
-    at: datetime
-    """The time recorded on events made now."""
-    elapsed_s: float
-    """Seconds since the invocation started (across resumes)."""
-    cancel_requested: bool = False
-    cancel_detail: str | None = None
-    """Who asked to cancel, and why, when someone did."""
-
-
-class Catalogue(Protocol):
-    """The agent's tools as the core needs them: pure lookups and checks."""
-
-    @property
-    def redacts(self) -> bool:
-        """True when some tool declares sensitive fields."""
-
-    def effect_of(self, name: str) -> ToolEffect | None:
-        """The tool's effect, or None when there is no such tool."""
-
-    def check_arguments(self, call: ToolCall) -> dict[str, Any]:
-        """A call's arguments validated and normalised (``pydantic.ValidationError`` if not)."""
-
-    def redact_arguments(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        """Arguments as they may be stored."""
-
-    def redact_output(self, name: str, output: Any) -> Any:
-        """An output as it may be stored."""
-
-    def needs_approval(self, name: str, arguments: dict[str, Any]) -> bool:
-        """Whether this call waits for a person."""
-
-    def plan(self, calls: Sequence[DispatchedCall]) -> list[list[str]]:
-        """Execution groups of call ids."""
-
-
-class KeptValues(Protocol):
-    """The runtime's secret store as the core reads it: the real values it holds."""
-
-    def __call__(self, step: int, call_id: str, kind: Literal["arguments", "output"]) -> Any:
-        """The real arguments or output of a call, or None when none is kept."""
-
-
-WITHHELD_WHY = (
-    "a text about a call whose sensitive arguments are no longer held, so it cannot be "
-    "scrubbed of them"
-)
-"""Why a text is stored withheld (see :func:`aggregates.redaction.withheld`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class KeptSecret:
-    """A real value that was stored redacted, for the secret store of the runtime."""
-
-    step: int
-    call_id: str
-    kind: Literal["arguments", "output"]
-    value: JsonValue
-
-
-# --------------------------------------------------------------------------- observations
-
-
-@dataclass(frozen=True, slots=True)
-class ModelAnswered:
-    """The model proposed something (untrusted until the core validated it)."""
-
-    proposal: Any
-    usage: Usage = field(default_factory=Usage)
-
-
-class ModelFailed(Frozen):
-    """The model call raised."""
-
-    kind: Literal["model_failed"] = "model_failed"
-    error_type: str
-    message: str
-
-
-class ModelTimedOut(Frozen):
-    """The model did not answer before the deadline."""
-
-    kind: Literal["model_timed_out"] = "model_timed_out"
-
-
-@dataclass(frozen=True, slots=True)
-class ModelInterrupted:
-    """A cancel request interrupted the wait for the model."""
-
-
-ModelObservation = ModelAnswered | ModelFailed | ModelTimedOut | ModelInterrupted
-
-
-class EffectAnswered(Frozen):
-    """The owning service said what became of an effect key."""
-
-    kind: Literal["effect_answered"] = "effect_answered"
-    effect_key: str
-    status: Resolution
-    receipt: Any = None
-    reason: str | None = None
-
-
-class ServiceUnreachable(Frozen):
-    """The service could not be asked (``reconcile`` raised, timed out, or does not exist)."""
-
-    kind: Literal["service_unreachable"] = "service_unreachable"
-    effect_key: str
-    error: str
-
-
-ReconcileOutcome = EffectAnswered | ServiceUnreachable
-
-
-class AttemptStillRunning(Frozen):
-    """An earlier attempt of the write may still be running: the service was not asked.
-
-    A "not found" from the service while an attempt may still reach it proves
-    nothing, so the write is not dispatched again.
-    """
-
-    kind: Literal["attempt_still_running"] = "attempt_still_running"
-    effect_key: str
-    waited_s: float
-
-
-EffectObservation = EffectAnswered | ServiceUnreachable | AttemptStillRunning
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyVerdict:
-    """What the agent's policy said of a batch: the calls it refuses, or a refusal of the run."""
-
-    refused: dict[str, str] = field(default_factory=dict)
-    """Call id → why (the call gets a ``denied`` result and does not run)."""
-    stop: str | None = None
-    """Why the whole run must end (``invalid_decision``)."""
-
-
-# --------------------------------------------------------------------------- actions
-
-
-@dataclass(frozen=True, slots=True)
-class _Action:
-    commits_first: ClassVar[bool] = False
-    """True when the core's pending events must be durable before the action is performed."""
-
-
-@dataclass(frozen=True, slots=True)
-class AskModel(_Action):
-    """Ask the model for the decision of ``step`` with this view of the history."""
-
-    step: int
-    turns: list[Turn]
-    """The committed turns in the model's view (stored form: the shell reveals secrets)."""
-    notices: list[str]
-
-
-@dataclass(frozen=True, slots=True)
-class Authorise(_Action):
-    """Ask the agent's policy about each call of the batch (stored form)."""
-
-    step: int
-    calls: list[DispatchedCall]
-
-
-@dataclass(frozen=True, slots=True)
-class Verify(_Action):
-    """Run the agent's verifier on a final answer."""
-
-    answer: str
-    turns: list[Turn]
-
-
-@dataclass(frozen=True, slots=True)
-class RunCalls(_Action):
-    """Run these calls of the dispatched batch (after its dispatch is durable)."""
-
-    commits_first: ClassVar[bool] = True
-    step: int
-    calls: list[DispatchedCall]
-    plan: list[list[str]]
-    attempts: dict[str, int]
-    """Attempt number per write call id."""
-    first_dispatch: bool
-    """True when the commit before it records the batch's dispatch."""
-
-
-@dataclass(frozen=True, slots=True)
-class LoadEffects(_Action):
-    """Read the ledger entries of a dispatched batch's writes (on resume)."""
-
-    keys: list[str]
-
-
-@dataclass(frozen=True, slots=True)
-class Reconcile(_Action):
-    """Ask the owning service of each open write what became of its effect key."""
-
-    effects: list[tuple[str, str]]
-    """(effect key, tool) of each open write."""
-
-
-@dataclass(frozen=True, slots=True)
-class Continue(_Action):
-    """Commit, then ask the core for the next action."""
-
-    commits_first: ClassVar[bool] = True
-    after_results: bool
-    """True when the commit records a batch's results."""
-
-
-@dataclass(frozen=True, slots=True)
-class Finished(_Action):
-    """Commit, then stop: the invocation is paused or terminated."""
-
-    commits_first: ClassVar[bool] = True
-    completed: bool = False
-    """True when the commit records a completed answer."""
-    detail: str | None = None
-    """A detail for the outcome that the record does not carry (a repeated pause's why)."""
-
-
-Action = AskModel | Authorise | Verify | RunCalls | LoadEffects | Reconcile | Continue | Finished
-"""What the core asks the shell to do next."""
-
-
-# --------------------------------------------------------------------------- the core
+__all__ = [
+    "MAX_DISPATCH_ROUNDS",
+    "WITHHELD_WHY",
+    # Defined here, and (the shell's vocabulary, the records) importable from here.
+    "Action",
+    "AskModel",
+    "AttemptStillRunning",
+    "Authorise",
+    "Catalogue",
+    "Continue",
+    "EffectAnswered",
+    "EffectObservation",
+    "Finished",
+    "KeptSecret",
+    "KeptValues",
+    "LoadEffects",
+    "ModelAnswered",
+    "ModelFailed",
+    "ModelInterrupted",
+    "ModelObservation",
+    "ModelTimedOut",
+    "Moment",
+    "PolicyVerdict",
+    "Reconcile",
+    "ReconcileOutcome",
+    "RunCalls",
+    "ServiceUnreachable",
+    "TurnCore",
+    "Verify",
+    "admit_receipt",
+    "batch_digest",
+    "cancel_paused",
+    "record_outside_cancellation",
+    "settle_ended_effect",
+    "stop_after_failed_commit",
+    "validate_proposal",
+]
 
 
 class TurnCore:
@@ -367,14 +186,8 @@ class TurnCore:
         self._arguments: dict[str, dict[str, Any]] = {}
         """Real (normalised) arguments of the proposed batch, by call id."""
         self._approved = False
-        self._secrets: list[KeptSecret] = []
-        self._kept = kept
-        self._redacts = catalogue.redacts
-        self._sensitive: dict[tuple[int, str], list[str]] = {}
-        """The texts of the sensitive values of each call met so far, by (step, call id)."""
-        self._known_arguments: set[tuple[int, str]] = set()
-        """Calls whose real arguments this core has seen (its own, or the secret store's)."""
-        self._looked_up: set[tuple[int, str]] = set()
+        self._call_secrets = CallSecrets(catalogue, kept)
+        """The sensitive values of the calls met so far: kept, and scrubbed from texts."""
 
     @property
     def budget(self) -> Budget:
@@ -394,8 +207,7 @@ class TurnCore:
 
     def take_secrets(self) -> list[KeptSecret]:
         """Remove and return the real values of what was just recorded redacted."""
-        secrets, self._secrets = self._secrets, []
-        return secrets
+        return self._call_secrets.take()
 
     def seconds_left(self, moment: Moment) -> float | None:
         """Seconds until the recorded deadline (None without one)."""
@@ -485,7 +297,7 @@ class TurnCore:
                 return self._end(
                     TerminalReason.MODEL_ERROR,
                     moment,
-                    detail=self._scrub_all(f"{error_type}: {message}"),
+                    detail=self._call_secrets.scrub_all(f"{error_type}: {message}"),
                 )
             case ModelAnswered(proposal=proposal, usage=usage):
                 pass
@@ -504,7 +316,7 @@ class TurnCore:
                 moment,
                 detail=f"the model reported a usage that cannot be recorded: {problem}",
             )
-        verdict = self._validate(proposal)
+        verdict = validate_proposal(proposal, self.catalogue, self.settings)
         if isinstance(verdict, Rejection):
             inv = self.invocation
             inv.reject(verdict, usage=usage, at=moment.at)
@@ -517,166 +329,6 @@ class TurnCore:
             return Continue(after_results=False)
         decision, arguments = verdict
         return self._act(decision, arguments, usage, moment)
-
-    def _validate(self, proposal: object) -> tuple[Decision, dict[str, dict[str, Any]]] | Rejection:
-        """Check a proposal against the decision schema and the tool catalogue."""
-        admitted = self._admit(proposal)
-        if isinstance(admitted, Rejection):
-            return admitted
-        proposal = admitted
-        try:
-            decision = parse_decision(proposal)
-        except ValidationError as error:
-            return self._rejection(
-                proposal,
-                [
-                    (
-                        RejectionClass.SCHEMA_INVALID,
-                        f"{'.'.join(str(p) for p in item['loc']) or 'decision'}: {item['msg']}",
-                    )
-                    for item in error.errors()
-                ],
-            )
-        arguments: dict[str, dict[str, Any]] = {}
-        problems: list[tuple[RejectionClass, str]] = []
-        match decision:
-            case Final(answer=answer) if not answer.strip():
-                problems.append((RejectionClass.EMPTY_ANSWER, "the final answer is empty"))
-            case ToolCalls(calls=calls):
-                if not calls:
-                    problems.append((RejectionClass.EMPTY_BATCH, "the tool batch is empty"))
-                seen: set[str] = set()
-                for call in calls:
-                    if call.id in seen:
-                        problems.append(
-                            (RejectionClass.DUPLICATE_CALL_ID, f"duplicate call id {call.id!r}")
-                        )
-                    seen.add(call.id)
-                    if self.catalogue.effect_of(call.name) is None:
-                        problems.append(
-                            (
-                                RejectionClass.UNKNOWN_TOOL,
-                                f"call {call.id}: unknown tool {call.name!r}",
-                            )
-                        )
-                        continue
-                    try:
-                        checked = self.catalogue.check_arguments(call)
-                    except ValidationError as error:
-                        details = "; ".join(
-                            f"{'.'.join(str(p) for p in item['loc']) or 'arguments'}: {item['msg']}"
-                            for item in error.errors()
-                        )
-                        problems.append(
-                            (
-                                RejectionClass.INVALID_ARGUMENTS,
-                                f"call {call.id}: arguments for {call.name} are invalid: {details}",
-                            )
-                        )
-                        continue
-                    except Exception as error:  # a validator of the tool's types that broke
-                        problems.append(
-                            (
-                                RejectionClass.INVALID_ARGUMENTS,
-                                f"call {call.id}: arguments for {call.name} could not be "
-                                f"checked: {describe_error(error)}",
-                            )
-                        )
-                        continue
-                    # The tool's types may make an unstorable value (e.g. "Infinity" as a float).
-                    problem = check_json(checked)
-                    if problem is not None:
-                        problems.append(
-                            (
-                                RejectionClass.VALUE_INVALID,
-                                f"call {call.id}: arguments for {call.name} cannot be stored "
-                                f"faithfully once validated: {problem}",
-                            )
-                        )
-                        continue
-                    arguments[call.id] = checked
-            case _:
-                pass
-        if problems:
-            return self._rejection(proposal, problems)
-        return decision, arguments
-
-    def _rejection(self, proposal: object, problems: list[tuple[RejectionClass, str]]) -> Rejection:
-        """A refused proposal as it is stored: redacted, its problems scrubbed of its secrets."""
-        raw, secrets = redact_proposal(_jsonable(proposal), self.catalogue)
-        return Rejection(
-            rejection_class=problems[0][0],
-            problems=[scrub(problem, secrets) for _, problem in problems],
-            raw=raw,
-        )
-
-    def _admit(self, proposal: object) -> Any:
-        """The proposal as a storable value (JSON text parsed), or its rejection.
-
-        A value that cannot be stored faithfully is refused ``value_invalid`` and one
-        over ``max_proposal_bytes`` ``too_large``; either is recorded as a stand-in
-        (``aggregates.values.unstorable`` / ``truncated``), never in a changed form.
-        """
-        limit = self.settings.proposal_limit
-        if isinstance(proposal, str | bytes):
-            data = (
-                proposal.encode("utf-8", "surrogatepass") if isinstance(proposal, str) else proposal
-            )
-            if len(data) > limit:
-                return _refused(
-                    RejectionClass.TOO_LARGE,
-                    f"the proposal is {len(data)} bytes, over the limit of {limit}",
-                    truncated(data, max_bytes=limit, head=False),
-                )
-            try:
-                return parse_json_text(proposal)
-            except NotJsonError:
-                return proposal  # refused as before: not a decision
-            except UnstorableError as error:
-                why = f"the proposal cannot be stored faithfully: {error}"
-                # Text that cannot be parsed cannot be redacted: only its size and digest.
-                return _refused(
-                    RejectionClass.VALUE_INVALID, why, unstorable(proposal, why, show=False)
-                )
-        problem: str | None = None
-        bound: int | None = None
-        if isinstance(proposal, BaseModel):
-            try:
-                value: Any = proposal.model_dump()
-            except Exception as error:  # a model built without validation may not dump
-                value = error
-                problem = f"it cannot be read: {safe_text(error)}"
-        else:
-            value = proposal
-        if problem is None:
-            # One pass says whether it is storable and bounds its size: only a value
-            # whose bound is over the limit is encoded to be measured.
-            bound = storable_bound(value)
-            if bound is None:
-                problem = check_json(value) or "it cannot be stored"
-        if problem is not None:
-            why = f"the proposal cannot be stored faithfully: {problem}"
-            redacted, show = self._try_redact(value)
-            return _refused(RejectionClass.VALUE_INVALID, why, unstorable(redacted, why, show=show))
-        if bound is not None and bound <= limit:
-            return proposal
-        size = json_size(value)
-        if size > limit:
-            redacted, show = self._try_redact(value)
-            return _refused(
-                RejectionClass.TOO_LARGE,
-                f"the proposal is {size} bytes, over the limit of {limit}",
-                truncated(json_text(redacted), max_bytes=limit, head=show),
-            )
-        return proposal
-
-    def _try_redact(self, value: Any) -> tuple[Any, bool]:
-        """A refused value redacted for its stand-in, and whether it may be shown."""
-        try:
-            raw, _ = redact_proposal(value, self.catalogue)
-        except Exception:  # what cannot be redacted is not shown
-            return value, False
-        return raw, True
 
     def _act(
         self,
@@ -694,8 +346,12 @@ class TurnCore:
             for call in decision.calls:
                 redacted = self.catalogue.redact_arguments(call.name, call.arguments)
                 if redacted is not call.arguments:
-                    self._learn(step, call.id, redacted_values(call.arguments, redacted))
-                    self._keep(step, call.id, call.name, "arguments", arguments[call.id])
+                    self._call_secrets.learn(
+                        step, call.id, redacted_values(call.arguments, redacted)
+                    )
+                    self._call_secrets.keep(
+                        step, call.id, call.name, "arguments", arguments[call.id]
+                    )
                     call = call.model_copy(update={"arguments": redacted})  # noqa: PLW2901
                     redacted_any = True
                 calls.append(call)
@@ -790,12 +446,14 @@ class TurnCore:
             return self._end(
                 TerminalReason.INVALID_DECISION,
                 moment,
-                detail=self._scrub_all(f"refused by policy: {verdict.stop}"),
+                detail=self._call_secrets.scrub_all(f"refused by policy: {verdict.stop}"),
             )
         planned = self._planned
         names = {call.call_id: call.name for call in planned}
         refused = {
-            call_id: safe_text(self._scrub_call(inv.step, call_id, names.get(call_id, ""), why))
+            call_id: safe_text(
+                self._call_secrets.scrub_call(inv.step, call_id, names.get(call_id, ""), why)
+            )
             for call_id, why in verdict.refused.items()
         }
         if self._approved:
@@ -936,7 +594,7 @@ class TurnCore:
             stored = self._conceal(batch.step, self._admit_result(result))
             self._results[stored.call_id] = stored
             if stored.effect_key is not None:
-                _record_outcome(self._effects[stored.call_id], stored, at=moment.at)
+                record_outcome(self._effects[stored.call_id], stored, at=moment.at)
         if interruption is not Interruption.NONE:
             for call in batch.calls:
                 if call.call_id not in self._results:
@@ -989,7 +647,9 @@ class TurnCore:
     def _conceal(self, step: int, result: ToolResult) -> ToolResult:
         """A result as it is stored: its sensitive output redacted, its error text scrubbed."""
         if result.error is not None:
-            message = self._scrub_call(step, result.call_id, result.name, result.error.message)
+            message = self._call_secrets.scrub_call(
+                step, result.call_id, result.name, result.error.message
+            )
             if message == result.error.message:
                 return result
             error = result.error.model_copy(update={"message": message})
@@ -997,7 +657,7 @@ class TurnCore:
         stored = self.catalogue.redact_output(result.name, result.output)
         if stored is result.output:
             return result
-        self._keep(step, result.call_id, result.name, "output", result.output)
+        self._call_secrets.keep(step, result.call_id, result.name, "output", result.output)
         return result.model_copy(update={"output": stored})
 
     def _reconcile_open(self, moment: Moment) -> Action:
@@ -1020,7 +680,7 @@ class TurnCore:
                 case None:
                     continue
                 case ServiceUnreachable(error=error):
-                    error = self._scrub_call(  # stored scrubbed
+                    error = self._call_secrets.scrub_call(  # stored scrubbed
                         batch.step, call_id, effect.tool, error, stored=by_id[call_id].arguments
                     )
                     unreachable.append(f"{effect.key} ({effect.tool}): {safe_text(error)}")
@@ -1031,23 +691,22 @@ class TurnCore:
                         "still reach its service"
                     )
                 case EffectAnswered():
-                    problem = check_json(answer.receipt)
-                    if problem is not None:
+                    admitted = admit_receipt(
+                        self.catalogue, effect.tool, answer, max_bytes=self.settings.output_limit
+                    )
+                    if isinstance(admitted, str):
                         # Not a faithful answer: the effect stays open, as if unreachable.
-                        unreachable.append(
-                            f"{effect.key} ({effect.tool}): its receipt cannot be stored "
-                            f"faithfully: {problem}"
-                        )
+                        unreachable.append(f"{effect.key} ({effect.tool}): {admitted}")
                         continue
-                    # A receipt is an output of the write: stored as the tool redacts it.
-                    receipt = self.catalogue.redact_output(effect.tool, answer.receipt)
-                    if receipt is not answer.receipt:
-                        self._keep(batch.step, call_id, effect.tool, "output", answer.receipt)
-                    receipt, _ = limit_size(receipt, max_bytes=self.settings.output_limit)
+                    redacted, receipt = admitted
+                    if redacted is not answer.receipt:
+                        self._call_secrets.keep(
+                            batch.step, call_id, effect.tool, "output", answer.receipt
+                        )
                     reason = answer.reason
                     if reason is not None:
                         reason = safe_text(
-                            self._scrub_call(
+                            self._call_secrets.scrub_call(
                                 batch.step,
                                 call_id,
                                 effect.tool,
@@ -1145,7 +804,7 @@ class TurnCore:
         assert isinstance(decision, Final)
         if evidence is None:
             return self._end(TerminalReason.COMPLETED, moment, answer=decision.answer)
-        evidence = safe_text(self._scrub_all(evidence))
+        evidence = safe_text(self._call_secrets.scrub_all(evidence))
         inv.fail_verification(evidence, at=moment.at)
         if inv.verification_failures >= self.settings.max_verification_attempts:
             return self._end(
@@ -1209,192 +868,5 @@ class TurnCore:
         assert effect is not None  # validated: the tool exists
         return effect
 
-    def _keep(
-        self, step: int, call_id: str, name: str, kind: Literal["arguments", "output"], value: Any
-    ) -> None:
-        """Hand a real value to the runtime's secret store, and remember its sensitive texts."""
-        self._secrets.append(KeptSecret(step=step, call_id=call_id, kind=kind, value=value))
-        if kind == "arguments":
-            self._known_arguments.add((step, call_id))
-        self._learn(step, call_id, self._sensitive_in(name, kind, value))
-
-    def _sensitive_in(
-        self, name: str, kind: Literal["arguments", "output"], value: Any
-    ) -> list[str]:
-        if kind == "arguments" and isinstance(value, dict):
-            return redacted_values(value, self.catalogue.redact_arguments(name, value))
-        if kind == "output":
-            return redacted_values(value, self.catalogue.redact_output(name, value))
-        return []
-
-    def _learn(self, step: int, call_id: str, values: list[str]) -> None:
-        if values:
-            self._sensitive.setdefault((step, call_id), []).extend(values)
-
-    def _scrub_call(
-        self,
-        step: int,
-        call_id: str,
-        name: str,
-        text: str,
-        *,
-        stored: dict[str, Any] | None = None,
-    ) -> str:
-        """A text about one call (an error, a service's reason) as it may be stored.
-
-        Scrubbed of the call's sensitive values: those met in this run, and those the
-        runtime's secret store holds. When the call's ``stored`` arguments hold a
-        redacted value whose real value neither knows, the text is withheld.
-        """
-        if not self._redacts:
-            return text  # no tool declares a sensitive field: nothing to scrub
-        key = (step, call_id)
-        if self._kept is not None and key not in self._looked_up:
-            self._looked_up.add(key)
-            arguments = self._kept(step, call_id, "arguments")
-            if arguments is not None:
-                self._known_arguments.add(key)
-                self._learn(step, call_id, self._sensitive_in(name, "arguments", arguments))
-            output = self._kept(step, call_id, "output")
-            if output is not None:
-                self._learn(step, call_id, self._sensitive_in(name, "output", output))
-        if stored is not None and key not in self._known_arguments and holds_redacted(stored):
-            return withheld(text, WITHHELD_WHY)
-        return scrub(text, self._sensitive.get(key, ()))
-
-    def _scrub_all(self, text: str) -> str:
-        """A text that may quote any value met in this run (a model failure, an evidence)."""
-        return scrub(text, [v for values in self._sensitive.values() for v in values])
-
 
 # --------------------------------------------------------------------------- stops from outside
-
-
-def stop_after_failed_commit(*, conflict: bool, error: str) -> tuple[TerminalReason, str]:
-    """Why a run stops when the store refused a commit, and the detail to report.
-
-    Nothing is recorded either way. A conflict means another worker appended to
-    this invocation first: ``lease_lost`` (the invocation is the other worker's).
-    Any other failure is ``checkpoint_failed``: the store stays at the last commit,
-    a consistent point of the turn protocol, and ``resume`` continues from there
-    once the store works again (DESIGN.md, Resume).
-    """
-    if conflict:
-        return (
-            TerminalReason.LEASE_LOST,
-            f"another worker appended to this invocation first ({error})",
-        )
-    return (
-        TerminalReason.CHECKPOINT_FAILED,
-        f"{error}; nothing of this step was recorded: resume continues from the last commit",
-    )
-
-
-def record_outside_cancellation(invocation: Invocation, *, at: datetime) -> bool:
-    """The caller's scope was cancelled: record ``cancelled`` in the reloaded invocation.
-
-    A running batch gets results first (writes among them stay open in the ledger:
-    nobody knows whether they reached their service). Returns whether anything
-    was recorded.
-    """
-    if invocation.phase is Phase.DISPATCHED and invocation.pending_batch is not None:
-        invocation.commit_results(
-            [unreported_result(call) for call in invocation.pending_batch.calls], at=at
-        )
-    if invocation.phase is Phase.TERMINATED or invocation.phase.paused:
-        return bool(invocation.pending_events)
-    invocation.terminate(TerminalReason.CANCELLED, detail="the caller cancelled", at=at)
-    return True
-
-
-def cancel_paused(invocation: Invocation, detail: str, *, at: datetime) -> None:
-    """End a paused invocation ``cancelled`` (a batch waiting for its service gets results)."""
-    if invocation.phase is Phase.AWAITING_RECONCILIATION and invocation.pending_batch is not None:
-        invocation.commit_results(
-            [unreported_result(call) for call in invocation.pending_batch.calls], at=at
-        )
-    invocation.terminate(TerminalReason.CANCELLED, detail=detail, at=at)
-
-
-def settle_ended_effect(
-    invocation: Invocation,
-    effect: Effect,
-    answer: EffectAnswered,
-    catalogue: Catalogue,
-    *,
-    max_bytes: int,
-    at: datetime,
-) -> str | None:
-    """Record a service's answer about an open write of an invocation that has ended.
-
-    The receipt is stored as the tool redacts its output, within ``max_bytes``; the
-    service's reason is scrubbed of the receipt's sensitive values, and withheld when
-    the call's stored arguments hold a redacted value (its real value was deleted
-    with the invocation's secrets when it ended, so the reason cannot be scrubbed of
-    it). A receipt that cannot be stored faithfully is not recorded: the effect stays
-    open, and the problem is returned (None when the answer was recorded).
-    """
-    problem = check_json(answer.receipt)
-    if problem is not None:
-        return f"its receipt cannot be stored faithfully: {problem}"
-    receipt = catalogue.redact_output(effect.tool, answer.receipt)
-    receipt, _ = limit_size(receipt, max_bytes=max_bytes)
-    reason = answer.reason
-    if reason is not None:
-        if holds_redacted(_proposed_arguments(invocation, effect.step, effect.call_id)):
-            reason = withheld(reason, WITHHELD_WHY)
-        else:
-            reason = safe_text(scrub(reason, redacted_values(answer.receipt, receipt)))
-    effect.reconcile(answer.status, receipt=receipt, reason=reason, at=at)
-    return None
-
-
-def _proposed_arguments(invocation: Invocation, step: int, call_id: str) -> Any:
-    """A call's arguments as they were stored with its decision (None if not found)."""
-    for turn in invocation.turns:
-        if turn.step == step and isinstance(turn.decision, ToolCalls):
-            for call in turn.decision.calls:
-                if call.id == call_id:
-                    return call.arguments
-    return None
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def batch_digest(invocation_id: str, step: int, calls: list[DispatchedCall]) -> str:
-    """The digest of an exact proposed batch: what an approver approves."""
-    return digest_of(
-        {
-            "invocation_id": invocation_id,
-            "step": step,
-            "calls": [call.model_dump(mode="json", exclude_none=True) for call in calls],
-        }
-    )
-
-
-def _record_outcome(effect: Effect, result: ToolResult, *, at: datetime) -> None:
-    """Put what the tool run saw of a write into its ledger entry."""
-    message = result.error.message if result.error is not None else ""
-    match result.effect_status:
-        case EffectStatus.COMMITTED:
-            effect.commit(result.output, at=at)
-        case EffectStatus.REJECTED:
-            effect.reject(message, at=at)
-        case EffectStatus.OUTCOME_UNKNOWN:
-            effect.mark_unknown(message, at=at)
-        case _:
-            raise AggregateError(f"a write ended without an effect status: {result}")
-
-
-def _refused(rejection_class: RejectionClass, problem: str, raw: Any) -> Rejection:
-    return Rejection(rejection_class=rejection_class, problems=[problem], raw=raw)
-
-
-def _jsonable(proposal: object) -> Any:
-    if isinstance(proposal, BaseModel):
-        return proposal.model_dump(mode="json")
-    try:
-        return to_jsonable_python(proposal)
-    except Exception:
-        return repr(proposal)

@@ -11,6 +11,8 @@ from projections.runner import Projection as Projection
 from projections.runner import ProjectionError as ProjectionError
 from projections.runner import ProjectionRunner as ProjectionRunner
 from projections.runner import ProjectionStatus as ProjectionStatus
+from projections.runner import ReadModel as ReadModel
+from projections.runner import ReadModelRunner as ReadModelRunner
 from projections.sql import Dialect as Dialect
 from projections.sql import ViewCursor as ViewCursor
 from projections.trajectory import CallView as CallView
@@ -24,6 +26,6 @@ from projections.trajectory import list_invocations as list_invocations
 from projections.trajectory import load_trajectory as load_trajectory
 
 
-def default_projections() -> list[Projection]:
+def default_projections() -> list[ReadModel]:
     """The read models loop-actors maintains: trajectory, metrics and open effects."""
     return [TrajectoryProjection(), MetricsProjection(), OpenEffectsProjection()]

@@ -17,13 +17,13 @@ from aggregates.decisions import EffectStatus
 from aggregates.effect import EffectEvent, EffectPrepared, effect_status_after, who_settles
 from aggregates.events import ByClass, DomainEvent, isoformat
 from aggregates.invocation import InvocationStarted, Terminated
-from projections.runner import Projection, ProjectionRunner
+from projections.runner import ReadModel, ReadModelRunner
 from projections.sql import ViewCursor, marks
 
 OPEN = (EffectStatus.DISPATCHED.value, EffectStatus.OUTCOME_UNKNOWN.value)
 
 
-class OpenEffectsProjection(Projection):
+class OpenEffectsProjection(ReadModel):
     """Every effect not yet settled, with its status, attempt and age."""
 
     name = "open_effects"
@@ -149,7 +149,7 @@ _SETTLED = frozenset(
 )
 
 
-def list_open_effects(runner: ProjectionRunner) -> list[dict[str, Any]]:
+def list_open_effects(runner: ReadModelRunner) -> list[dict[str, Any]]:
     """Effects dispatched or of unknown outcome, oldest first.
 
     Each row also has ``agent`` (its invocation's), ``invocation_ended`` (bool)

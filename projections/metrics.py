@@ -32,7 +32,7 @@ from aggregates.invocation import (
     Terminated,
     plan_fingerprint,
 )
-from projections.runner import Projection, ProjectionRunner
+from projections.runner import ReadModel, ReadModelRunner
 from projections.sql import ViewCursor, marks
 
 GroupBy = Literal["agent", "task-class", "reason"]
@@ -40,7 +40,7 @@ GroupBy = Literal["agent", "task-class", "reason"]
 _COLUMN = {"agent": "agent", "task-class": "task_class", "reason": "reason"}
 
 
-class MetricsProjection(Projection):
+class MetricsProjection(ReadModel):
     """Per-invocation totals, failed calls by error class, and effects by state.
 
     A batch at a time: the invocations' rows the batch touches are read once
@@ -323,7 +323,7 @@ def _percentile(values: Sequence[float], fraction: float) -> float | None:
     return ordered[rank - 1]
 
 
-def metrics(runner: ProjectionRunner, by: GroupBy = "reason") -> list[MetricsRow]:
+def metrics(runner: ReadModelRunner, by: GroupBy = "reason") -> list[MetricsRow]:
     """The metrics grouped by agent, task class or terminal reason."""
     column = _COLUMN[by]  # a closed mapping: never user text in the SQL
     invocations = runner.query(

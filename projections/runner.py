@@ -1,6 +1,6 @@
-"""The projection runner: read models built from the notification log, exactly once.
+"""The read model runner: read models built from the notification log, exactly once.
 
-Each read model (a :class:`Projection`) keeps its tables and its tracking row in
+Each read model (a :class:`ReadModel`) keeps its tables and its tracking row in
 one database: a SQLite file next to the event store, or, for a store on
 PostgreSQL, the store's own database. Its tracking row is eventsourcing's
 (``SQLiteTrackingRecorder`` or ``PostgresTrackingRecorder``), and a batch of
@@ -50,7 +50,7 @@ class ForeignReadModelsError(ProjectionError):
     """Raised when read models belong to another store and cannot be rebuilt for this one."""
 
 
-class Projection:
+class ReadModel:
     """A read model: its tables and how each event changes them.
 
     Subclasses set ``name`` and ``version``, and implement ``create`` (the
@@ -171,14 +171,14 @@ def collector_paused() -> Iterator[None]:
                 gc.enable()
 
 
-class ProjectionRunner:
+class ReadModelRunner:
     """Catches read models up with an eventsourcing application's notification log."""
 
     def __init__(
         self,
         application: Application[Any],
         view_db: str,
-        projections: Sequence[Projection],
+        projections: Sequence[ReadModel],
         *,
         batch_size: int = DEFAULT_BATCH_SIZE,
         after_batch: BatchHook | None = None,
@@ -243,13 +243,13 @@ class ProjectionRunner:
         """Close the read models' database."""
         self.db.close()
 
-    def _tracking_name(self, projection: Projection) -> str:
+    def _tracking_name(self, projection: ReadModel) -> str:
         return f"{projection.name}:{self.application.name}"
 
-    def _version_name(self, projection: Projection) -> str:
+    def _version_name(self, projection: ReadModel) -> str:
         return f"{projection.name}:version"
 
-    def _check_version(self, projection: Projection) -> None:
+    def _check_version(self, projection: ReadModel) -> None:
         """A new read model, or one whose tables changed shape, starts again from 0."""
         recorded = self.db.position(self._version_name(projection))
         if recorded != projection.version:
@@ -302,7 +302,7 @@ class ProjectionRunner:
                 "`loop-actors projections rebuild`, or delete it"
             ) from error
 
-    def _select(self, names: str | None) -> list[Projection]:
+    def _select(self, names: str | None) -> list[ReadModel]:
         if names is None:
             return list(self.projections.values())
         if names not in self.projections:
@@ -339,7 +339,7 @@ class ProjectionRunner:
         with self._lock:
             return self._catch_up_unlocked(self._select(name))
 
-    def _catch_up_unlocked(self, selected: Sequence[Projection]) -> list[CatchUpReport]:
+    def _catch_up_unlocked(self, selected: Sequence[ReadModel]) -> list[CatchUpReport]:
         started = time.perf_counter()
         with self.db.read() as cursor:
             self._check_claim(cursor)
@@ -373,7 +373,7 @@ class ProjectionRunner:
         ]
 
     def _read_and_apply(
-        self, selected: Sequence[Projection], tracking: dict[str, str], start: int
+        self, selected: Sequence[ReadModel], tracking: dict[str, str], start: int
     ) -> tuple[dict[str, tuple[int, int]], bool]:
         """Read the batch after ``start``, decode it once, and apply it (see ``_apply``).
 
@@ -415,7 +415,7 @@ class ProjectionRunner:
 
     def _apply(
         self,
-        selected: Sequence[Projection],
+        selected: Sequence[ReadModel],
         tracking: dict[str, str],
         events: list[tuple[DomainEvent, int]],
         last: int,
@@ -491,7 +491,7 @@ class ProjectionRunner:
                 self._reset(projection)
             return self._catch_up_unlocked(selected)
 
-    def _reset(self, projection: Projection) -> None:
+    def _reset(self, projection: ReadModel) -> None:
         """Empty a read model and its position, in one transaction."""
         try:
             with self.db.write() as cursor:
@@ -500,7 +500,7 @@ class ProjectionRunner:
             self._caches[projection.name].clear()
             self._known.pop(projection.name, None)
 
-    def _reset_in(self, cursor: ViewCursor, projection: Projection) -> None:
+    def _reset_in(self, cursor: ViewCursor, projection: ReadModel) -> None:
         cursor.column_types.clear()  # the tables are made again: maybe with other columns
         for table in projection.tables():
             cursor.execute(f"DROP TABLE IF EXISTS {table}")
@@ -520,3 +520,14 @@ class ProjectionRunner:
         """Run a read-only query on the read models' database (``?`` placeholders)."""
         with self.db.read() as cursor:
             return cursor.query(sql, params)
+
+
+Projection = ReadModel
+"""The old name of :class:`ReadModel` (the same class), kept for existing code.
+
+Renamed so as not to be taken for eventsourcing's own ``Projection``."""
+
+ProjectionRunner = ReadModelRunner
+"""The old name of :class:`ReadModelRunner` (the same class), kept for existing code.
+
+Renamed so as not to be taken for eventsourcing's own ``ProjectionRunner``."""

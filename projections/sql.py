@@ -115,7 +115,7 @@ class ViewCursor(SQLiteCursor):
     DB-API; statements use ``?`` placeholders on both engines (see :class:`Dialect`);
     rows are read by column name (``row["tool"]``) or position (``row[0]``).
     ``dialect`` says which engine it is, ``cache`` is this runner's memory for this
-    read model (see :class:`projections.Projection`).
+    read model (see :class:`projections.ReadModel`).
 
     It is an eventsourcing ``SQLiteCursor`` so that read models written when the
     cursor was one (``apply(self, cursor: SQLiteCursor, ...)``) keep running and

@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, TypeAdapter
 
-import projections.trajectory as trajectory_module
+import projections.trajectory_fold as trajectory_module
 from aggregates.audit_coverage import event_classes
 from aggregates.decisions import EffectStatus, ToolEffect, built
 from aggregates.effect import (

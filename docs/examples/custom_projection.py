@@ -2,7 +2,7 @@
 
 A shop clerk agent answers three stock questions. The runtime keeps the built-in
 read models (trajectory, metrics, open effects) up to date as it commits; then a
-read model of our own, calls per tool, is built by a ProjectionRunner over the same
+read model of our own, calls per tool, is built by a ReadModelRunner over the same
 events, kept up to date incrementally, rebuilt, and reset by a version bump.
 
 Everything happens in a new temporary folder, so every run starts afresh.
@@ -29,8 +29,8 @@ from loop_actors import (
     tool,
 )
 from projections import (
-    Projection,
-    ProjectionRunner,
+    ReadModel,
+    ReadModelRunner,
     ViewCursor,
     list_invocations,
     list_open_effects,
@@ -89,7 +89,7 @@ def clerk(request: ModelRequest) -> dict[str, Any]:
 shop = Agent("clerk", ScriptedModel(clerk), tools=[stock, note_visit])
 
 
-class ToolCallCounts(Projection):
+class ToolCallCounts(ReadModel):
     """A read model of our own: calls per tool, and how many of them failed."""
 
     name = "tool_calls"
@@ -123,7 +123,7 @@ class ToolCallCounts(Projection):
                     )
 
 
-def counts(runner: ProjectionRunner) -> list[str]:
+def counts(runner: ReadModelRunner) -> list[str]:
     rows = runner.query("SELECT tool, calls, failed FROM tool_call_counts ORDER BY tool")
     return [f"{row['tool']}: {row['calls']} calls, {row['failed']} failed" for row in rows]
 
@@ -159,7 +159,7 @@ async def run_and_query() -> None:
 
 def count_tool_calls() -> None:
     store = EventStore(DB)
-    runner = ProjectionRunner(store.app, "tool_calls.db", [ToolCallCounts()])
+    runner = ReadModelRunner(store.app, "tool_calls.db", [ToolCallCounts()])
     try:
         (report,) = runner.catch_up()  # from position 0: the three runs so far
         print(f"{report.name}: applied {report.events} events, now at {report.position}")
@@ -180,7 +180,7 @@ def count_tool_calls() -> None:
     class ToolCallCountsV2(ToolCallCounts):
         version = 2  # the tables changed shape: the runner starts it again from 0
 
-    runner = ProjectionRunner(store.app, "tool_calls.db", [ToolCallCountsV2()])
+    runner = ReadModelRunner(store.app, "tool_calls.db", [ToolCallCountsV2()])
     try:
         print("version 2 starts at", runner.position("tool_calls"))
         (report,) = runner.catch_up()

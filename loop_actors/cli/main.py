@@ -37,7 +37,7 @@ from aggregates.decisions import TerminalReason
 from aggregates.effect import who_settles
 from aggregates.invocation import InvocationEvent
 from aggregates.lease import QueueRow
-from aggregates.values import describe_error
+from aggregates.values import check_json_depth, describe_error
 from loop_actors._errors import (
     AgentLoadError,
     EffectResolutionError,
@@ -755,6 +755,9 @@ def parse_receipt(text: str | None) -> Any:
             f"--receipt: {constant} is not JSON and cannot be stored faithfully"
         )
 
+    problem = check_json_depth(text)  # before parsing: no RecursionError on deep nesting
+    if problem is not None:
+        raise EffectResolutionError(f"--receipt cannot be stored as JSON: {problem}")
     try:
         return json.loads(text, parse_constant=refuse)
     except json.JSONDecodeError as error:

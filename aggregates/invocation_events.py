@@ -1,0 +1,231 @@
+"""The Invocation's events: the persisted vocabulary of one agent run.
+
+Each class carries its stored topic (``TOPIC``, ``aggregates.invocation:<name>``:
+the module that held them first; see :mod:`aggregates.topics`), so that moving
+them here changed no stored name and no chain hash. They are applied by
+:meth:`aggregates.invocation.Invocation._evolve`, and importable from
+:mod:`aggregates.invocation` as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from eventsourcing.domain import CanInitAggregate
+
+from aggregates.decisions import (
+    Budget,
+    Decision,
+    Frozen,
+    Rejection,
+    TerminalReason,
+    ToolEffect,
+    ToolResult,
+    Usage,
+)
+from aggregates.events import DomainEvent
+from aggregates.settings import RunSettings
+
+
+class InvocationEvent(DomainEvent):
+    """Base of every Invocation event."""
+
+
+class ToolSpec(Frozen):
+    """A tool as the invocation saw it when it started: name, effect and schema digest."""
+
+    name: str
+    effect: ToolEffect
+    schema_digest: str
+
+
+class InvocationStarted(InvocationEvent, CanInitAggregate[str]):
+    """An invocation was created with its goal, agent, tool catalogue and budget."""
+
+    TOPIC: ClassVar[str] = "aggregates.invocation:InvocationStarted"
+
+    originator_topic: str
+    goal: str
+    agent_name: str
+    agent_version: str
+    catalogue_digest: str
+    tools: list[ToolSpec]
+    budget: Budget
+    task_class: str | None = None
+    actor: str | None = None
+    """Who the invocation acts for (checked by the agent's policy)."""
+    tenant: str | None = None
+    """Whose data it acts on (checked by the agent's policy)."""
+    settings: RunSettings | None = None
+    """The rest of what decides the run's course (None in invocations recorded before it was)."""
+
+
+class SettingsChanged(InvocationEvent):
+    """A resume was told to use the agent's current budget and settings instead of the record."""
+
+    TOPIC: ClassVar[str] = "aggregates.invocation:SettingsChanged"
+
+    budget: Budget
+    settings: RunSettings
+    by: str | None = None
+
+
+class DecisionProposed(InvocationEvent):
+    """The model answered: the normalised decision, or the rejected output and why."""
+
+    TOPIC: ClassVar[str] = "aggregates.invocation:DecisionProposed"
+
+    step: int
+    decision: Decision | None = None
+    rejection: Rejection | None = None
+    usage: Usage = Usage()
+
+
+class DispatchedCall(Frozen):
+    """One call of a dispatched batch, as it will run."""
+
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+    effect: ToolEffect
+    effect_key: str | None = None
+    """For a write: its effect key (stable across retries, restarts and workers)."""
+    denied: str | None = None
+    """Why the call was denied (by a person or the policy): it is dispatched, never run."""
+
+
+class BatchDispatched(InvocationEvent):
+    """A validated tool batch is about to run; committed before any call starts."""
+
+    TOPIC: ClassVar[str] = "aggregates.invocation:BatchDispatched"
+
+    step: int
+    calls: list[DispatchedCall]
+    plan: list[list[str]]
+    """Execution groups of call ids: groups run one after another, calls in a group together."""
+
+
+class ResultsCommitted(InvocationEvent):
+    """Every call of the dispatched batch has a result, in call order."""
+
+    TOPIC: ClassVar[str] = "aggregates.invocation:ResultsCommitted"
+
+    step: int
+    results: list[ToolResult]
+
+
+class Paused(InvocationEvent):
+    """The invocation waits for a person (approval or clarification) or for a service."""
+
+    TOPIC: ClassVar[str] = "aggregates.invocation:Paused"
+
+    step: int
+    reason: TerminalReason
+    question: str | None = None
+    proposal_digest: str | None = None
+    calls: list[DispatchedCall] | None = None
+    """For an approval: the exact batch that waits, as it would be dispatched."""
+    needs_approval: list[str] | None = None
+    """For an approval: the ids of the calls that require it."""
+
+
+class ApprovalGranted(InvocationEvent):
+    """A person approved the paused batch, identified by its digest."""
+
+    TOPIC: ClassVar[str] = "aggregates.invocation:ApprovalGranted"
+
+    step: int
+    proposal_digest: str
+    by: str
+    note: str | None = None
+
+
+class ApprovalDenied(InvocationEvent):
+    """A person denied the paused batch; its calls that needed approval will not run."""
+
+    TOPIC: ClassVar[str] = "aggregates.invocation:ApprovalDenied"
+
+    step: int
+    proposal_digest: str
+    by: str
+    reason: str
+
+
+class ClarificationProvided(InvocationEvent):
+    """A person answered the model's question."""
+
+    TOPIC: ClassVar[str] = "aggregates.invocation:ClarificationProvided"
+
+    step: int
+    answer: str
+    by: str | None = None
+
+
+class VerificationFailed(InvocationEvent):
+    """The agent's verifier refused the final answer; the evidence goes back to the model."""
+
+    TOPIC: ClassVar[str] = "aggregates.invocation:VerificationFailed"
+
+    step: int
+    attempt: int
+    evidence: str
+
+
+class ContextCompacted(InvocationEvent):
+    """Older turns were left out of the model's view to fit its context; what and why."""
+
+    TOPIC: ClassVar[str] = "aggregates.invocation:ContextCompacted"
+
+    step: int
+    """The step the model was asked for with the compacted view."""
+    dropped_steps: list[int]
+    kept_steps: list[int]
+    size_before: int
+    size_after: int
+
+
+class LeaseAcquired(InvocationEvent):
+    """A worker took the invocation over with a lease: from now on only its appends are its.
+
+    Recorded when a worker (or a ``resume``) takes an invocation whose previous holder
+    did not release it (its lease expired, its process died, or it was fenced off
+    deliberately). It moves the aggregate's version, so the previous holder's next
+    append is refused: the aggregate version is the fence (``aggregates.lease``).
+    """
+
+    TOPIC: ClassVar[str] = "aggregates.invocation:LeaseAcquired"
+
+    worker_id: str
+    epoch: int
+    """The lease's epoch: larger than every earlier ``LeaseAcquired`` of this invocation."""
+    taken_from: str | None = None
+    """The holder whose lease was taken over, when one was known."""
+
+
+class Terminated(InvocationEvent):
+    """The invocation is over for good, with a typed reason."""
+
+    TOPIC: ClassVar[str] = "aggregates.invocation:Terminated"
+
+    reason: TerminalReason
+    answer: str | None = None
+    detail: str | None = None
+    steps: int
+    tool_calls: int
+
+
+EVENT_TYPES: tuple[type[InvocationEvent], ...] = (
+    InvocationStarted,
+    DecisionProposed,
+    BatchDispatched,
+    ResultsCommitted,
+    Paused,
+    ApprovalGranted,
+    ApprovalDenied,
+    ClarificationProvided,
+    VerificationFailed,
+    ContextCompacted,
+    SettingsChanged,
+    LeaseAcquired,
+    Terminated,
+)

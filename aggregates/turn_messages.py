@@ -1,0 +1,260 @@
+"""What the turn core and its shell say to each other: the moment, observations, actions.
+
+The shell tells the core the :class:`Moment` and what it observed (a model's
+reply, the services' answers, a policy's verdict); the core answers with an
+:data:`Action` to perform. The core asks the agent's tools through a
+:class:`Catalogue`. All of it is importable from :mod:`aggregates.turn` as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar, Literal, Protocol
+
+from pydantic import JsonValue
+
+from aggregates.decisions import (
+    Frozen,
+    ToolCall,
+    ToolEffect,
+    Usage,
+)
+from aggregates.effect import Resolution
+from aggregates.invocation import DispatchedCall, Turn
+
+# --------------------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True, slots=True)
+class Moment:
+    """What the shell knows when it asks the core: the time, and whether to stop."""
+
+    at: datetime
+    """The time recorded on events made now."""
+    elapsed_s: float
+    """Seconds since the invocation started (across resumes)."""
+    cancel_requested: bool = False
+    cancel_detail: str | None = None
+    """Who asked to cancel, and why, when someone did."""
+
+
+class Catalogue(Protocol):
+    """The agent's tools as the core needs them: pure lookups and checks."""
+
+    @property
+    def redacts(self) -> bool:
+        """True when some tool declares sensitive fields."""
+
+    def effect_of(self, name: str) -> ToolEffect | None:
+        """The tool's effect, or None when there is no such tool."""
+
+    def check_arguments(self, call: ToolCall) -> dict[str, Any]:
+        """A call's arguments validated and normalised (``pydantic.ValidationError`` if not)."""
+
+    def redact_arguments(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Arguments as they may be stored."""
+
+    def redact_output(self, name: str, output: Any) -> Any:
+        """An output as it may be stored."""
+
+    def needs_approval(self, name: str, arguments: dict[str, Any]) -> bool:
+        """Whether this call waits for a person."""
+
+    def plan(self, calls: Sequence[DispatchedCall]) -> list[list[str]]:
+        """Execution groups of call ids."""
+
+
+class KeptValues(Protocol):
+    """The runtime's secret store as the core reads it: the real values it holds."""
+
+    def __call__(self, step: int, call_id: str, kind: Literal["arguments", "output"]) -> Any:
+        """The real arguments or output of a call, or None when none is kept."""
+
+
+WITHHELD_WHY = (
+    "a text about a call whose sensitive arguments are no longer held, so it cannot be "
+    "scrubbed of them"
+)
+"""Why a text is stored withheld (see :func:`aggregates.redaction.withheld`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeptSecret:
+    """A real value that was stored redacted, for the secret store of the runtime."""
+
+    step: int
+    call_id: str
+    kind: Literal["arguments", "output"]
+    value: JsonValue
+
+
+# --------------------------------------------------------------------------- observations
+
+
+@dataclass(frozen=True, slots=True)
+class ModelAnswered:
+    """The model proposed something (untrusted until the core validated it)."""
+
+    proposal: Any
+    usage: Usage = field(default_factory=Usage)
+
+
+class ModelFailed(Frozen):
+    """The model call raised."""
+
+    kind: Literal["model_failed"] = "model_failed"
+    error_type: str
+    message: str
+
+
+class ModelTimedOut(Frozen):
+    """The model did not answer before the deadline."""
+
+    kind: Literal["model_timed_out"] = "model_timed_out"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInterrupted:
+    """A cancel request interrupted the wait for the model."""
+
+
+ModelObservation = ModelAnswered | ModelFailed | ModelTimedOut | ModelInterrupted
+
+
+class EffectAnswered(Frozen):
+    """The owning service said what became of an effect key."""
+
+    kind: Literal["effect_answered"] = "effect_answered"
+    effect_key: str
+    status: Resolution
+    receipt: Any = None
+    reason: str | None = None
+
+
+class ServiceUnreachable(Frozen):
+    """The service could not be asked (``reconcile`` raised, timed out, or does not exist)."""
+
+    kind: Literal["service_unreachable"] = "service_unreachable"
+    effect_key: str
+    error: str
+
+
+ReconcileOutcome = EffectAnswered | ServiceUnreachable
+
+
+class AttemptStillRunning(Frozen):
+    """An earlier attempt of the write may still be running: the service was not asked.
+
+    A "not found" from the service while an attempt may still reach it proves
+    nothing, so the write is not dispatched again.
+    """
+
+    kind: Literal["attempt_still_running"] = "attempt_still_running"
+    effect_key: str
+    waited_s: float
+
+
+EffectObservation = EffectAnswered | ServiceUnreachable | AttemptStillRunning
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyVerdict:
+    """What the agent's policy said of a batch: the calls it refuses, or a refusal of the run."""
+
+    refused: dict[str, str] = field(default_factory=dict)
+    """Call id → why (the call gets a ``denied`` result and does not run)."""
+    stop: str | None = None
+    """Why the whole run must end (``invalid_decision``)."""
+
+
+# --------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True, slots=True)
+class _Action:
+    commits_first: ClassVar[bool] = False
+    """True when the core's pending events must be durable before the action is performed."""
+
+
+@dataclass(frozen=True, slots=True)
+class AskModel(_Action):
+    """Ask the model for the decision of ``step`` with this view of the history."""
+
+    step: int
+    turns: list[Turn]
+    """The committed turns in the model's view (stored form: the shell reveals secrets)."""
+    notices: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Authorise(_Action):
+    """Ask the agent's policy about each call of the batch (stored form)."""
+
+    step: int
+    calls: list[DispatchedCall]
+
+
+@dataclass(frozen=True, slots=True)
+class Verify(_Action):
+    """Run the agent's verifier on a final answer."""
+
+    answer: str
+    turns: list[Turn]
+
+
+@dataclass(frozen=True, slots=True)
+class RunCalls(_Action):
+    """Run these calls of the dispatched batch (after its dispatch is durable)."""
+
+    commits_first: ClassVar[bool] = True
+    step: int
+    calls: list[DispatchedCall]
+    plan: list[list[str]]
+    attempts: dict[str, int]
+    """Attempt number per write call id."""
+    first_dispatch: bool
+    """True when the commit before it records the batch's dispatch."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadEffects(_Action):
+    """Read the ledger entries of a dispatched batch's writes (on resume)."""
+
+    keys: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Reconcile(_Action):
+    """Ask the owning service of each open write what became of its effect key."""
+
+    effects: list[tuple[str, str]]
+    """(effect key, tool) of each open write."""
+
+
+@dataclass(frozen=True, slots=True)
+class Continue(_Action):
+    """Commit, then ask the core for the next action."""
+
+    commits_first: ClassVar[bool] = True
+    after_results: bool
+    """True when the commit records a batch's results."""
+
+
+@dataclass(frozen=True, slots=True)
+class Finished(_Action):
+    """Commit, then stop: the invocation is paused or terminated."""
+
+    commits_first: ClassVar[bool] = True
+    completed: bool = False
+    """True when the commit records a completed answer."""
+    detail: str | None = None
+    """A detail for the outcome that the record does not carry (a repeated pause's why)."""
+
+
+Action = AskModel | Authorise | Verify | RunCalls | LoadEffects | Reconcile | Continue | Finished
+"""What the core asks the shell to do next."""
+
+
+# --------------------------------------------------------------------------- the core
