@@ -155,6 +155,16 @@ class Shell:
                     for path in self.folder.glob(pattern):
                         path.unlink()
                 return []
+            case ["chmod", mode, *patterns]:
+                for pattern in patterns:
+                    for path in self.folder.glob(pattern):
+                        path.chmod(int(mode, 8))
+                return []
+            case ["sqlite3", *rest]:
+                shell = shutil.which("sqlite3")
+                if shell is None:
+                    pytest.skip("the page runs the sqlite3 shell, which is not installed")
+                argv = [shell, *rest]
             case ["loop-actors", *rest]:
                 argv = [sys.executable, "-m", "loop_actors.cli.main", *rest]
             case ["python", script, *rest]:

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sqlite3
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -303,3 +304,82 @@ def test_opening_read_only_what_is_not_a_store_is_a_clear_error(tmp_path: Path) 
     with pytest.raises(StoreUnavailableError, match="not a loop-actors store"):
         EventStore(f"sqlite:///{other}", read_only=True)
     assert stat.S_IMODE(other.stat().st_mode)  # still there, untouched by the refusal
+
+
+def _vacuum_into(source: Path, copy: Path) -> None:
+    """SQLite's ``VACUUM INTO``: a compacted copy, in rollback-journal mode."""
+    connection = sqlite3.connect(source)
+    try:
+        connection.execute("VACUUM INTO ?", (str(copy),))
+    finally:
+        connection.close()
+
+
+def _dot_backup(source: Path, copy: Path) -> None:
+    """The ``sqlite3`` shell's ``.backup`` (SQLite's online backup), as an operator runs it."""
+    shell = shutil.which("sqlite3")
+    if shell is None:
+        pytest.skip("the sqlite3 shell is not installed")
+    subprocess.run([shell, str(source), f".backup '{copy}'"], check=True, timeout=60)
+
+
+@pytest.mark.parametrize("backup", [_vacuum_into, _dot_backup], ids=["vacuum-into", "dot-backup"])
+@pytest.mark.parametrize("protection", ["none", "file", "folder"])
+def test_read_commands_answer_on_a_backup_copy_and_leave_its_journal_mode(
+    project: Path,
+    expected: dict[tuple[str, ...], str],
+    backup: Callable[[Path, Path], None],
+    protection: str,
+) -> None:
+    """Bad input: a backup copy (``VACUUM INTO``: a rollback-journal file; ``.backup``), writable, 0444, or in a 0555 folder.
+
+    Before the fix the writable ``VACUUM INTO`` copy failed every read with "attempt
+    to write a readonly database": eventsourcing's pool switched its journal mode to
+    WAL on a ``mode=ro`` connection. The protected copies are read ``immutable``.
+    """
+    copy = project / "copy"
+    copy.mkdir()
+    store = copy / "loop-actors.db"
+    backup(project / "evidence" / "loop-actors.db", store)
+    journal_mode = _journal_mode(store)
+    if protection == "file":
+        store.chmod(0o444)
+    elif protection == "folder":
+        copy.chmod(0o555)
+    before = snapshot(copy)
+    try:
+        assert_reads_answer(copy, expected)
+        protected_after = snapshot(copy)
+    finally:
+        copy.chmod(0o755)
+    assert _journal_mode(store) == journal_mode
+    if protection != "none":
+        assert protected_after == before
+
+
+def _journal_mode(store: Path) -> str:
+    """The journal mode written in a database file's header (read without opening it for writing)."""
+    connection = sqlite3.connect(f"{store.as_uri()}?mode=ro&immutable=1", uri=True)
+    try:
+        mode: str = connection.execute("PRAGMA journal_mode").fetchone()[0]
+    finally:
+        connection.close()
+    return mode if mode == "wal" else "rollback"
+
+
+def test_a_write_command_on_a_read_only_backup_copy_is_refused_typed(project: Path) -> None:
+    """Bad input: ``run`` on a 0444 ``VACUUM INTO`` copy: refused as read-only, nothing written."""
+    copy = project / "copy"
+    copy.mkdir()
+    _vacuum_into(project / "evidence" / "loop-actors.db", copy / "loop-actors.db")
+    (copy / "loop-actors.db").chmod(0o444)
+    before = snapshot(copy)
+    result = unprivileged(
+        "run", "agents:answering", "--goal", "g", "--db", "sqlite:///copy/loop-actors.db",
+        cwd=project,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "is read-only (mode 0444)" in result.stderr
+    assert snapshot(copy) == before
+    with pytest.raises(StoreReadOnlyError, match="is read-only"):
+        EventStore(f"sqlite:///{copy / 'loop-actors.db'}")

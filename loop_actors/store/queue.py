@@ -40,6 +40,7 @@ from aggregates.lease import (
     decide_acquire,
 )
 from loop_actors._errors import StoreUnavailableError
+from projections.sql import POSTGRESQL
 
 QUEUE_TABLE = "loop_actors_queue"
 HOLDERS_TABLE = "loop_actors_holders"
@@ -813,13 +814,13 @@ def libpq_url(url: str) -> str:
 
 
 class _PgCursor:
-    """A psycopg cursor that takes the queue's ``?`` placeholders."""
+    """A psycopg cursor that takes the queue's ``?`` placeholders (``POSTGRESQL.sql``)."""
 
     def __init__(self, cursor: Any) -> None:
         self._cursor = cursor
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        return self._cursor.execute(sql.replace("?", "%s"), tuple(params))
+        return self._cursor.execute(POSTGRESQL.sql(sql), tuple(params))
 
     def fetchall(self) -> list[Any]:
         return list(self._cursor.fetchall())

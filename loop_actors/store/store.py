@@ -81,6 +81,7 @@ from loop_actors._errors import (
     StoreUnavailableError,
     StoreUrlError,
 )
+from loop_actors.store._eventsourcing_internals import is_read_only_uri, keep_journal_mode
 from loop_actors.store.secrets import SealedTable, SqliteSealedTable
 
 DEFAULT_DB_URL = "sqlite:///loop-actors.db"
@@ -765,6 +766,9 @@ class LeanSQLiteRecorder(SQLiteApplicationRecorder):
             lambda rows: prefix + ",".join([row] * rows)
         )
         pool = datastore.pool
+        if is_read_only_uri(pool.db_name):
+            # A read-only open reads the file as it is, whatever its journal mode.
+            keep_journal_mode(pool)
         try:
             # The pool's database name, opened as the pool opens it (a URI for
             # memory), so that both connections reach the same database.
