@@ -14,8 +14,9 @@ from typing import Any
 import trio
 from pydantic import ValidationError
 
-from aggregates.decisions import EffectStatus, ErrorClass, ErrorInfo, Frozen, ToolResult, built
+from aggregates.decisions import EffectStatus, ErrorClass, ErrorInfo, Frozen, ToolResult
 from aggregates.invocation import DispatchedCall
+from aggregates.pydantic_slots import built
 from aggregates.results import Interruption, interrupted_result, unreported_result
 from aggregates.values import describe_error, safe_text
 from loop_actors._errors import ToolError
