@@ -326,6 +326,78 @@ class _Adapter:
             usage = usage.model_copy(update={"cost": self.price.cost(usage)})
         return usage
 
+    def messages(self, request: ModelRequest) -> list[dict[str, Any]]:
+        """The provider's messages for a request's history."""
+        raise NotImplementedError
+
+    def tools(self, request: ModelRequest) -> list[dict[str, Any]]:
+        """The tools, in the provider's format."""
+        raise NotImplementedError
+
+    def _client(self) -> Any:
+        """The provider's async client (an async context manager), its own retries off."""
+        raise NotImplementedError
+
+    async def _create(
+        self, client: Any, request: ModelRequest, messages: list[dict[str, Any]], tools: list[Any]
+    ) -> Any:
+        """One provider request (one attempt): the SDK's reply, or the SDK's exception."""
+        raise NotImplementedError
+
+    def _tokens(self, reply: Any) -> tuple[int, int]:
+        """A reply's input and output tokens."""
+        raise NotImplementedError
+
+    def _calls(self, reply: Any) -> list[tuple[str, str, str]]:
+        """A reply's tool calls as (id, name, arguments JSON)."""
+        raise NotImplementedError
+
+    def _reprompt(
+        self, reply: Any, calls: list[tuple[str, str, str]], problems: list[tuple[str, str]]
+    ) -> list[dict[str, Any]]:
+        """The messages that give a malformed batch back to the model, with its problems."""
+        raise NotImplementedError
+
+    def _proposal(self, reply: Any, calls: list[tuple[str, str, str]]) -> Any:
+        """The decision a reply proposes (checked by the turn core like any proposal)."""
+        raise NotImplementedError
+
+    async def decide(self, request: ModelRequest) -> ModelReply:
+        """Ask the model; retry what may pass; re-prompt a malformed tool call once.
+
+        Every attempt of every round goes through :func:`call_with_retries` with this
+        adapter's :class:`RetryPolicy`, and is counted in the decision's usage.
+
+        Raises:
+            ModelCallError: the provider failed for good.
+
+        Cancellation: a checkpoint; nothing is recorded for a cancelled call.
+        """
+        started = time.perf_counter()
+        messages = self.messages(request)
+        tools = self.tools(request)
+        names = {tool_.name for tool_ in request.tools}
+        tokens_in = tokens_out = attempts = 0
+        async with self._client() as client:
+            for round_ in range(self.reprompt_malformed + 1):
+
+                async def create(messages: list[dict[str, Any]] = messages) -> Any:
+                    return await self._create(client, request, messages, tools)
+
+                reply, tries = await call_with_retries(create, self.retry)
+                attempts += tries
+                used_in, used_out = self._tokens(reply)
+                tokens_in += used_in
+                tokens_out += used_out
+                calls = self._calls(reply)
+                problems = malformed_calls(calls, names)
+                if problems and round_ < self.reprompt_malformed:
+                    messages = [*messages, *self._reprompt(reply, calls, problems)]
+                    continue
+                break
+        usage = self._usage(tokens_in, tokens_out, started, attempts)
+        return ModelReply(proposal=self._proposal(reply, calls), usage=usage)
+
 
 class OpenAIModel(_Adapter):
     """OpenAI Chat Completions with tools (also vLLM, llama.cpp, Ollama, gateways via ``base_url``).
@@ -399,74 +471,59 @@ class OpenAIModel(_Adapter):
             for tool_ in request.tools
         ]
 
-    async def decide(self, request: ModelRequest) -> ModelReply:
-        """Ask the model; retry what may pass; re-prompt a malformed tool call once.
+    async def _create(
+        self, client: Any, request: ModelRequest, messages: list[dict[str, Any]], tools: list[Any]
+    ) -> Any:
+        arguments: dict[str, Any] = {"model": self.model, "messages": messages}
+        if tools:
+            arguments["tools"] = tools
+        return await client.chat.completions.create(**arguments)
 
-        Raises:
-            ModelCallError: the provider failed for good.
+    def _tokens(self, reply: Any) -> tuple[int, int]:
+        if reply.usage is None:
+            return 0, 0
+        return reply.usage.prompt_tokens or 0, reply.usage.completion_tokens or 0
 
-        Cancellation: a checkpoint; nothing is recorded for a cancelled call.
-        """
-        started = time.perf_counter()
-        messages = self.messages(request)
-        tools = self.tools(request)
-        names = {tool_.name for tool_ in request.tools}
-        tokens_in = tokens_out = attempts = 0
-        async with self._client() as client:
-            for round_ in range(self.reprompt_malformed + 1):
+    def _calls(self, reply: Any) -> list[tuple[str, str, str]]:
+        return [
+            (c.id, c.function.name, c.function.arguments or "{}")
+            for c in (reply.choices[0].message.tool_calls or [])
+            if getattr(c, "function", None) is not None
+        ]
 
-                async def create(messages: list[dict[str, Any]] = messages) -> Any:
-                    arguments: dict[str, Any] = {"model": self.model, "messages": messages}
-                    if tools:
-                        arguments["tools"] = tools
-                    return await client.chat.completions.create(**arguments)
+    def _reprompt(
+        self, reply: Any, calls: list[tuple[str, str, str]], problems: list[tuple[str, str]]
+    ) -> list[dict[str, Any]]:
+        return [
+            reply.choices[0].message.model_dump(exclude_none=True),
+            *(
+                {
+                    "role": "tool",
+                    "tool_call_id": call_id,
+                    "content": "This call was malformed: "
+                    + dict(problems).get(call_id, "another call of the batch was")
+                    + ". Propose the whole batch again.",
+                }
+                for call_id, _, _ in calls
+            ),
+        ]
 
-                completion, tries = await call_with_retries(create, self.retry)
-                attempts += tries
-                if completion.usage is not None:
-                    tokens_in += completion.usage.prompt_tokens or 0
-                    tokens_out += completion.usage.completion_tokens or 0
-                choice = completion.choices[0]
-                message = choice.message
-                calls = [
-                    (c.id, c.function.name, c.function.arguments or "{}")
-                    for c in (message.tool_calls or [])
-                    if getattr(c, "function", None) is not None
-                ]
-                problems = malformed_calls(calls, names)
-                if problems and round_ < self.reprompt_malformed:
-                    messages = [
-                        *messages,
-                        message.model_dump(exclude_none=True),
-                        *(
-                            {
-                                "role": "tool",
-                                "tool_call_id": call_id,
-                                "content": "This call was malformed: "
-                                + dict(problems).get(call_id, "another call of the batch was")
-                                + ". Propose the whole batch again.",
-                            }
-                            for call_id, _, _ in calls
-                        ),
-                    ]
-                    continue
-                break
-        usage = self._usage(tokens_in, tokens_out, started, attempts)
+    def _proposal(self, reply: Any, calls: list[tuple[str, str, str]]) -> Any:
+        choice = reply.choices[0]
+        message = choice.message
         refusal = getattr(message, "refusal", None)
         if refusal:
-            proposal: Any = {"kind": "cannot_continue", "reason": f"the model refused: {refusal}"}
-        elif calls:
-            proposal = {
+            return {"kind": "cannot_continue", "reason": f"the model refused: {refusal}"}
+        if calls:
+            return {
                 "kind": "tool_calls",
                 "calls": [{"id": i, "name": n, "arguments": a} for i, n, a in calls],
             }
-        elif message.content and message.content.strip():
-            proposal = {"kind": "final", "answer": message.content}
-        elif choice.finish_reason == "content_filter":
-            proposal = {"kind": "cannot_continue", "reason": "the provider filtered the reply"}
-        else:
-            proposal = {"kind": "cannot_continue", "reason": "the model returned an empty reply"}
-        return ModelReply(proposal=proposal, usage=usage)
+        if message.content and message.content.strip():
+            return {"kind": "final", "answer": message.content}
+        if choice.finish_reason == "content_filter":
+            return {"kind": "cannot_continue", "reason": "the provider filtered the reply"}
+        return {"kind": "cannot_continue", "reason": "the model returned an empty reply"}
 
 
 class AnthropicModel(_Adapter):
@@ -541,75 +598,59 @@ class AnthropicModel(_Adapter):
             for t in request.tools
         ]
 
-    async def decide(self, request: ModelRequest) -> ModelReply:
-        """Ask the model; retry what may pass; re-prompt a malformed tool call once.
+    async def _create(
+        self, client: Any, request: ModelRequest, messages: list[dict[str, Any]], tools: list[Any]
+    ) -> Any:
+        arguments: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "system": system_prompt(request),
+            "messages": messages,
+        }
+        if tools:
+            arguments["tools"] = tools
+        return await client.messages.create(**arguments)
 
-        Raises:
-            ModelCallError: the provider failed for good.
+    def _tokens(self, reply: Any) -> tuple[int, int]:
+        return reply.usage.input_tokens or 0, reply.usage.output_tokens or 0
 
-        Cancellation: a checkpoint; nothing is recorded for a cancelled call.
-        """
-        started = time.perf_counter()
-        messages = self.messages(request)
-        tools = self.tools(request)
-        names = {t.name for t in request.tools}
-        tokens_in = tokens_out = attempts = 0
-        async with self._client() as client:
-            for round_ in range(self.reprompt_malformed + 1):
+    def _calls(self, reply: Any) -> list[tuple[str, str, str]]:
+        return [(b.id, b.name, json.dumps(b.input)) for b in reply.content if b.type == "tool_use"]
 
-                async def create(messages: list[dict[str, Any]] = messages) -> Any:
-                    arguments: dict[str, Any] = {
-                        "model": self.model,
-                        "max_tokens": self.max_tokens,
-                        "system": system_prompt(request),
-                        "messages": messages,
+    def _reprompt(
+        self, reply: Any, calls: list[tuple[str, str, str]], problems: list[tuple[str, str]]
+    ) -> list[dict[str, Any]]:
+        return [
+            {"role": "assistant", "content": [b.model_dump() for b in reply.content]},
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": call_id,
+                        "content": "This call was malformed: "
+                        f"{dict(problems).get(call_id, 'not run')}. "
+                        "Propose the whole batch again.",
+                        "is_error": True,
                     }
-                    if tools:
-                        arguments["tools"] = tools
-                    return await client.messages.create(**arguments)
+                    for call_id, _, _ in calls
+                ],
+            },
+        ]
 
-                reply, tries = await call_with_retries(create, self.retry)
-                attempts += tries
-                tokens_in += reply.usage.input_tokens or 0
-                tokens_out += reply.usage.output_tokens or 0
-                uses = [b for b in reply.content if b.type == "tool_use"]
-                calls = [(b.id, b.name, json.dumps(b.input)) for b in uses]
-                problems = malformed_calls(calls, names)
-                if problems and round_ < self.reprompt_malformed:
-                    messages = [
-                        *messages,
-                        {"role": "assistant", "content": [b.model_dump() for b in reply.content]},
-                        {
-                            "role": "user",
-                            "content": [
-                                {
-                                    "type": "tool_result",
-                                    "tool_use_id": call_id,
-                                    "content": "This call was malformed: "
-                                    f"{dict(problems).get(call_id, 'not run')}. "
-                                    "Propose the whole batch again.",
-                                    "is_error": True,
-                                }
-                                for call_id, _, _ in calls
-                            ],
-                        },
-                    ]
-                    continue
-                break
-        usage = self._usage(tokens_in, tokens_out, started, attempts)
+    def _proposal(self, reply: Any, calls: list[tuple[str, str, str]]) -> Any:
+        uses = [b for b in reply.content if b.type == "tool_use"]
         text = "".join(b.text for b in reply.content if b.type == "text").strip()
         if reply.stop_reason == "refusal":
-            proposal: Any = {"kind": "cannot_continue", "reason": f"the model refused: {text}"}
-        elif uses:
-            proposal = {
+            return {"kind": "cannot_continue", "reason": f"the model refused: {text}"}
+        if uses:
+            return {
                 "kind": "tool_calls",
                 "calls": [{"id": b.id, "name": b.name, "arguments": b.input} for b in uses],
             }
-        elif text:
-            proposal = {"kind": "final", "answer": text}
-        else:
-            proposal = {"kind": "cannot_continue", "reason": "the model returned an empty reply"}
-        return ModelReply(proposal=proposal, usage=usage)
+        if text:
+            return {"kind": "final", "answer": text}
+        return {"kind": "cannot_continue", "reason": "the model returned an empty reply"}
 
 
 def model_from_name(

@@ -40,7 +40,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from aggregates.decisions import ErrorClass, ToolEffect
 from loop_actors._errors import ToolDefinitionError, ToolError, UsageError
-from loop_actors.agent.tools import Reconciled, Tool, ToolContext, schema_digest
+from loop_actors.agent.tools import Reconciled, Tool, ToolContext, ToolOptions, schema_digest
 
 if TYPE_CHECKING:
     import mcp.types
@@ -464,14 +464,14 @@ class McpTool(Tool):
         async def call(arguments: dict[str, Any]) -> Any:
             return await call_mcp_tool(server, definition.name, arguments)
 
-        super().__init__(
-            call,
+        options = ToolOptions(
             name=name,
             description=definition.description or definition.title or definition.name,
             effect=effect,
             timeout_s=timeout_s,
             reconcile=reconcile,
         )
+        super().__init__(call, options=options)
         schema = dict(definition.input_schema)
         self._validator = _check_schema(name, schema)
         self.arguments_model = create_model(

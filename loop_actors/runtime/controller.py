@@ -59,9 +59,9 @@ from loop_actors._messages import (
     ReconcileEffect,
 )
 from loop_actors.agent.agent import run_verifier
+from loop_actors.agent.batch import BatchRun
 from loop_actors.agent.model import model_answer, model_failure
 from loop_actors.agent.policy import AccessRequest, check_access
-from loop_actors.agent.tools import BatchRun
 from loop_actors.runtime.leases import HeldLease, LeaseDrained
 from loop_actors.runtime.outcome import Outcome
 from loop_actors.runtime.reconciler import run_effect_reconciler
