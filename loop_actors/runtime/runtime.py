@@ -76,7 +76,14 @@ from loop_actors.store.queue import Claimed, open_queue
 from loop_actors.store.reader import DriveReads, StoreReader
 from loop_actors.store.secrets import SecretStore
 from loop_actors.store.store import EventStore, StoreUrl, resolve_db_url
-from loop_actors.store.views import open_runner, run_projection_follower
+from loop_actors.store.views import (
+    FOLLOW_RETRY_FIRST_S,
+    FOLLOW_RETRY_MAX_S,
+    FollowerHealth,
+    ReadModelsStatus,
+    open_runner,
+    run_projection_follower,
+)
 from projections import ProjectionRunner
 
 
@@ -353,6 +360,8 @@ class Runtime:
         self.views = views
         self.projections: ProjectionRunner | None = None
         """The read models, while the runtime is open with ``follow_projections=True``."""
+        self._read_models: FollowerHealth | None = None
+        """What the read models' follower last saw, while it runs."""
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -409,8 +418,11 @@ class Runtime:
                 # A buffer of one: a pending wake-up already covers every later commit.
                 # The Journal closes it when it stops, which ends the follower.
                 committed, wake = trio.open_memory_channel[None](1)
-                await nursery.start(partial(run_projection_follower, runner, wake))
-                self.projections = runner
+                health = FollowerHealth(
+                    first_retry_s=FOLLOW_RETRY_FIRST_S, max_retry_s=FOLLOW_RETRY_MAX_S
+                )
+                await nursery.start(partial(run_projection_follower, runner, wake, health=health))
+                self.projections, self._read_models = runner, health
             reads = StoreReader(store)
             stack.push_async_callback(reads.aclose)  # before the store closes: no read left running
             watcher: trio.CancelScope = await nursery.start(self._watch_cancel_requests, reads)
@@ -459,6 +471,7 @@ class Runtime:
         self._mcp = None
         self._leases = None
         self.projections = None
+        self._read_models = None
         self.checkpointer = None
         if stack is None:
             return
@@ -468,6 +481,16 @@ class Runtime:
             # The Journal's nursery wraps whatever the body raised; give the caller
             # the body's own exception rather than a group of one.
             raise single_exception(group) from None
+
+    def read_models_status(self) -> ReadModelsStatus | None:
+        """Where the followed read models stand; None unless open with ``follow_projections``.
+
+        A read model that fails (raises on an event; its database is full) never ends
+        a run: the follower logs it, keeps the read models at their last good
+        position, reports them ``stale`` here, and tries again with a bounded backoff
+        until they catch up (docs/how-to/supervise-read-models.md).
+        """
+        return None if self._read_models is None else self._read_models.status
 
     # ----------------------------------------------------------------- runs
 
