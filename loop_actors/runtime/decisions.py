@@ -5,15 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 from functools import partial
+from typing import assert_never
 
 import trio
 from pydantic import JsonValue
 
-from aggregates.decisions import Frozen, TerminalReason
+from aggregates.decisions import Frozen
 from aggregates.effect import Resolution, check_hand_resolution, hand_resolution
 from aggregates.errors import AggregateError
 from aggregates.invocation import Invocation, Phase
 from aggregates.lease import QueueStatus
+from aggregates.standing import ApprovalRefusal, approval_refusal, waits_for_answer
 from aggregates.turn import KeptSecret
 from loop_actors._errors import (
     ApprovalRefusedError,
@@ -48,14 +50,23 @@ class ResolvedEffect(Frozen):
 
 
 def _check_waiting_for_approval(invocation: Invocation, digest: str | None) -> None:
-    paused = invocation.paused
-    if paused is None or paused.reason is not TerminalReason.APPROVAL_REQUIRED:
-        raise ApprovalRefusedError(f"invocation {invocation.id} does not wait for an approval")
-    if digest != paused.proposal_digest:
-        raise ApprovalRefusedError(
-            f"refused: digest {digest} is not the digest of the batch waiting in "
-            f"{invocation.id}; look at the waiting calls again"
-        )
+    """The core's refusal of an approval (``approval_refusal``), in the user's words.
+
+    Raises:
+        ApprovalRefusedError: nothing waits for an approval, or for another digest.
+    """
+    match approval_refusal(invocation, digest):
+        case None:
+            return
+        case ApprovalRefusal.NOT_WAITING:
+            raise ApprovalRefusedError(f"invocation {invocation.id} does not wait for an approval")
+        case ApprovalRefusal.OTHER_DIGEST:
+            raise ApprovalRefusedError(
+                f"refused: digest {digest} is not the digest of the batch waiting in "
+                f"{invocation.id}; look at the waiting calls again"
+            )
+        case unreachable:
+            assert_never(unreachable)
 
 
 class HumanDecisions:
@@ -133,8 +144,7 @@ class HumanDecisions:
         check_texts(answer=answer, by=by)
 
         def apply(invocation: Invocation) -> None:
-            paused = invocation.paused
-            if paused is None or paused.reason is not TerminalReason.CLARIFICATION_REQUIRED:
+            if not waits_for_answer(invocation):
                 raise NotWaitingError(f"invocation {invocation.id} does not wait for an answer")
             invocation.provide_clarification(answer, by=by, at=self.now())
 

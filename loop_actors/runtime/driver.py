@@ -14,7 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, assert_never
 from uuid import uuid4
 
 import trio
@@ -23,6 +23,7 @@ from aggregates.decisions import TerminalReason
 from aggregates.invocation import Invocation, Phase
 from aggregates.lease import DRAINED, QueueStatus, Refuse, Release, lease_is_live, release_after
 from aggregates.requests import CancelRequest
+from aggregates.standing import Standing, standing
 from aggregates.turn import cancel_paused
 from loop_actors._errors import (
     InconsistentHistoryError,
@@ -195,9 +196,7 @@ class Driver:
                 f"invocation {invocation_id} was started by agent {invocation.agent_name!r}, "
                 f"not {agent.name!r}"
             )
-        if invocation.phase is Phase.TERMINATED:
-            return Outcome.of(invocation)
-        if invocation.phase.paused and not invocation.paused_for_reconciliation:
+        if standing(invocation) is not Standing.DRIVABLE:
             return Outcome.of(invocation)
         if not allow_catalogue_change:
             check_catalogue(invocation.tools, agent.toolbox)
@@ -546,12 +545,17 @@ class Driver:
     ) -> Outcome:
         """Drive an invocation under a held lease, and leave the queue row as the run ended."""
         leases = self.leases
-        if invocation.phase is Phase.TERMINATED:
-            leases.release_soon(lease, Release(status=QueueStatus.ENDED))
-            return Outcome.of(invocation)
-        if invocation.phase.paused and not invocation.paused_for_reconciliation:
-            leases.release_soon(lease, Release(status=QueueStatus.PAUSED))
-            return Outcome.of(invocation)
+        match standing(invocation):
+            case Standing.ENDED:
+                leases.release_soon(lease, Release(status=QueueStatus.ENDED))
+                return Outcome.of(invocation)
+            case Standing.WAITS_FOR_PERSON:
+                leases.release_soon(lease, Release(status=QueueStatus.PAUSED))
+                return Outcome.of(invocation)
+            case Standing.DRIVABLE:
+                pass
+            case unreachable:
+                assert_never(unreachable)
         try:
             outcome = await self._drive(invocation, agent, fresh=fresh, lease=lease, before=before)
         except LeaseDrained:
