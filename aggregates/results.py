@@ -12,6 +12,7 @@ from typing import Any, assert_never
 from aggregates.decisions import EffectStatus, ErrorClass, ErrorInfo, ToolResult
 from aggregates.effect import Effect, Resolution
 from aggregates.invocation import DispatchedCall
+from aggregates.redaction import holds_redacted
 
 
 class Interruption(StrEnum):
@@ -118,6 +119,24 @@ def known_result(call: DispatchedCall, effect: Effect) -> ToolResult | None:
             return None
         case _:
             assert_never(effect.status)
+
+
+def split_unrevealed(
+    calls: list[DispatchedCall],
+) -> tuple[list[DispatchedCall], dict[str, ToolResult]]:
+    """The calls that may run, and a result for each call that may not, by call id.
+
+    A call whose arguments still hold redacted values once revealed (no secret store
+    holds them) does not run: its result is ``arguments_gone_result``.
+    """
+    runnable: list[DispatchedCall] = []
+    gone: dict[str, ToolResult] = {}
+    for call in calls:
+        if holds_redacted(call.arguments):
+            gone[call.call_id] = arguments_gone_result(call)
+        else:
+            runnable.append(call)
+    return runnable, gone
 
 
 def arguments_gone_result(call: DispatchedCall) -> ToolResult:

@@ -145,7 +145,7 @@ async def alternating(path: Path, n: int) -> dict[bool, tuple[list[float], list[
     seen: dict[bool, tuple[list[float], list[float]]] = {False: ([], []), True: ([], [])}
     async with Runtime(f"sqlite:///{path}") as runtime:
         await runtime.run(AGENT, "warm-up")
-        journal = runtime._journal
+        journal = runtime.driver.journal
         assert journal is not None
         for i in range(2 * n):
             inline = i % 2 == 1

@@ -24,8 +24,7 @@ from aggregates.decisions import ToolCalls, ToolResult, built
 from aggregates.effect import Effect
 from aggregates.invocation import DispatchedCall, Invocation, Phase, Turn
 from aggregates.lease import stop_for_lost_lease
-from aggregates.redaction import holds_redacted
-from aggregates.results import Interruption, arguments_gone_result
+from aggregates.results import Interruption, split_unrevealed
 from aggregates.settings import RunSettings
 from aggregates.turn import (
     Action,
@@ -365,12 +364,10 @@ class Controller:
         A call whose redacted arguments no secret store holds does not run.
         """
         revealed = [self._reveal_call(action.step, call) for call in action.calls]
-        lost = {c.call_id for c in revealed if holds_redacted(c.arguments)}
-        if not lost:
+        runnable, results = split_unrevealed(revealed)
+        if not results:
             # Every call runs: the actor answers one result per call, in call order.
             return await self._execute(action, revealed)
-        runnable = [c for c in revealed if c.call_id not in lost]
-        results = {c.call_id: arguments_gone_result(c) for c in revealed if c.call_id in lost}
         interruption = Interruption.NONE
         if runnable:
             executed = await self._execute(action, runnable)

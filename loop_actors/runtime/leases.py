@@ -597,3 +597,16 @@ class LeaseKeeper:
                     lease.invocation_id,
                     lease.epoch,
                 )
+
+
+@dataclass(frozen=True)
+class LeaseHolder:
+    """How a runtime holds leases: as a run (the default) or as a worker serving agents."""
+
+    kind: HolderKind = HolderKind.RUN
+    agents: tuple[str, ...] = ()
+    """The agents a worker serves (shown by ``loop-actors workers``)."""
+    concurrency: int = 1
+    """How many invocations it drives at once, at most."""
+    reap: bool = False
+    """Whether it expires the leases of holders that died on its machine (workers do)."""

@@ -17,7 +17,13 @@ from aggregates.lease import DEFAULT_LEASE_S, HolderKind, QueueStatus, Release
 from loop_actors._errors import StoreUnavailableError, UsageError
 from loop_actors.agent.agent import Agent
 from loop_actors.runtime.gc_policy import GcPolicy
-from loop_actors.runtime.leases import HeldLease, LeaseDrained, LeaseKeeper, new_holder_id
+from loop_actors.runtime.leases import (
+    HeldLease,
+    LeaseDrained,
+    LeaseHolder,
+    LeaseKeeper,
+    new_holder_id,
+)
 from loop_actors.runtime.runtime import Runtime, _utc_now
 from loop_actors.runtime.slots import DEFAULT_WORK_SLOTS
 from loop_actors.store.queue import Claimed
@@ -119,11 +125,11 @@ class Worker:
             work_slots=work_slots,
         )
         runtime = self.runtime
-        runtime._holder_kind = HolderKind.WORKER
+        # A worker expires the leases of holders that died on its machine (reap).
+        runtime.holder = LeaseHolder(
+            kind=HolderKind.WORKER, agents=tuple(names), concurrency=concurrency, reap=True
+        )
         runtime.holder_id = new_holder_id(HolderKind.WORKER)
-        runtime._holder_agents = names
-        runtime._holder_concurrency = concurrency
-        runtime._reap = True  # a worker expires the leases of holders that died on its machine
         self.worker_id = runtime.holder_id
         """Its holder id (``worker:HOST:PID:RANDOM``), as ``loop-actors workers`` shows it."""
         self._active: dict[str, HeldLease] = {}
@@ -182,7 +188,7 @@ class Worker:
         bounded, shielded wait) and re-raises.
         """
         async with self.runtime:
-            await self.runtime._lease_keeper().register()
+            await self.runtime.driver.leases.register()
             task_status.started(self.worker_id)
             try:
                 async with trio.open_nursery() as drives:
@@ -205,7 +211,7 @@ class Worker:
         )
 
     async def _claim_until_stopped(self, drives: trio.Nursery, *, until_idle: bool) -> None:
-        keeper = self.runtime._lease_keeper()
+        keeper = self.runtime.driver.leases
         names = list(self.agents)
         failures = 0
         while not self._stopping:
@@ -284,14 +290,14 @@ class Worker:
         One trip to a reader thread for a batch instead of three per run (their
         invocation, the check of its history, its cancel request): a worker that
         claims thousands at once starts them several times sooner. A claim whose
-        lease must be recorded first reads after recording it (``Runtime._drive_claim``);
+        lease must be recorded first reads after recording it (``Driver.drive_claim``);
         if the store cannot be read now, each run reads for itself, as before.
         """
         ids = [claim.invocation_id for claim in claims if not claim.record]
         if not ids:
             return {}
         try:
-            return await self.runtime._reads().before_drive(ids)
+            return await self.runtime.driver.reads.before_drive(ids)
         except Exception:
             log.warning(
                 "cannot read %d claimed runs at once; each reads its own", len(ids), exc_info=True
@@ -304,7 +310,7 @@ class Worker:
         if self._stopping:
             lease.draining = True
         try:
-            outcome = await self.runtime._drive_claim(
+            outcome = await self.runtime.driver.drive_claim(
                 lease, claim, self.agents[claim.agent_name], before
             )
             if outcome is None:

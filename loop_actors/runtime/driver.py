@@ -1,0 +1,662 @@
+"""The Driver: what an open runtime drives invocations with, and how.
+
+A :class:`~loop_actors.runtime.runtime.Runtime` opens the store, the Journal, the
+work queue and the rest, and hands them to one ``Driver`` for as long as it stays
+open. The Driver takes leases, drives an invocation under its lease to an end or a
+pause (a run, a resume, a claim of a worker), and leaves the queue row as the run
+ended. The Runtime's public methods and the ``Worker`` go through these methods,
+never through the Runtime's private members.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Protocol, TypeVar, assert_never
+from uuid import uuid4
+
+import trio
+
+from aggregates.decisions import TerminalReason
+from aggregates.invocation import Invocation, Phase
+from aggregates.lease import DRAINED, QueueStatus, Refuse, Release, lease_is_live, release_after
+from aggregates.requests import CancelRequest
+from aggregates.standing import Standing, standing
+from aggregates.turn import cancel_paused
+from loop_actors._errors import (
+    InconsistentHistoryError,
+    InvocationExistsError,
+    LeaseHeldError,
+    StoreUnavailableError,
+    UsageError,
+)
+from loop_actors._faults import CrashPoint, fault_point
+from loop_actors._messages import CommitFailed, Committed
+from loop_actors.agent.agent import Agent, SettingsChangedError, check_catalogue
+from loop_actors.agent.mcp import McpSessions, using_mcp_sessions
+from loop_actors.runtime.arguments import requested_by
+from loop_actors.runtime.controller import Controller
+from loop_actors.runtime.leases import HeldLease, LeaseDrained, LeaseKeeper
+from loop_actors.runtime.outcome import Outcome
+from loop_actors.runtime.slots import Slot, WorkSlots
+from loop_actors.store.journal import Journal
+from loop_actors.store.queue import Claimed
+from loop_actors.store.reader import DriveReads, StoreReader
+from loop_actors.store.secrets import SecretStore
+from loop_actors.store.store import EventStore
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+CANCEL_POLL_S = 0.5
+"""How often a runtime looks for cancel requests made by other processes."""
+
+LEASE_RECORD_TRIES = 20
+"""How often a takeover tries to record ``LeaseAcquired`` while the previous holder appends."""
+
+LEASE_RECORD_BACKOFF_S = 0.05
+
+
+class CancelResult(StrEnum):
+    """What a cancel request did."""
+
+    SIGNALLED = "signalled"
+    """A run in this runtime was told to stop."""
+    ENDED = "ended"
+    """The invocation was paused: it is now terminated (``cancelled``)."""
+    REQUESTED = "requested"
+    """Recorded: the worker running it stops within about a second, or a resume ends it."""
+    ALREADY_ENDED = "already_ended"
+    """It had terminated before: nothing changed."""
+
+
+class Driver:
+    """Drives invocations against one open store: leases, controllers, queue rows.
+
+    Made by ``Runtime.__aenter__`` and dropped when the runtime closes; every
+    attribute is open for as long as the Driver exists.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: EventStore,
+        journal: Journal,
+        reads: StoreReader,
+        leases: LeaseKeeper,
+        mcp: McpSessions,
+        secrets: SecretStore,
+        now: Callable[[], datetime],
+        work_slots: WorkSlots | None,
+    ) -> None:
+        """Hold what the runtime opened."""
+        self.store = store
+        self.journal = journal
+        self.reads = reads
+        """The reader of the open store."""
+        self.leases = leases
+        """The lease keeper (and, through it, the work queue)."""
+        self.mcp = mcp
+        self.secrets = secrets
+        """Real values of redacted data that paused runs still need (kept by the Runtime)."""
+        self.now = now
+        self.work_slots = work_slots
+        self.running: dict[str, Controller] = {}
+        """The controllers of the invocations driven now, by id."""
+        self.cancels_seen_to = 0
+        """The store position up to which the cancel watcher has looked for requests."""
+
+    def new_invocation(
+        self,
+        agent: Agent,
+        goal: str,
+        *,
+        invocation_id: str | None,
+        task_class: str | None,
+        actor: str | None,
+        tenant: str | None,
+    ) -> Invocation:
+        """A new invocation of ``agent`` on ``goal``, its ``InvocationStarted`` pending."""
+        return Invocation.start(
+            invocation_id=invocation_id or uuid4().hex,
+            goal=goal,
+            agent_name=agent.name,
+            agent_version=agent.version,
+            catalogue_digest=agent.toolbox.catalogue_digest,
+            tools=agent.toolbox.specs,
+            budget=agent.budget,
+            settings=agent.settings,
+            task_class=task_class if task_class is not None else agent.task_class,
+            actor=actor,
+            tenant=tenant,
+            at=self.now(),
+        )
+
+    async def start(
+        self,
+        *,
+        agent: Agent,
+        goal: str,
+        invocation_id: str | None,
+        task_class: str | None,
+        actor: str | None,
+        tenant: str | None,
+    ) -> Outcome:
+        """Record a new invocation and drive it under a new lease (``Runtime.run``, checked).
+
+        Raises:
+            InvocationExistsError: the id is taken by another goal or a run that has not stopped.
+            LeaseHeldError: the id is taken by a run another process drives.
+            StoreUnavailableError: the start cannot be recorded.
+
+        Cancellation: as ``Runtime.run``.
+        """
+        invocation = self.new_invocation(
+            agent,
+            goal,
+            invocation_id=invocation_id,
+            task_class=task_class,
+            actor=actor,
+            tenant=tenant,
+        )
+        created = await self.journal.commit(invocation.take_events())
+        if isinstance(created, CommitFailed):
+            return await self.existing_outcome(invocation, created)
+
+        fault_point(CrashPoint.AFTER_START_COMMIT)
+        lease = self.leases.hold_new(invocation.id, agent.name)
+        # A new invocation has no earlier cancel request; a later one reaches it through
+        # this runtime's watcher.
+        return await self.drive_leased(invocation, agent, lease, fresh=True)
+
+    async def resume(
+        self,
+        *,
+        invocation_id: str,
+        agent: Agent,
+        allow_catalogue_change: bool,
+        allow_settings_change: bool,
+        take_over: bool,
+    ) -> Outcome:
+        """Take the lease of a recorded invocation and drive it on (``Runtime.resume``, checked).
+
+        Raises:
+            As ``Runtime.resume``.
+
+        Cancellation: as ``Runtime.run``.
+        """
+        if invocation_id in self.running:
+            raise InvocationExistsError(invocation_id, "is already running in this runtime")
+        invocation = await self.reads.invocation(invocation_id)
+        if invocation.agent_name != agent.name:
+            raise UsageError(
+                f"invocation {invocation_id} was started by agent {invocation.agent_name!r}, "
+                f"not {agent.name!r}"
+            )
+        if standing(invocation) is not Standing.DRIVABLE:
+            return Outcome.of(invocation)
+        if not allow_catalogue_change:
+            check_catalogue(invocation.tools, agent.toolbox)
+        invocation, lease = await self.take_lease(invocation, take_over=take_over)
+        try:
+            self.follow_settings(invocation, agent, allow_change=allow_settings_change)
+        except BaseException:
+            await self.leases.release(lease, DRAINED)
+            raise
+        return await self.drive_leased(invocation, agent, lease)
+
+    async def request_cancel(
+        self, *, invocation_id: str, by: str | None, reason: str | None
+    ) -> CancelResult:
+        """Record a cancel request and act on it here (``Runtime.request_cancel``, checked).
+
+        Raises:
+            As ``Runtime.request_cancel``.
+
+        Cancellation: as ``Runtime.request_cancel``.
+        """
+        invocation = await self.reads.invocation(invocation_id)
+        if invocation.phase is Phase.TERMINATED:
+            return CancelResult.ALREADY_ENDED
+        existing = await self.reads.cancel_request(invocation_id)
+        if existing is None:
+            request = CancelRequest.record(invocation_id, by=by, reason=reason, at=self.now())
+            recorded = await self.journal.commit(request.take_events())
+            # A conflict means another process recorded a request first: that one stands.
+            if isinstance(recorded, CommitFailed) and not recorded.conflict:
+                raise StoreUnavailableError(
+                    f"cannot record the cancel request of {invocation_id}: "
+                    f"{recorded.error_type}: {recorded.message}; nothing was recorded, ask again"
+                )
+        if self.cancel(invocation_id, detail=requested_by(by, reason)):
+            return CancelResult.SIGNALLED
+        if invocation.phase.paused:
+            who = f" by {by}" if by else ""
+            cancel_paused(
+                invocation,
+                f"cancelled{who} while paused" + (f": {reason}" if reason else ""),
+                at=self.now(),
+            )
+            ended = await self.journal.commit(invocation.take_events())
+            if isinstance(ended, Committed):
+                await self.forget_secrets(invocation_id)
+                await self.queue_status(
+                    invocation_id,
+                    QueueStatus.ENDED,
+                    [QueueStatus.PAUSED, QueueStatus.RUNNABLE],
+                    invocation.agent_name,
+                )
+                return CancelResult.ENDED
+            if not ended.conflict:
+                raise StoreUnavailableError(
+                    f"the cancel request of {invocation_id} is recorded, but ending it failed: "
+                    f"{ended.error_type}: {ended.message}; a resume ends it, or ask again"
+                )
+            # A conflict: it was resumed meanwhile; that run honours the recorded request.
+        return CancelResult.REQUESTED
+
+    async def submit(
+        self,
+        *,
+        agent: Agent,
+        goal: str,
+        invocation_id: str | None,
+        task_class: str | None,
+        actor: str | None,
+        tenant: str | None,
+        agent_ref: str | None,
+    ) -> str:
+        """Record a new invocation as runnable and queue it (``Runtime.submit``, checked).
+
+        Raises:
+            As ``Runtime.submit``.
+
+        Cancellation: as ``Runtime.submit``.
+        """
+        invocation = self.new_invocation(
+            agent,
+            goal,
+            invocation_id=invocation_id,
+            task_class=task_class,
+            actor=actor,
+            tenant=tenant,
+        )
+        status = QueueStatus.RUNNABLE
+        created = await self.journal.commit(invocation.take_events())
+        if isinstance(created, CommitFailed):
+            if not created.conflict:
+                raise StoreUnavailableError(
+                    f"cannot record the invocation: {created.error_type}: {created.message}; "
+                    "nothing was recorded, submit again"
+                )
+            existing = await self.reads.invocation(invocation.id)
+            if existing.goal != goal or existing.agent_name != agent.name:
+                raise InvocationExistsError(
+                    invocation.id, "already exists for another goal or agent"
+                )
+            if existing.phase is Phase.TERMINATED:
+                status = QueueStatus.ENDED
+            elif existing.phase.paused:
+                status = QueueStatus.PAUSED
+        leases = self.leases
+        try:
+            await leases.enqueue(invocation.id, agent.name, agent_ref=agent_ref, status=status)
+        except StoreUnavailableError as error:
+            raise StoreUnavailableError(
+                f"invocation {invocation.id} is recorded but not queued ({error}); submit it "
+                "again with the same id"
+            ) from error
+        return invocation.id
+
+    def cancel(self, invocation_id: str, *, detail: str | None = None) -> bool:
+        """Ask a run driven here to stop (``Runtime.cancel``); False when none of that id is."""
+        controller = self.running.get(invocation_id)
+        if controller is None:
+            return False
+        controller.request_cancel(detail)
+        return True
+
+    async def run_cancel_watcher(
+        self,
+        *,
+        task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Signal runs driven here whose cancel was requested from another process.
+
+        Cancellation: returns when the scope it hands to ``task_status`` is cancelled.
+        """
+        reads = self.reads
+        failures = 0
+        with trio.CancelScope() as scope:
+            position = self.cancels_seen_to = await reads.head()
+            task_status.started(scope)
+            while True:
+                await trio.sleep(CANCEL_POLL_S)
+                if not self.running:
+                    continue
+                try:
+                    ids, position = await reads.cancel_requests_after(position)
+                except Exception:
+                    failures += 1
+                    if failures == 1 or failures % 120 == 0:  # at most once a minute
+                        log.warning(
+                            "cannot look for cancel requests (%d failed polls); retrying",
+                            failures,
+                            exc_info=True,
+                        )
+                    continue
+                failures = 0
+                self.cancels_seen_to = position
+                for invocation_id in ids:
+                    if invocation_id not in self.running:
+                        continue
+                    request = await reads.cancel_request(invocation_id)
+                    detail = requested_by(request.by, request.reason) if request else None
+                    self.cancel(invocation_id, detail=detail)
+
+    def follow_settings(self, invocation: Invocation, agent: Agent, *, allow_change: bool) -> None:
+        """Check the agent against the recorded settings; record a change if it is allowed.
+
+        Raises:
+            SettingsChangedError: the approval rules changed and no change is allowed.
+        """
+        recorded = invocation.settings
+        if allow_change:
+            if recorded != agent.settings or invocation.budget != agent.budget:
+                invocation.change_settings(agent.budget, agent.settings, at=self.now())
+            return
+        changed = recorded.changed_approval_rules(agent.settings) if recorded else []
+        if changed:
+            raise SettingsChangedError(
+                f"the approval rules of tool(s) {', '.join(changed)} changed since invocation "
+                f"{invocation.id} started (allow_settings_change / --allow-settings-change "
+                "resumes with the new ones, and records it)"
+            )
+
+    async def _drive(
+        self,
+        invocation: Invocation,
+        agent: Agent,
+        *,
+        fresh: bool = False,
+        lease: HeldLease | None = None,
+        before: DriveReads | None = None,
+    ) -> Outcome:
+        """Drive an invocation to its end or pause (``before``: what it read already)."""
+        if not fresh:
+            # A cut history would ask the model again for steps already taken: refuse.
+            if before is not None:
+                problem = before.history_problem
+            else:
+                problem = await self.reads.history_problem(invocation.id)
+            if problem is not None:
+                raise InconsistentHistoryError(invocation.id, problem)
+        # Invocations recorded before settings were recorded follow the agent's.
+        settings = invocation.settings or agent.settings
+        if self.secrets.sealed and not fresh:  # a new invocation has none yet
+            await trio.to_thread.run_sync(self.secrets.load, invocation.id)
+        controller = Controller(
+            invocation,
+            agent,
+            settings=settings,
+            journal=self.journal,
+            reads=self.reads,
+            secrets=self.secrets,
+            now=self.now,
+            lease=lease,
+            slot=Slot(self.work_slots),
+        )
+        if invocation.id in self.running:
+            raise InvocationExistsError(invocation.id, "is already running in this runtime")
+        request = None
+        if not fresh and before is None:
+            request = await self.reads.cancel_request(invocation.id)
+        self.running[invocation.id] = controller
+        try:
+            if before is not None:
+                request = before.cancel_request
+                if request is None and self.cancels_seen_to > before.position:
+                    # The watcher looked past what was read before this run was
+                    # registered: a request it found then was not this run's yet.
+                    request = await self.reads.cancel_request(invocation.id)
+            if request is not None:
+                controller.request_cancel(requested_by(request.by, request.reason))
+            assert self.mcp is not None
+            with using_mcp_sessions(self.mcp):
+                outcome = await controller.run()
+        finally:
+            del self.running[invocation.id]
+        # A failed checkpoint recorded nothing: the invocation goes on at its next
+        # resume, which still needs what is kept.
+        if not outcome.paused and outcome.reason is not TerminalReason.CHECKPOINT_FAILED:
+            await self.forget_secrets(invocation.id)
+        return outcome
+
+    async def forget_secrets(self, invocation_id: str) -> None:
+        """An invocation ended: its kept secrets are deleted (sealed ones in a thread)."""
+        if self.secrets.sealed:
+            await trio.to_thread.run_sync(self.secrets.forget, invocation_id)
+        else:
+            self.secrets.forget(invocation_id)
+
+    async def queue_status(
+        self,
+        invocation_id: str,
+        status: QueueStatus,
+        only_from: list[QueueStatus],
+        agent_name: str,
+    ) -> None:
+        """Move the queue row of an invocation nobody drives (after an approval, a cancel).
+
+        An invocation with no row yet (copied from another store, or recorded before the
+        queue) gets one, unheld: nobody drives a paused invocation, so a later resume or
+        worker has nobody to fence off.
+        """
+        leases = self.leases
+        queue = leases.queue
+        try:
+            if not await leases.call(queue.set_status, invocation_id, status, only_from=only_from):
+                await leases.call(queue.enqueue, invocation_id, agent_name, status=status)
+        except StoreUnavailableError:
+            log.warning(
+                "invocation %s is recorded, but its queue row could not be made %s; "
+                "submit it again with its id to queue it",
+                invocation_id,
+                status.value,
+                exc_info=True,
+            )
+
+    async def take_lease(
+        self, invocation: Invocation, *, take_over: bool
+    ) -> tuple[Invocation, HeldLease]:
+        """Take the lease of an invocation to drive it; record ``LeaseAcquired`` when it fences.
+
+        Raises:
+            LeaseHeldError: another process holds a live lease on it.
+            InvocationExistsError: another process took it over meanwhile.
+            StoreUnavailableError: the lease cannot be taken or recorded.
+        """
+        leases = self.leases
+        taken = await leases.acquire(invocation.id, invocation.agent_name, take_over=take_over)
+        if isinstance(taken, Refuse):
+            raise LeaseHeldError(
+                invocation.id,
+                taken.holder,
+                datetime.fromtimestamp(taken.expires_at, UTC),
+                taken.seconds_left,
+            )
+        lease, verdict = taken
+        if not verdict.record:
+            return invocation, lease
+        try:
+            recorded = await self.record_lease(invocation, lease, verdict.taken_from)
+        except BaseException:
+            await leases.release(lease, DRAINED)
+            raise
+        if recorded is None:
+            leases.forget(lease)
+            raise InvocationExistsError(
+                invocation.id, "was taken over by another process meanwhile"
+            )
+        return recorded, lease
+
+    async def record_lease(
+        self, invocation: Invocation, lease: HeldLease, taken_from: str | None
+    ) -> Invocation | None:
+        """Append ``LeaseAcquired``, reloading while the previous holder still appends.
+
+        Returns the invocation with it (or terminated meanwhile: nothing is recorded
+        then), or None when the stream already holds a newer lease (this one is lost).
+        """
+        for attempt in range(LEASE_RECORD_TRIES):
+            if invocation.phase is Phase.TERMINATED:
+                return invocation
+            if invocation.lease_epoch >= lease.epoch:
+                return None
+            invocation.acquire_lease(
+                lease.holder, lease.epoch, at=self.now(), taken_from=taken_from
+            )
+            outcome = await self.journal.commit(invocation.take_events())
+            if isinstance(outcome, Committed):
+                return invocation
+            if not outcome.conflict:
+                raise StoreUnavailableError(
+                    f"cannot record the lease of {invocation.id}: {outcome.error_type}: "
+                    f"{outcome.message}"
+                )
+            # The previous holder appended meanwhile; it stops at its next step.
+            await trio.sleep(LEASE_RECORD_BACKOFF_S * (attempt + 1))
+            invocation = await self.reads.invocation(invocation.id)
+        raise StoreUnavailableError(
+            f"cannot record the lease of {invocation.id}: its previous holder keeps appending"
+        )
+
+    async def drive_leased(
+        self,
+        invocation: Invocation,
+        agent: Agent,
+        lease: HeldLease,
+        *,
+        fresh: bool = False,
+        before: DriveReads | None = None,
+    ) -> Outcome:
+        """Drive an invocation under a held lease, and leave the queue row as the run ended."""
+        leases = self.leases
+        match standing(invocation):
+            case Standing.ENDED:
+                leases.release_soon(lease, Release(status=QueueStatus.ENDED))
+                return Outcome.of(invocation)
+            case Standing.WAITS_FOR_PERSON:
+                leases.release_soon(lease, Release(status=QueueStatus.PAUSED))
+                return Outcome.of(invocation)
+            case Standing.DRIVABLE:
+                pass
+            case unreachable:
+                assert_never(unreachable)
+        try:
+            outcome = await self._drive(invocation, agent, fresh=fresh, lease=lease, before=before)
+        except LeaseDrained:
+            leases.release_soon(lease, DRAINED)
+            raise
+        except trio.Cancelled:
+            # Cancelled by the caller, the run recorded ``cancelled``; abandoned, nothing.
+            ended = Release(status=QueueStatus.ENDED)
+            leases.release_soon(lease, DRAINED if lease.abandoned else ended)
+            raise
+        except Exception as error:
+            # A person must look (a cut history, a bug): no worker takes it again by itself.
+            note = f"{type(error).__name__}: {error}"
+            leases.release_soon(lease, Release(status=QueueStatus.PAUSED), note=note)
+            raise
+        except BaseException:
+            leases.release_soon(lease, DRAINED)
+            raise
+        release = release_after(outcome.reason)
+        if release is None:
+            leases.forget(lease)
+        else:
+            detail = outcome.detail if release.status is QueueStatus.RUNNABLE else None
+            leases.release_soon(lease, release, note=detail)
+        return outcome
+
+    async def drive_claim(
+        self, lease: HeldLease, claim: Claimed, agent: Agent, before: DriveReads | Exception | None
+    ) -> Outcome | None:
+        """Drive an invocation a worker claimed (None: it could not be driven; its row says why).
+
+        ``before``: what the worker read for it with the other claims of its batch (or
+        the exception that read raised for it); None, or a claim whose lease must be
+        recorded first, reads it here.
+        """
+        leases = self.leases
+        if claim.record:
+            before = None  # read after its lease is recorded, as a resume reads it
+        try:
+            if isinstance(before, Exception):
+                raise before
+            if before is not None:
+                invocation = before.invocation
+            else:
+                invocation = await self.reads.invocation(claim.invocation_id)
+            if claim.record:
+                recorded = await self.record_lease(invocation, lease, claim.taken_from)
+                if recorded is None:
+                    leases.forget(lease)
+                    return None
+                invocation = recorded
+            if invocation.agent_name != agent.name:
+                raise UsageError(
+                    f"invocation {invocation.id} was started by agent {invocation.agent_name!r}"
+                )
+            if invocation.phase is not Phase.TERMINATED:
+                check_catalogue(invocation.tools, agent.toolbox)
+                self.follow_settings(invocation, agent, allow_change=False)
+        except Exception as error:
+            log.warning("cannot drive %s: %s", claim.invocation_id, error)
+            note = f"{type(error).__name__}: {error}"
+            await leases.release(lease, Release(status=QueueStatus.PAUSED), note=note)
+            return None
+        return await self.drive_leased(invocation, agent, lease, before=before)
+
+    async def existing_outcome(self, requested: Invocation, failure: CommitFailed) -> Outcome:
+        """The outcome of an invocation whose start was refused (``failure``): it exists.
+
+        Raises:
+            StoreUnavailableError: the start failed for another reason than a conflict.
+            InvocationExistsError: it exists for another goal or agent, or has not stopped.
+            LeaseHeldError: it has not stopped and another process drives it.
+        """
+        if not failure.conflict:
+            raise StoreUnavailableError(
+                f"cannot record the invocation: {failure.error_type}: {failure.message}"
+            )
+        existing = await self.reads.invocation(requested.id)
+        if existing.goal != requested.goal or existing.agent_name != requested.agent_name:
+            raise InvocationExistsError(requested.id, "already exists for another goal or agent")
+        try:
+            return Outcome.of(existing)
+        except ValueError:
+            pass
+        queue = self.leases.queue
+        row = await self.leases.call(queue.row, requested.id)
+        now = await self.leases.call(queue.now)
+        if row is not None and row.holder is not None and lease_is_live(row, now):
+            raise LeaseHeldError(
+                requested.id, row.holder, datetime.fromtimestamp(row.due_at, UTC), row.due_at - now
+            )
+        raise InvocationExistsError(
+            requested.id,
+            "exists and has not stopped, and no process holds its lease: resume it "
+            "(loop-actors resume ID --agent MODULE:ATTR)",
+        )
+
+
+class DriverSource(Protocol):
+    """Whatever hands out an open Driver: the Runtime (opening itself for one call if closed)."""
+
+    async def with_driver(self, use: Callable[[Driver], Awaitable[T]], /) -> T:
+        """Await ``use(driver)`` with the open Driver and return what it returns."""
+        ...

@@ -1,0 +1,168 @@
+"""The reconcile sweep: settle the open effects of one agent's invocations."""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+
+from aggregates.decisions import Frozen
+from aggregates.effect import Effect, Settler, who_settles
+from aggregates.invocation import Invocation, Phase
+from aggregates.turn import EffectAnswered, settle_ended_effect
+from loop_actors._errors import LeaseHeldError
+from loop_actors._messages import Committed, ReconcileEffect
+from loop_actors.agent.agent import Agent
+from loop_actors.runtime.driver import Driver, DriverSource
+from loop_actors.runtime.outcome import Outcome
+from loop_actors.runtime.reconciler import reconcile_effect
+
+log = logging.getLogger(__name__)
+
+
+class NeedsPerson(Frozen):
+    """An open effect that no sweep can settle: only a person can (``resolve_effect``)."""
+
+    effect_key: str
+    invocation_id: str
+    tool: str
+    why: str
+    """Why no service can be asked (the tool has no ``reconcile``, or the agent no such tool)."""
+
+
+class ReconcileReport(Frozen):
+    """What a sweep of the effect ledger did."""
+
+    resumed: list[Outcome]
+    """Invocations that were paused for reconciliation and were resumed, with their outcomes."""
+    effects_settled: int
+    effects_open: int
+    """Effects still open after the sweep (all agents)."""
+    left_running: list[str]
+    """Invocations with open effects that may still be running; resume them to settle."""
+    needs_person: list[NeedsPerson] = []
+    """Open effects of this agent's invocations that only a person can settle."""
+    effects_waiting: int = 0
+    """Open effects of this agent's invocations that a later sweep or resume may settle
+    (the service was unreachable, or the invocation may still be running)."""
+
+
+def unaskable_reason(agent: Agent, tool_name: str) -> str | None:
+    """Why no sweep can ask the service of a write of this tool (None: it can be asked)."""
+    tool_ = agent.toolbox.tools.get(tool_name)
+    if tool_ is None:
+        return f"agent {agent.name!r} has no tool {tool_name!r} now"
+    if tool_.reconcile is None:
+        return f"tool {tool_name} has no reconcile function"
+    return None
+
+
+class ReconcileSweep:
+    """``Runtime.reconcile``: one sweep of the effect ledger for one agent."""
+
+    def __init__(self, source: DriverSource) -> None:
+        """A sweep through ``source``'s Driver (the runtime opens for it if closed)."""
+        self._source = source
+
+    async def run(self, agent: Agent) -> ReconcileReport:
+        """Sweep the effect ledger: settle the open effects of ``agent``'s invocations.
+
+        Invocations paused with ``reconciliation_required`` are resumed (their
+        effects are reconciled, then the loop continues). Open effects of
+        invocations that already ended are reconciled and recorded. Effects of an
+        invocation that may still be running elsewhere (dispatched, not paused)
+        are left alone: resume that invocation to settle them.
+
+        Cancellation: as :meth:`resume`, for the invocation being resumed.
+        """
+        return await self._source.with_driver(partial(self._sweep, agent))
+
+    async def _sweep(self, agent: Agent, driver: Driver) -> ReconcileReport:
+        open_effects = await driver.reads.open_effects()
+        by_invocation: dict[str, list[Effect]] = {}
+        for effect in open_effects:
+            by_invocation.setdefault(effect.invocation_id, []).append(effect)
+        outcomes: list[Outcome] = []
+        settled = 0
+        left_alone: list[str] = []
+        swept: set[str] = set()
+        ended: set[str] = set()
+        for invocation_id, effects in by_invocation.items():
+            invocation = await driver.reads.invocation(invocation_id)
+            if invocation.agent_name != agent.name:
+                continue
+            swept.add(invocation_id)
+            if invocation.phase is Phase.TERMINATED:
+                ended.add(invocation_id)
+            if invocation.paused_for_reconciliation:
+                try:
+                    invocation, lease = await driver.take_lease(invocation, take_over=False)
+                except LeaseHeldError:
+                    left_alone.append(invocation_id)  # another process is resuming it
+                    continue
+                outcome = await driver.drive_leased(invocation, agent, lease)
+                outcomes.append(outcome)
+                if not outcome.paused:
+                    settled += len(effects)
+            elif invocation.phase is Phase.TERMINATED:
+                settled += await self._settle_ended(invocation, effects, agent, driver)
+            else:
+                left_alone.append(invocation_id)
+        still_open = await driver.reads.open_effects()
+        needs_person: list[NeedsPerson] = []
+        waiting = 0
+        for effect in still_open:
+            if effect.invocation_id not in swept:
+                continue  # another agent's: its own sweep reports it
+            if effect.invocation_id in left_alone:
+                waiting += 1  # it may still be running: resume it to settle
+                continue
+            why = unaskable_reason(agent, effect.tool)
+            settler = who_settles(
+                invocation_ended=effect.invocation_id in ended, service_can_be_asked=why is None
+            )
+            if settler is Settler.SWEEPER or why is None:
+                waiting += 1
+                continue
+            needs_person.append(
+                NeedsPerson(
+                    effect_key=effect.key,
+                    invocation_id=effect.invocation_id,
+                    tool=effect.tool,
+                    why=why,
+                )
+            )
+        return ReconcileReport(
+            resumed=outcomes,
+            effects_settled=settled,
+            effects_open=len(still_open),
+            left_running=left_alone,
+            needs_person=needs_person,
+            effects_waiting=waiting,
+        )
+
+    async def _settle_ended(
+        self, invocation: Invocation, effects: list[Effect], agent: Agent, driver: Driver
+    ) -> int:
+        settled = 0
+        for effect in effects:
+            answer = await reconcile_effect(
+                agent.toolbox, ReconcileEffect(effect_key=effect.key, tool=effect.tool)
+            )
+            if not isinstance(answer, EffectAnswered):
+                continue
+            # Redacted, scrubbed and size-limited like every receipt and reason (the core's rule).
+            problem = settle_ended_effect(
+                invocation,
+                effect,
+                answer,
+                agent.toolbox,
+                max_bytes=agent.settings.output_limit,
+                at=driver.now(),
+            )
+            if problem is not None:
+                log.warning("effect %s left open: %s", effect.key, problem)
+                continue
+            outcome = await driver.journal.commit(effect.take_events())
+            if isinstance(outcome, Committed):
+                settled += 1
+        return settled
