@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from loop_actors.cli import main
+from loop_actors.cli.main import main
 
 CLI = [sys.executable, "-m", "loop_actors.cli.main"]
 """The command line that runs the CLI with this interpreter."""

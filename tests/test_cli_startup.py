@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 import loop_actors
-from loop_actors.cli import ExitCode, main
+from loop_actors.cli import ExitCode
+from loop_actors.cli.main import main
 from loop_actors.cli.parser import COMMANDS, build_parser, command_group
 from tests.cli_support import cli_env
 
