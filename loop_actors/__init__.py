@@ -4,83 +4,173 @@ The public API: every name a user needs is imported from here. The code lives in
 subpackages by responsibility (``agent``, ``store``, ``audit``, ``runtime``,
 ``workers``, ``eval``, ``cli``), each importing only those below it
 (docs/explanation/architecture.md); their modules are internal.
+
+Every name is imported when first used (PEP 562), so that ``import loop_actors``, and
+``loop-actors --version``, import neither trio nor eventsourcing until a name that
+needs them is used. The ``TYPE_CHECKING`` block re-exports the same names for type
+checkers and editors; a test checks that it and ``_EXPORTS`` agree with ``__all__``.
 """
 
-from aggregates.decisions import Budget as Budget
-from aggregates.decisions import CannotContinue as CannotContinue
-from aggregates.decisions import Clarification as Clarification
-from aggregates.decisions import Decision as Decision
-from aggregates.decisions import Effect as Effect  # the former name of ToolEffect
-from aggregates.decisions import EffectStatus as EffectStatus
-from aggregates.decisions import ErrorClass as ErrorClass
-from aggregates.decisions import ErrorInfo as ErrorInfo
-from aggregates.decisions import Final as Final
-from aggregates.decisions import Price as Price
-from aggregates.decisions import RejectionClass as RejectionClass
-from aggregates.decisions import RequestApproval as RequestApproval
-from aggregates.decisions import TerminalReason as TerminalReason
-from aggregates.decisions import ToolCall as ToolCall
-from aggregates.decisions import ToolCalls as ToolCalls
-from aggregates.decisions import ToolEffect as ToolEffect
-from aggregates.decisions import ToolResult as ToolResult
-from aggregates.decisions import Usage as Usage
-from aggregates.effect import Resolution as Resolution
-from aggregates.settings import RunSettings as RunSettings
-from loop_actors._errors import AgentLoadError as AgentLoadError
-from loop_actors._errors import ApprovalRefusedError as ApprovalRefusedError
-from loop_actors._errors import EffectNotFoundError as EffectNotFoundError
-from loop_actors._errors import EffectResolutionError as EffectResolutionError
-from loop_actors._errors import InconsistentHistoryError as InconsistentHistoryError
-from loop_actors._errors import InvocationExistsError as InvocationExistsError
-from loop_actors._errors import InvocationNotFoundError as InvocationNotFoundError
-from loop_actors._errors import LeaseHeldError as LeaseHeldError
-from loop_actors._errors import LoopActorsError as LoopActorsError
-from loop_actors._errors import NotWaitingError as NotWaitingError
-from loop_actors._errors import ScriptExhaustedError as ScriptExhaustedError
-from loop_actors._errors import StoreCipherError as StoreCipherError
-from loop_actors._errors import StoreReadOnlyError as StoreReadOnlyError
-from loop_actors._errors import StoreUnavailableError as StoreUnavailableError
-from loop_actors._errors import StoreUrlError as StoreUrlError
-from loop_actors._errors import ToolDefinitionError as ToolDefinitionError
-from loop_actors._errors import ToolError as ToolError
-from loop_actors._errors import UsageError as UsageError
-from loop_actors._messages import ModelReply as ModelReply
-from loop_actors._messages import ModelRequest as ModelRequest
-from loop_actors.agent.adapters import AnthropicModel as AnthropicModel
-from loop_actors.agent.adapters import ModelCallError as ModelCallError
-from loop_actors.agent.adapters import OpenAIModel as OpenAIModel
-from loop_actors.agent.adapters import ProviderErrorClass as ProviderErrorClass
-from loop_actors.agent.adapters import RetryPolicy as RetryPolicy
-from loop_actors.agent.adapters import model_from_name as model_from_name
-from loop_actors.agent.agent import Agent as Agent
-from loop_actors.agent.agent import CatalogueChangedError as CatalogueChangedError
-from loop_actors.agent.agent import SettingsChangedError as SettingsChangedError
-from loop_actors.agent.mcp import HttpServer as HttpServer
-from loop_actors.agent.mcp import McpServer as McpServer
-from loop_actors.agent.mcp import McpTool as McpTool
-from loop_actors.agent.mcp import StdioServer as StdioServer
-from loop_actors.agent.mcp import mcp_tools as mcp_tools
-from loop_actors.agent.mcp import mcp_tools_async as mcp_tools_async
-from loop_actors.agent.model import Model as Model
-from loop_actors.agent.model import ScriptedModel as ScriptedModel
-from loop_actors.agent.policy import AccessRequest as AccessRequest
-from loop_actors.agent.policy import Deny as Deny
-from loop_actors.agent.tools import Reconciled as Reconciled
-from loop_actors.agent.tools import Tool as Tool
-from loop_actors.agent.tools import ToolContext as ToolContext
-from loop_actors.agent.tools import tool as tool
-from loop_actors.runtime.asyncio_runtime import AsyncioRuntime as AsyncioRuntime
-from loop_actors.runtime.gc_policy import GcPolicy as GcPolicy
-from loop_actors.runtime.outcome import Outcome as Outcome
-from loop_actors.runtime.runtime import CancelResult as CancelResult
-from loop_actors.runtime.runtime import NeedsPerson as NeedsPerson
-from loop_actors.runtime.runtime import ReconcileReport as ReconcileReport
-from loop_actors.runtime.runtime import ResolvedEffect as ResolvedEffect
-from loop_actors.runtime.runtime import Runtime as Runtime
-from loop_actors.store.store import EventStore as EventStore
-from loop_actors.store.views import open_runner as open_runner
-from loop_actors.workers.worker import Worker as Worker
-from loop_actors.workers.worker import WorkerReport as WorkerReport
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aggregates.decisions import Budget as Budget
+    from aggregates.decisions import CannotContinue as CannotContinue
+    from aggregates.decisions import Clarification as Clarification
+    from aggregates.decisions import Decision as Decision
+    from aggregates.decisions import Effect as Effect  # the former name of ToolEffect
+    from aggregates.decisions import EffectStatus as EffectStatus
+    from aggregates.decisions import ErrorClass as ErrorClass
+    from aggregates.decisions import ErrorInfo as ErrorInfo
+    from aggregates.decisions import Final as Final
+    from aggregates.decisions import Price as Price
+    from aggregates.decisions import RejectionClass as RejectionClass
+    from aggregates.decisions import RequestApproval as RequestApproval
+    from aggregates.decisions import TerminalReason as TerminalReason
+    from aggregates.decisions import ToolCall as ToolCall
+    from aggregates.decisions import ToolCalls as ToolCalls
+    from aggregates.decisions import ToolEffect as ToolEffect
+    from aggregates.decisions import ToolResult as ToolResult
+    from aggregates.decisions import Usage as Usage
+    from aggregates.effect import Resolution as Resolution
+    from aggregates.settings import RunSettings as RunSettings
+    from loop_actors._errors import AgentLoadError as AgentLoadError
+    from loop_actors._errors import ApprovalRefusedError as ApprovalRefusedError
+    from loop_actors._errors import EffectNotFoundError as EffectNotFoundError
+    from loop_actors._errors import EffectResolutionError as EffectResolutionError
+    from loop_actors._errors import InconsistentHistoryError as InconsistentHistoryError
+    from loop_actors._errors import InvocationExistsError as InvocationExistsError
+    from loop_actors._errors import InvocationNotFoundError as InvocationNotFoundError
+    from loop_actors._errors import LeaseHeldError as LeaseHeldError
+    from loop_actors._errors import LoopActorsError as LoopActorsError
+    from loop_actors._errors import NotWaitingError as NotWaitingError
+    from loop_actors._errors import ScriptExhaustedError as ScriptExhaustedError
+    from loop_actors._errors import StoreCipherError as StoreCipherError
+    from loop_actors._errors import StoreReadOnlyError as StoreReadOnlyError
+    from loop_actors._errors import StoreUnavailableError as StoreUnavailableError
+    from loop_actors._errors import StoreUrlError as StoreUrlError
+    from loop_actors._errors import ToolDefinitionError as ToolDefinitionError
+    from loop_actors._errors import ToolError as ToolError
+    from loop_actors._errors import UsageError as UsageError
+    from loop_actors._messages import ModelReply as ModelReply
+    from loop_actors._messages import ModelRequest as ModelRequest
+    from loop_actors.agent.adapters import AnthropicModel as AnthropicModel
+    from loop_actors.agent.adapters import ModelCallError as ModelCallError
+    from loop_actors.agent.adapters import OpenAIModel as OpenAIModel
+    from loop_actors.agent.adapters import ProviderErrorClass as ProviderErrorClass
+    from loop_actors.agent.adapters import RetryPolicy as RetryPolicy
+    from loop_actors.agent.adapters import model_from_name as model_from_name
+    from loop_actors.agent.agent import Agent as Agent
+    from loop_actors.agent.agent import CatalogueChangedError as CatalogueChangedError
+    from loop_actors.agent.agent import SettingsChangedError as SettingsChangedError
+    from loop_actors.agent.mcp import HttpServer as HttpServer
+    from loop_actors.agent.mcp import McpServer as McpServer
+    from loop_actors.agent.mcp import McpTool as McpTool
+    from loop_actors.agent.mcp import StdioServer as StdioServer
+    from loop_actors.agent.mcp import mcp_tools as mcp_tools
+    from loop_actors.agent.mcp import mcp_tools_async as mcp_tools_async
+    from loop_actors.agent.model import Model as Model
+    from loop_actors.agent.model import ScriptedModel as ScriptedModel
+    from loop_actors.agent.policy import AccessRequest as AccessRequest
+    from loop_actors.agent.policy import Deny as Deny
+    from loop_actors.agent.tools import Reconciled as Reconciled
+    from loop_actors.agent.tools import Tool as Tool
+    from loop_actors.agent.tools import ToolContext as ToolContext
+    from loop_actors.agent.tools import tool as tool
+    from loop_actors.runtime.asyncio_runtime import AsyncioRuntime as AsyncioRuntime
+    from loop_actors.runtime.gc_policy import GcPolicy as GcPolicy
+    from loop_actors.runtime.outcome import Outcome as Outcome
+    from loop_actors.runtime.runtime import CancelResult as CancelResult
+    from loop_actors.runtime.runtime import NeedsPerson as NeedsPerson
+    from loop_actors.runtime.runtime import ReconcileReport as ReconcileReport
+    from loop_actors.runtime.runtime import ResolvedEffect as ResolvedEffect
+    from loop_actors.runtime.runtime import Runtime as Runtime
+    from loop_actors.store.store import EventStore as EventStore
+    from loop_actors.store.views import open_runner as open_runner
+    from loop_actors.workers.worker import Worker as Worker
+    from loop_actors.workers.worker import WorkerReport as WorkerReport
+
+_EXPORTS: dict[str, str] = {
+    "Budget": "aggregates.decisions",
+    "CannotContinue": "aggregates.decisions",
+    "Clarification": "aggregates.decisions",
+    "Decision": "aggregates.decisions",
+    "Effect": "aggregates.decisions",  # the former name of ToolEffect
+    "EffectStatus": "aggregates.decisions",
+    "ErrorClass": "aggregates.decisions",
+    "ErrorInfo": "aggregates.decisions",
+    "Final": "aggregates.decisions",
+    "Price": "aggregates.decisions",
+    "RejectionClass": "aggregates.decisions",
+    "RequestApproval": "aggregates.decisions",
+    "TerminalReason": "aggregates.decisions",
+    "ToolCall": "aggregates.decisions",
+    "ToolCalls": "aggregates.decisions",
+    "ToolEffect": "aggregates.decisions",
+    "ToolResult": "aggregates.decisions",
+    "Usage": "aggregates.decisions",
+    "Resolution": "aggregates.effect",
+    "RunSettings": "aggregates.settings",
+    "AgentLoadError": "loop_actors._errors",
+    "ApprovalRefusedError": "loop_actors._errors",
+    "EffectNotFoundError": "loop_actors._errors",
+    "EffectResolutionError": "loop_actors._errors",
+    "InconsistentHistoryError": "loop_actors._errors",
+    "InvocationExistsError": "loop_actors._errors",
+    "InvocationNotFoundError": "loop_actors._errors",
+    "LeaseHeldError": "loop_actors._errors",
+    "LoopActorsError": "loop_actors._errors",
+    "NotWaitingError": "loop_actors._errors",
+    "ScriptExhaustedError": "loop_actors._errors",
+    "StoreCipherError": "loop_actors._errors",
+    "StoreReadOnlyError": "loop_actors._errors",
+    "StoreUnavailableError": "loop_actors._errors",
+    "StoreUrlError": "loop_actors._errors",
+    "ToolDefinitionError": "loop_actors._errors",
+    "ToolError": "loop_actors._errors",
+    "UsageError": "loop_actors._errors",
+    "ModelReply": "loop_actors._messages",
+    "ModelRequest": "loop_actors._messages",
+    "AnthropicModel": "loop_actors.agent.adapters",
+    "ModelCallError": "loop_actors.agent.adapters",
+    "OpenAIModel": "loop_actors.agent.adapters",
+    "ProviderErrorClass": "loop_actors.agent.adapters",
+    "RetryPolicy": "loop_actors.agent.adapters",
+    "model_from_name": "loop_actors.agent.adapters",
+    "Agent": "loop_actors.agent.agent",
+    "CatalogueChangedError": "loop_actors.agent.agent",
+    "SettingsChangedError": "loop_actors.agent.agent",
+    "HttpServer": "loop_actors.agent.mcp",
+    "McpServer": "loop_actors.agent.mcp",
+    "McpTool": "loop_actors.agent.mcp",
+    "StdioServer": "loop_actors.agent.mcp",
+    "mcp_tools": "loop_actors.agent.mcp",
+    "mcp_tools_async": "loop_actors.agent.mcp",
+    "Model": "loop_actors.agent.model",
+    "ScriptedModel": "loop_actors.agent.model",
+    "AccessRequest": "loop_actors.agent.policy",
+    "Deny": "loop_actors.agent.policy",
+    "Reconciled": "loop_actors.agent.tools",
+    "Tool": "loop_actors.agent.tools",
+    "ToolContext": "loop_actors.agent.tools",
+    "tool": "loop_actors.agent.tools",
+    "AsyncioRuntime": "loop_actors.runtime.asyncio_runtime",
+    "GcPolicy": "loop_actors.runtime.gc_policy",
+    "Outcome": "loop_actors.runtime.outcome",
+    "CancelResult": "loop_actors.runtime.runtime",
+    "NeedsPerson": "loop_actors.runtime.runtime",
+    "ReconcileReport": "loop_actors.runtime.runtime",
+    "ResolvedEffect": "loop_actors.runtime.runtime",
+    "Runtime": "loop_actors.runtime.runtime",
+    "EventStore": "loop_actors.store.store",
+    "open_runner": "loop_actors.store.views",
+    "Worker": "loop_actors.workers.worker",
+    "WorkerReport": "loop_actors.workers.worker",
+}
+"""Each public name and the module it is defined in (under the same name)."""
 
 __all__ = [
     "AccessRequest",
@@ -159,3 +249,17 @@ __all__ = [
     "open_runner",
     "tool",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module the first time the name is used."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next use finds it without this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,4 +1,4 @@
-"""Running the ``loop-actors`` CLI in a real subprocess, as a user's shell would."""
+"""Running the ``loop-actors`` CLI in a real subprocess, as a user's shell would, or in-process."""
 
 from __future__ import annotations
 
@@ -6,6 +6,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from loop_actors.cli import main
 
 CLI = [sys.executable, "-m", "loop_actors.cli.main"]
 """The command line that runs the CLI with this interpreter."""
@@ -37,3 +41,41 @@ def run_cli(
         timeout=timeout,
         check=False,
     )
+
+
+def run_in_process(
+    *args: str,
+    cwd: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    db: str | None = None,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``run_cli``'s result, from ``main(argv)`` in this process: no interpreter to start.
+
+    For the commands that end on their own (usage errors, short runs). Like a new
+    process, it runs in ``cwd`` without loop-actors' own variables, and forgets the
+    modules it imported from ``cwd`` (each test's ``agents.py`` is its own).
+    """
+    argv = [*args, *(["--db", db] if db is not None else [])]
+    for name in ("LOOP_ACTORS_DB", "LOOP_ACTORS_CRASH_AT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in (env or {}).items():
+        monkeypatch.setenv(name, value)
+    before, path, here = set(sys.modules), list(sys.path), Path.cwd()
+    capsys.readouterr()  # what the test printed before is not the command's
+    os.chdir(cwd)
+    try:
+        try:
+            code = main(argv)
+        except SystemExit as exit_:  # argparse: --help, --version, a usage error
+            code = exit_.code if isinstance(exit_.code, int) else 0
+    finally:
+        os.chdir(here)
+        sys.path[:] = path
+        for name in set(sys.modules) - before:
+            file = getattr(sys.modules[name], "__file__", None) or ""
+            if Path(file).is_relative_to(cwd):
+                del sys.modules[name]
+    output = capsys.readouterr()
+    return subprocess.CompletedProcess(argv, code, output.out, output.err)

@@ -27,7 +27,7 @@ from aggregates.audit import chain_hash_of
 from loop_actors import Agent, Runtime, ScriptedModel, UsageError, tool
 from loop_actors.audit.checkpoint import Checkpoint, checkpoint_note, generate_key, load_signing_key
 from loop_actors.audit.checkpointer import CheckpointDirectory, checkpoint_file_name
-from loop_actors.cli.main import main
+from loop_actors.cli import main
 from loop_actors.store.store import EventStore
 from tests.audit_support import AGENT
 from tests.cli_support import run_cli

@@ -26,7 +26,7 @@ from loop_actors import (
     TerminalReason,
     tool,
 )
-from loop_actors.cli.main import main
+from loop_actors.cli import main
 from loop_actors.store.store import EventStore
 from tests.test_edge_values import FINAL, calls, drive
 from tests.test_effects_resolve import KEY, api_agent, cli, ledger, paused_project, paused_run

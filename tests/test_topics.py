@@ -8,6 +8,7 @@ from pathlib import Path
 
 from eventsourcing.utils import get_topic, resolve_topic
 
+from aggregates.audit import unpack_state
 from aggregates.audit_coverage import KINDS, event_classes
 from aggregates.invocation import InvocationSnapshot
 from aggregates.topics import PERSISTED_TOPICS
@@ -53,7 +54,7 @@ def _fixture_topics() -> set[str]:
     for path in sorted(FIXTURES.glob("*.sql")):
         for match in _ROW.finditer(path.read_text()):
             found.add(match.group(1))
-            state = json.loads(bytes.fromhex(match.group(2)))
+            state = json.loads(unpack_state(bytes.fromhex(match.group(2))))  # packed: 0.1.0
             for name in ("originator_topic", "topic"):  # an aggregate's class; a snapshot's
                 if isinstance(state.get(name), str):
                     found.add(state[name])

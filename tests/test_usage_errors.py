@@ -1,7 +1,8 @@
 """Bad input is refused, typed, before anything is written (issue 13's small items).
 
-Each test drives the CLI as a real subprocess or the public API, on real SQLite
-files, and says in its docstring which bad inputs it tries.
+Each test drives the CLI (in-process with ``main(argv)``, or as a real subprocess where
+the process itself matters) or the public API, on real SQLite files, and says in its
+docstring which bad inputs it tries.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 from collections.abc import Callable
 from contextlib import closing
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +41,7 @@ from loop_actors import (
     UsageError,
     tool,
 )
-from tests.cli_support import CLI, cli_env, run_cli
+from tests.cli_support import CLI, cli_env, run_cli, run_in_process
 
 AGENTS = '''
 from loop_actors import Agent, ScriptedModel, tool
@@ -59,6 +61,14 @@ answering = Agent(
 )
 asking = Agent("asking", ScriptedModel([{"kind": "clarification", "question": "Which one?"}]))
 '''
+
+
+@pytest.fixture
+def run_main(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``run_cli`` in this process: ``main(argv)``, its output captured."""
+    return partial(run_in_process, capsys=capsys, monkeypatch=monkeypatch)
 
 
 @pytest.fixture
@@ -100,18 +110,20 @@ async def test_run_refuses_an_id_in_an_internal_namespace_or_with_a_control_char
     assert not (tmp_path / "test.db").exists()  # refused before the store was opened
 
 
-def test_cli_refuses_run_id_cancel_x_and_cancel_x_then_ends_x(project: Path) -> None:
+def test_cli_refuses_run_id_cancel_x_and_cancel_x_then_ends_x(
+    project: Path, run_main: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
     """Bad input: ``run --id cancel:ask-1``; ``cancel ask-1`` afterwards records and ends it."""
-    paused = run_cli("run", "agents:asking", "--goal", "g", "--id", "ask-1", cwd=project)
+    paused = run_main("run", "agents:asking", "--goal", "g", "--id", "ask-1", cwd=project)
     assert paused.returncode == 3, paused.stderr
-    taken = run_cli("run", "agents:answering", "--goal", "g", "--id", "cancel:ask-1", cwd=project)
+    taken = run_main("run", "agents:answering", "--goal", "g", "--id", "cancel:ask-1", cwd=project)
     assert taken.returncode == 2
     assert "starts with 'cancel:'" in taken.stderr
     assert [row[0] for row in _rows(project / "loop-actors.db")] == ["ask-1"] * 3
-    cancelled = run_cli("cancel", "ask-1", "--json", cwd=project)
+    cancelled = run_main("cancel", "ask-1", "--json", cwd=project)
     assert cancelled.returncode == 0, cancelled.stderr
     assert json.loads(cancelled.stdout)["result"] == "ended"
-    request = run_cli("history", "cancel:ask-1", cwd=project)
+    request = run_main("history", "cancel:ask-1", cwd=project)
     assert "CancelRequested" in request.stdout
 
 
@@ -161,11 +173,13 @@ async def test_request_cancel_raises_when_the_request_cannot_be_committed(
     assert [row[0] for row in _rows(tmp_path / "test.db")] == ["ask-1"] * 3
 
 
-def test_cli_cancel_exits_2_when_the_request_cannot_be_committed(project: Path) -> None:
+def test_cli_cancel_exits_2_when_the_request_cannot_be_committed(
+    project: Path, run_main: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
     """Bad input: a store that fails every insert; ``cancel`` says so instead of ``requested``."""
-    assert run_cli("run", "agents:asking", "--goal", "g", "--id", "a", cwd=project).returncode == 3
+    assert run_main("run", "agents:asking", "--goal", "g", "--id", "a", cwd=project).returncode == 3
     _break_inserts(project / "loop-actors.db")
-    result = run_cli("cancel", "a", cwd=project)
+    result = run_main("cancel", "a", cwd=project)
     assert result.returncode == 2
     assert "cannot record the cancel request of a" in result.stderr
     assert "requested" not in result.stdout
@@ -195,9 +209,7 @@ BLOCK_CRYPTO = "import sys; sys.modules['Crypto'] = None; "
 def _cli_with(
     env: dict[str, str], *args: str, cwd: Path, prelude: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    code = (
-        prelude + "import sys; from loop_actors.cli.main import main; sys.exit(main(sys.argv[1:]))"
-    )
+    code = prelude + "import sys; from loop_actors.cli import main; sys.exit(main(sys.argv[1:]))"
     base = {k: v for k, v in cli_env().items() if k not in ("CIPHER_TOPIC", "CIPHER_KEY")}
     return subprocess.run(
         [sys.executable, "-c", code, *args],
@@ -325,9 +337,11 @@ def test_a_model_whose_sdk_is_missing_is_refused_before_anything_is_written(
 
 
 @pytest.mark.parametrize("url", ["sqlite:/x.db", "sqlite:x.db", "memory:", "memory://x"])
-def test_a_database_url_without_its_slashes_is_refused(project: Path, url: str) -> None:
+def test_a_database_url_without_its_slashes_is_refused(
+    project: Path, url: str, run_main: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
     """Bad inputs: one slash, no slash (both used to open ``x.db``), memory URLs with more."""
-    result = run_cli("run", "agents:answering", "--goal", "g", "--db", url, cwd=project)
+    result = run_main("run", "agents:answering", "--goal", "g", "--db", url, cwd=project)
     assert result.returncode == 2
     assert "loop-actors: error:" in result.stderr
     assert not (project / "x.db").exists()
@@ -345,20 +359,25 @@ def test_a_database_url_without_its_slashes_is_refused(project: Path, url: str) 
     ],
 )
 def test_list_refuses_an_unknown_reason_and_a_limit_below_one(
-    project: Path, args: list[str], message: str
+    project: Path,
+    args: list[str],
+    message: str,
+    run_main: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:
     """Bad inputs: a reason that is not a terminal reason, limits -1, 0 and a word."""
-    assert run_cli("run", "agents:answering", "--goal", "g", cwd=project).returncode == 0
-    result = run_cli("list", *args, cwd=project)
+    assert run_main("run", "agents:answering", "--goal", "g", cwd=project).returncode == 0
+    result = run_main("list", *args, cwd=project)
     assert result.returncode == 2
     assert message in result.stderr
     assert not (project / "loop-actors.views.db").exists()  # refused before any read model
 
 
-def test_list_accepts_a_terminal_reason_and_a_positive_limit(project: Path) -> None:
+def test_list_accepts_a_terminal_reason_and_a_positive_limit(
+    project: Path, run_main: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
     """The checks leave good values alone."""
-    assert run_cli("run", "agents:answering", "--goal", "g", cwd=project).returncode == 0
-    result = run_cli("list", "--reason", "completed", "--limit", "1", "--json", cwd=project)
+    assert run_main("run", "agents:answering", "--goal", "g", cwd=project).returncode == 0
+    result = run_main("list", "--reason", "completed", "--limit", "1", "--json", cwd=project)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["reason"] == "completed"
 

@@ -1,13 +1,25 @@
-"""Seed 000's example: look up a profile and a policy in parallel, then answer."""
+"""Seed 000's example: look up a profile and a policy in parallel, then answer.
+
+And the ``demo`` command, which runs it and shows its trajectory.
+"""
 
 from __future__ import annotations
+
+import argparse
 
 import trio
 
 from loop_actors._messages import ModelRequest
+from loop_actors._render import render_tree
 from loop_actors.agent.agent import Agent
 from loop_actors.agent.model import ScriptedModel
 from loop_actors.agent.tools import tool
+from loop_actors.cli.common import checkpoint_options, console, outcome_lines, runtime_for, trio_run
+from loop_actors.cli.exit_codes import ExitCode
+from loop_actors.cli.parser import AddArguments, db_option
+from loop_actors.runtime.runtime import Runtime
+from loop_actors.store.store import redacted_url
+from projections import build_trajectory
 
 VALUES = {"profile": "active", "policy": "refund-under-100"}
 
@@ -41,3 +53,31 @@ demo_agent = Agent(name="demo", model=ScriptedModel(_decide), tools=[lookup])
 """The demo agent: ``loop-actors run loop_actors.cli.demo:demo_agent --goal ...`` runs it too."""
 
 DEMO_GOAL = "Can this customer get a refund? Look up their profile and the refund policy."
+
+
+async def _demo(runtime: Runtime) -> ExitCode:
+    async with runtime:
+        outcome = await runtime.run(demo_agent, DEMO_GOAL)
+        events = await runtime.history(outcome.invocation_id)
+    print("\n".join(outcome_lines(outcome, len(events))))
+    print()
+    # The same fold and the same tree as `loop-actors show` of this invocation.
+    console().print(render_tree(build_trajectory(events)))
+    print()
+    print(
+        f"history: loop-actors history {outcome.invocation_id} --db {redacted_url(runtime.db_url)}"
+    )
+    return ExitCode(outcome.exit_code)
+
+
+def _add_demo(demo: argparse.ArgumentParser) -> None:
+    db_option(demo)
+    checkpoint_options(demo)
+
+
+ARGUMENTS: dict[str, AddArguments] = {"demo": _add_demo}
+
+
+def run(args: argparse.Namespace) -> int:
+    """``demo``: run the demo agent, print its outcome and trajectory."""
+    return trio_run(_demo, runtime_for(args))

@@ -7,7 +7,7 @@ import json
 import math
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,6 +26,10 @@ from aggregates.lease import (
 from loop_actors._errors import UsageError
 from loop_actors._render import terminal_safe
 from loop_actors.agent.agent import Agent
+from loop_actors.audit.checkpoint import load_signing_key
+from loop_actors.cli.common import checkpoint_options, load_agent, open_for_reading, trio_run
+from loop_actors.cli.exit_codes import ExitCode
+from loop_actors.cli.parser import AddArguments, db_option, positive_int
 from loop_actors.runtime.leases import is_gone
 from loop_actors.runtime.runtime import Runtime, check_invocation_id
 from loop_actors.store.queue import WorkQueue, open_queue
@@ -45,15 +49,7 @@ def _seconds(text: str) -> float:
     return value
 
 
-def add_queue_commands(
-    commands: Any,
-    db_option: Callable[[argparse.ArgumentParser], None],
-    positive_int: Callable[[str], int],
-) -> None:
-    """Add ``submit``, ``worker`` and ``workers`` to the parser."""
-    submit = commands.add_parser(
-        "submit", help="record a new invocation as runnable, for a worker to run; print its id"
-    )
+def _add_submit(submit: argparse.ArgumentParser) -> None:
     submit.add_argument("agent", metavar="MODULE:ATTR", help="the agent a worker will run it with")
     submit.add_argument("--goal", required=True, help="what the agent should achieve")
     submit.add_argument("--id", dest="invocation_id", metavar="ID", help="choose the invocation id")
@@ -63,9 +59,8 @@ def add_queue_commands(
     submit.add_argument("--json", action="store_true", help='print {"invocation_id": ...}')
     db_option(submit)
 
-    worker = commands.add_parser(
-        "worker", help="claim runnable invocations of these agents and run them, many at once"
-    )
+
+def _add_worker(worker: argparse.ArgumentParser) -> None:
     worker.add_argument(
         "--agent",
         dest="agents",
@@ -95,15 +90,44 @@ def add_queue_commands(
     )
     worker.add_argument("--json", action="store_true", help="print the final report as JSON")
     db_option(worker)
+    checkpoint_options(worker)
 
-    workers = commands.add_parser(
-        "workers", help="live lease holders (workers and runs), their leases, last heartbeat"
-    )
+
+def _add_workers(workers: argparse.ArgumentParser) -> None:
     workers.add_argument("--json", action="store_true", help="one JSON object a line")
     db_option(workers)
 
 
-async def submit_command(runtime: Runtime, agent: Agent, args: argparse.Namespace) -> int:
+ARGUMENTS: dict[str, AddArguments] = {
+    "submit": _add_submit,
+    "worker": _add_worker,
+    "workers": _add_workers,
+}
+
+
+def run(args: argparse.Namespace) -> int:
+    """``submit``, ``worker`` or ``workers``."""
+    match args.command:
+        case "submit":
+            check_submit(args)
+            agent = load_agent(args.agent)  # before the database: a bad agent writes nothing
+            return trio_run(submit_command, Runtime(args.db), agent, args)
+        case "worker":
+            worker = make_worker(args, [load_agent(reference) for reference in args.agents])
+            checkpoints = worker.runtime.checkpoints
+            if checkpoints is not None and checkpoints.key_file is not None:
+                load_signing_key(checkpoints.key_file)  # before anything runs
+            exit_code: int = trio.run(worker_command, worker, args)
+            return exit_code
+        case _:
+            store = open_for_reading(args.db)
+            try:
+                return workers_command(store, args)
+            finally:
+                store.close()
+
+
+async def submit_command(runtime: Runtime, agent: Agent, args: argparse.Namespace) -> ExitCode:
     """``submit``: print the id (or one JSON object)."""
     invocation_id = await runtime.submit(
         agent,
@@ -115,7 +139,7 @@ async def submit_command(runtime: Runtime, agent: Agent, args: argparse.Namespac
         agent_ref=args.agent,
     )
     print(json.dumps({"invocation_id": invocation_id}) if args.json else invocation_id)
-    return 0
+    return ExitCode.OK
 
 
 def check_submit(args: argparse.Namespace) -> None:
@@ -140,7 +164,7 @@ def make_worker(args: argparse.Namespace, agents: Sequence[Agent]) -> Worker:
     )
 
 
-async def worker_command(worker: Worker, args: argparse.Namespace) -> int:
+async def worker_command(worker: Worker, args: argparse.Namespace) -> ExitCode:
     """``worker``: run until SIGTERM or SIGINT (a second one stops at once); exit 0."""
     reports: list[WorkerReport] = []
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -179,7 +203,7 @@ async def worker_command(worker: Worker, args: argparse.Namespace) -> int:
             f"drained={report.drained} abandoned={report.abandoned} failed={report.failed} "
             f"outcomes: {outcomes}"
         )
-    return 0
+    return ExitCode.OK
 
 
 def _note(text: str) -> None:
@@ -221,7 +245,7 @@ def _iso(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds")
 
 
-def workers_command(store: EventStore, args: argparse.Namespace) -> int:
+def workers_command(store: EventStore, args: argparse.Namespace) -> ExitCode:
     """``workers``: the registered holders, live or not, with their leases."""
     queue = read_queue(store)
     try:
@@ -242,7 +266,7 @@ def workers_command(store: EventStore, args: argparse.Namespace) -> int:
     if args.json:
         for record in records:
             print(json.dumps(record))
-        return 0
+        return ExitCode.OK
     table = Table("holder", "kind", "alive", "heartbeat", "agents", "leases", box=None)
     for record in records:
         held = ", ".join(
@@ -270,7 +294,7 @@ def workers_command(store: EventStore, args: argparse.Namespace) -> int:
         f"{live} live holder(s), {sum(len(v) for v in leases.values())} lease(s) held"
         + (f", {ran_out} run out (to be taken over)" if ran_out else "")
     )
-    return 0
+    return ExitCode.OK
 
 
 def _lease_record(row: QueueRow, now: float) -> dict[str, Any]:

@@ -1,0 +1,169 @@
+"""What several command groups share: the runtime and agent they run, and how they print."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+from rich.console import Console
+
+from loop_actors._errors import AgentLoadError
+from loop_actors._render import terminal_safe
+from loop_actors.agent.agent import Agent
+from loop_actors.audit.checkpoint import load_signing_key
+from loop_actors.audit.checkpointer import (
+    CHECKPOINT_DIR_ENV,
+    CHECKPOINT_EVERY_ENV,
+    CHECKPOINT_KEY_ENV,
+)
+from loop_actors.cli.exit_codes import ExitCode
+from loop_actors.cli.parser import positive_int
+from loop_actors.runtime.outcome import Outcome
+from loop_actors.runtime.runtime import Runtime
+from loop_actors.store.store import EventStore, resolve_db_url
+
+
+def checkpoint_options(sub: argparse.ArgumentParser) -> None:
+    """The options of every command that runs invocations: automatic checkpoints."""
+    sub.add_argument(
+        "--checkpoint-dir",
+        metavar="DIR",
+        help=f"write checkpoints of the log to DIR, outside the store (${CHECKPOINT_DIR_ENV})",
+    )
+    sub.add_argument(
+        "--checkpoint-key",
+        metavar="KEYFILE",
+        help=f"sign them with this private key file (${CHECKPOINT_KEY_ENV})",
+    )
+    sub.add_argument(
+        "--checkpoint-every",
+        metavar="N",
+        type=positive_int,
+        help=f"and after every N commits when no run ends (${CHECKPOINT_EVERY_ENV}; default 100)",
+    )
+
+
+def runtime_for(args: argparse.Namespace, *, existing: bool = False) -> Runtime:
+    """The Runtime a command runs invocations with: ``--db`` and the checkpoint options.
+
+    With ``existing``, the database must exist already (resume and reconcile create
+    nothing). A checkpoint key file is read here, before anything runs.
+
+    Raises:
+        UsageError: a bad option, a missing database, or an unreadable key file.
+    """
+    url = resolve_db_url(getattr(args, "db", None))
+    runtime = Runtime(
+        url,
+        checkpoint_dir=getattr(args, "checkpoint_dir", None),
+        checkpoint_key=getattr(args, "checkpoint_key", None),
+        checkpoint_every=getattr(args, "checkpoint_every", None),
+    )
+    if runtime.checkpoints is not None and runtime.checkpoints.key_file is not None:
+        load_signing_key(runtime.checkpoints.key_file)
+    if existing:
+        EventStore(url, create=False).close()
+    return runtime
+
+
+def load_agent(reference: str) -> Agent:
+    """Import ``MODULE:ATTR`` (like uvicorn) and check that it is an Agent.
+
+    Raises:
+        AgentLoadError: the module or attribute is missing, or is not an Agent.
+    """
+    module_name, sep, attribute = reference.partition(":")
+    if not sep or not module_name or not attribute:
+        raise AgentLoadError(f"expected MODULE:ATTR, got {reference!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        raise AgentLoadError(f"cannot import module {module_name!r}: {error}") from error
+    except Exception as error:
+        raise AgentLoadError(
+            f"importing {module_name!r} failed: {type(error).__name__}: {error}"
+        ) from error
+    value: Any = module
+    for part in attribute.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            raise AgentLoadError(f"module {module_name!r} has no attribute {attribute!r}") from None
+    if not isinstance(value, Agent):
+        raise AgentLoadError(f"{reference} is a {type(value).__name__}, not a loop_actors.Agent")
+    return value
+
+
+def outcome_json(outcome: Outcome) -> str:
+    """The outcome as one JSON object (``--json``)."""
+    record: dict[str, Any] = {
+        "invocation_id": outcome.invocation_id,
+        "reason": outcome.reason.value,
+        "answer": outcome.answer,
+        "steps": outcome.steps,
+        "tool_calls": outcome.tool_calls,
+        "detail": outcome.detail,
+    }
+    if outcome.digest is not None:
+        record["digest"] = outcome.digest
+        record["pending_calls"] = outcome.pending_calls
+    return json.dumps(record)
+
+
+def outcome_lines(outcome: Outcome, events: int) -> list[str]:
+    """The readable outcome; model and tool text escaped for the terminal."""
+    lines = [outcome.reason.value]
+    if outcome.answer is not None:
+        lines.append(terminal_safe(outcome.answer))
+    elif outcome.detail:
+        lines.append(terminal_safe(outcome.detail))
+    lines.append(
+        f"steps={outcome.steps} tool_calls={outcome.tool_calls} events={events} "
+        f"id={terminal_safe(outcome.invocation_id)}"
+    )
+    return lines
+
+
+def report(outcome: Outcome, event_count: int, *, as_json: bool) -> ExitCode:
+    """Print an outcome (one JSON object, or the readable lines); return its exit code."""
+    if as_json:
+        print(outcome_json(outcome))
+    else:
+        print("\n".join(outcome_lines(outcome, event_count)))
+    return ExitCode(outcome.exit_code)
+
+
+def note(text: str) -> None:
+    """Print ``loop-actors: note: TEXT`` on stderr."""
+    print(f"loop-actors: note: {text}", file=sys.stderr)
+
+
+def open_for_reading(db: str | None) -> EventStore:
+    """The store, opened read-only: the commands that only read never write it."""
+    store = EventStore(resolve_db_url(db), create=False, read_only=True)
+    for text in store.notes:
+        note(text)
+    return store
+
+
+def console() -> Console:
+    """The console the tables and trees are printed to."""
+    # A pipe or a file gets wide lines rather than columns cut to 80 characters.
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+
+
+def trio_run(fn: Callable[..., Awaitable[int]], *args: Any) -> int:
+    """Run a command's trio loop; a Ctrl-C reaches its main task at a checkpoint only.
+
+    So a real Ctrl-C never lands inside a tool's or a model's own code (which would
+    make it that code's failure): it stops the command, exit 130.
+    """
+    return trio.run(fn, *args, restrict_keyboard_interrupt_to_checkpoints=True)

@@ -1,0 +1,250 @@
+"""The commands that run and steer invocations.
+
+``run``, ``resume``, ``approve``, ``deny``, ``clarify``, ``cancel`` and ``reconcile``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from aggregates.decisions import TerminalReason
+from loop_actors._errors import UsageError
+from loop_actors._render import terminal_safe
+from loop_actors.agent.adapters import model_from_name
+from loop_actors.agent.agent import Agent
+from loop_actors.cli.common import (
+    checkpoint_options,
+    load_agent,
+    report,
+    runtime_for,
+    trio_run,
+)
+from loop_actors.cli.exit_codes import ExitCode
+from loop_actors.cli.parser import AddArguments, db_option
+from loop_actors.runtime.runtime import Runtime, check_invocation_id
+
+
+def _add_run(run: argparse.ArgumentParser) -> None:
+    run.add_argument("agent", metavar="MODULE:ATTR", help="e.g. myagents:support_agent")
+    run.add_argument("--goal", required=True, help="what the agent should achieve")
+    run.add_argument("--id", dest="invocation_id", metavar="ID", help="choose the invocation id")
+    run.add_argument("--task-class", help="recorded with the invocation, for metrics")
+    run.add_argument(
+        "--model", metavar="PROVIDER:MODEL", help="run with openai:MODEL or anthropic:MODEL instead"
+    )
+    run.add_argument(
+        "--base-url", metavar="URL", help="an OpenAI-compatible server (vLLM, Ollama...)"
+    )
+    run.add_argument(
+        "--send-key-to-loopback",
+        action="store_true",
+        help="send the provider key from the environment to a --base-url on this machine too "
+        "(a local gateway that needs it; withheld by default)",
+    )
+    run.add_argument("--actor", help="who the invocation acts for (for the agent's policy)")
+    run.add_argument("--tenant", help="whose data it acts on (for the agent's policy)")
+    run.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
+
+
+def _add_resume(resume: argparse.ArgumentParser) -> None:
+    resume.add_argument("invocation_id", metavar="ID")
+    resume.add_argument("--agent", required=True, metavar="MODULE:ATTR", help="the agent it runs")
+    resume.add_argument(
+        "--allow-catalogue-change",
+        action="store_true",
+        help="resume even if a tool was removed or changed its schema since the start",
+    )
+    resume.add_argument(
+        "--allow-settings-change",
+        action="store_true",
+        help="use the agent's current budget and settings instead of the recorded ones "
+        "(recorded as SettingsChanged)",
+    )
+    resume.add_argument(
+        "--take-over",
+        action="store_true",
+        help="resume even while another process holds its lease: that holder is fenced off "
+        "(LeaseAcquired is recorded; its next append is refused, it ends lease_lost)",
+    )
+    resume.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
+
+
+def _add_approve(approve: argparse.ArgumentParser) -> None:
+    approve.add_argument("invocation_id", metavar="ID")
+    approve.add_argument("--digest", required=True, help="the digest the paused run printed")
+    approve.add_argument("--by", required=True, metavar="NAME", help="who approves (audited)")
+    approve.add_argument("--note", help="why (audited)")
+    approve.add_argument("--agent", metavar="MODULE:ATTR", help="resume right away with it")
+    approve.add_argument("--json", action="store_true")
+
+
+def _add_deny(deny: argparse.ArgumentParser) -> None:
+    deny.add_argument("invocation_id", metavar="ID")
+    deny.add_argument("--by", required=True, metavar="NAME", help="who denies (audited)")
+    deny.add_argument("--reason", required=True, help="why (audited, and told to the model)")
+    deny.add_argument("--agent", metavar="MODULE:ATTR", help="resume right away with it")
+    deny.add_argument("--json", action="store_true")
+
+
+def _add_clarify(clarify: argparse.ArgumentParser) -> None:
+    clarify.add_argument("invocation_id", metavar="ID")
+    clarify.add_argument("--answer", required=True, help="the answer the model will see")
+    clarify.add_argument("--by", metavar="NAME", help="who answers (audited)")
+    clarify.add_argument("--agent", metavar="MODULE:ATTR", help="resume right away with it")
+    clarify.add_argument("--json", action="store_true")
+
+
+def _add_cancel(cancel: argparse.ArgumentParser) -> None:
+    cancel.add_argument("invocation_id", metavar="ID")
+    cancel.add_argument("--by", metavar="NAME", help="who asks (audited)")
+    cancel.add_argument("--reason", help="why (audited)")
+    cancel.add_argument("--json", action="store_true")
+
+
+def _add_reconcile(reconcile: argparse.ArgumentParser) -> None:
+    reconcile.add_argument("--agent", required=True, metavar="MODULE:ATTR")
+    reconcile.add_argument("--json", action="store_true", help="print a JSON report")
+
+
+async def _run_agent(runtime: Runtime, agent: Agent, args: argparse.Namespace) -> ExitCode:
+    async with runtime:  # one store for the run and its history (memory:// included)
+        outcome = await runtime.run(
+            agent,
+            args.goal,
+            invocation_id=args.invocation_id,
+            task_class=args.task_class,
+            actor=args.actor,
+            tenant=args.tenant,
+        )
+        events = await runtime.history(outcome.invocation_id)
+    return report(outcome, len(events), as_json=args.json)
+
+
+async def _resume(runtime: Runtime, agent: Agent, args: argparse.Namespace) -> ExitCode:
+    async with runtime:
+        outcome = await runtime.resume(
+            args.invocation_id,
+            agent,
+            allow_catalogue_change=args.allow_catalogue_change,
+            allow_settings_change=args.allow_settings_change,
+            take_over=args.take_over,
+        )
+        events = await runtime.history(outcome.invocation_id)
+    return report(outcome, len(events), as_json=args.json)
+
+
+async def _reconcile(runtime: Runtime, agent: Agent, args: argparse.Namespace) -> ExitCode:
+    reconciled = await runtime.reconcile(agent)
+    if args.json:
+        print(reconciled.model_dump_json())
+    else:
+        for outcome in reconciled.resumed:
+            print(f"resumed {terminal_safe(outcome.invocation_id)}: {outcome.reason.value}")
+        for invocation_id in reconciled.left_running:
+            print(
+                f"left alone {terminal_safe(invocation_id)}: not paused (it may be running); "
+                "resume it"
+            )
+        for stuck in reconciled.needs_person:
+            print(
+                f"needs a person {stuck.effect_key} "
+                f"(invocation {terminal_safe(stuck.invocation_id)}): "
+                f"{terminal_safe(stuck.why)}; loop-actors effects resolve {stuck.effect_key} "
+                "--committed [--receipt JSON] | --rejected --reason TEXT --by NAME"
+            )
+        print(f"effects settled={reconciled.effects_settled} open={reconciled.effects_open}")
+    if reconciled.needs_person:
+        return ExitCode.NEEDS_PERSON
+    # A resumed invocation paused for reconciliation has its open effects counted above.
+    paused_again = any(
+        o.paused and o.reason is not TerminalReason.RECONCILIATION_REQUIRED
+        for o in reconciled.resumed
+    )
+    return ExitCode.PAUSED if reconciled.effects_waiting > 0 or paused_again else ExitCode.OK
+
+
+async def _decide(runtime: Runtime, agent: Agent | None, args: argparse.Namespace) -> ExitCode:
+    """Approve / deny / clarify: record the person's decision, then resume if asked."""
+    async with runtime:
+        match args.command:
+            case "approve":
+                await runtime.approve(
+                    args.invocation_id, digest=args.digest, by=args.by, note=args.note
+                )
+            case "deny":
+                await runtime.deny(args.invocation_id, by=args.by, reason=args.reason)
+            case _:
+                await runtime.clarify(args.invocation_id, answer=args.answer, by=args.by)
+        if agent is None:
+            print(
+                f"recorded {args.command} for {terminal_safe(args.invocation_id)}; "
+                "resume it to continue"
+            )
+            return ExitCode.OK
+        outcome = await runtime.resume(args.invocation_id, agent)
+        events = await runtime.history(outcome.invocation_id)
+    return report(outcome, len(events), as_json=args.json)
+
+
+async def _cancel(runtime: Runtime, args: argparse.Namespace) -> ExitCode:
+    result = await runtime.request_cancel(args.invocation_id, by=args.by, reason=args.reason)
+    if args.json:
+        print(json.dumps({"invocation_id": args.invocation_id, "result": result.value}))
+    else:
+        print(f"{terminal_safe(args.invocation_id)}: {result.value}")
+    return ExitCode.OK
+
+
+def _runs(add_options: AddArguments) -> AddArguments:
+    """A command's options, then ``--db`` and the checkpoint options (every command here)."""
+
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        add_options(parser)
+        db_option(parser)
+        checkpoint_options(parser)
+
+    return add_arguments
+
+
+ARGUMENTS: dict[str, AddArguments] = {
+    "run": _runs(_add_run),
+    "resume": _runs(_add_resume),
+    "approve": _runs(_add_approve),
+    "deny": _runs(_add_deny),
+    "clarify": _runs(_add_clarify),
+    "cancel": _runs(_add_cancel),
+    "reconcile": _runs(_add_reconcile),
+}
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one of this group's commands."""
+    match args.command:
+        case "run":
+            if not args.goal.strip():
+                raise UsageError("--goal must not be empty")
+            if args.invocation_id is not None:
+                check_invocation_id(args.invocation_id)  # before the database is opened
+            agent = load_agent(args.agent)  # before the database: a bad agent writes nothing
+            if args.model:
+                model = model_from_name(
+                    args.model,
+                    base_url=args.base_url,
+                    send_key_to_loopback=args.send_key_to_loopback,
+                )
+                agent = agent.with_model(model)
+            elif args.base_url or args.send_key_to_loopback:
+                raise UsageError("--base-url and --send-key-to-loopback go with --model")
+            return trio_run(_run_agent, runtime_for(args), agent, args)
+        case "resume":
+            agent = load_agent(args.agent)
+            return trio_run(_resume, runtime_for(args, existing=True), agent, args)
+        case "cancel":
+            return trio_run(_cancel, runtime_for(args, existing=True), args)
+        case "approve" | "deny" | "clarify":
+            decider = load_agent(args.agent) if args.agent else None
+            return trio_run(_decide, runtime_for(args, existing=True), decider, args)
+        case _:
+            agent = load_agent(args.agent)
+            return trio_run(_reconcile, runtime_for(args, existing=True), agent, args)

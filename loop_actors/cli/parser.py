@@ -1,0 +1,171 @@
+"""The ``loop-actors`` argument parser, whose commands' options are added lazily.
+
+The top-level parser knows each command's name, one-line help and command group (a
+module of this package). A command's options are added by its group's module when
+that command is parsed, so ``loop-actors --version`` and ``loop-actors --help``
+import no group module, hence neither trio nor eventsourcing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.metadata
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NoReturn, Protocol, cast
+
+from loop_actors.cli.exit_codes import ExitCode
+
+DB_HELP = "sqlite:///path.db, postgresql://user:password@host:port/dbname or memory://"
+
+COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("demo", "demo", "run seed 000's example agent and show its trajectory"),
+    ("run", "invocations", "run an Agent given as MODULE:ATTR"),
+    (
+        "resume",
+        "invocations",
+        "continue an invocation from its committed events (after a crash or pause)",
+    ),
+    ("approve", "invocations", "approve the batch an invocation waits with"),
+    ("deny", "invocations", "deny the batch an invocation waits with"),
+    ("clarify", "invocations", "answer the question an invocation asked"),
+    ("cancel", "invocations", "ask an invocation to stop (recorded; honoured by any worker)"),
+    (
+        "reconcile",
+        "invocations",
+        "settle open effects with their services; resume invocations paused for it",
+    ),
+    ("audit", "audit", "verify the tamper-evident history"),
+    ("store", "store", "copy a store (e.g. from SQLite to PostgreSQL)"),
+    ("show", "read_models", "an invocation's trajectory, as a tree"),
+    ("list", "read_models", "invocations, newest first"),
+    ("metrics", "read_models", "counts and distributions by group"),
+    (
+        "effects",
+        "effects",
+        "open effects (dispatched or outcome unknown), oldest first; "
+        "'effects resolve KEY' settles one by hand",
+    ),
+    ("projections", "read_models", "the read models"),
+    (
+        "eval",
+        "evaluation",
+        "run a cases file's cases as invocations and score their trajectories "
+        "('eval schema', 'eval compare A B')",
+    ),
+    ("submit", "queue", "record a new invocation as runnable, for a worker to run; print its id"),
+    ("worker", "queue", "claim runnable invocations of these agents and run them, many at once"),
+    ("workers", "queue", "live lease holders (workers and runs), their leases, last heartbeat"),
+    ("history", "history", "print an invocation's committed events"),
+)
+"""Every command in the order ``--help`` lists them: name, group module, help."""
+
+AddArguments = Callable[[argparse.ArgumentParser], None]
+
+
+class CommandGroup(Protocol):
+    """A module of this package that owns some commands: their options and their run."""
+
+    ARGUMENTS: Mapping[str, AddArguments]
+    """Each command's function that adds its options (and sub-commands) to its parser."""
+
+    def run(self, args: argparse.Namespace) -> int:
+        """Run the parsed command; return its exit code."""
+        ...
+
+
+def command_group(name: str) -> CommandGroup:
+    """The module ``loop_actors.cli.<name>``, imported now (it may import trio)."""
+    return cast(CommandGroup, importlib.import_module(f"loop_actors.cli.{name}"))
+
+
+class CliParser(argparse.ArgumentParser):
+    """argparse that reports a usage error in one line and exits 2.
+
+    Given ``add_arguments``, it adds them the first time it parses (or prints help).
+    """
+
+    def __init__(self, *args: Any, add_arguments: AddArguments | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._add_arguments = add_arguments
+
+    def _complete(self) -> None:
+        if self._add_arguments is not None:
+            add_arguments, self._add_arguments = self._add_arguments, None
+            add_arguments(self)
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """Add the lazy arguments, then parse as argparse does."""
+        self._complete()
+        return super().parse_known_args(args, namespace)
+
+    def format_help(self) -> str:
+        """The help, with the lazy arguments."""
+        self._complete()
+        return super().format_help()
+
+    def format_usage(self) -> str:
+        """The usage line, with the lazy arguments."""
+        self._complete()
+        return super().format_usage()
+
+    def error(self, message: str) -> NoReturn:
+        """Print a one-line usage error and exit 2."""
+        self.exit(ExitCode.USAGE_ERROR, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def db_option(sub: argparse.ArgumentParser) -> None:
+    """The ``--db URL`` option."""
+    sub.add_argument("--db", metavar="URL", help=DB_HELP)
+
+
+def views_option(sub: argparse.ArgumentParser) -> None:
+    """The ``--db URL`` and ``--views FILE`` options of the commands that read read models."""
+    db_option(sub)
+    sub.add_argument(
+        "--views", metavar="FILE", help="the read models' SQLite file (default: X.views.db)"
+    )
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("loop-actors")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree never installed
+        return "(not installed)"
+
+
+def _lazy_arguments(group: str, command: str) -> AddArguments:
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        command_group(group).ARGUMENTS[command](parser)
+
+    return add_arguments
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``loop-actors``; each parsed command's ``group`` is its module's name."""
+    parser = CliParser(
+        prog="loop-actors",
+        description="Run, inspect and audit event-sourced agent loops.",
+        epilog="Database: --db URL, else $LOOP_ACTORS_DB, else sqlite:///loop-actors.db. "
+        "Exit codes: 0 completed, 3 paused, 4 other terminal reason, 2 bad usage, 1 internal, "
+        "6 another process holds the lease; reconcile: 5 an effect needs a person.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=CliParser)
+    for name, group, text in COMMANDS:
+        sub = commands.add_parser(name, help=text, add_arguments=_lazy_arguments(group, name))
+        sub.set_defaults(group=group)
+    return parser

@@ -1,0 +1,213 @@
+"""The commands that read the read models: show, list, metrics, projections (and effects)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from aggregates.decisions import TerminalReason
+from aggregates.effect import who_settles
+from aggregates.lease import QueueRow
+from loop_actors._errors import InvocationNotFoundError, UsageError
+from loop_actors._render import effects_table, invocations_table, metrics_table, render_tree
+from loop_actors.agent.agent import Agent
+from loop_actors.cli.common import console, load_agent, note, open_for_reading
+from loop_actors.cli.exit_codes import ExitCode
+from loop_actors.cli.parser import AddArguments, CliParser, positive_int, views_option
+from loop_actors.cli.queue import QUEUE_STATUSES, queue_statuses, status_of
+from loop_actors.runtime.runtime import unaskable_reason
+from loop_actors.store.views import open_read_runner, open_writable_runner
+from projections import (
+    ProjectionRunner,
+    list_invocations,
+    list_open_effects,
+    load_trajectory,
+    metrics,
+)
+from projections.runner import DEFAULT_BATCH_SIZE
+
+
+def _add_show(show: argparse.ArgumentParser) -> None:
+    show.add_argument("invocation_id", metavar="ID")
+    show.add_argument("--json", action="store_true", help="the trajectory as JSON")
+    views_option(show)
+
+
+def _add_list(listing: argparse.ArgumentParser) -> None:
+    listing.add_argument(
+        "--reason",
+        choices=[reason.value for reason in TerminalReason],
+        metavar="REASON",
+        help="only this terminal reason (e.g. completed)",
+    )
+    listing.add_argument("--agent", help="only this agent")
+    listing.add_argument(
+        "--status",
+        choices=QUEUE_STATUSES,
+        help="only invocations in this state of the work queue (runnable, claimed, paused, ended)",
+    )
+    listing.add_argument(
+        "--limit", type=positive_int, default=50, help="at most this many (default 50)"
+    )
+    listing.add_argument("--json", action="store_true", help="one JSON object a line")
+    views_option(listing)
+
+
+def _add_metrics(metrics_cmd: argparse.ArgumentParser) -> None:
+    metrics_cmd.add_argument(
+        "--by", choices=["agent", "task-class", "reason"], default="reason", help="the grouping"
+    )
+    metrics_cmd.add_argument("--json", action="store_true", help="one JSON object a line")
+    views_option(metrics_cmd)
+
+
+def _add_projections(projections_cmd: argparse.ArgumentParser) -> None:
+    projection_actions = projections_cmd.add_subparsers(
+        dest="projections_command", required=True, parser_class=CliParser
+    )
+    for action, text in (
+        ("status", "position, head and lag of each read model"),
+        ("catch-up", "apply every event not yet applied"),
+        ("rebuild", "drop a read model and replay it from position 0"),
+    ):
+        sub_parser = projection_actions.add_parser(action, help=text)
+        sub_parser.add_argument(
+            "name", nargs="?", choices=["trajectory", "metrics", "open_effects"]
+        )
+        sub_parser.add_argument("--json", action="store_true", help="one JSON object a line")
+        sub_parser.add_argument(
+            "--batch-size",
+            type=int,
+            default=DEFAULT_BATCH_SIZE,
+            help=f"events per transaction (default {DEFAULT_BATCH_SIZE})",
+        )
+        views_option(sub_parser)
+
+
+ARGUMENTS: dict[str, AddArguments] = {
+    "show": _add_show,
+    "list": _add_list,
+    "metrics": _add_metrics,
+    "projections": _add_projections,
+}
+
+
+def run(args: argparse.Namespace) -> int:
+    """The commands that read the read models (after catching them up)."""
+    batch_size = getattr(args, "batch_size", DEFAULT_BATCH_SIZE)
+    if batch_size < 1:
+        raise UsageError("--batch-size must be at least 1")
+    store = open_for_reading(args.db)
+    try:
+        if args.command == "projections":
+            runner = open_writable_runner(store, args.views, batch_size=batch_size)
+        else:
+            runner = open_read_runner(store, args.views, batch_size=batch_size, note=note)
+        queue = None
+        if args.command == "list" and args.status is not None:
+            queue = queue_statuses(store)
+        try:
+            return _read_model_command(runner, args, queue)
+        finally:
+            runner.close()
+    finally:
+        store.close()
+
+
+def _read_model_command(
+    runner: ProjectionRunner,
+    args: argparse.Namespace,
+    queue: tuple[dict[str, QueueRow], float] | None = None,
+) -> int:
+    out = console()
+    if args.command == "projections":
+        action = args.projections_command
+        if action == "rebuild":
+            reports = runner.rebuild(args.name)
+        elif action == "catch-up":
+            reports = runner.catch_up(args.name)
+        else:
+            for status in runner.status(args.name):
+                if args.json:
+                    print(json.dumps({**status.model_dump(), "lag": status.lag}))
+                else:
+                    print(
+                        f"{status.name:<14} position={status.position} head={status.head} "
+                        f"lag={status.lag}"
+                    )
+            return ExitCode.OK
+        for report in reports:
+            if args.json:
+                print(report.model_dump_json())
+            else:
+                rate = report.events / report.seconds if report.seconds else 0.0
+                print(
+                    f"{report.name:<14} applied={report.events} position={report.position} "
+                    f"({rate:,.0f} events/s)"
+                )
+        return ExitCode.OK
+    runner.catch_up()
+    match args.command:
+        case "show":
+            trajectory = load_trajectory(runner, args.invocation_id)
+            if trajectory is None:
+                raise InvocationNotFoundError(args.invocation_id)
+            if args.json:
+                print(trajectory.model_dump_json())
+            else:
+                out.print(render_tree(trajectory))
+        case "list":
+            if queue is None:
+                rows = list_invocations(
+                    runner, reason=args.reason, agent=args.agent, limit=args.limit
+                )
+            else:
+                rows = _with_status(runner, args, *queue)
+            if args.json:
+                for row in rows:
+                    print(json.dumps(row))
+            else:
+                out.print(invocations_table(rows))
+        case "metrics":
+            groups = metrics(runner, args.by)
+            if args.json:
+                for group in groups:
+                    print(group.model_dump_json())
+            else:
+                out.print(metrics_table(groups, args.by))
+        case "effects":
+            effects = list_open_effects(runner)
+            if args.effects_agent is not None:
+                _who_settles_with(load_agent(args.effects_agent), effects)
+            if args.json:
+                for effect in effects:
+                    print(json.dumps(effect))
+            else:
+                out.print(effects_table(effects))
+    return ExitCode.OK
+
+
+def _with_status(
+    runner: ProjectionRunner, args: argparse.Namespace, rows: dict[str, QueueRow], now: float
+) -> list[dict[str, Any]]:
+    """``list --status``: the invocations in that queue state, newest first, with it."""
+    found: list[dict[str, Any]] = []
+    for row in list_invocations(runner, reason=args.reason, agent=args.agent, limit=2**62):
+        status = status_of(rows.get(row["invocation_id"]), row["status"], now)
+        if status == args.status:
+            found.append({**row, "queue_status": status})
+            if len(found) == args.limit:
+                break
+    return found
+
+
+def _who_settles_with(agent: Agent, effects: list[dict[str, Any]]) -> None:
+    """Say who settles each open effect of ``agent``'s invocations, looking at its tools."""
+    for row in effects:
+        if row["agent"] != agent.name:
+            continue  # another agent's tools decide for its effects
+        row["needs"] = who_settles(
+            invocation_ended=row["invocation_ended"],
+            service_can_be_asked=unaskable_reason(agent, row["tool"]) is None,
+        ).value

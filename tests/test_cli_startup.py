@@ -1,0 +1,137 @@
+"""The CLI's start-up: lazy imports, the public names, the entry points and ExitCode.
+
+Bad inputs tried: a name outside ``__all__`` (AttributeError), a command group's
+``--help`` (it may import its group; only the top level must stay light).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import loop_actors
+from loop_actors.cli import ExitCode, main
+from loop_actors.cli.parser import COMMANDS, build_parser, command_group
+from tests.cli_support import cli_env
+
+HEAVY = ("trio", "eventsourcing", "pydantic")
+"""What ``--version`` and ``--help`` must not import."""
+
+
+def _imported_after(code: str) -> list[str]:
+    """The heavy modules a fresh interpreter has imported after running ``code``."""
+    probe = (
+        f"{code}\nimport sys, json\nprint(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    imported: list[str] = json.loads(result.stdout.strip().splitlines()[-1])
+    return imported
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"]])
+def test_version_and_help_import_neither_trio_nor_eventsourcing_nor_pydantic(
+    argv: list[str],
+) -> None:
+    code = (
+        "import contextlib, io\nfrom loop_actors.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        f"    main({argv!r})"
+    )
+    assert _imported_after(code) == []
+
+
+def test_importing_loop_actors_imports_nothing_heavy_until_a_name_is_used() -> None:
+    assert _imported_after("import loop_actors") == []
+    assert "trio" in _imported_after("import loop_actors\nloop_actors.Runtime")
+
+
+def test_every_public_name_resolves_to_the_object_of_its_module() -> None:
+    for name in loop_actors.__all__:
+        assert getattr(loop_actors, name) is not None, name
+    assert loop_actors.ToolEffect is loop_actors.Effect  # the former name, kept
+    assert set(loop_actors.__all__) <= set(dir(loop_actors))
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        loop_actors.Nope  # noqa: B018 - the access is the test
+
+
+def test_the_lazy_table_and_the_type_checking_imports_agree_with_all() -> None:
+    """Each name is in ``__all__``, in ``_EXPORTS`` and in the TYPE_CHECKING block, once."""
+    tree = ast.parse(Path(loop_actors.__file__).read_text(encoding="utf-8"))
+    block = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+    )
+    typed: dict[str, str] = {}
+    for statement in block.body:
+        assert isinstance(statement, ast.ImportFrom)
+        assert statement.module is not None
+        for alias in statement.names:
+            assert alias.asname == alias.name  # a re-export, under its own name
+            typed[alias.name] = statement.module
+    exports = loop_actors._EXPORTS
+    assert typed == exports
+    assert sorted(exports) == sorted(loop_actors.__all__)
+    assert len(loop_actors.__all__) == len(set(loop_actors.__all__))
+
+
+def test_every_command_has_its_group_and_its_options() -> None:
+    for name, group, _ in COMMANDS:
+        assert name in command_group(group).ARGUMENTS, (name, group)
+    names = ",".join(name for name, _, _ in COMMANDS)
+    assert f"{{{names}}}" in build_parser().format_usage()  # in this order
+
+
+def test_exit_codes_keep_their_documented_numbers() -> None:
+    assert {code.name: int(code) for code in ExitCode} == {
+        "OK": 0,
+        "INTERNAL_ERROR": 1,
+        "USAGE_ERROR": 2,
+        "PAUSED": 3,
+        "NOT_COMPLETED": 4,
+        "NEEDS_PERSON": 5,
+        "LEASE_HELD": 6,
+        "INTERRUPTED": 130,
+    }
+    assert ExitCode["TAMPERED"] is ExitCode.NOT_COMPLETED  # one number, two meanings
+
+
+def test_a_usage_error_in_process_exits_2_with_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["list", "--limit", "0"])
+    assert exited.value.code == ExitCode.USAGE_ERROR
+    assert capsys.readouterr().err == (
+        "loop-actors list: error: argument --limit: must be at least 1, got 0 (see --help)\n"
+    )
+
+
+@pytest.mark.parametrize("command", [["-m", "loop_actors"], ["-m", "loop_actors.cli.main"]])
+def test_the_module_entry_points_print_the_version(command: list[str]) -> None:
+    result = subprocess.run(
+        [sys.executable, *command, "--version"],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("loop-actors ")
+    assert result.stderr == ""  # no runpy warning of a module imported twice
