@@ -58,6 +58,8 @@ from typing import Any
 
 from eventsourcing.utils import get_topic
 
+from aggregates.json_encoder import ascii_string, c_encoder
+
 GENESIS = "0" * 64
 """The previous hash of an aggregate's first event."""
 
@@ -81,9 +83,6 @@ _HASH_MEMBER = len(STORED_PREFIX) + 64 + 2
 """The bytes of ``{"chain_hash":"<64 hex>",``: a body is ``{`` and what follows them."""
 
 _TOPICS: dict[type, str] = {}
-
-_ascii_string: Any = json.encoder.encode_basestring_ascii
-"""A str as JSON writes it with ``ensure_ascii=True`` (C; what ``json.dumps`` calls)."""
 
 
 def topic_of(cls: type) -> str:
@@ -119,7 +118,7 @@ def stored_link(
     ensure_ascii=True)``, built here from the encoder's own string function (``dumps``
     makes a new encoder on every call; a test checks the two agree).
     """
-    header = f"[{_ascii_string(originator_id)},{int(version)},{_ascii_string(topic)}]"
+    header = f"[{ascii_string(originator_id)},{int(version)},{ascii_string(topic)}]"
     return hashlib.sha256(f"{previous_hash}\n{header}\n".encode() + body).hexdigest()
 
 
@@ -300,23 +299,11 @@ def _unencodable(value: object) -> object:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-def _canonical_encoder() -> Any:
-    """The C encoder behind ``_CANONICAL_JSON``, built once (``encode`` builds one per call).
+_C_CANONICAL = c_encoder(default=_unencodable, ensure_ascii=False)
+"""The C encoder behind ``_CANONICAL_JSON``, built once (``encode`` builds one per call).
 
-    Its output is ``_CANONICAL_JSON.encode``'s, byte for byte (a test checks this);
-    without the C accelerator (another Python implementation) that method is used.
-    """
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:  # pragma: no cover - CPython always has it
-        return None
-    # markers=None: no cycle check (a model dump has no cycles); floats as repr; NaN allowed,
-    # exactly as JSONEncoder.encode does with allow_nan=True.
-    return make(
-        None, _unencodable, json.encoder.encode_basestring, None, ":", ",", True, False, True
-    )
-
-
-_C_CANONICAL = _canonical_encoder()
+Its output is ``_CANONICAL_JSON.encode``'s, byte for byte (a test checks this); a model
+dump has no cycles. Without the C accelerator that method is used."""
 
 
 def canonical_record(event: Any) -> dict[str, Any]:

@@ -13,35 +13,17 @@ import hashlib
 import json
 from typing import Any
 
+from aggregates.json_encoder import c_encoder
+
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 # json.dumps with options builds a new encoder on every call; this one is built once.
 
 
-def _shared_encoder() -> Any:
-    """The C encoder ``_CANONICAL.encode`` makes on every call, made once.
+_SHARED = c_encoder(default=_CANONICAL.default, ensure_ascii=True)
+"""The C encoder ``_CANONICAL.encode`` makes on every call, made once (None without it).
 
-    It has no check for cycles (a dict of markers cannot be shared: an error leaves
-    entries in it); ``canonical_json`` asks the checking encoder then. Its output is
-    ``_CANONICAL.encode``'s, byte for byte (a test checks); None without
-    the C accelerator (another Python implementation).
-    """
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:  # pragma: no cover - CPython has it
-        return None
-    return make(
-        None,
-        _CANONICAL.default,
-        json.encoder.encode_basestring_ascii,
-        None,
-        ":",
-        ",",
-        True,
-        False,
-        True,
-    )
-
-
-_SHARED = _shared_encoder()
+It has no check for cycles; ``canonical_json`` asks the checking encoder then. Its
+output is ``_CANONICAL.encode``'s, byte for byte (a test checks)."""
 
 
 def canonical_json(value: Any) -> str:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict
 from pydantic_core import TzInfo
 
 from aggregates.audit import AUDIT_FORMAT, GENESIS, event_body, stored_link, topic_of
+from aggregates.pydantic_slots import set_in_place
 
 
 class DomainEvent(BaseModel, CanMutateAggregate[str]):
@@ -48,10 +49,10 @@ def _seal(event: DomainEvent, previous_hash: str) -> None:
     is kept for the store, which writes it as it was hashed.
     """
     body = event_body(event)
-    event.__dict__["chain_hash"] = stored_link(
+    chain_hash = stored_link(
         previous_hash, event.originator_id, event.originator_version, topic_of(type(event)), body
     )
-    event.__pydantic_fields_set__.add("chain_hash")
+    set_in_place(event, "chain_hash", chain_hash)
     object.__setattr__(event, "_sealed_body", body)
 
 

@@ -60,6 +60,19 @@ def built(cls: type[_Built], fields: dict[str, Any]) -> _Built:
 _EVERY_FIELD: dict[type[BaseModel], set[str]] = {}
 
 
+def set_in_place(model: BaseModel, name: str, value: Any) -> None:
+    """Write one field of a model that nothing else has seen yet (a frozen one too), as set.
+
+    For a value computed from the model itself (an event's hash over its own body):
+    writing it in place saves a copy and a second validation. The model's fields set
+    gains ``name`` without changing a set it may share with others (see :func:`built`).
+    """
+    model.__dict__[name] = value
+    fields_set = model.__pydantic_fields_set__
+    if name not in fields_set:
+        SET_FIELDS_SET(model, fields_set | {name})
+
+
 __all__ = [
     "PYDANTIC_SLOTS",
     "SET_DICT",
@@ -67,4 +80,5 @@ __all__ = [
     "SET_FIELDS_SET",
     "SET_PRIVATE",
     "built",
+    "set_in_place",
 ]

@@ -27,7 +27,7 @@ end). Then, in one run:
   store then writes that body as it is; format 1, the older one: the canonical record,
   the standard library's JSON encoder, SHA-256), the canonical record alone, and the
   mapper's encoding for storage (``model_dump_json`` as in
-  ``loop_actors.store.store.PydanticEventMapper``), REPS times each.
+  ``loop_actors.store.mapper.PydanticEventMapper``), REPS times each.
 
 Each rate is given per second of wall time and per second of the process's CPU
 time (the second moves less when other work shares the machine).
@@ -96,7 +96,8 @@ from loop_actors import (
     ToolError,
     tool,
 )
-from loop_actors.store.store import _IN_COLUMNS, EventStore
+from loop_actors.store.mapper import _IN_COLUMNS
+from loop_actors.store.store import EventStore
 from loop_actors.store.views import open_runner, views_location
 from projections import (
     MetricsProjection,

@@ -73,7 +73,9 @@ def measure(path: Path, n: int, *, packed: bool) -> Accounting:
     """
     with contextlib.ExitStack() as patches:
         if not packed:
-            patches.enter_context(patch("loop_actors.store.store.pack_body", lambda *_, **__: None))
+            patches.enter_context(
+                patch("loop_actors.store.mapper.pack_body", lambda *_, **__: None)
+            )
         trio.run(run, path, n)
     size = db_bytes(path)
     connection = sqlite3.connect(path)

@@ -1,5 +1,6 @@
 """Read models built from the event stream: they read events, never the runtime."""
 
+from projections.dialect import Dialect as Dialect
 from projections.effects import OpenEffectsProjection as OpenEffectsProjection
 from projections.effects import list_open_effects as list_open_effects
 from projections.metrics import MetricsProjection as MetricsProjection
@@ -13,7 +14,6 @@ from projections.runner import ProjectionRunner as ProjectionRunner
 from projections.runner import ProjectionStatus as ProjectionStatus
 from projections.runner import ReadModel as ReadModel
 from projections.runner import ReadModelRunner as ReadModelRunner
-from projections.sql import Dialect as Dialect
 from projections.sql import ViewCursor as ViewCursor
 from projections.trajectory import CallView as CallView
 from projections.trajectory import InvocationStatus as InvocationStatus

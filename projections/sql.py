@@ -19,8 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from functools import cache
 from typing import Any, ClassVar
 from urllib.parse import unquote, urlsplit
 
@@ -34,61 +32,14 @@ from eventsourcing.sqlite import (
     SQLiteTransaction,
 )
 
+from projections.dialect import POSTGRESQL, SQLITE, Dialect, marks
+
 STORE_TABLE = "read_model_store"
 """The identity of the store the read models were built from: one row."""
 
 POSTGRES_TRACKING_TABLE = "read_model_tracking"
 """The read models' tracking table on PostgreSQL (``tracking`` on SQLite, eventsourcing's name
 there; on PostgreSQL the table sits beside the event store's, so it gets a name of its own)."""
-
-
-@dataclass(frozen=True)
-class Dialect:
-    """What SQLite and PostgreSQL spell differently, for the read models' statements."""
-
-    name: str
-    """``sqlite`` or ``postgresql``."""
-    for_update: str
-    """Appended to a SELECT that locks the rows it reads until the transaction ends:
-    nothing on SQLite (a write transaction holds the whole file), `` FOR UPDATE`` on
-    PostgreSQL."""
-
-    def sql(self, statement: str) -> str:
-        """``statement``, written with ``?`` placeholders, in this engine's parameter style."""
-        if self.name == "sqlite":
-            return statement
-        return _format_style(statement)
-
-
-SQLITE = Dialect(name="sqlite", for_update="")
-POSTGRESQL = Dialect(name="postgresql", for_update=" FOR UPDATE")
-
-
-@cache
-def _format_style(statement: str) -> str:
-    """``?`` placeholders as ``%s`` and ``%`` as ``%%``, outside quoted text."""
-    out: list[str] = []
-    quote: str | None = None
-    for char in statement:
-        if quote is not None:
-            out.append("%%" if char == "%" else char)
-            if char == quote:
-                quote = None
-        elif char in ("'", '"'):
-            quote = char
-            out.append(char)
-        elif char == "?":
-            out.append("%s")
-        elif char == "%":
-            out.append("%%")
-        else:
-            out.append(char)
-    return "".join(out)
-
-
-def marks(count: int) -> str:
-    """``?, ?, ...``: ``count`` placeholders."""
-    return ", ".join("?" * count)
 
 
 class Row(dict[str, Any]):

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from loop_actors import StoreUrlError
-from loop_actors.store.store import StoreUrl
+from loop_actors.store.url import StoreUrl
 from tests.cli_support import cli_env, run_cli
 
 

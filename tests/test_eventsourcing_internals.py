@@ -96,3 +96,25 @@ def test_a_pool_kept_to_its_journal_mode_reads_a_rollback_journal_file_read_only
 def test_a_read_only_uri_is_told_by_its_mode_parameter(name: str, *, read_only: bool) -> None:
     """Bad inputs tried: ``mode=rw``, a memory URI, a plain path that contains ``mode=ro``."""
     assert is_read_only_uri(name) is read_only
+
+
+def test_a_notification_made_at_once_is_what_eventsourcing_makes() -> None:
+    """The store's lean read of notifications relies on ``Notification``'s layout: it holds.
+
+    If an upgrade gives ``Notification`` slots or a ``__post_init__``, the store falls back
+    to eventsourcing's own read; this test then fails, so the fallback is noticed.
+    """
+    from eventsourcing.persistence import Notification
+
+    from loop_actors.store._eventsourcing_internals import (
+        NOTIFICATIONS_SET_AT_ONCE,
+        notification,
+    )
+
+    assert NOTIFICATIONS_SET_AT_ONCE, "eventsourcing's Notification changed its layout"
+    made = notification(7, "inv-1", 3, "a:B", b"{}")
+    built = Notification(
+        originator_id="inv-1", originator_version=3, topic="a:B", state=b"{}", id=7
+    )
+    assert made == built
+    assert list(vars(made).items()) == list(vars(built).items())

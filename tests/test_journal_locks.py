@@ -251,7 +251,7 @@ def test_only_operational_errors_about_locks_count_as_a_locked_store(
 
 
 def test_the_lock_settings_come_from_the_url() -> None:
-    from loop_actors.store.store import StoreUrl
+    from loop_actors.store.url import StoreUrl
 
     url = StoreUrl.parse("sqlite:///x.db?lock_timeout=3&lock_retry=0.25")
     assert LockRetry.of(url) == LockRetry(lock_wait_s=3.0, retry_s=0.25)

@@ -31,7 +31,8 @@ from aggregates.audit import (
     unpack_state,
 )
 from loop_actors import Runtime
-from loop_actors.store.store import EventStore, LeanSQLiteRecorder
+from loop_actors.store.sqlite_recorder import LeanSQLiteRecorder
+from loop_actors.store.store import EventStore
 from tests.audit_support import AGENT
 from tests.cli_support import run_cli
 

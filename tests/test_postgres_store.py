@@ -38,7 +38,8 @@ from loop_actors import (
     TerminalReason,
     tool,
 )
-from loop_actors.store.store import EventStore, StoreUrl
+from loop_actors.store.store import EventStore
+from loop_actors.store.url import StoreUrl
 from projections import list_invocations
 from tests.cli_support import run_cli
 from tests.conftest import postgres_admin_url

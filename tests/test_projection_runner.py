@@ -29,8 +29,8 @@ from projections import (
     default_projections,
 )
 from projections import runner as runner_module
+from projections.dialect import POSTGRESQL, SQLITE
 from projections.runner import DEFAULT_BATCH_SIZE, collector_paused
-from projections.sql import POSTGRESQL, SQLITE
 from tests.cli_support import run_cli
 from tests.conftest import postgres_admin_url
 from tests.read_model_stores import BACKENDS, ReadModelDatabases, dump_tables

@@ -39,7 +39,8 @@ from aggregates.effect import (
 )
 from aggregates.events import ByClass, DomainEvent, isoformat
 from aggregates.invocation import InvocationEvent, Terminated
-from loop_actors.store.store import EventStore, PydanticEventMapper
+from loop_actors.store.mapper import PydanticEventMapper
+from loop_actors.store.store import EventStore
 from projections.trajectory import CallView, InvocationStatus, Trajectory
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -21,7 +21,8 @@ from loop_actors import (
     ToolContext,
     tool,
 )
-from loop_actors.store.store import EventStore, LeanSQLiteRecorder
+from loop_actors.store.sqlite_recorder import LeanSQLiteRecorder
+from loop_actors.store.store import EventStore
 from tests.audit_support import AGENT
 from tests.cli_support import run_cli
 

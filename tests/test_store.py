@@ -208,7 +208,7 @@ def test_an_append_to_a_taken_position_raises_integrity_error_and_writes_nothing
 
 
 def _rows_per_insert(store: EventStore) -> int:
-    from loop_actors.store.store import LeanSQLiteRecorder
+    from loop_actors.store.sqlite_recorder import LeanSQLiteRecorder
 
     recorder = store.app.recorder  # how many rows one of its INSERT statements takes
     if not isinstance(recorder, LeanSQLiteRecorder):
@@ -271,7 +271,7 @@ def test_an_insert_statement_of_another_shape_is_refused_when_the_store_opens(
 
 
 def test_a_memory_store_appends_through_the_same_recorder_as_a_file(db_url: str) -> None:
-    from loop_actors.store.store import LeanSQLiteRecorder
+    from loop_actors.store.sqlite_recorder import LeanSQLiteRecorder
 
     memory, file = EventStore("memory://"), EventStore(db_url)
     assert type(memory.app.recorder) is type(file.app.recorder) is LeanSQLiteRecorder

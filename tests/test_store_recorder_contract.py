@@ -29,7 +29,9 @@ from eventsourcing.tests import persistence as contract
 from eventsourcing.utils import Environment, get_topic
 
 from loop_actors.store.postgres import LeanPostgresRecorder, PostgresStoreFactory
-from loop_actors.store.store import EventStore, LeanSQLiteRecorder, StoreUrl
+from loop_actors.store.sqlite_recorder import LeanSQLiteRecorder
+from loop_actors.store.store import EventStore
+from loop_actors.store.url import StoreUrl
 
 
 class _RecorderAsAggregateRecorder(LeanSQLiteRecorder):

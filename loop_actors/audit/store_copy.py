@@ -22,7 +22,8 @@ from aggregates.log_chain import GENESIS
 from loop_actors._errors import UsageError
 from loop_actors.audit.checkpoint import log_head, log_links
 from loop_actors.audit.verify import verify_all
-from loop_actors.store.store import EventStore, StoreUrl
+from loop_actors.store.store import EventStore
+from loop_actors.store.url import StoreUrl
 
 COPY_PAGE = 500
 """Rows written per transaction."""

@@ -26,7 +26,8 @@ from loop_actors.cli.exit_codes import ExitCode
 from loop_actors.cli.parser import positive_int
 from loop_actors.runtime.outcome import Outcome
 from loop_actors.runtime.runtime import Runtime
-from loop_actors.store.store import EventStore, resolve_db_url
+from loop_actors.store.store import EventStore
+from loop_actors.store.url import resolve_db_url
 
 
 def checkpoint_options(sub: argparse.ArgumentParser) -> None:

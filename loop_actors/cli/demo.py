@@ -18,7 +18,7 @@ from loop_actors.cli.common import checkpoint_options, console, outcome_lines, r
 from loop_actors.cli.exit_codes import ExitCode
 from loop_actors.cli.parser import AddArguments, db_option
 from loop_actors.runtime.runtime import Runtime
-from loop_actors.store.store import redacted_url
+from loop_actors.store.url import redacted_url
 from projections import build_trajectory
 
 VALUES = {"profile": "active", "policy": "refund-under-100"}

@@ -23,7 +23,7 @@ from loop_actors.eval import evaluate as evaluation
 from loop_actors.eval.builtin import SUITE_NAME, Fault, builtin_jobs, crash_store_problem
 from loop_actors.eval.html import compare_html, eval_html
 from loop_actors.eval.progress import case_progress, progress_wanted
-from loop_actors.store.store import resolve_db_url
+from loop_actors.store.url import resolve_db_url
 
 
 def _add_eval(evaluate: argparse.ArgumentParser) -> None:

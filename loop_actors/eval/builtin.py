@@ -58,7 +58,7 @@ from loop_actors.agent.model import ScriptedModel
 from loop_actors.agent.tools import Reconciled, Tool, ToolContext, tool
 from loop_actors.eval.evaluate import Case, Job, Suite, drive_run
 from loop_actors.runtime.runtime import Runtime
-from loop_actors.store.store import StoreUrl
+from loop_actors.store.url import StoreUrl
 
 SUITE_NAME = "builtin"
 AGENT_NAME = "builtin"

@@ -42,7 +42,7 @@ from loop_actors._errors import UsageError
 from loop_actors.agent.agent import Agent
 from loop_actors.runtime.outcome import Outcome
 from loop_actors.runtime.runtime import CancelResult, ReconcileReport, Runtime
-from loop_actors.store.store import redacted_url
+from loop_actors.store.url import redacted_url
 
 log = logging.getLogger(__name__)
 

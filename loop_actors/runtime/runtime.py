@@ -38,7 +38,8 @@ from loop_actors.store.journal import Journal
 from loop_actors.store.queue import open_queue
 from loop_actors.store.reader import StoreReader
 from loop_actors.store.secrets import SecretStore
-from loop_actors.store.store import EventStore, StoreUrl, resolve_db_url
+from loop_actors.store.store import EventStore
+from loop_actors.store.url import StoreUrl, resolve_db_url
 from loop_actors.store.views import (
     FOLLOW_RETRY_FIRST_S,
     FOLLOW_RETRY_MAX_S,

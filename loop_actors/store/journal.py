@@ -25,7 +25,8 @@ from eventsourcing.persistence import IntegrityError, OperationalError, Persiste
 
 from aggregates.events import DomainEvent
 from loop_actors._messages import CommitFailed, CommitOutcome, Committed
-from loop_actors.store.store import DEFAULT_LOCK_RETRY_S, EventStore, StoreUrl
+from loop_actors.store.store import EventStore
+from loop_actors.store.url import DEFAULT_LOCK_RETRY_S, StoreUrl
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,8 @@ import contextlib
 import threading
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime
 from typing import Any, ClassVar, TypeVar
-from uuid import UUID, uuid4
+from uuid import UUID
 
 import psycopg
 import psycopg_pool
@@ -38,15 +37,15 @@ from eventsourcing.postgres import (
 from eventsourcing.utils import strtobool
 from psycopg import Cursor
 from psycopg.rows import DictRow, TupleRow, tuple_row
-from psycopg.sql import SQL, Composable, Identifier
+from psycopg.sql import Composable
 
 from loop_actors._errors import StoreUnavailableError
-
-STORE_TABLE = "loop_actors_store"
-"""The table of a store's identity: one row, created with the store (as on SQLite)."""
-
-SECRETS_TABLE = "loop_actors_secrets"
-"""The sealed secrets (see ``loop_actors.store.secrets``), in the store's own database."""
+from loop_actors.store.recorder import CopiedRow, StoreTables
+from loop_actors.store.schema import SECRETS_TABLE
+from loop_actors.store.secrets import SealedRows
+from loop_actors.store.sql import Cursor as StatementCursor
+from loop_actors.store.sql import PlaceholderCursor
+from projections.dialect import Dialect
 
 SCHEMA_LOCK_KEY = zlib.crc32(b"loop-actors schema")
 """The advisory lock that serialises creating tables: two processes that open a new
@@ -217,7 +216,7 @@ class SnapshotRecorder(_RetriesStaleConnections, _CreatesTablesOnce, PostgresAgg
 
 
 class LeanPostgresRecorder(
-    _RetriesStaleConnections, _CreatesTablesOnce, PostgresApplicationRecorder
+    StoreTables, _RetriesStaleConnections, _CreatesTablesOnce, PostgresApplicationRecorder
 ):
     """eventsourcing's PostgreSQL application recorder, with the store's extra reads and writes.
 
@@ -250,6 +249,8 @@ class LeanPostgresRecorder(
     (psycopg's error, with its SQLSTATE, is the ``__cause__``).
     """
 
+    dialect = Dialect.postgresql
+
     def __init__(
         self, datastore: PostgresDatastore, *, events_table_name: str = "stored_events"
     ) -> None:
@@ -272,8 +273,7 @@ class LeanPostgresRecorder(
         ):
             raise NotSupportedError(f"unexpected lock statements: {statements!r}")
         self._call = threading.local()
-        self._schema = Identifier(datastore.schema)
-        self._table = Identifier(events_table_name)
+        self._quoted_schema = self.dialect.quoted(datastore.schema)
 
     # ----------------------------------------------------------------- writes
 
@@ -367,128 +367,28 @@ class LeanPostgresRecorder(
         with self.datastore.get_connection() as conn, conn.transaction(force_rollback=not commit):
             yield conn.cursor(row_factory=tuple_row)
 
-    def store_identity(self, *, create: bool) -> str | None:
-        """The store's identity, created first when ``create`` and there is none yet.
+    def _reading(self) -> contextlib.AbstractContextManager[PlaceholderCursor]:
+        """A read transaction (rolled back), its cursor taking ``?`` statements."""
+        return self._placeholders(commit=False, creates=False)
 
-        As on SQLite: a UUID in a one-row table of the store's own database, written
-        once; processes that race to create it all read the one inserted first.
+    def _writing(
+        self, *, creates: bool = False
+    ) -> contextlib.AbstractContextManager[PlaceholderCursor]:
+        """A transaction that commits; ``creates`` takes the schema lock first."""
+        return self._placeholders(commit=True, creates=creates)
 
-        Raises:
-            eventsourcing.persistence.OperationalError: the database is unreachable.
-        """
-        found = self._select_identity()
-        if found is not None or not create:
-            return found
-        with self._cursor(commit=True) as curs:
-            _holds_lock(curs)
-            curs.execute(
-                SQL(
-                    "CREATE TABLE IF NOT EXISTS {schema}.{table} ("
-                    "singleton INTEGER PRIMARY KEY CHECK (singleton = 1), "
-                    "store_id TEXT NOT NULL, created_at TEXT NOT NULL)"
-                ).format(schema=self._schema, table=Identifier(STORE_TABLE))
-            )
-            curs.execute(
-                SQL(
-                    "INSERT INTO {schema}.{table} (singleton, store_id, created_at) "
-                    "VALUES (1, %s, %s) ON CONFLICT (singleton) DO NOTHING"
-                ).format(schema=self._schema, table=Identifier(STORE_TABLE)),
-                (str(uuid4()), datetime.now(UTC).isoformat()),
-            )
-        found = self._select_identity()
-        assert found is not None  # the insert above, or another process's, made the row
-        return found
+    @contextlib.contextmanager
+    def _placeholders(self, *, commit: bool, creates: bool) -> Iterator[PlaceholderCursor]:
+        with self._cursor(commit=commit) as curs:
+            if creates:
+                _holds_lock(curs)
+            yield PlaceholderCursor(curs, self.dialect)
 
-    def _select_identity(self) -> str | None:
-        if not self.has_table(STORE_TABLE):
-            return None
-        with self._cursor() as curs:
-            curs.execute(
-                SQL("SELECT store_id FROM {schema}.{table}").format(
-                    schema=self._schema, table=Identifier(STORE_TABLE)
-                )
-            )
-            row = curs.fetchone()
-        return None if row is None else str(row[0])
+    def _table(self, name: str) -> str:
+        """``"schema"."name"``: the store's schema, quoted."""
+        return f"{self._quoted_schema}.{self.dialect.quoted(name)}"
 
-    def has_table(self, name: str) -> bool:
-        """Whether the store's schema has a table of that name."""
-        with self._cursor() as curs:
-            curs.execute(
-                "SELECT to_regclass(%s) IS NOT NULL", (f'"{self.datastore.schema}"."{name}"',)
-            )
-            row = curs.fetchone()
-        return bool(row and row[0])
-
-    def has_events_table(self) -> bool:
-        """Whether the database has the events table (a read-only open creates none)."""
-        return self.has_table(self.events_table_name)
-
-    def first_position_of(self, originator_id: str) -> int | None:
-        """The notification id of an aggregate's first stored row (None when it has none)."""
-        with self._cursor() as curs:
-            curs.execute(
-                SQL(
-                    "SELECT notification_id FROM {schema}.{table} WHERE originator_id = %s "
-                    "ORDER BY originator_version LIMIT 1"
-                ).format(schema=self._schema, table=self._table),
-                (originator_id,),
-            )
-            row = curs.fetchone()
-        return None if row is None else int(row[0])
-
-    def aggregate_ids_in_first_row_order(self) -> list[str]:
-        """The id of every aggregate with a stored row, in the order of its first row."""
-        with self._cursor() as curs:
-            curs.execute(
-                SQL(
-                    "SELECT originator_id FROM {schema}.{table} "
-                    "GROUP BY originator_id ORDER BY MIN(notification_id)"
-                ).format(schema=self._schema, table=self._table)
-            )
-            return [str(row[0]) for row in curs.fetchall()]
-
-    def count_rows(self, table: str) -> int:
-        """How many rows a table of the store holds."""
-        with self._cursor() as curs:
-            curs.execute(
-                SQL("SELECT COUNT(*) FROM {schema}.{table}").format(
-                    schema=self._schema, table=Identifier(table)
-                )
-            )
-            row = curs.fetchone()
-        assert row is not None
-        return int(row[0])
-
-    def select_rows(
-        self, table: str, originator_id: str | None
-    ) -> list[tuple[str, int, str, bytes]]:
-        """(id, version, topic, state) of a snapshots table's rows (one aggregate's, or all)."""
-        statement: Composable = SQL(
-            "SELECT originator_id, originator_version, topic, state FROM {schema}.{table}"
-        ).format(schema=self._schema, table=Identifier(table))
-        parameters: tuple[str, ...] = ()
-        if originator_id is not None:
-            statement += SQL(" WHERE originator_id = %s")
-            parameters = (originator_id,)
-        statement += SQL(" ORDER BY originator_id, originator_version")
-        with self._cursor() as curs:
-            curs.execute(statement, parameters)
-            return [(str(a), int(b), str(c), bytes(d)) for a, b, c, d in curs.fetchall()]
-
-    def select_rows_of(
-        self, table: str, originator_ids: Sequence[str]
-    ) -> list[tuple[str, int, str, bytes]]:
-        """(id, version, topic, state) of the rows of these aggregates, by id then version."""
-        statement = SQL(
-            "SELECT originator_id, originator_version, topic, state FROM {schema}.{table} "
-            "WHERE originator_id = ANY(%s) ORDER BY originator_id, originator_version"
-        ).format(schema=self._schema, table=Identifier(table))
-        with self._cursor() as curs:
-            curs.execute(statement, (list(originator_ids),))
-            return [(str(a), int(b), str(c), bytes(d)) for a, b, c, d in curs.fetchall()]
-
-    def insert_copied_rows(self, rows: Sequence[tuple[int, str, int, str, bytes]]) -> None:
+    def insert_copied_rows(self, rows: Sequence[CopiedRow]) -> None:
         """Write rows copied from another store, keeping their notification ids (one transaction).
 
         Under the events table's lock, as every insert; the id sequence then goes on
@@ -499,49 +399,23 @@ class LeanPostgresRecorder(
             eventsourcing.persistence.OperationalError: the lock was not granted, or
                 the connection was lost.
         """
-        table = SQL("{schema}.{table}").format(schema=self._schema, table=self._table)
+        table = self._table(self.events_table_name)
         with self._cursor(commit=True) as curs:
             curs.execute(
                 "SELECT set_config('lock_timeout', %s, true)",
                 (f"{max(1, self.datastore.lock_timeout)}s",),
             )
             curs.execute(self.lock_table_statements[1])
-            curs.executemany(
-                SQL(
-                    "INSERT INTO {table} (notification_id, originator_id, originator_version, "
-                    "topic, state) VALUES (%s, %s, %s, %s, %s)"
-                ).format(table=table),
+            cursor = PlaceholderCursor(curs, self.dialect)
+            cursor.executemany(
+                f"INSERT INTO {table} (notification_id, originator_id, originator_version, "  # noqa: S608
+                "topic, state) VALUES (?, ?, ?, ?, ?)",
                 rows,
             )
-            curs.execute(
-                SQL(
-                    "SELECT setval(pg_get_serial_sequence(%s, 'notification_id'), "
-                    "(SELECT MAX(notification_id) FROM {table}))"
-                ).format(table=table),
-                (f'"{self.datastore.schema}"."{self.events_table_name}"',),
-            )
-
-    def select_sealed_rows(self) -> list[tuple[str, int, str, str, bytes]]:
-        """Every row of the sealed secrets' table, as stored (none when it has no such table)."""
-        if not self.has_table(SECRETS_TABLE):
-            return []
-        with self._cursor() as curs:
-            curs.execute(
-                SQL(
-                    "SELECT invocation_id, step, call_id, kind, sealed FROM {schema}.{table} "
-                    "ORDER BY invocation_id, step, call_id, kind"
-                ).format(schema=self._schema, table=Identifier(SECRETS_TABLE))
-            )
-            return [(str(a), int(b), str(c), str(d), bytes(e)) for a, b, c, d, e in curs.fetchall()]
-
-    def replace_identity(self, store_id: str) -> None:
-        """Give the store another's identity (a copy of that store takes it over)."""
-        with self._cursor(commit=True) as curs:
-            curs.execute(
-                SQL("UPDATE {schema}.{table} SET store_id = %s").format(
-                    schema=self._schema, table=Identifier(STORE_TABLE)
-                ),
-                (store_id,),
+            cursor.execute(
+                "SELECT setval(pg_get_serial_sequence(?, 'notification_id'), "  # noqa: S608
+                f"(SELECT MAX(notification_id) FROM {table}))",
+                (table,),
             )
 
     def close(self) -> None:
@@ -576,84 +450,28 @@ class PostgresStoreFactory(PostgresFactory):
             kwargs["options"] = "-c default_transaction_read_only=on"
 
 
-class PostgresSealedTable:
+class PostgresSealedTable(SealedRows):
     """The secret store's sealed rows in the store's PostgreSQL database (``loop_actors_secrets``).
 
     Uses the store's connection pool; the table is created on first use, under
-    the schema lock.
+    the schema lock. Errors are eventsourcing's ``PersistenceError``.
     """
 
     def __init__(self, datastore: PostgresDatastore) -> None:
+        quoted = Dialect.postgresql.quoted
+        super().__init__(Dialect.postgresql, f"{quoted(datastore.schema)}.{quoted(SECRETS_TABLE)}")
         self._datastore = datastore
-        self._created = False
-        self._table = SQL("{schema}.{table}").format(
-            schema=Identifier(datastore.schema), table=Identifier(SECRETS_TABLE)
-        )
 
     @contextlib.contextmanager
-    def _cursor(self, *, commit: bool) -> Iterator[Cursor[TupleRow]]:
+    def _transaction(self, *, creates: bool) -> Iterator[StatementCursor]:
         with (
             self._datastore.get_connection() as conn,
-            conn.transaction(force_rollback=not commit),
+            conn.transaction(),
         ):
             curs = conn.cursor(row_factory=tuple_row)
-            if not self._created:
+            if creates:
                 _holds_lock(curs)
-                curs.execute(
-                    SQL(
-                        "CREATE TABLE IF NOT EXISTS {table} (invocation_id TEXT NOT NULL, "
-                        "step INTEGER NOT NULL, call_id TEXT NOT NULL, kind TEXT NOT NULL, "
-                        "sealed BYTEA NOT NULL, PRIMARY KEY (invocation_id, step, call_id, kind))"
-                    ).format(table=self._table)
-                )
-            yield curs
-        self._created = True
-
-    def select(self, invocation_id: str) -> list[tuple[int, str, str, bytes]]:
-        """(step, call id, kind, sealed value) of an invocation's rows.
-
-        Raises:
-            eventsourcing.persistence.PersistenceError: the database failed.
-        """
-        with self._cursor(commit=True) as curs:
-            curs.execute(
-                SQL(
-                    "SELECT step, call_id, kind, sealed FROM {table} WHERE invocation_id = %s"
-                ).format(table=self._table),
-                (invocation_id,),
-            )
-            return [(int(a), str(b), str(c), bytes(d)) for a, b, c, d in curs.fetchall()]
-
-    def upsert(self, rows: Sequence[tuple[str, int, str, str, bytes]]) -> None:
-        """Write rows (invocation id, step, call id, kind, sealed), replacing equal keys.
-
-        Raises:
-            eventsourcing.persistence.PersistenceError: the database failed.
-        """
-        with self._cursor(commit=True) as curs:
-            curs.executemany(
-                SQL(
-                    "INSERT INTO {table} VALUES (%s, %s, %s, %s, %s) "
-                    "ON CONFLICT (invocation_id, step, call_id, kind) "
-                    "DO UPDATE SET sealed = EXCLUDED.sealed"
-                ).format(table=self._table),
-                rows,
-            )
-
-    def delete(self, invocation_id: str) -> None:
-        """Delete an invocation's rows.
-
-        Raises:
-            eventsourcing.persistence.PersistenceError: the database failed.
-        """
-        with self._cursor(commit=True) as curs:
-            curs.execute(
-                SQL("DELETE FROM {table} WHERE invocation_id = %s").format(table=self._table),
-                (invocation_id,),
-            )
-
-    def close(self) -> None:
-        """Nothing to close: the rows live in the store's pool."""
+            yield PlaceholderCursor(curs, self.dialect)
 
 
 # ----------------------------------------------------------------- opening

@@ -25,7 +25,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, ClassVar, NamedTuple
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from aggregates.lease import (
@@ -40,10 +40,9 @@ from aggregates.lease import (
     decide_acquire,
 )
 from loop_actors._errors import StoreUnavailableError
-from projections.sql import POSTGRESQL
-
-QUEUE_TABLE = "loop_actors_queue"
-HOLDERS_TABLE = "loop_actors_holders"
+from loop_actors.store.schema import HOLDERS_TABLE, QUEUE_DEFINITIONS, QUEUE_TABLE
+from loop_actors.store.sql import Cursor, PlaceholderCursor
+from projections.dialect import Dialect, marks
 
 _QUEUE_COLUMNS = (
     "invocation_id, agent_name, agent_ref, status, holder, epoch, due_at, submitted_at, "
@@ -53,21 +52,6 @@ _HOLDER_COLUMNS = (
     "holder, kind, host, machine, pid, pid_start, started_at, heartbeat_at, lease_s, agents, "
     "concurrency"
 )
-_SCHEMA = (
-    f"CREATE TABLE IF NOT EXISTS {QUEUE_TABLE} ("
-    "invocation_id TEXT PRIMARY KEY, agent_name TEXT NOT NULL, agent_ref TEXT, "
-    "status TEXT NOT NULL, holder TEXT, epoch INTEGER NOT NULL DEFAULT 0, "
-    "due_at DOUBLE PRECISION NOT NULL, submitted_at DOUBLE PRECISION NOT NULL, "
-    "updated_at DOUBLE PRECISION NOT NULL, note TEXT)",
-    f"CREATE INDEX IF NOT EXISTS {QUEUE_TABLE}_due ON {QUEUE_TABLE} (status, due_at)",
-    f"CREATE INDEX IF NOT EXISTS {QUEUE_TABLE}_holder ON {QUEUE_TABLE} (holder)",
-    f"CREATE TABLE IF NOT EXISTS {HOLDERS_TABLE} ("
-    "holder TEXT PRIMARY KEY, kind TEXT NOT NULL, host TEXT NOT NULL, machine TEXT NOT NULL, "
-    "pid INTEGER NOT NULL, pid_start TEXT, started_at DOUBLE PRECISION NOT NULL, "
-    "heartbeat_at DOUBLE PRECISION NOT NULL, lease_s DOUBLE PRECISION NOT NULL, "
-    "agents TEXT NOT NULL, concurrency INTEGER NOT NULL)",
-)
-
 CANDIDATES_PER_CLAIM = 4
 """A claim of n rows locks at most this many times n candidates (PostgreSQL)."""
 
@@ -122,15 +106,6 @@ def _first_only(keys: Sequence[tuple[Any, ...]], done: set[tuple[Any, ...]]) -> 
     return answered
 
 
-class _Cursor(Protocol):
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
-    def fetchall(self) -> list[Any]: ...
-    def fetchone(self) -> Any: ...
-
-    @property
-    def rowcount(self) -> int: ...
-
-
 def _queue_row(row: Sequence[Any]) -> QueueRow:
     return QueueRow(
         invocation_id=row[0],
@@ -162,20 +137,15 @@ def _holder_row(row: Sequence[Any]) -> HolderRow:
     )
 
 
-def _marks(count: int) -> str:
-    return ",".join(["?"] * count)
-
-
 class WorkQueue:
     """The queue's operations, written once over a small SQL dialect (``?`` placeholders).
 
     Subclasses give a connection, transactions, the clock, and the locking of claims.
     """
 
-    lock_for_update = ""
-    """What a transaction appends to a SELECT of rows it is about to change."""
-    skip_locked = ""
-    """What a claim appends to its SELECT of candidates."""
+    dialect: ClassVar[Dialect] = Dialect.sqlite
+    """The engine: what a transaction appends to a SELECT of rows it is about to change
+    (``for_update``), and a claim to its SELECT of candidates (``skip_locked``)."""
     returning = True
     """Whether the database knows ``RETURNING`` (a batch is then a few statements)."""
 
@@ -187,10 +157,10 @@ class WorkQueue:
     # ----------------------------------------------------------------- plumbing
 
     @contextlib.contextmanager
-    def _transaction(self, *, write: bool) -> Iterator[_Cursor]:
+    def _transaction(self, *, write: bool) -> Iterator[Cursor]:
         raise NotImplementedError
 
-    def _now(self, cursor: _Cursor) -> float:
+    def _now(self, cursor: Cursor) -> float:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -202,15 +172,15 @@ class WorkQueue:
             return
         with self._transaction(write=True) as cursor:
             self._lock_schema(cursor)
-            for statement in _SCHEMA:
+            for statement in QUEUE_DEFINITIONS:
                 cursor.execute(statement)
         self._ready = True
 
-    def _lock_schema(self, cursor: _Cursor) -> None:
+    def _lock_schema(self, cursor: Cursor) -> None:
         """Make processes that create the tables at once take turns (SQLite: its write lock)."""
 
     @contextlib.contextmanager
-    def _tx(self, *, write: bool = True) -> Iterator[tuple[_Cursor, float]]:
+    def _tx(self, *, write: bool = True) -> Iterator[tuple[Cursor, float]]:
         with self._lock:
             self._ensure()
             with self._transaction(write=write) as cursor:
@@ -218,7 +188,7 @@ class WorkQueue:
 
     def _write_rows(
         self,
-        cursor: _Cursor,
+        cursor: Cursor,
         statement: tuple[str, str, str],
         fixed: Sequence[Any],
         rows: Sequence[Sequence[Any]],
@@ -246,16 +216,16 @@ class WorkQueue:
             written.update(tuple(found) for found in cursor.fetchall())
         return written
 
-    def _get(self, cursor: _Cursor, invocation_id: str, *, lock: bool) -> QueueRow | None:
+    def _get(self, cursor: Cursor, invocation_id: str, *, lock: bool) -> QueueRow | None:
         cursor.execute(
             f"SELECT {_QUEUE_COLUMNS} FROM {QUEUE_TABLE} WHERE invocation_id = ?"  # noqa: S608
-            + (self.lock_for_update if lock else ""),
+            + (self.dialect.for_update if lock else ""),
             (invocation_id,),
         )
         found = cursor.fetchone()
         return None if found is None else _queue_row(found)
 
-    def _holder(self, cursor: _Cursor, holder: str) -> HolderRow | None:
+    def _holder(self, cursor: Cursor, holder: str) -> HolderRow | None:
         cursor.execute(
             f"SELECT {_HOLDER_COLUMNS} FROM {HOLDERS_TABLE} WHERE holder = ?",  # noqa: S608
             (holder,),
@@ -393,7 +363,7 @@ class WorkQueue:
             return verdict
 
     def _set_claimed(  # noqa: PLR0917 - one row's new lease, in the columns' order
-        self, cursor: _Cursor, invocation_id: str, holder: str, epoch: int, due: float, now: float
+        self, cursor: Cursor, invocation_id: str, holder: str, epoch: int, due: float, now: float
     ) -> None:
         cursor.execute(
             f"UPDATE {QUEUE_TABLE} SET status = ?, holder = ?, epoch = ?, due_at = ?, "  # noqa: S608
@@ -410,7 +380,7 @@ class WorkQueue:
         limit = min(limit, CLAIM_AT_MOST)
         names = list(agent_names)
         claimable_where = (
-            f"agent_name IN ({_marks(len(names))}) AND status IN (?, ?) AND due_at <= ?"
+            f"agent_name IN ({marks(len(names))}) AND status IN (?, ?) AND due_at <= ?"
         )
         # An idle worker polls often: look first without taking the write lock.
         with self._tx(write=False) as (cursor, now):
@@ -436,8 +406,8 @@ class WorkQueue:
                 return []
             cursor.execute(
                 f"SELECT {_QUEUE_COLUMNS} FROM {QUEUE_TABLE} "  # noqa: S608
-                f"WHERE invocation_id IN ({_marks(len(candidates))}) AND {claimable_where} "
-                "ORDER BY due_at, invocation_id" + self.skip_locked,
+                f"WHERE invocation_id IN ({marks(len(candidates))}) AND {claimable_where} "
+                "ORDER BY due_at, invocation_id" + self.dialect.skip_locked,
                 (*candidates, *params),
             )
             rows = [_queue_row(found) for found in cursor.fetchall()]
@@ -448,7 +418,7 @@ class WorkQueue:
                 cursor.execute(
                     f"UPDATE {QUEUE_TABLE} SET status = ?, holder = ?, epoch = epoch + 1, "  # noqa: S608
                     "due_at = ?, updated_at = ?, note = NULL "
-                    f"WHERE invocation_id IN ({_marks(len(chunk))})",
+                    f"WHERE invocation_id IN ({marks(len(chunk))})",
                     (
                         QueueStatus.CLAIMED.value,
                         holder,
@@ -544,7 +514,7 @@ class WorkQueue:
             cursor.execute(
                 f"UPDATE {QUEUE_TABLE} SET status = ?, due_at = ?, updated_at = ?, "  # noqa: S608
                 "note = NULL WHERE invocation_id = ? AND holder IS NULL "
-                f"AND status IN ({_marks(len(only_from))})",
+                f"AND status IN ({marks(len(only_from))})",
                 (status.value, now, now, invocation_id, *[s.value for s in only_from]),
             )
             return bool(cursor.rowcount == 1)
@@ -675,7 +645,7 @@ class SQLiteQueue(WorkQueue):
             self._ready = True  # nothing is created: a missing table reads as empty
 
     @contextlib.contextmanager
-    def _transaction(self, *, write: bool) -> Iterator[_Cursor]:
+    def _transaction(self, *, write: bool) -> Iterator[Cursor]:
         cursor = self._connection.cursor()
         try:
             cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
@@ -694,7 +664,7 @@ class SQLiteQueue(WorkQueue):
         finally:
             cursor.close()
 
-    def _now(self, cursor: _Cursor) -> float:
+    def _now(self, cursor: Cursor) -> float:
         return time.time()
 
     def rows(
@@ -731,8 +701,7 @@ class PostgresQueue(WorkQueue):
     A broken connection is opened again at the next call.
     """
 
-    lock_for_update = " FOR UPDATE"
-    skip_locked = " FOR UPDATE SKIP LOCKED"
+    dialect = Dialect.postgresql
 
     def __init__(self, url: str, *, connect_timeout_s: int = 5) -> None:
         """Connect to ``url`` (a ``postgresql://`` URL).
@@ -762,13 +731,13 @@ class PostgresQueue(WorkQueue):
         return self._connection
 
     @contextlib.contextmanager
-    def _transaction(self, *, write: bool) -> Iterator[_Cursor]:
+    def _transaction(self, *, write: bool) -> Iterator[Cursor]:
         import psycopg  # noqa: PLC0415 - the postgres extra
 
         try:
             connection = self._connect()
             with connection.transaction(), connection.cursor() as cursor:
-                yield _PgCursor(cursor)
+                yield PlaceholderCursor(cursor, self.dialect)
         except psycopg.Error as error:
             if self._connection is not None and self._connection.broken:
                 self._connection = None
@@ -776,12 +745,12 @@ class PostgresQueue(WorkQueue):
                 f"the work queue cannot be used: {str(error).strip()}"
             ) from error
 
-    def _lock_schema(self, cursor: _Cursor) -> None:
+    def _lock_schema(self, cursor: Cursor) -> None:
         # Two CREATE TABLE IF NOT EXISTS at once can both miss the table and one then fails
         # on the catalogue's unique index: a transaction-scoped advisory lock orders them.
-        cursor.execute("SELECT pg_advisory_xact_lock(hashtext('loop_actors_queue'))")
+        cursor.execute(f"SELECT pg_advisory_xact_lock(hashtext('{QUEUE_TABLE}'))")
 
-    def _now(self, cursor: _Cursor) -> float:
+    def _now(self, cursor: Cursor) -> float:
         cursor.execute("SELECT extract(epoch FROM clock_timestamp())::float8")
         return float(cursor.fetchone()[0])
 
@@ -811,26 +780,6 @@ def libpq_url(url: str) -> str:
     query = parse_qsl(parts.query, keep_blank_values=True)
     kept = [(key, value) for key, value in query if key not in LOOP_ACTORS_URL_OPTIONS]
     return urlunsplit(parts._replace(query=urlencode(kept)))
-
-
-class _PgCursor:
-    """A psycopg cursor that takes the queue's ``?`` placeholders (``POSTGRESQL.sql``)."""
-
-    def __init__(self, cursor: Any) -> None:
-        self._cursor = cursor
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        return self._cursor.execute(POSTGRESQL.sql(sql), tuple(params))
-
-    def fetchall(self) -> list[Any]:
-        return list(self._cursor.fetchall())
-
-    def fetchone(self) -> Any:
-        return self._cursor.fetchone()
-
-    @property
-    def rowcount(self) -> int:
-        return int(self._cursor.rowcount)
 
 
 def open_queue(

@@ -21,15 +21,19 @@ Every method blocks (the sealed table is in the database): trio code calls them 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, cast
 
 from aggregates.turn import KeptSecret
+from loop_actors.store.schema import SECRETS_TABLE, secrets_table_definition
+from loop_actors.store.sql import Cursor
+from projections.dialect import Dialect
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +43,6 @@ SecretKey = tuple[int, str, Kind]
 
 MISSING: Any = object()
 """What :meth:`SecretStore.lookup` returns for a value it does not hold."""
-
-TABLE = "loop_actors_secrets"
-"""The sealed table, in the store's database."""
 
 
 class Cipher(Protocol):
@@ -73,52 +74,79 @@ class SealedTable(Protocol):
         """Close what the table opened."""
 
 
-class SqliteSealedTable:
-    """The sealed rows in the store's SQLite file (none for ``memory://``: ``path`` None)."""
+class SealedRows:
+    """The sealed rows in a table of the store's database, each statement written once.
 
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        self._connection: sqlite3.Connection | None = None
+    A subclass gives the transactions (:meth:`_transaction`); the table is created in
+    the first one. Each method raises the database's error when it fails.
+    """
 
-    def _db(self) -> sqlite3.Connection:
-        assert self.path is not None
-        if self._connection is None:
-            connection = sqlite3.connect(self.path, check_same_thread=False, timeout=5.0)
-            connection.execute(
-                "CREATE TABLE IF NOT EXISTS loop_actors_secrets (invocation_id TEXT NOT NULL, "
-                "step INTEGER NOT NULL, call_id TEXT NOT NULL, kind TEXT NOT NULL, "
-                "sealed BLOB NOT NULL, PRIMARY KEY (invocation_id, step, call_id, kind))"
-            )
-            connection.commit()
-            self._connection = connection
-        return self._connection
+    def __init__(self, dialect: Dialect, table: str) -> None:
+        self.dialect = dialect
+        self._name = table
+        self._created = False
+
+    def _transaction(self, *, creates: bool) -> contextlib.AbstractContextManager[Cursor]:
+        """One transaction, committed when it ends without an error (``creates``: the first)."""
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def _rows(self) -> Iterator[Cursor]:
+        creates = not self._created
+        with self._transaction(creates=creates) as cursor:
+            if creates:
+                cursor.execute(secrets_table_definition(self.dialect, self._name))
+            yield cursor
+        self._created = True
 
     def select(self, invocation_id: str) -> list[tuple[int, str, str, bytes]]:
         """(step, call id, kind, sealed value) of an invocation's rows."""
-        rows = (
-            self._db()
-            .execute(
-                "SELECT step, call_id, kind, sealed FROM loop_actors_secrets "
-                "WHERE invocation_id = ?",
+        with self._rows() as cursor:
+            cursor.execute(
+                f"SELECT step, call_id, kind, sealed FROM {self._name} WHERE invocation_id = ?",  # noqa: S608
                 (invocation_id,),
             )
-            .fetchall()
-        )
+            rows = cursor.fetchall()
         return [(int(a), str(b), str(c), bytes(d)) for a, b, c, d in rows]
 
     def upsert(self, rows: Sequence[tuple[str, int, str, str, bytes]]) -> None:
-        """Write rows, replacing equal keys (one transaction)."""
-        with self._db() as connection:
-            connection.executemany(
-                "INSERT OR REPLACE INTO loop_actors_secrets VALUES (?, ?, ?, ?, ?)", rows
+        """Write rows (invocation id, step, call id, kind, sealed), replacing equal keys."""
+        with self._rows() as cursor:
+            cursor.executemany(
+                f"INSERT INTO {self._name} VALUES (?, ?, ?, ?, ?) "  # noqa: S608
+                "ON CONFLICT (invocation_id, step, call_id, kind) "
+                "DO UPDATE SET sealed = excluded.sealed",
+                rows,
             )
 
     def delete(self, invocation_id: str) -> None:
         """Delete an invocation's rows."""
-        with self._db() as connection:
-            connection.execute(
-                "DELETE FROM loop_actors_secrets WHERE invocation_id = ?", (invocation_id,)
-            )
+        with self._rows() as cursor:
+            cursor.execute(f"DELETE FROM {self._name} WHERE invocation_id = ?", (invocation_id,))  # noqa: S608
+
+    def close(self) -> None:
+        """Close what the table opened (nothing, unless a subclass opened a connection)."""
+
+
+class SqliteSealedTable(SealedRows):
+    """The sealed rows in the store's SQLite file (none for ``memory://``: ``path`` None)."""
+
+    def __init__(self, path: Path | None) -> None:
+        super().__init__(Dialect.sqlite, SECRETS_TABLE)
+        self.path = path
+        self._connection: sqlite3.Connection | None = None
+
+    @contextlib.contextmanager
+    def _transaction(self, *, creates: bool) -> Iterator[Cursor]:
+        assert self.path is not None
+        if self._connection is None:
+            self._connection = sqlite3.connect(self.path, check_same_thread=False, timeout=5.0)
+        with self._connection as connection:  # commits, or rolls back on an error
+            cursor = connection.cursor()
+            try:
+                yield cursor
+            finally:
+                cursor.close()
 
     def close(self) -> None:
         """Close the file."""

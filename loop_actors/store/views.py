@@ -13,7 +13,8 @@ import trio
 from aggregates.decisions import Frozen
 from loop_actors._errors import StoreReadOnlyError, StoreUnavailableError
 from loop_actors._faults import CrashPoint, fault_point
-from loop_actors.store.store import EventStore, sqlite_write_refusal
+from loop_actors.store.store import EventStore
+from loop_actors.store.url import sqlite_write_refusal
 from projections import ForeignReadModelsError, Projection, ProjectionRunner, default_projections
 from projections.runner import DEFAULT_BATCH_SIZE, CatchUpReport
 from projections.sql import is_postgres_url, postgres_location

@@ -25,7 +25,7 @@ from aggregates.lease import HolderRow, QueueRow
 from loop_actors import EventStore, Runtime, StoreUnavailableError, StoreUrlError
 from loop_actors.cli.history import event_record
 from loop_actors.store.queue import PostgresQueue, SQLiteQueue, WorkQueue
-from loop_actors.store.store import StoreUrl
+from loop_actors.store.url import StoreUrl
 from tests.cli_support import CLI, cli_env, run_cli
 from tests.scenarios import payments_app
 from tests.scenarios.payments_app import PaymentService

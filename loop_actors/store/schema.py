@@ -1,0 +1,67 @@
+"""Every table the runtime adds to a store's database, named once, with its definition.
+
+The events and snapshots tables are eventsourcing's (its recorders name and create
+them); the read models' tables are in ``projections.sql`` (the read models may not
+import the runtime). What is here is the runtime's own: the store's identity, the
+sealed secrets, the work queue and its holders, and the index of effects by
+invocation. Each definition is written once over :class:`projections.dialect.Dialect`:
+both engines read the same statement, except where a type is spelt differently.
+
+These names are a stored format: a store written by an earlier version has these
+tables under these names, and renaming one would orphan it.
+"""
+
+from __future__ import annotations
+
+from projections.dialect import Dialect
+
+STORE_TABLE = "loop_actors_store"
+"""The table of a store's identity: one row, created with the store."""
+
+SECRETS_TABLE = "loop_actors_secrets"
+"""The sealed secrets (see ``loop_actors.store.secrets``), in the store's own database."""
+
+QUEUE_TABLE = "loop_actors_queue"
+"""The work queue: a row per invocation submitted for the workers."""
+
+HOLDERS_TABLE = "loop_actors_holders"
+"""The processes that hold leases on the queue's rows, with their heartbeats."""
+
+EFFECT_INDEX = "loop_actors_effects_by_invocation"
+"""The index of ``EffectPrepared`` rows by the invocation they belong to (SQLite stores)."""
+
+
+def store_table_definition(table: str) -> str:
+    """``CREATE TABLE`` of the store's identity (``table``: the name as the engine needs it)."""
+    return (
+        f"CREATE TABLE IF NOT EXISTS {table} ("
+        "singleton INTEGER PRIMARY KEY CHECK (singleton = 1), "
+        "store_id TEXT NOT NULL, created_at TEXT NOT NULL)"
+    )
+
+
+def secrets_table_definition(dialect: Dialect, table: str) -> str:
+    """``CREATE TABLE`` of the sealed secrets (a sealed value is a BLOB, PostgreSQL's BYTEA)."""
+    blob = "BYTEA" if dialect is Dialect.postgresql else "BLOB"
+    return (
+        f"CREATE TABLE IF NOT EXISTS {table} (invocation_id TEXT NOT NULL, "
+        "step INTEGER NOT NULL, call_id TEXT NOT NULL, kind TEXT NOT NULL, "
+        f"sealed {blob} NOT NULL, PRIMARY KEY (invocation_id, step, call_id, kind))"
+    )
+
+
+QUEUE_DEFINITIONS = (
+    f"CREATE TABLE IF NOT EXISTS {QUEUE_TABLE} ("
+    "invocation_id TEXT PRIMARY KEY, agent_name TEXT NOT NULL, agent_ref TEXT, "
+    "status TEXT NOT NULL, holder TEXT, epoch INTEGER NOT NULL DEFAULT 0, "
+    "due_at DOUBLE PRECISION NOT NULL, submitted_at DOUBLE PRECISION NOT NULL, "
+    "updated_at DOUBLE PRECISION NOT NULL, note TEXT)",
+    f"CREATE INDEX IF NOT EXISTS {QUEUE_TABLE}_due ON {QUEUE_TABLE} (status, due_at)",
+    f"CREATE INDEX IF NOT EXISTS {QUEUE_TABLE}_holder ON {QUEUE_TABLE} (holder)",
+    f"CREATE TABLE IF NOT EXISTS {HOLDERS_TABLE} ("
+    "holder TEXT PRIMARY KEY, kind TEXT NOT NULL, host TEXT NOT NULL, machine TEXT NOT NULL, "
+    "pid INTEGER NOT NULL, pid_start TEXT, started_at DOUBLE PRECISION NOT NULL, "
+    "heartbeat_at DOUBLE PRECISION NOT NULL, lease_s DOUBLE PRECISION NOT NULL, "
+    "agents TEXT NOT NULL, concurrency INTEGER NOT NULL)",
+)
+"""The queue's tables and indexes, in the order they are created (the same on both engines)."""
