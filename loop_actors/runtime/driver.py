@@ -23,7 +23,7 @@ from aggregates.decisions import TerminalReason
 from aggregates.invocation import Invocation, Phase
 from aggregates.lease import DRAINED, QueueStatus, Refuse, Release, lease_is_live, release_after
 from aggregates.requests import CancelRequest
-from aggregates.standing import Standing, standing
+from aggregates.standing import Standing, Stop, resting_status, standing, stopped
 from aggregates.turn import cancel_paused
 from loop_actors._errors import (
     InconsistentHistoryError,
@@ -219,7 +219,8 @@ class Driver:
         Cancellation: as ``Runtime.request_cancel``.
         """
         invocation = await self.reads.invocation(invocation_id)
-        if invocation.phase is Phase.TERMINATED:
+        stop = stopped(invocation.phase)
+        if stop is Stop.ENDED:
             return CancelResult.ALREADY_ENDED
         existing = await self.reads.cancel_request(invocation_id)
         if existing is None:
@@ -233,7 +234,7 @@ class Driver:
                 )
         if self.cancel(invocation_id, detail=requested_by(by, reason)):
             return CancelResult.SIGNALLED
-        if invocation.phase.paused:
+        if stop is Stop.PAUSED:
             who = f" by {by}" if by else ""
             cancel_paused(
                 invocation,
@@ -284,7 +285,6 @@ class Driver:
             actor=actor,
             tenant=tenant,
         )
-        status = QueueStatus.RUNNABLE
         created = await self.journal.commit(invocation.take_events())
         if isinstance(created, CommitFailed):
             if not created.conflict:
@@ -297,10 +297,8 @@ class Driver:
                 raise InvocationExistsError(
                     invocation.id, "already exists for another goal or agent"
                 )
-            if existing.phase is Phase.TERMINATED:
-                status = QueueStatus.ENDED
-            elif existing.phase.paused:
-                status = QueueStatus.PAUSED
+            invocation = existing  # its row (added if a crash lost it) rests as it stands
+        status = resting_status(invocation.phase)  # a new one: runnable
         leases = self.leases
         try:
             await leases.enqueue(invocation.id, agent.name, agent_ref=agent_ref, status=status)
