@@ -36,7 +36,7 @@ from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._messages import CommitFailed, Committed
 from loop_actors.agent.agent import Agent, SettingsChangedError, check_catalogue
 from loop_actors.agent.mcp import McpSessions, using_mcp_sessions
-from loop_actors.runtime.arguments import requested_by
+from loop_actors.runtime.arguments import StartRequest, requested_by
 from loop_actors.runtime.controller import Controller
 from loop_actors.runtime.leases import HeldLease, LeaseDrained, LeaseKeeper
 from loop_actors.runtime.outcome import Outcome
@@ -109,42 +109,25 @@ class Driver:
         self.cancels_seen_to = 0
         """The store position up to which the cancel watcher has looked for requests."""
 
-    def new_invocation(
-        self,
-        agent: Agent,
-        goal: str,
-        *,
-        invocation_id: str | None,
-        task_class: str | None,
-        actor: str | None,
-        tenant: str | None,
-    ) -> Invocation:
-        """A new invocation of ``agent`` on ``goal``, its ``InvocationStarted`` pending."""
+    def new_invocation(self, request: StartRequest) -> Invocation:
+        """A new invocation as ``request`` asks, its ``InvocationStarted`` pending."""
+        agent = request.agent
         return Invocation.start(
-            invocation_id=invocation_id or uuid4().hex,
-            goal=goal,
+            invocation_id=request.invocation_id or uuid4().hex,
+            goal=request.goal,
             agent_name=agent.name,
             agent_version=agent.version,
             catalogue_digest=agent.toolbox.catalogue_digest,
             tools=agent.toolbox.specs,
             budget=agent.budget,
             settings=agent.settings,
-            task_class=task_class if task_class is not None else agent.task_class,
-            actor=actor,
-            tenant=tenant,
+            task_class=request.task_class if request.task_class is not None else agent.task_class,
+            actor=request.actor,
+            tenant=request.tenant,
             at=self.now(),
         )
 
-    async def start(
-        self,
-        *,
-        agent: Agent,
-        goal: str,
-        invocation_id: str | None,
-        task_class: str | None,
-        actor: str | None,
-        tenant: str | None,
-    ) -> Outcome:
+    async def start(self, *, request: StartRequest) -> Outcome:
         """Record a new invocation and drive it under a new lease (``Runtime.run``, checked).
 
         Raises:
@@ -154,19 +137,13 @@ class Driver:
 
         Cancellation: as ``Runtime.run``.
         """
-        invocation = self.new_invocation(
-            agent,
-            goal,
-            invocation_id=invocation_id,
-            task_class=task_class,
-            actor=actor,
-            tenant=tenant,
-        )
+        invocation = self.new_invocation(request)
         created = await self.journal.commit(invocation.take_events())
         if isinstance(created, CommitFailed):
             return await self.existing_outcome(invocation, created)
 
         fault_point(CrashPoint.AFTER_START_COMMIT)
+        agent = request.agent
         lease = self.leases.hold_new(invocation.id, agent.name)
         # A new invocation has no earlier cancel request; a later one reaches it through
         # this runtime's watcher.
@@ -259,17 +236,7 @@ class Driver:
             # A conflict: it was resumed meanwhile; that run honours the recorded request.
         return CancelResult.REQUESTED
 
-    async def submit(
-        self,
-        *,
-        agent: Agent,
-        goal: str,
-        invocation_id: str | None,
-        task_class: str | None,
-        actor: str | None,
-        tenant: str | None,
-        agent_ref: str | None,
-    ) -> str:
+    async def submit(self, *, request: StartRequest) -> str:
         """Record a new invocation as runnable and queue it (``Runtime.submit``, checked).
 
         Raises:
@@ -277,14 +244,8 @@ class Driver:
 
         Cancellation: as ``Runtime.submit``.
         """
-        invocation = self.new_invocation(
-            agent,
-            goal,
-            invocation_id=invocation_id,
-            task_class=task_class,
-            actor=actor,
-            tenant=tenant,
-        )
+        agent = request.agent
+        invocation = self.new_invocation(request)
         created = await self.journal.commit(invocation.take_events())
         if isinstance(created, CommitFailed):
             if not created.conflict:
@@ -293,7 +254,7 @@ class Driver:
                     "nothing was recorded, submit again"
                 )
             existing = await self.reads.invocation(invocation.id)
-            if existing.goal != goal or existing.agent_name != agent.name:
+            if existing.goal != request.goal or existing.agent_name != agent.name:
                 raise InvocationExistsError(
                     invocation.id, "already exists for another goal or agent"
                 )
@@ -301,7 +262,9 @@ class Driver:
         status = resting_status(invocation.phase)  # a new one: runnable
         leases = self.leases
         try:
-            await leases.enqueue(invocation.id, agent.name, agent_ref=agent_ref, status=status)
+            await leases.enqueue(
+                invocation.id, agent.name, agent_ref=request.agent_ref, status=status
+            )
         except StoreUnavailableError as error:
             raise StoreUnavailableError(
                 f"invocation {invocation.id} is recorded but not queued ({error}); submit it "
