@@ -418,9 +418,15 @@ class Driver:
         """
         leases = self.leases
         queue = leases.queue
+        # A run of it here that just paused gives its lease back in the background; that
+        # release comes first, or it would leave the row as the run left it (paused).
+        await leases.wait_released(invocation_id)
         try:
-            if not await leases.call(queue.set_status, invocation_id, status, only_from=only_from):
-                await leases.call(queue.enqueue, invocation_id, agent_name, status=status)
+            if await leases.call(queue.set_status, invocation_id, status, only_from=only_from):
+                return
+            if leases.rest_unreleased_as(invocation_id, status, only_from=only_from):
+                return  # its release failed: the next heartbeat writes it, as ``status``
+            await leases.call(queue.enqueue, invocation_id, agent_name, status=status)
         except StoreUnavailableError:
             log.warning(
                 "invocation %s is recorded, but its queue row could not be made %s; "
