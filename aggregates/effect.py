@@ -33,6 +33,7 @@ from aggregates.errors import AggregateError, IllegalTransitionError
 from aggregates.events import ByClass, ChainedAggregate, DomainEvent
 from aggregates.ids import EFFECT_KEY_PREFIX
 from aggregates.invocation import Phase
+from aggregates.standing import stopped
 from aggregates.values import DEFAULT_MAX_OUTPUT_BYTES, check_json, json_size
 
 KEY_SEPARATOR = "\x1f"
@@ -413,7 +414,7 @@ class Effect(ChainedAggregate):
                 + (f": {settled}{who}" if settled else "")
                 + "): there is nothing to settle"
             )
-        if invocation_phase is not Phase.TERMINATED and not invocation_phase.paused:
+        if stopped(invocation_phase) is None:
             raise IllegalTransitionError(
                 f"effect {self.id}: its invocation {self.invocation_id} is neither paused nor "
                 f"ended (phase {invocation_phase.value}), so the write may still be running; "

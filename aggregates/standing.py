@@ -1,7 +1,8 @@
 """Where an invocation stands for whoever would act on it next: answers of the core.
 
-The shell asks these instead of spelling the phases out itself: whether anything
-can drive the invocation on, and whether it waits for the decision a person gives.
+The shell asks these instead of spelling the phases out itself: whether the
+invocation has stopped (finished or paused), where its queue row rests then, whether
+anything can drive it on, and whether it waits for the decision a person gives.
 """
 
 from __future__ import annotations
@@ -9,6 +10,48 @@ from __future__ import annotations
 from enum import StrEnum
 
 from aggregates.invocation import Invocation, Phase
+from aggregates.lease import QueueStatus
+
+
+class Stop(StrEnum):
+    """How an invocation has stopped: no run drives it on until something happens."""
+
+    ENDED = "ended"
+    """It terminated: nothing runs again."""
+    PAUSED = "paused"
+    """It waits: for an approval, an answer, or a service to settle a write."""
+
+
+def stopped(phase: Phase) -> Stop | None:
+    """Whether an invocation in ``phase`` has finished or paused, and which; None if neither.
+
+    The one answer to "finished or paused": a commit that reaches it ends a run (a
+    holder that shuts down stops there anyway), a cancel leaves an ended invocation
+    alone and ends a paused one at once, the queue row rests as it says
+    (:func:`resting_status`), and a write of it is resolved by hand only once it
+    has stopped. None: a run drives it on, or would (it is new, was submitted, or
+    crashed mid-turn).
+    """
+    if phase is Phase.TERMINATED:
+        return Stop.ENDED
+    if phase.paused:
+        return Stop.PAUSED
+    return None
+
+
+def resting_status(phase: Phase) -> QueueStatus:
+    """The queue status of an invocation in ``phase`` that no holder drives.
+
+    ``ended`` once it terminated, ``paused`` while it waits, else ``runnable`` (a
+    worker may claim it).
+    """
+    match stopped(phase):
+        case Stop.ENDED:
+            return QueueStatus.ENDED
+        case Stop.PAUSED:
+            return QueueStatus.PAUSED
+        case None:
+            return QueueStatus.RUNNABLE
 
 
 class Standing(StrEnum):
@@ -24,11 +67,13 @@ class Standing(StrEnum):
 
 def standing(invocation: Invocation) -> Standing:
     """Whether an invocation ended, waits for a person, or can be driven on."""
-    if invocation.phase is Phase.TERMINATED:
-        return Standing.ENDED
-    if invocation.phase.paused and not invocation.paused_for_reconciliation:
-        return Standing.WAITS_FOR_PERSON
-    return Standing.DRIVABLE
+    match stopped(invocation.phase):
+        case Stop.ENDED:
+            return Standing.ENDED
+        case Stop.PAUSED if not invocation.paused_for_reconciliation:
+            return Standing.WAITS_FOR_PERSON
+        case _:
+            return Standing.DRIVABLE
 
 
 class ApprovalRefusal(StrEnum):

@@ -67,6 +67,7 @@ from aggregates.results import (
     write_result,
 )
 from aggregates.settings import RunSettings
+from aggregates.standing import Stop, stopped
 from aggregates.turn_messages import (
     WITHHELD_WHY,
     Action,
@@ -218,7 +219,9 @@ class TurnCore:
     def next(self, moment: Moment) -> Action:
         """What to do from the committed state (at the start and after each ``Continue``)."""
         inv = self.invocation
-        if inv.phase is Phase.TERMINATED or (inv.phase.paused and inv.pending_batch is None):
+        # Paused for reconciliation, a batch still waits: it goes on (it settles its writes).
+        resting = stopped(inv.phase)
+        if resting is Stop.ENDED or (resting is Stop.PAUSED and inv.pending_batch is None):
             return Finished()
         if inv.pending_batch is not None:
             # Resume a batch that has no committed results (DESIGN.md, Resume).

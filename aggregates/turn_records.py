@@ -30,6 +30,7 @@ from aggregates.redaction import (
 from aggregates.results import (
     unreported_result,
 )
+from aggregates.standing import stopped
 from aggregates.turn_messages import WITHHELD_WHY, Catalogue, EffectAnswered
 from aggregates.values import (
     limit_size,
@@ -68,7 +69,7 @@ def record_outside_cancellation(invocation: Invocation, *, at: datetime) -> bool
         invocation.commit_results(
             [unreported_result(call) for call in invocation.pending_batch.calls], at=at
         )
-    if invocation.phase is Phase.TERMINATED or invocation.phase.paused:
+    if stopped(invocation.phase) is not None:
         return bool(invocation.pending_events)
     invocation.terminate(TerminalReason.CANCELLED, detail="the caller cancelled", at=at)
     return True

@@ -89,6 +89,7 @@ if TYPE_CHECKING:
     from loop_actors.runtime.runtime import ResolvedEffect as ResolvedEffect
     from loop_actors.runtime.runtime import Runtime as Runtime
     from loop_actors.store.store import EventStore as EventStore
+    from loop_actors.store.views import ReadModelsStatus as ReadModelsStatus
     from loop_actors.store.views import open_runner as open_runner
     from loop_actors.workers.worker import Worker as Worker
     from loop_actors.workers.worker import WorkerReport as WorkerReport
@@ -166,6 +167,7 @@ _EXPORTS: dict[str, str] = {
     "ResolvedEffect": "loop_actors.runtime.runtime",
     "Runtime": "loop_actors.runtime.runtime",
     "EventStore": "loop_actors.store.store",
+    "ReadModelsStatus": "loop_actors.store.views",
     "open_runner": "loop_actors.store.views",
     "Worker": "loop_actors.workers.worker",
     "WorkerReport": "loop_actors.workers.worker",
@@ -213,6 +215,7 @@ __all__ = [
     "Outcome",
     "Price",
     "ProviderErrorClass",
+    "ReadModelsStatus",
     "ReconcileReport",
     "Reconciled",
     "RejectionClass",

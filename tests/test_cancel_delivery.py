@@ -15,9 +15,11 @@ import trio
 
 import loop_actors.runtime.controller as controller_module
 from aggregates.invocation import DecisionProposed, ResultsCommitted, Terminated
+from aggregates.lease import QueueStatus
 from loop_actors import (
     AccessRequest,
     Agent,
+    CancelResult,
     ErrorClass,
     ModelReply,
     ModelRequest,
@@ -149,3 +151,64 @@ async def test_a_call_that_shields_itself_from_a_cancel_is_given_up_after_the_gr
     assert "before this call reported" in error.message
     # The run returned only once the shielded call was done (nothing outlives the run).
     assert finished == ["a"]
+
+
+def _approval_agent() -> Agent:
+    """An agent whose one call needs approval: every run of it pauses ``approval_required``."""
+
+    @tool(requires_approval=True)
+    async def pay(amount: int) -> str:
+        """Pay (only once a person approved)."""
+        return f"paid {amount}"
+
+    return Agent("payer", ScriptedModel([calls(("c1", "pay", {"amount": 5}))]), [pay])
+
+
+async def _queue_statuses(db_url: str, ids: list[str]) -> dict[str, QueueStatus | None]:
+    """The queue row's status of each invocation, read by a runtime of its own."""
+    async with Runtime(db_url) as reader:
+        queue = reader.driver.leases.queue
+        rows = {i: await reader.driver.leases.call(queue.row, i) for i in ids}
+    return {i: row.status if row is not None else None for i, row in rows.items()}
+
+
+RACE_ROUNDS = 30
+"""Runs paused then cancelled (or approved) at once, in one runtime: the race was lost
+in most rounds before the fix."""
+
+
+async def test_cancelling_a_just_paused_invocation_in_its_runtime_ends_its_queue_row(
+    db_url: str,
+) -> None:
+    """The row ends ``ended``, not ``paused``: the run's own release comes first.
+
+    The run that paused gives its lease back in the background; a cancel right after, in
+    the same runtime, used to find the row still claimed, leave it alone, and let that
+    release write ``paused`` after the invocation had ended.
+    """
+    agent = _approval_agent()
+    ids = [f"pay-{n}" for n in range(RACE_ROUNDS)]
+    with trio.fail_after(60):
+        async with Runtime(db_url) as runtime:
+            for invocation_id in ids:
+                paused = await runtime.run(agent, "pay 5", invocation_id=invocation_id)
+                assert paused.reason is TerminalReason.APPROVAL_REQUIRED
+                assert await runtime.request_cancel(invocation_id, by="ops") is CancelResult.ENDED
+        statuses = await _queue_statuses(db_url, ids)
+    assert statuses == dict.fromkeys(ids, QueueStatus.ENDED)
+
+
+async def test_approving_a_just_paused_invocation_in_its_runtime_makes_its_row_runnable(
+    db_url: str,
+) -> None:
+    """The same race, for an approval: the row is ``runnable`` for a worker, not ``paused``."""
+    agent = _approval_agent()
+    ids = [f"pay-{n}" for n in range(RACE_ROUNDS)]
+    with trio.fail_after(60):
+        async with Runtime(db_url) as runtime:
+            for invocation_id in ids:
+                paused = await runtime.run(agent, "pay 5", invocation_id=invocation_id)
+                assert paused.digest is not None
+                await runtime.approve(invocation_id, digest=paused.digest, by="ops")
+        statuses = await _queue_statuses(db_url, ids)
+    assert statuses == dict.fromkeys(ids, QueueStatus.RUNNABLE)

@@ -1,11 +1,14 @@
 """The CLI's start-up: lazy imports, the public names, the entry points and ExitCode.
 
-Bad inputs tried: a name outside ``__all__`` (AttributeError), a command group's
-``--help`` (it may import its group; only the top level must stay light).
+Bad inputs tried: a name outside ``__all__`` (AttributeError); every command's and
+sub-command's ``--help``, as the parser lists them (none may import trio,
+eventsourcing or pydantic); the options' literal defaults and choices against the
+runtime's values they copy.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import json
 import subprocess
@@ -15,8 +18,17 @@ from pathlib import Path
 import pytest
 
 import loop_actors
+from aggregates.decisions import TerminalReason
+from aggregates.lease import DEFAULT_LEASE_S, QueueStatus
+from loop_actors.audit import checkpointer
 from loop_actors.cli import ExitCode, main
-from loop_actors.cli.parser import COMMANDS, build_parser, command_group
+from loop_actors.cli import parser as cli_parser
+from loop_actors.cli.options import evaluation, queue, read_models
+from loop_actors.cli.parser import COMMANDS, build_parser, command_group, command_options
+from loop_actors.eval.builtin import Fault
+from loop_actors.workers import worker
+from projections import default_projections
+from projections.runner import DEFAULT_BATCH_SIZE
 from tests.cli_support import cli_env
 
 HEAVY = ("trio", "eventsourcing", "pydantic")
@@ -50,6 +62,71 @@ def test_version_and_help_import_neither_trio_nor_eventsourcing_nor_pydantic(
         f"    main({argv!r})"
     )
     assert _imported_after(code) == []
+
+
+def _every_command(parser: argparse.ArgumentParser, prefix: list[str]) -> list[list[str]]:
+    """Each command and sub-command of ``parser``, as the words that name it."""
+    parser.format_help()  # adds a command's lazy options, and with them its sub-commands
+    found: list[list[str]] = []
+    for action in parser._actions:  # argparse lists its sub-commands nowhere else
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found.append([*prefix, name])
+                found += _every_command(sub, [*prefix, name])
+    return found
+
+
+def test_every_command_s_help_imports_neither_trio_nor_eventsourcing_nor_pydantic() -> None:
+    """In one fresh interpreter, each ``<command> [<sub-command>] --help`` in turn."""
+    commands = _every_command(build_parser(), [])
+    assert len(commands) > len(COMMANDS)  # the sub-commands (audit verify, ...) are in
+    probe = (
+        "import contextlib, io, json, sys\n"
+        "from loop_actors.cli import main\n"
+        f"heavy = {HEAVY!r}\n"
+        "found = {}\n"
+        f"for words in {commands!r}:\n"
+        "    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "        main([*words, '--help'])\n"
+        "    found[' '.join(words)] = [m for m in heavy if m in sys.modules]\n"
+        "print(json.dumps(found))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    imported: dict[str, list[str]] = json.loads(result.stdout.strip().splitlines()[-1])
+    assert list(imported) == [" ".join(words) for words in commands]
+    assert {command: heavy for command, heavy in imported.items() if heavy} == {}
+
+
+def test_the_options_literals_agree_with_the_runtime_values_they_copy() -> None:
+    """The options modules write defaults and choices out; each equals its source."""
+    assert [reason.value for reason in TerminalReason] == read_models.TERMINAL_REASONS
+    assert [status.value for status in QueueStatus] == queue.QUEUE_STATUSES
+    assert [fault.value for fault in Fault] == evaluation.BUILTIN_FAULTS
+    assert [model.name for model in default_projections()] == read_models.READ_MODELS
+    assert read_models.DEFAULT_BATCH_SIZE == DEFAULT_BATCH_SIZE
+    assert queue.DEFAULT_LEASE_S == DEFAULT_LEASE_S
+    assert (queue.DEFAULT_CONCURRENCY, queue.DEFAULT_GRACE_S) == (
+        worker.DEFAULT_CONCURRENCY,
+        worker.DEFAULT_GRACE_S,
+    )
+    assert (
+        cli_parser.CHECKPOINT_DIR_ENV,
+        cli_parser.CHECKPOINT_KEY_ENV,
+        cli_parser.CHECKPOINT_EVERY_ENV,
+        cli_parser.DEFAULT_CHECKPOINT_EVERY,
+    ) == (
+        checkpointer.CHECKPOINT_DIR_ENV,
+        checkpointer.CHECKPOINT_KEY_ENV,
+        checkpointer.CHECKPOINT_EVERY_ENV,
+        checkpointer.DEFAULT_CHECKPOINT_EVERY,
+    )
 
 
 def test_importing_loop_actors_imports_nothing_heavy_until_a_name_is_used() -> None:
@@ -92,7 +169,8 @@ def test_the_lazy_table_and_the_type_checking_imports_agree_with_all() -> None:
 
 def test_every_command_has_its_group_and_its_options() -> None:
     for name, group, _ in COMMANDS:
-        assert name in command_group(group).ARGUMENTS, (name, group)
+        assert name in command_options(group).ARGUMENTS, (name, group)
+        assert callable(command_group(group).run), group
     names = ",".join(name for name, _, _ in COMMANDS)
     assert f"{{{names}}}" in build_parser().format_usage()  # in this order
 

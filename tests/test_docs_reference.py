@@ -28,6 +28,22 @@ def test_every_exported_name_is_in_the_api_reference() -> None:
     assert not missing, f"docs/reference/api.md does not list {missing}"
 
 
+def test_every_public_member_of_the_runtime_is_in_its_reference_section() -> None:
+    """Each method, property and attribute of a ``Runtime`` not named ``_...`` is documented.
+
+    As ``runtime.NAME`` in the ``Runtime`` section (``driver``, ``with_driver`` and
+    ``holder`` were missing once).
+    """
+    text = API_REFERENCE.read_text()
+    section = text[text.index("### `Runtime`") : text.index("### `Worker`")]
+    runtime = loop_actors.Runtime("memory://")
+    members = {name for name in [*dir(runtime), *vars(runtime)] if not name.startswith("_")}
+    missing = sorted(
+        name for name in members if not re.search(rf"runtime\.{name}(?![\w])", section)
+    )
+    assert not missing, f"the Runtime section of docs/reference/api.md does not list {missing}"
+
+
 def test_every_exported_name_is_importable() -> None:
     """``__all__`` names only what the package really has."""
     assert [name for name in loop_actors.__all__ if not hasattr(loop_actors, name)] == []

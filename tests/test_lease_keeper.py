@@ -91,3 +91,57 @@ async def test_releases_of_a_failed_batch_are_given_back_at_the_next_heartbeat(
     rows, _ = queue.rows()
     assert {(row.status, row.holder) for row in rows} == {(QueueStatus.ENDED, None)}
     queue.close()
+
+
+PAUSED = Release(status=QueueStatus.PAUSED)
+
+
+async def test_waiting_for_a_background_release_returns_once_the_row_is_given_back(
+    tmp_path: Path,
+) -> None:
+    """And at once for an invocation with no release pending (bad input: one never held)."""
+    queue = CountingQueue(str(tmp_path / "queue.db"))
+    queue.enqueue_many([NewRow("inv-0", "payments")])
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            keeper = keeper_on(queue, nursery)
+            ((lease, _),) = await keeper.claim(["payments"], 1)
+            keeper.release_soon(lease, PAUSED)
+            await keeper.wait_released("inv-0")
+            row = queue.row("inv-0")
+            assert row is not None
+            assert (row.status, row.holder) == (QueueStatus.PAUSED, None)
+            await keeper.wait_released("never-held")
+    queue.close()
+
+
+async def test_a_failed_release_retried_at_the_heartbeat_leaves_the_row_as_it_stands_now(
+    tmp_path: Path,
+) -> None:
+    """A run paused, its release failed, then a cancel ended it: the retry writes ``ended``.
+
+    Bad inputs tried: a status the failed release would not have left (``claimed`` only) is
+    not replaced; an invocation with no failed release.
+    """
+    queue = CountingQueue(str(tmp_path / "queue.db"), fail_first_release=True)
+    queue.enqueue_many([NewRow("inv-0", "payments")])
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            keeper = keeper_on(queue, nursery)
+            ((lease, _),) = await keeper.claim(["payments"], 1)
+            keeper.release_soon(lease, PAUSED)
+            await keeper.wait_released("inv-0")  # written: it failed
+            row = queue.row("inv-0")
+            assert row is not None
+            assert row.status is QueueStatus.CLAIMED
+            ended = QueueStatus.ENDED
+            assert not keeper.rest_unreleased_as("inv-0", ended, only_from=[QueueStatus.CLAIMED])
+            assert not keeper.rest_unreleased_as("other", ended, only_from=[QueueStatus.PAUSED])
+            assert keeper.rest_unreleased_as(
+                "inv-0", ended, only_from=[QueueStatus.PAUSED, QueueStatus.RUNNABLE]
+            )
+            await keeper.beat()  # the failed release is given back here
+    row = queue.row("inv-0")
+    assert row is not None
+    assert (row.status, row.holder) == (QueueStatus.ENDED, None)
+    queue.close()

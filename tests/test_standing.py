@@ -1,7 +1,8 @@
-"""The core's answers the shell used to spell out: standing, approval refusals, unrevealed calls.
+"""The core's answers the shell used to spell out: stopped, standing, approval refusals...
 
-Bad inputs tried: every phase (each answer is checked against all nine), a digest of
-another batch and no digest at all, a redacted value nested in a list inside the arguments.
+And unrevealed calls. Bad inputs tried: every phase (each answer is checked against all
+nine), a digest of another batch and no digest at all, a redacted value nested in a
+list inside the arguments.
 """
 
 from __future__ import annotations
@@ -10,13 +11,17 @@ import pytest
 
 from aggregates.decisions import ErrorClass, ToolEffect
 from aggregates.invocation import DispatchedCall, Phase
+from aggregates.lease import QueueStatus
 from aggregates.redaction import REDACTED
 from aggregates.results import split_unrevealed
 from aggregates.standing import (
     ApprovalRefusal,
     Standing,
+    Stop,
     approval_refusal,
+    resting_status,
     standing,
+    stopped,
     waits_for_answer,
 )
 from tests.test_invocation_aggregate import _in_phase
@@ -28,6 +33,31 @@ EXPECTED_STANDING = {
     Phase.AWAITING_APPROVAL: Standing.WAITS_FOR_PERSON,
     Phase.AWAITING_CLARIFICATION: Standing.WAITS_FOR_PERSON,
 }
+
+
+EXPECTED_STOP = {
+    Phase.TERMINATED: Stop.ENDED,
+    Phase.AWAITING_APPROVAL: Stop.PAUSED,
+    Phase.AWAITING_CLARIFICATION: Stop.PAUSED,
+    Phase.AWAITING_RECONCILIATION: Stop.PAUSED,
+}
+"""Finished or paused: every other phase (new, ready, proposed, decided, dispatched) is neither."""
+
+
+@pytest.mark.parametrize("phase", list(Phase), ids=str)
+def test_an_invocation_has_stopped_only_when_it_terminated_or_is_paused(phase: Phase) -> None:
+    assert stopped(phase) is EXPECTED_STOP.get(phase)
+
+
+@pytest.mark.parametrize("phase", list(Phase), ids=str)
+def test_the_queue_row_of_an_undriven_invocation_rests_as_it_stopped(phase: Phase) -> None:
+    """Ended once terminated, paused while it waits, else runnable: never claimed."""
+    resting = {
+        None: QueueStatus.RUNNABLE,
+        Stop.ENDED: QueueStatus.ENDED,
+        Stop.PAUSED: QueueStatus.PAUSED,
+    }
+    assert resting_status(phase) is resting[EXPECTED_STOP.get(phase)]
 
 
 @pytest.mark.parametrize("phase", PHASES, ids=str)

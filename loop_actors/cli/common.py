@@ -17,37 +17,11 @@ from loop_actors._errors import AgentLoadError
 from loop_actors._render import terminal_safe
 from loop_actors.agent.agent import Agent
 from loop_actors.audit.checkpoint import load_signing_key
-from loop_actors.audit.checkpointer import (
-    CHECKPOINT_DIR_ENV,
-    CHECKPOINT_EVERY_ENV,
-    CHECKPOINT_KEY_ENV,
-)
 from loop_actors.cli.exit_codes import ExitCode
-from loop_actors.cli.parser import positive_int
 from loop_actors.runtime.outcome import Outcome
 from loop_actors.runtime.runtime import Runtime
 from loop_actors.store.store import EventStore
 from loop_actors.store.url import resolve_db_url
-
-
-def checkpoint_options(sub: argparse.ArgumentParser) -> None:
-    """The options of every command that runs invocations: automatic checkpoints."""
-    sub.add_argument(
-        "--checkpoint-dir",
-        metavar="DIR",
-        help=f"write checkpoints of the log to DIR, outside the store (${CHECKPOINT_DIR_ENV})",
-    )
-    sub.add_argument(
-        "--checkpoint-key",
-        metavar="KEYFILE",
-        help=f"sign them with this private key file (${CHECKPOINT_KEY_ENV})",
-    )
-    sub.add_argument(
-        "--checkpoint-every",
-        metavar="N",
-        type=positive_int,
-        help=f"and after every N commits when no run ends (${CHECKPOINT_EVERY_ENV}; default 100)",
-    )
 
 
 def runtime_for(args: argparse.Namespace, *, existing: bool = False) -> Runtime:

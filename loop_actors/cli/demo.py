@@ -14,9 +14,8 @@ from loop_actors._render import render_tree
 from loop_actors.agent.agent import Agent
 from loop_actors.agent.model import ScriptedModel
 from loop_actors.agent.tools import tool
-from loop_actors.cli.common import checkpoint_options, console, outcome_lines, runtime_for, trio_run
+from loop_actors.cli.common import console, outcome_lines, runtime_for, trio_run
 from loop_actors.cli.exit_codes import ExitCode
-from loop_actors.cli.parser import AddArguments, db_option
 from loop_actors.runtime.runtime import Runtime
 from loop_actors.store.url import redacted_url
 from projections import build_trajectory
@@ -68,14 +67,6 @@ async def _demo(runtime: Runtime) -> ExitCode:
         f"history: loop-actors history {outcome.invocation_id} --db {redacted_url(runtime.db_url)}"
     )
     return ExitCode(outcome.exit_code)
-
-
-def _add_demo(demo: argparse.ArgumentParser) -> None:
-    db_option(demo)
-    checkpoint_options(demo)
-
-
-ARGUMENTS: dict[str, AddArguments] = {"demo": _add_demo}
 
 
 def run(args: argparse.Namespace) -> int:

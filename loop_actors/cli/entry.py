@@ -6,9 +6,10 @@ another process holds the invocation's lease (``resume --take-over`` fences it o
 ``reconcile``: 0 nothing waits, 3 the sweeper will retry something, 5 an effect needs
 a person (``effects resolve``).
 
-Only the parser is imported up front: a command's group module (and with it trio and
-eventsourcing) is imported when that command is parsed, so ``--version`` and
-``--help`` stay quick.
+Only the parser is imported up front, and a command's options when it is parsed
+(``loop_actors.cli.options``, standard library only); its group's module, and with it
+trio and eventsourcing, once it runs. So ``--version``, ``--help`` and
+``<command> --help`` stay quick.
 """
 
 from __future__ import annotations

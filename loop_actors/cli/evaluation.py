@@ -16,63 +16,13 @@ import trio
 from loop_actors._errors import UsageError
 from loop_actors.agent.adapters import model_from_name
 from loop_actors.agent.agent import Agent
-from loop_actors.cli.common import checkpoint_options, load_agent, runtime_for
+from loop_actors.cli.common import load_agent, runtime_for
 from loop_actors.cli.exit_codes import ExitCode
-from loop_actors.cli.parser import AddArguments, db_option, positive_int
 from loop_actors.eval import evaluate as evaluation
 from loop_actors.eval.builtin import SUITE_NAME, Fault, builtin_jobs, crash_store_problem
 from loop_actors.eval.html import compare_html, eval_html
 from loop_actors.eval.progress import case_progress, progress_wanted
 from loop_actors.store.url import resolve_db_url
-
-
-def _add_eval(evaluate: argparse.ArgumentParser) -> None:
-    evaluate.add_argument(
-        "file",
-        metavar="FILE",
-        nargs="?",
-        help="a cases file (JSON or YAML), or 'schema', or 'compare' (optional with --builtin)",
-    )
-    evaluate.add_argument("more", metavar="REPORT", nargs="*", help="compare: the two reports")
-    evaluate.add_argument(
-        "--concurrency", type=positive_int, default=8, help="cases run at once (default 8)"
-    )
-    evaluate.add_argument("--json", dest="json_report", metavar="REPORT", help="write the report")
-    evaluate.add_argument(
-        "--html",
-        dest="html_report",
-        metavar="REPORT",
-        help="write the report as one self-contained HTML page (charts, trajectories)",
-    )
-    evaluate.add_argument(
-        "--builtin",
-        action="store_true",
-        help="also run the built-in cases (seed 000's branches: a self-test of the runtime)",
-    )
-    evaluate.add_argument(
-        "--rerun-failed",
-        action="store_true",
-        help="run the cases whose last attempt failed again, as new attempts",
-    )
-    evaluate.add_argument(  # checking the checks: break what one built-in case guards
-        "--builtin-fault",
-        dest="builtin_faults",
-        action="append",
-        default=[],
-        choices=[fault.value for fault in Fault],
-        help=argparse.SUPPRESS,
-    )
-    evaluate.add_argument(
-        "--agent",
-        dest="eval_agent",
-        metavar="MODULE:ATTR",
-        help="run this agent instead of the file's (change one thing, re-measure)",
-    )
-    db_option(evaluate)
-    checkpoint_options(evaluate)
-
-
-ARGUMENTS: dict[str, AddArguments] = {"eval": _add_eval}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -20,7 +20,6 @@ from aggregates.invocation import InvocationEvent
 from loop_actors._render import terminal_safe
 from loop_actors.cli.common import open_for_reading
 from loop_actors.cli.exit_codes import ExitCode
-from loop_actors.cli.parser import AddArguments, db_option
 
 
 def event_record(
@@ -77,12 +76,3 @@ def run(args: argparse.Namespace) -> int:
             print(_event_line(event))
         previous = event.chain_hash
     return ExitCode.OK
-
-
-def _add_history(history: argparse.ArgumentParser) -> None:
-    history.add_argument("invocation_id", metavar="ID")
-    history.add_argument("--json", action="store_true", help="one JSON object a line")
-    db_option(history)
-
-
-ARGUMENTS: dict[str, AddArguments] = {"history": _add_history}

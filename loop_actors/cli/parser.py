@@ -1,9 +1,12 @@
 """The ``loop-actors`` argument parser, whose commands' options are added lazily.
 
-The top-level parser knows each command's name, one-line help and command group (a
-module of this package). A command's options are added by its group's module when
-that command is parsed, so ``loop-actors --version`` and ``loop-actors --help``
-import no group module, hence neither trio nor eventsourcing.
+The top-level parser knows each command's name, one-line help and command group. A
+command's options are added by its group's options module
+(``loop_actors.cli.options.<group>``) when that command is parsed or its help
+printed; the group's own module (``loop_actors.cli.<group>``), which imports trio and
+eventsourcing, is imported only when the command runs. So ``loop-actors --version``,
+``--help`` and ``<command> --help`` import neither trio nor eventsourcing nor pydantic:
+this module and the options modules import only the standard library.
 """
 
 from __future__ import annotations
@@ -17,6 +20,13 @@ from typing import Any, NoReturn, Protocol, cast
 from loop_actors.cli.exit_codes import ExitCode
 
 DB_HELP = "sqlite:///path.db, postgresql://user:password@host:port/dbname or memory://"
+
+CHECKPOINT_DIR_ENV = "LOOP_ACTORS_CHECKPOINT_DIR"
+CHECKPOINT_KEY_ENV = "LOOP_ACTORS_CHECKPOINT_KEY"
+CHECKPOINT_EVERY_ENV = "LOOP_ACTORS_CHECKPOINT_EVERY"
+DEFAULT_CHECKPOINT_EVERY = 100
+"""The checkpointer's variables and default (``loop_actors.audit.checkpointer``'s; a test
+checks that they agree), written here so that the options import nothing heavy."""
 
 COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("demo", "demo", "run seed 000's example agent and show its trajectory"),
@@ -58,24 +68,37 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("workers", "queue", "live lease holders (workers and runs), their leases, last heartbeat"),
     ("history", "history", "print an invocation's committed events"),
 )
-"""Every command in the order ``--help`` lists them: name, group module, help."""
+"""Every command in the order ``--help`` lists them: name, group, help.
+
+The group names the module that runs it (``loop_actors.cli.<group>``) and the one that
+adds its options (``loop_actors.cli.options.<group>``).
+"""
 
 AddArguments = Callable[[argparse.ArgumentParser], None]
 
 
-class CommandGroup(Protocol):
-    """A module of this package that owns some commands: their options and their run."""
+class CommandOptions(Protocol):
+    """A module of ``loop_actors.cli.options``: the options of a group's commands."""
 
     ARGUMENTS: Mapping[str, AddArguments]
     """Each command's function that adds its options (and sub-commands) to its parser."""
+
+
+class CommandGroup(Protocol):
+    """A module of this package that runs some commands."""
 
     def run(self, args: argparse.Namespace) -> int:
         """Run the parsed command; return its exit code."""
         ...
 
 
+def command_options(name: str) -> CommandOptions:
+    """The module ``loop_actors.cli.options.<name>`` (it imports nothing heavy)."""
+    return cast(CommandOptions, importlib.import_module(f"loop_actors.cli.options.{name}"))
+
+
 def command_group(name: str) -> CommandGroup:
-    """The module ``loop_actors.cli.<name>``, imported now (it may import trio)."""
+    """The module ``loop_actors.cli.<name>``, imported now (it imports trio, eventsourcing)."""
     return cast(CommandGroup, importlib.import_module(f"loop_actors.cli.{name}"))
 
 
@@ -140,6 +163,27 @@ def views_option(sub: argparse.ArgumentParser) -> None:
     )
 
 
+def checkpoint_options(sub: argparse.ArgumentParser) -> None:
+    """The options of every command that runs invocations: automatic checkpoints."""
+    sub.add_argument(
+        "--checkpoint-dir",
+        metavar="DIR",
+        help=f"write checkpoints of the log to DIR, outside the store (${CHECKPOINT_DIR_ENV})",
+    )
+    sub.add_argument(
+        "--checkpoint-key",
+        metavar="KEYFILE",
+        help=f"sign them with this private key file (${CHECKPOINT_KEY_ENV})",
+    )
+    sub.add_argument(
+        "--checkpoint-every",
+        metavar="N",
+        type=positive_int,
+        help=f"and after every N commits when no run ends (${CHECKPOINT_EVERY_ENV}; "
+        f"default {DEFAULT_CHECKPOINT_EVERY})",
+    )
+
+
 def _version() -> str:
     try:
         return importlib.metadata.version("loop-actors")
@@ -149,7 +193,7 @@ def _version() -> str:
 
 def _lazy_arguments(group: str, command: str) -> AddArguments:
     def add_arguments(parser: argparse.ArgumentParser) -> None:
-        command_group(group).ARGUMENTS[command](parser)
+        command_options(group).ARGUMENTS[command](parser)
 
     return add_arguments
 

@@ -6,7 +6,6 @@ import argparse
 import json
 from typing import Any
 
-from aggregates.decisions import TerminalReason
 from aggregates.effect import who_settles
 from aggregates.lease import QueueRow
 from loop_actors._errors import InvocationNotFoundError, UsageError
@@ -14,8 +13,7 @@ from loop_actors._render import effects_table, invocations_table, metrics_table,
 from loop_actors.agent.agent import Agent
 from loop_actors.cli.common import console, load_agent, note, open_for_reading
 from loop_actors.cli.exit_codes import ExitCode
-from loop_actors.cli.parser import AddArguments, CliParser, positive_int, views_option
-from loop_actors.cli.queue import QUEUE_STATUSES, queue_statuses, status_of
+from loop_actors.cli.queue import queue_statuses, status_of
 from loop_actors.runtime.runtime import unaskable_reason
 from loop_actors.store.views import open_read_runner, open_writable_runner
 from projections import (
@@ -26,71 +24,6 @@ from projections import (
     metrics,
 )
 from projections.runner import DEFAULT_BATCH_SIZE
-
-
-def _add_show(show: argparse.ArgumentParser) -> None:
-    show.add_argument("invocation_id", metavar="ID")
-    show.add_argument("--json", action="store_true", help="the trajectory as JSON")
-    views_option(show)
-
-
-def _add_list(listing: argparse.ArgumentParser) -> None:
-    listing.add_argument(
-        "--reason",
-        choices=[reason.value for reason in TerminalReason],
-        metavar="REASON",
-        help="only this terminal reason (e.g. completed)",
-    )
-    listing.add_argument("--agent", help="only this agent")
-    listing.add_argument(
-        "--status",
-        choices=QUEUE_STATUSES,
-        help="only invocations in this state of the work queue (runnable, claimed, paused, ended)",
-    )
-    listing.add_argument(
-        "--limit", type=positive_int, default=50, help="at most this many (default 50)"
-    )
-    listing.add_argument("--json", action="store_true", help="one JSON object a line")
-    views_option(listing)
-
-
-def _add_metrics(metrics_cmd: argparse.ArgumentParser) -> None:
-    metrics_cmd.add_argument(
-        "--by", choices=["agent", "task-class", "reason"], default="reason", help="the grouping"
-    )
-    metrics_cmd.add_argument("--json", action="store_true", help="one JSON object a line")
-    views_option(metrics_cmd)
-
-
-def _add_projections(projections_cmd: argparse.ArgumentParser) -> None:
-    projection_actions = projections_cmd.add_subparsers(
-        dest="projections_command", required=True, parser_class=CliParser
-    )
-    for action, text in (
-        ("status", "position, head and lag of each read model"),
-        ("catch-up", "apply every event not yet applied"),
-        ("rebuild", "drop a read model and replay it from position 0"),
-    ):
-        sub_parser = projection_actions.add_parser(action, help=text)
-        sub_parser.add_argument(
-            "name", nargs="?", choices=["trajectory", "metrics", "open_effects"]
-        )
-        sub_parser.add_argument("--json", action="store_true", help="one JSON object a line")
-        sub_parser.add_argument(
-            "--batch-size",
-            type=int,
-            default=DEFAULT_BATCH_SIZE,
-            help=f"events per transaction (default {DEFAULT_BATCH_SIZE})",
-        )
-        views_option(sub_parser)
-
-
-ARGUMENTS: dict[str, AddArguments] = {
-    "show": _add_show,
-    "list": _add_list,
-    "metrics": _add_metrics,
-    "projections": _add_projections,
-}
 
 
 def run(args: argparse.Namespace) -> int:

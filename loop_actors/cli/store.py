@@ -7,21 +7,6 @@ import sys
 
 from loop_actors.audit.store_copy import copy_store
 from loop_actors.cli.exit_codes import ExitCode
-from loop_actors.cli.parser import DB_HELP, AddArguments, CliParser
-
-
-def _add_store(store: argparse.ArgumentParser) -> None:
-    store_commands = store.add_subparsers(
-        dest="store_command", required=True, parser_class=CliParser
-    )
-    copy = store_commands.add_parser(
-        "copy",
-        help="copy every event (with its id, in order) and snapshot into an empty store, "
-        "then check that its audit and log head equal the source's",
-    )
-    copy.add_argument("--from", dest="source", metavar="URL", required=True, help=DB_HELP)
-    copy.add_argument("--to", dest="target", metavar="URL", required=True, help=DB_HELP)
-    copy.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,6 +31,3 @@ def run(args: argparse.Namespace) -> int:
 def _copied(rows: int) -> None:
     if rows % 10_000 == 0:
         print(f"loop-actors: {rows} rows copied", file=sys.stderr)
-
-
-ARGUMENTS: dict[str, AddArguments] = {"store": _add_store}

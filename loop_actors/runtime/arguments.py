@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from aggregates.ids import invocation_id_problem
 from aggregates.values import check_text
 from loop_actors._errors import UsageError
@@ -38,36 +40,47 @@ def check_texts(**texts: str | None) -> None:
             raise UsageError(f"{name} cannot be stored: it holds {problem}")
 
 
-def check_start(
-    caller: str,
-    agent: object,
-    goal: object,
-    *,
-    invocation_id: str | None,
-    task_class: str | None,
-    actor: str | None,
-    tenant: str | None,
-    agent_ref: str | None = None,
-) -> None:
-    """Refuse malformed arguments of ``run`` / ``submit`` before anything is written.
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StartRequest:
+    """What ``Runtime.run`` or ``Runtime.submit`` was asked to start: built once, passed down.
 
-    Raises:
-        UsageError: what is wrong with them.
+    The Runtime builds it from its caller's arguments, checks it (:meth:`check`) and
+    hands it to the Driver, which starts the invocation from it.
     """
-    if not isinstance(agent, Agent):
-        raise UsageError(f"{caller}() needs an Agent, got {type(agent).__name__}")
-    if not isinstance(goal, str) or not goal.strip():
-        raise UsageError("the goal must be a non-empty string")
-    if invocation_id is not None:
-        check_invocation_id(invocation_id)
-    check_texts(
-        goal=goal,
-        invocation_id=invocation_id,
-        task_class=task_class,
-        actor=actor,
-        tenant=tenant,
-        agent_ref=agent_ref,
-    )
+
+    agent: Agent
+    goal: str
+    invocation_id: str | None = None
+    """The id the caller chose (None: a new random one)."""
+    task_class: str | None = None
+    """Recorded for metrics (None: the agent's)."""
+    actor: str | None = None
+    tenant: str | None = None
+    agent_ref: str | None = None
+    """``submit`` only: the ``MODULE:ATTR`` the agent is loaded from, kept with the queue row."""
+
+    def check(self, caller: str) -> None:
+        """Refuse a malformed request of ``caller`` (``run``, ``submit``): nothing is written.
+
+        Raises:
+            UsageError: what is wrong with it.
+        """
+        agent: object = self.agent  # whatever the caller passed, typed or not
+        if not isinstance(agent, Agent):
+            raise UsageError(f"{caller}() needs an Agent, got {type(agent).__name__}")
+        goal: object = self.goal
+        if not isinstance(goal, str) or not goal.strip():
+            raise UsageError("the goal must be a non-empty string")
+        if self.invocation_id is not None:
+            check_invocation_id(self.invocation_id)
+        check_texts(
+            goal=goal,
+            invocation_id=self.invocation_id,
+            task_class=self.task_class,
+            actor=self.actor,
+            tenant=self.tenant,
+            agent_ref=self.agent_ref,
+        )
 
 
 def requested_by(by: str | None, reason: str | None) -> str:

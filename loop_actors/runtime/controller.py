@@ -22,10 +22,11 @@ import trio
 
 from aggregates.decisions import ToolCalls, ToolResult, built
 from aggregates.effect import Effect
-from aggregates.invocation import DispatchedCall, Invocation, Phase, Turn
+from aggregates.invocation import DispatchedCall, Invocation, Turn
 from aggregates.lease import stop_for_lost_lease
 from aggregates.results import Interruption, split_unrevealed
 from aggregates.settings import RunSettings
+from aggregates.standing import stopped
 from aggregates.turn import (
     Action,
     AskModel,
@@ -463,9 +464,8 @@ class Controller:
         match outcome:
             case Committed():
                 self._confirmed = (self.invocation.step, self.invocation.tool_calls)
-                phase = self.invocation.phase
-                stopped = phase is Phase.TERMINATED or phase.paused
-                if self.lease is not None and self.lease.draining and not stopped:
+                going_on = stopped(self.invocation.phase) is None
+                if self.lease is not None and self.lease.draining and going_on:
                     raise LeaseDrained(self.invocation.id)
                 return None
             case CommitFailed():

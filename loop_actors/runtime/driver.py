@@ -23,7 +23,7 @@ from aggregates.decisions import TerminalReason
 from aggregates.invocation import Invocation, Phase
 from aggregates.lease import DRAINED, QueueStatus, Refuse, Release, lease_is_live, release_after
 from aggregates.requests import CancelRequest
-from aggregates.standing import Standing, standing
+from aggregates.standing import Standing, Stop, resting_status, standing, stopped
 from aggregates.turn import cancel_paused
 from loop_actors._errors import (
     InconsistentHistoryError,
@@ -36,7 +36,7 @@ from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._messages import CommitFailed, Committed
 from loop_actors.agent.agent import Agent, SettingsChangedError, check_catalogue
 from loop_actors.agent.mcp import McpSessions, using_mcp_sessions
-from loop_actors.runtime.arguments import requested_by
+from loop_actors.runtime.arguments import StartRequest, requested_by
 from loop_actors.runtime.controller import Controller
 from loop_actors.runtime.leases import HeldLease, LeaseDrained, LeaseKeeper
 from loop_actors.runtime.outcome import Outcome
@@ -109,42 +109,25 @@ class Driver:
         self.cancels_seen_to = 0
         """The store position up to which the cancel watcher has looked for requests."""
 
-    def new_invocation(
-        self,
-        agent: Agent,
-        goal: str,
-        *,
-        invocation_id: str | None,
-        task_class: str | None,
-        actor: str | None,
-        tenant: str | None,
-    ) -> Invocation:
-        """A new invocation of ``agent`` on ``goal``, its ``InvocationStarted`` pending."""
+    def new_invocation(self, request: StartRequest) -> Invocation:
+        """A new invocation as ``request`` asks, its ``InvocationStarted`` pending."""
+        agent = request.agent
         return Invocation.start(
-            invocation_id=invocation_id or uuid4().hex,
-            goal=goal,
+            invocation_id=request.invocation_id or uuid4().hex,
+            goal=request.goal,
             agent_name=agent.name,
             agent_version=agent.version,
             catalogue_digest=agent.toolbox.catalogue_digest,
             tools=agent.toolbox.specs,
             budget=agent.budget,
             settings=agent.settings,
-            task_class=task_class if task_class is not None else agent.task_class,
-            actor=actor,
-            tenant=tenant,
+            task_class=request.task_class if request.task_class is not None else agent.task_class,
+            actor=request.actor,
+            tenant=request.tenant,
             at=self.now(),
         )
 
-    async def start(
-        self,
-        *,
-        agent: Agent,
-        goal: str,
-        invocation_id: str | None,
-        task_class: str | None,
-        actor: str | None,
-        tenant: str | None,
-    ) -> Outcome:
+    async def start(self, *, request: StartRequest) -> Outcome:
         """Record a new invocation and drive it under a new lease (``Runtime.run``, checked).
 
         Raises:
@@ -154,19 +137,13 @@ class Driver:
 
         Cancellation: as ``Runtime.run``.
         """
-        invocation = self.new_invocation(
-            agent,
-            goal,
-            invocation_id=invocation_id,
-            task_class=task_class,
-            actor=actor,
-            tenant=tenant,
-        )
+        invocation = self.new_invocation(request)
         created = await self.journal.commit(invocation.take_events())
         if isinstance(created, CommitFailed):
             return await self.existing_outcome(invocation, created)
 
         fault_point(CrashPoint.AFTER_START_COMMIT)
+        agent = request.agent
         lease = self.leases.hold_new(invocation.id, agent.name)
         # A new invocation has no earlier cancel request; a later one reaches it through
         # this runtime's watcher.
@@ -219,7 +196,8 @@ class Driver:
         Cancellation: as ``Runtime.request_cancel``.
         """
         invocation = await self.reads.invocation(invocation_id)
-        if invocation.phase is Phase.TERMINATED:
+        stop = stopped(invocation.phase)
+        if stop is Stop.ENDED:
             return CancelResult.ALREADY_ENDED
         existing = await self.reads.cancel_request(invocation_id)
         if existing is None:
@@ -233,7 +211,7 @@ class Driver:
                 )
         if self.cancel(invocation_id, detail=requested_by(by, reason)):
             return CancelResult.SIGNALLED
-        if invocation.phase.paused:
+        if stop is Stop.PAUSED:
             who = f" by {by}" if by else ""
             cancel_paused(
                 invocation,
@@ -258,17 +236,7 @@ class Driver:
             # A conflict: it was resumed meanwhile; that run honours the recorded request.
         return CancelResult.REQUESTED
 
-    async def submit(
-        self,
-        *,
-        agent: Agent,
-        goal: str,
-        invocation_id: str | None,
-        task_class: str | None,
-        actor: str | None,
-        tenant: str | None,
-        agent_ref: str | None,
-    ) -> str:
+    async def submit(self, *, request: StartRequest) -> str:
         """Record a new invocation as runnable and queue it (``Runtime.submit``, checked).
 
         Raises:
@@ -276,15 +244,8 @@ class Driver:
 
         Cancellation: as ``Runtime.submit``.
         """
-        invocation = self.new_invocation(
-            agent,
-            goal,
-            invocation_id=invocation_id,
-            task_class=task_class,
-            actor=actor,
-            tenant=tenant,
-        )
-        status = QueueStatus.RUNNABLE
+        agent = request.agent
+        invocation = self.new_invocation(request)
         created = await self.journal.commit(invocation.take_events())
         if isinstance(created, CommitFailed):
             if not created.conflict:
@@ -293,17 +254,17 @@ class Driver:
                     "nothing was recorded, submit again"
                 )
             existing = await self.reads.invocation(invocation.id)
-            if existing.goal != goal or existing.agent_name != agent.name:
+            if existing.goal != request.goal or existing.agent_name != agent.name:
                 raise InvocationExistsError(
                     invocation.id, "already exists for another goal or agent"
                 )
-            if existing.phase is Phase.TERMINATED:
-                status = QueueStatus.ENDED
-            elif existing.phase.paused:
-                status = QueueStatus.PAUSED
+            invocation = existing  # its row (added if a crash lost it) rests as it stands
+        status = resting_status(invocation.phase)  # a new one: runnable
         leases = self.leases
         try:
-            await leases.enqueue(invocation.id, agent.name, agent_ref=agent_ref, status=status)
+            await leases.enqueue(
+                invocation.id, agent.name, agent_ref=request.agent_ref, status=status
+            )
         except StoreUnavailableError as error:
             raise StoreUnavailableError(
                 f"invocation {invocation.id} is recorded but not queued ({error}); submit it "
@@ -457,9 +418,15 @@ class Driver:
         """
         leases = self.leases
         queue = leases.queue
+        # A run of it here that just paused gives its lease back in the background; that
+        # release comes first, or it would leave the row as the run left it (paused).
+        await leases.wait_released(invocation_id)
         try:
-            if not await leases.call(queue.set_status, invocation_id, status, only_from=only_from):
-                await leases.call(queue.enqueue, invocation_id, agent_name, status=status)
+            if await leases.call(queue.set_status, invocation_id, status, only_from=only_from):
+                return
+            if leases.rest_unreleased_as(invocation_id, status, only_from=only_from):
+                return  # its release failed: the next heartbeat writes it, as ``status``
+            await leases.call(queue.enqueue, invocation_id, agent_name, status=status)
         except StoreUnavailableError:
             log.warning(
                 "invocation %s is recorded, but its queue row could not be made %s; "

@@ -80,6 +80,9 @@ class HeldLease:
     row_missing: bool = False
     """Its queue row could not be written yet (the store failed): the heartbeat tries again."""
     agent_name: str = ""
+    released: trio.Event | None = None
+    """Given back in the background: set once that release was written (or failed, and
+    waits for the next heartbeat)."""
 
     def may_start_calls(self) -> bool:
         """Whether a tool call may start now: the lease is held and was renewed recently."""
@@ -256,6 +259,8 @@ class LeaseKeeper:
     _releases: list[_Release] = field(default_factory=list)
     """Leases to give back in the background: one transaction for all of them."""
     _releasing: bool = False
+    _pending_releases: dict[str, HeldLease] = field(default_factory=dict)
+    """The last lease of each invocation given back in the background, until it is written."""
     _enqueues: _Grouped[NewRow, bool] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -442,6 +447,8 @@ class LeaseKeeper:
         are given back together, in one transaction.
         """
         self._drop(lease)
+        lease.released = trio.Event()
+        self._pending_releases[lease.invocation_id] = lease
         self._releases.append((lease, release, note))
         if not self._releasing:
             self._releasing = True
@@ -452,9 +459,51 @@ class LeaseKeeper:
         try:
             while self._releases:
                 batch, self._releases = self._releases[:MAX_BATCH], self._releases[MAX_BATCH:]
-                await self._release_all(batch)
+                try:
+                    await self._release_all(batch)
+                finally:
+                    self._released(batch)
         finally:
             self._releasing = False
+            self._released(self._releases)  # cancelled (the runtime closes): nobody waits
+
+    def _released(self, batch: Sequence[_Release]) -> None:
+        """The background releases of ``batch`` are written (or failed): wake who waits."""
+        for lease, _, _ in batch:
+            if lease.released is not None:
+                lease.released.set()
+            if self._pending_releases.get(lease.invocation_id) is lease:
+                del self._pending_releases[lease.invocation_id]
+
+    async def wait_released(self, invocation_id: str) -> None:
+        """Wait until the lease of an invocation given back in the background is written.
+
+        Returns at once when none of it is pending. Whoever moves the row of an
+        invocation that a run of this runtime just stopped driving (an approval, a
+        cancel) waits for it first: else it finds the row still claimed, and that
+        release then leaves the row as the run left it. A release that failed waits for
+        the next heartbeat (:meth:`rest_unreleased_as`).
+
+        Cancellation: a checkpoint while it waits; the release is written regardless.
+        """
+        lease = self._pending_releases.get(invocation_id)
+        if lease is not None and lease.released is not None:
+            await lease.released.wait()
+
+    def rest_unreleased_as(
+        self, invocation_id: str, status: QueueStatus, *, only_from: Sequence[QueueStatus]
+    ) -> bool:
+        """Have a release of an invocation that failed leave its row ``status`` when retried.
+
+        Only a release that would have left the row in one of ``only_from``: the
+        invocation moved on since (an approval made it runnable, a cancel ended it).
+        Returns whether there was one.
+        """
+        item = self._unreleased.get(invocation_id)
+        if item is None or item[1].status not in only_from:
+            return False
+        self._unreleased[invocation_id] = (item[0], Release(status=status), None)
+        return True
 
     async def release(self, lease: HeldLease, release: Release, note: str | None = None) -> None:
         """Give a lease back (bounded, shielded); a failure leaves it to expire."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from aggregates.decisions import Frozen, TerminalReason
-from aggregates.invocation import Invocation, Phase
+from aggregates.invocation import Invocation
+from aggregates.standing import Stop, stopped
 
 
 class Outcome(Frozen):
@@ -42,7 +43,8 @@ class Outcome(Frozen):
         Raises:
             ValueError: the invocation is still running.
         """
-        if invocation.phase is Phase.TERMINATED and invocation.terminated is not None:
+        stop = stopped(invocation.phase)
+        if stop is Stop.ENDED and invocation.terminated is not None:
             ended = invocation.terminated
             return cls(
                 invocation_id=invocation.id,
@@ -52,7 +54,7 @@ class Outcome(Frozen):
                 tool_calls=ended.tool_calls,
                 detail=ended.detail,
             )
-        if invocation.phase.paused and invocation.paused is not None:
+        if stop is Stop.PAUSED and invocation.paused is not None:
             paused = invocation.paused
             pending = None
             if paused.calls is not None:

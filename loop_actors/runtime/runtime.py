@@ -20,7 +20,7 @@ from loop_actors._errors import UsageError
 from loop_actors.agent.agent import Agent
 from loop_actors.agent.mcp import open_mcp_sessions
 from loop_actors.audit.checkpointer import Checkpointer, CheckpointSettings, open_checkpointer
-from loop_actors.runtime.arguments import check_invocation_id, check_start, check_texts
+from loop_actors.runtime.arguments import StartRequest, check_invocation_id, check_texts
 from loop_actors.runtime.controller import single_exception
 from loop_actors.runtime.decisions import HumanDecisions, ResolvedEffect
 from loop_actors.runtime.driver import CancelResult, Driver
@@ -331,17 +331,7 @@ class Runtime:
         Cancellation: cancelling the calling scope records the invocation as
         ``cancelled`` (unfinished calls get ``cancelled`` results) and re-raises.
         """
-        check_start(
-            "run",
-            agent,
-            goal,
-            invocation_id=invocation_id,
-            task_class=task_class,
-            actor=actor,
-            tenant=tenant,
-        )
-        start = partial(
-            Driver.start,
+        request = StartRequest(
             agent=agent,
             goal=goal,
             invocation_id=invocation_id,
@@ -349,7 +339,8 @@ class Runtime:
             actor=actor,
             tenant=tenant,
         )
-        return await self.with_driver(start)
+        request.check("run")
+        return await self.with_driver(partial(Driver.start, request=request))
 
     async def resume(
         self,
@@ -605,18 +596,7 @@ class Runtime:
         that the commit is waited for. Cancelled, the invocation is recorded or not;
         submitting again with the same id is safe.
         """
-        check_start(
-            "submit",
-            agent,
-            goal,
-            invocation_id=invocation_id,
-            task_class=task_class,
-            actor=actor,
-            tenant=tenant,
-            agent_ref=agent_ref,
-        )
-        submit = partial(
-            Driver.submit,
+        request = StartRequest(
             agent=agent,
             goal=goal,
             invocation_id=invocation_id,
@@ -625,7 +605,8 @@ class Runtime:
             tenant=tenant,
             agent_ref=agent_ref,
         )
-        return await self.with_driver(submit)
+        request.check("submit")
+        return await self.with_driver(partial(Driver.submit, request=request))
 
     # ----------------------------------------------------------------- the driver
 

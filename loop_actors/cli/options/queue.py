@@ -1,0 +1,88 @@
+"""The options of ``submit``, ``worker`` and ``workers``.
+
+The literals below are the runtime's values (a test checks that they agree): written
+here so that these options import nothing heavy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from loop_actors.cli.parser import AddArguments, checkpoint_options, db_option, positive_int
+
+QUEUE_STATUSES = ["runnable", "claimed", "paused", "ended"]
+"""The values of ``aggregates.lease.QueueStatus``, in its order (``list --status``)."""
+
+DEFAULT_CONCURRENCY = 8
+"""``Worker``'s default ``concurrency``."""
+DEFAULT_LEASE_S = 30.0
+"""``aggregates.lease.DEFAULT_LEASE_S``."""
+DEFAULT_GRACE_S = 30.0
+"""``Worker``'s default ``grace_s``."""
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds, got {text!r}")
+    return value
+
+
+def _add_submit(submit: argparse.ArgumentParser) -> None:
+    submit.add_argument("agent", metavar="MODULE:ATTR", help="the agent a worker will run it with")
+    submit.add_argument("--goal", required=True, help="what the agent should achieve")
+    submit.add_argument("--id", dest="invocation_id", metavar="ID", help="choose the invocation id")
+    submit.add_argument("--task-class", help="recorded with the invocation, for metrics")
+    submit.add_argument("--actor", help="who the invocation acts for (for the agent's policy)")
+    submit.add_argument("--tenant", help="whose data it acts on (for the agent's policy)")
+    submit.add_argument("--json", action="store_true", help='print {"invocation_id": ...}')
+    db_option(submit)
+
+
+def _add_worker(worker: argparse.ArgumentParser) -> None:
+    worker.add_argument(
+        "--agent",
+        dest="agents",
+        action="append",
+        required=True,
+        metavar="MODULE:ATTR",
+        help="an agent this worker serves (repeat for more)",
+    )
+    worker.add_argument(
+        "--concurrency",
+        type=positive_int,
+        default=DEFAULT_CONCURRENCY,
+        help=f"invocations driven at once (default {DEFAULT_CONCURRENCY})",
+    )
+    worker.add_argument(
+        "--lease-s",
+        type=_seconds,
+        default=DEFAULT_LEASE_S,
+        help=f"how long a lease lasts without a heartbeat (default {DEFAULT_LEASE_S:g})",
+    )
+    worker.add_argument(
+        "--grace-s",
+        type=_seconds,
+        default=DEFAULT_GRACE_S,
+        help="on SIGTERM/SIGINT, how long runs may take to reach their next commit "
+        f"(default {DEFAULT_GRACE_S:g})",
+    )
+    worker.add_argument("--json", action="store_true", help="print the final report as JSON")
+    db_option(worker)
+    checkpoint_options(worker)
+
+
+def _add_workers(workers: argparse.ArgumentParser) -> None:
+    workers.add_argument("--json", action="store_true", help="one JSON object a line")
+    db_option(workers)
+
+
+ARGUMENTS: dict[str, AddArguments] = {
+    "submit": _add_submit,
+    "worker": _add_worker,
+    "workers": _add_workers,
+}
