@@ -14,7 +14,6 @@ size per case.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -25,8 +24,9 @@ from typing import Any
 import trio
 
 from loop_actors import Agent, Runtime, ScriptedModel, tool
-from loop_actors.eval.evaluate import ReportFile, Suite, compare, report, run_suite
+from loop_actors.eval.evaluate import Suite, compare, report, run_suite
 from loop_actors.eval.html import compare_html, eval_html
+from loop_actors.eval.report import EvalReport, document_json
 
 
 @tool
@@ -109,28 +109,26 @@ def main() -> None:
     print(f"{n} cases run in {ran:.2f} s: {n / ran:.0f} cases/s at concurrency {args.concurrency}")
 
     report_s, document = _timed(args.reps, lambda: report("bench", AGENT, results))
-    text = json.dumps(document, indent=2)
+    text = document_json(document)
     html_s, page = _timed(args.reps, lambda: eval_html(document))
-    loaded = ReportFile.model_validate(document)
+    loaded = EvalReport.model_validate_json(text)
     # B: the same runs with latencies shifted by 0 to 6 ms, so the bootstrap has work to do.
-    shifted = ReportFile.model_validate(
-        document
-        | {
+    shifted = loaded.model_copy(
+        update={
             "cases": [
-                case | {"latency_ms": case["latency_ms"] + index % 7}
-                for index, case in enumerate(document["cases"])
+                case.model_copy(update={"latency_ms": case.latency_ms + index % 7})
+                for index, case in enumerate(loaded.cases)
             ]
         }
     )
     compare_s, comparison = _timed(args.reps, lambda: compare(loaded, shifted))
-    dumped, dumped_b = loaded.model_dump(mode="json"), shifted.model_dump(mode="json")
     compare_html_s, side_by_side = _timed(
-        args.reps, lambda: compare_html(comparison, dumped, dumped_b)
+        args.reps, lambda: compare_html(comparison, loaded, shifted)
     )
     for name, seconds, output in (
         ("report (JSON)", report_s, text),
         ("eval_html", html_s, page),
-        ("compare (with bootstraps)", compare_s, json.dumps(comparison)),
+        ("compare (with bootstraps)", compare_s, document_json(comparison)),
         ("compare_html", compare_html_s, side_by_side),
     ):
         print(

@@ -134,6 +134,29 @@ def test_importing_loop_actors_imports_nothing_heavy_until_a_name_is_used() -> N
     assert "trio" in _imported_after("import loop_actors\nloop_actors.Runtime")
 
 
+def test_jinja_is_imported_when_a_page_is_rendered_not_before() -> None:
+    """``--version``, the HTML module itself and the report model leave Jinja unloaded."""
+    probe = (
+        "import contextlib, io, sys\nfrom loop_actors.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    main(['--version'])\n"
+        "before = 'jinja2' in sys.modules\n"
+        "import loop_actors.eval.html, loop_actors.eval.report, loop_actors.cli.evaluation\n"
+        "imported = 'jinja2' in sys.modules\n"
+        "loop_actors.eval.html._environment()\n"
+        "print(before, imported, 'jinja2' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert result.stdout.split() == ["False", "False", "True"]
+
+
 def test_every_public_name_resolves_to_the_object_of_its_module() -> None:
     for name in loop_actors.__all__:
         assert getattr(loop_actors, name) is not None, name

@@ -178,3 +178,80 @@ def test_the_compare_report_shows_the_flipped_case_first_side_by_side(
     assert page.get_by_text("95% bootstrap interval").is_visible()
     _screenshot(page, tmp_path, "eval-compare.png")
     page.close()
+
+
+PAYLOAD = "</script><img src=x onerror=alert(1)>"
+
+
+@pytest.fixture(scope="module")
+def injected(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """PAYLOAD in a goal, a tool's output and a tool's error (eval --html), and in an
+    entry's error (a hand-edited report, compare --html)."""
+    project = tmp_path_factory.mktemp("injected")
+    (project / "suite_agent.py").write_text(AGENT)
+    suite = {
+        "name": "injected",
+        "agent": "suite_agent:agent",
+        "cases": [
+            {
+                "id": "injects",
+                "goal": f"look it up {PAYLOAD}",
+                "task_class": "write",
+                "fakes": {"lookup": {"output": PAYLOAD}, "send": {"error": PAYLOAD}},
+                "model": [
+                    {
+                        "kind": "tool_calls",
+                        "calls": [
+                            {"id": "c1", "name": "lookup", "arguments": {"key": "k"}},
+                            {"id": "w1", "name": "send", "arguments": {"to": "ops"}},
+                        ],
+                    },
+                    {"kind": "final", "answer": "done"},
+                ],
+                "expect": {"answer": {"equals": "not done"}},
+            }
+        ],
+    }
+    (project / "injected.json").write_text(json.dumps(suite))
+    db = f"sqlite:///{project / 'eval.db'}"
+    ran = run_cli(
+        "eval", "injected.json", "--json", "a.json", "--html", "a.html", cwd=project, db=db
+    )
+    assert ran.returncode == 4, ran.stderr
+    edited = json.loads((project / "a.json").read_text())
+    edited["cases"][0] |= {"status": "error", "error": f"ToolError: {PAYLOAD}", "failures": []}
+    (project / "b.json").write_text(json.dumps(edited))
+    compared = run_cli("eval", "compare", "a.json", "b.json", "--html", "c.html", cwd=project)
+    assert compared.returncode == 0, compared.stderr  # failed in A, errored in B: not broke
+    return project
+
+
+@pytest.mark.parametrize("name", ["a.html", "c.html"])
+def test_a_closing_script_tag_in_a_goal_an_output_and_an_error_injects_no_element(
+    browser: Any, injected: Path, name: str
+) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    dialogs: list[str] = []
+    errors: list[str] = []
+
+    def dismissed(dialog: Any) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", dismissed)  # before the page loads: an onerror would run while it does
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto((injected / name).as_uri())
+    page.wait_for_load_state("load")
+    page.evaluate("document.querySelectorAll('details').forEach(d => { d.open = true; })")
+    assert page.locator("img").count() == 0
+    assert page.locator("script").count() == 1  # the page's own
+    assert dialogs == []
+    assert errors == []
+    shown = page.locator("body").inner_text()
+    if name == "a.html":
+        assert f"look it up {PAYLOAD}" in shown  # the goal
+        assert f'"{PAYLOAD}"' in shown  # the fake lookup's output
+        assert shown.count(PAYLOAD) >= 3  # and the fake send's error
+    else:
+        assert f"error: ToolError: {PAYLOAD}" in shown  # the entry's error, in B
+    page.close()

@@ -43,15 +43,11 @@ def run(args: argparse.Namespace) -> int:
         if args.json_report:
             evaluation.write_json(Path(args.json_report), comparison)
         if args.html_report:
-            page = compare_html(
-                comparison,
-                first.model_dump(mode="json"),
-                second.model_dump(mode="json"),
-                names=(Path(args.more[0]).name, Path(args.more[1]).name),
-            )
+            names = (Path(args.more[0]).name, Path(args.more[1]).name)
+            page = compare_html(comparison, first, second, names=names)
             evaluation.write_text(Path(args.html_report), page)
         evaluation.print_table(evaluation.compare_table(comparison))
-        return ExitCode.OK if comparison["broke"] == 0 else ExitCode.NOT_COMPLETED
+        return ExitCode.OK if comparison.broke == 0 else ExitCode.NOT_COMPLETED
     if args.more:
         raise UsageError(f"eval takes one cases file, got {len(args.more) + 1}")
     if args.file is None and not args.builtin:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
-import math
 import os
 import re
 import sys
@@ -43,7 +42,16 @@ from loop_actors._render import terminal_safe
 from loop_actors.agent.agent import Agent
 from loop_actors.agent.model import ScriptedModel
 from loop_actors.eval.fakes import ToolFake, unknown_fakes, with_fakes
-from loop_actors.eval.stats import paired_bootstrap
+from loop_actors.eval.problems import EvalInputError, parse_json, problems_of, read_text
+from loop_actors.eval.report import (
+    REPORT_FORMAT,
+    Comparison,
+    EvalReport,
+    compare,
+    document_json,
+    load_report,
+    mcnemar_exact,
+)
 from loop_actors.runtime.outcome import Outcome
 from loop_actors.runtime.runtime import Runtime
 from projections.evaluation import (
@@ -51,24 +59,10 @@ from projections.evaluation import (
     CaseResult,
     CaseStatus,
     Expectations,
-    Summary,
     score_events,
-    summarise,
 )
 
-REPORT_FORMAT = "loop-actors-eval/1"
-"""The ``format`` of the JSON report; a change that breaks readers bumps the number."""
-
 CASE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
-
-
-class EvalInputError(UsageError):
-    """Raised when a cases file or a report cannot be read: one line per problem, located."""
-
-    def __init__(self, source: str, problems: Sequence[str]) -> None:
-        self.problems = list(problems)
-        lines = "\n".join(f"  {problem}" for problem in self.problems)
-        super().__init__(f"{source}: {len(self.problems)} problem(s)\n{lines}")
 
 
 class Case(Frozen):
@@ -138,26 +132,6 @@ def schema() -> dict[str, Any]:
     return Suite.model_json_schema()
 
 
-def _location(loc: tuple[int | str, ...]) -> str:
-    text = ""
-    for part in loc:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        else:
-            text += f".{part}" if text else part
-    return text or "(file)"
-
-
-def _problems(error: ValidationError) -> list[str]:
-    problems = []
-    for item in error.errors(include_url=False):
-        # Union members add their type names to the location; keep the fields only.
-        loc = tuple(p for p in item["loc"] if isinstance(p, int) or not any(c in p for c in "[("))
-        message = item["msg"].removeprefix("Value error, ")
-        problems.append(f"{_location(loc)}: {message}" if loc else message)
-    return problems
-
-
 def _parse_yaml(source: str, text: str) -> object:
     try:
         return yaml.safe_load(text)
@@ -179,24 +153,15 @@ def load_suite(path: Path) -> Suite:
             (one problem per line, each with its location: ``cases[1].expect.reason: ...``).
     """
     source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise EvalInputError(source, [f"cannot read: {error}"]) from None
-    data: object
+    text = read_text(path)
     if path.suffix.lower() in (".yaml", ".yml"):
         data = _parse_yaml(source, text)
     else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise EvalInputError(
-                source, [f"line {error.lineno} column {error.colno}: not JSON: {error.msg}"]
-            ) from None
+        data = parse_json(source, text)
     try:
         return Suite.model_validate(data)
     except ValidationError as error:
-        raise EvalInputError(source, _problems(error)) from None
+        raise EvalInputError(source, problems_of(error)) from None
 
 
 def _import_check(reference: str) -> AnswerCheck:
@@ -488,20 +453,9 @@ async def run_suite(
     )
 
 
-_REPORT_EXCLUDES: Any = {"trajectory": {"steps": {"__all__": {"decision"}}}}
-"""A step's decision repeats its summary and calls: the report keeps those."""
-
-
-def report(name: str, agent: Agent, results: Sequence[CaseResult]) -> dict[str, Any]:
+def report(name: str, agent: Agent, results: Sequence[CaseResult]) -> EvalReport:
     """The versioned JSON report (``format: loop-actors-eval/1``)."""
-    summary: Summary = summarise(results)
-    return {
-        "format": REPORT_FORMAT,
-        "suite": name,
-        "agent": {"name": agent.name, "version": agent.version},
-        "cases": [result.model_dump(mode="json", exclude=_REPORT_EXCLUDES) for result in results],
-        **summary.model_dump(mode="json"),
-    }
+    return EvalReport.of(name, agent.name, agent.version, results)
 
 
 def check_writable(path: Path) -> None:
@@ -514,13 +468,13 @@ def check_writable(path: Path) -> None:
         raise UsageError(f"cannot write the report to {path}: no such folder, or a folder")
 
 
-def write_json(path: Path, document: dict[str, Any]) -> None:
+def write_json(path: Path, document: EvalReport | Comparison) -> None:
     """Write a report or a comparison as indented JSON.
 
     Raises:
         UsageError: the file cannot be written (the runs stay recorded: run again).
     """
-    write_text(path, json.dumps(document, indent=2) + "\n")
+    write_text(path, document_json(document))
 
 
 def write_text(path: Path, text: str) -> None:
@@ -538,149 +492,6 @@ def write_text(path: Path, text: str) -> None:
 def exit_code(results: Sequence[CaseResult]) -> int:
     """0 when every case and epoch passed, else 4."""
     return 0 if all(r.status is CaseStatus.PASSED for r in results) else 4
-
-
-# --------------------------------------------------------------------------- compare
-
-
-class ReportCase(Frozen):
-    """The part of a report's case entry that ``compare`` reads."""
-
-    model_config = Frozen.model_config | {"extra": "ignore"}
-
-    case_id: str
-    epoch: int
-    status: CaseStatus
-    reason: str | None = None
-    steps: int = 0
-    tool_calls: int = 0
-    tokens: int = 0
-    cost: float = 0.0
-    latency_ms: float = 0.0
-    task_class: str = ""
-    answer: str | None = None
-    error: str | None = None
-    failures: list[dict[str, JsonValue]] = []
-    approvals: list[dict[str, JsonValue]] = []
-    trajectory: dict[str, JsonValue] | None = None
-    """Shown side by side by ``compare --html``; not compared."""
-
-
-class ReportFile(Frozen):
-    """A report as ``compare`` reads it."""
-
-    model_config = Frozen.model_config | {"extra": "ignore"}
-
-    format: str
-    suite: str = ""
-    agent: dict[str, JsonValue] = {}
-    cases: list[ReportCase]
-
-    @field_validator("format")
-    @classmethod
-    def _known(cls, value: str) -> str:
-        if value != REPORT_FORMAT:
-            raise ValueError(f"expected {REPORT_FORMAT!r}, got {value!r}")
-        return value
-
-
-def load_report(path: Path) -> ReportFile:
-    """Read a JSON report written by ``loop-actors eval --json``.
-
-    Raises:
-        EvalInputError: unreadable, not JSON, not a report, or a (case, epoch) twice.
-    """
-    source = str(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as error:
-        raise EvalInputError(source, [f"cannot read: {error}"]) from None
-    except json.JSONDecodeError as error:
-        raise EvalInputError(
-            source, [f"line {error.lineno} column {error.colno}: not JSON: {error.msg}"]
-        ) from None
-    try:
-        loaded = ReportFile.model_validate(data)
-    except ValidationError as error:
-        raise EvalInputError(source, _problems(error)) from None
-    keys = [(c.case_id, c.epoch) for c in loaded.cases]
-    twice = sorted({f"{k[0]} epoch {k[1]}" for k in keys if keys.count(k) > 1})
-    if twice:
-        raise EvalInputError(source, [f"cases: listed twice: {', '.join(twice)}"])
-    return loaded
-
-
-def mcnemar_exact(b: int, c: int) -> float:
-    """Two-sided exact McNemar p-value: b and c are the discordant pairs (pass→fail, fail→pass).
-
-    Under the null each discordant pair flips either way with probability 1/2, so
-    the p-value is twice the binomial tail of the smaller count, capped at 1.
-    """
-    n = b + c
-    if n == 0:
-        return 1.0
-    tail = sum(math.comb(n, i) for i in range(min(b, c) + 1)) / float(2**n)
-    return min(1.0, 2 * tail)
-
-
-_DELTAS = ("steps", "tool_calls", "tokens", "cost", "latency_ms")
-_BOOTSTRAPPED = ("cost", "latency_ms", "tokens", "steps")
-"""Measures given a paired bootstrap interval of their mean change."""
-
-
-def compare(a: ReportFile, b: ReportFile) -> dict[str, Any]:
-    """Pair two reports on (case id, epoch): flips first, then the other paired cases' deltas."""
-    before = {(c.case_id, c.epoch): c for c in a.cases}
-    after = {(c.case_id, c.epoch): c for c in b.cases}
-    paired = [key for key in before if key in after]
-    rows = []
-    for key in paired:
-        old, new = before[key], after[key]
-        was, now = old.status is CaseStatus.PASSED, new.status is CaseStatus.PASSED
-        rows.append(
-            {
-                "case_id": key[0],
-                "epoch": key[1],
-                "flip": None if was == now else ("fixed" if now else "broke"),
-                "status": [old.status.value, new.status.value],
-                "reason": [old.reason, new.reason],
-                **{f: round(getattr(new, f) - getattr(old, f), 6) for f in _DELTAS},
-            }
-        )
-    rows.sort(key=lambda row: (row["flip"] is None, row["case_id"], row["epoch"]))
-    broke = sum(row["flip"] == "broke" for row in rows)
-    fixed = sum(row["flip"] == "fixed" for row in rows)
-    rate_a = (
-        sum(before[k].status is CaseStatus.PASSED for k in paired) / len(paired) if paired else 0.0
-    )
-    rate_b = (
-        sum(after[k].status is CaseStatus.PASSED for k in paired) / len(paired) if paired else 0.0
-    )
-    scored = [
-        key for key in paired if CaseStatus.ERROR not in (before[key].status, after[key].status)
-    ]
-    bootstrap = {
-        measure: interval.model_dump()
-        if (
-            interval := paired_bootstrap(
-                [getattr(after[k], measure) - getattr(before[k], measure) for k in scored]
-            )
-        )
-        else None
-        for measure in _BOOTSTRAPPED
-    }
-    return {
-        "format": "loop-actors-eval-compare/1",
-        "paired": len(paired),
-        "only_in_a": sorted(f"{k[0]}#{k[1]}" for k in before if k not in after),
-        "only_in_b": sorted(f"{k[0]}#{k[1]}" for k in after if k not in before),
-        "pass_rate": {"a": round(rate_a, 4), "b": round(rate_b, 4)},
-        "broke": broke,
-        "fixed": fixed,
-        "mcnemar_p": round(mcnemar_exact(broke, fixed), 6),
-        "bootstrap": bootstrap,
-        "cases": rows,
-    }
 
 
 # --------------------------------------------------------------------------- terminal tables
@@ -715,54 +526,54 @@ def _table(names: list[str], whole: list[str], numbers: list[str], *, title: str
     return table
 
 
-def eval_table(document: dict[str, Any]) -> Group:
+def eval_table(document: EvalReport) -> Group:
     """The report on the terminal: one row per case and epoch, the totals, then each failure."""
     table = _table(
         ["case"],
         ["class", "result", "reason"],
         ["steps", "calls", "tokens", "cost", "ms"],
-        title=f"eval {terminal_safe(document['suite'])}",
+        title=f"eval {terminal_safe(document.suite)}",
     )
     failures: list[Text] = []
-    for case in document["cases"]:
-        name = terminal_safe(f"{case['case_id']}#{case['epoch']}")
-        attempts = case.get("attempts", 1)
+    for case in document.cases:
+        name = terminal_safe(f"{case.case_id}#{case.epoch}")
+        status = case.status.value
         table.add_row(
-            name if attempts == 1 else f"{name} (attempt {attempts})",
-            terminal_safe(case["task_class"]),
-            Text(case["status"], style=_STATUS_STYLE[case["status"]]),
-            case["reason"] or "-",
-            str(case["steps"]),
-            str(case["tool_calls"]),
-            str(case["tokens"]),
-            f"{case['cost']:.4f}",
-            f"{case['latency_ms']:.1f}",
+            name if case.attempts == 1 else f"{name} (attempt {case.attempts})",
+            terminal_safe(case.task_class),
+            Text(status, style=_STATUS_STYLE[status]),
+            case.reason.value if case.reason else "-",
+            str(case.steps),
+            str(case.tool_calls),
+            str(case.tokens),
+            f"{case.cost:.4f}",
+            f"{case.latency_ms:.1f}",
         )
-        whys = [f"{f['expectation']}: {f['why']}" for f in case["failures"]]
-        whys += [case["error"]] if case["error"] else []
-        failures += [Text(terminal_safe(f"{case['status']} {name} {why}")) for why in whys]
-        if whys and case.get("proves"):
-            failures.append(Text(terminal_safe(f"  {name} proves: {case['proves']}")))
-    totals = document["totals"]
+        whys = [f"{f.expectation}: {f.why}" for f in case.failures]
+        whys += [case.error] if case.error else []
+        failures += [Text(terminal_safe(f"{status} {name} {why}")) for why in whys]
+        if whys and case.proves:
+            failures.append(Text(terminal_safe(f"  {name} proves: {case.proves}")))
+    totals = document.totals
     table.caption = (
-        f"{totals['passed']}/{totals['cases']} passed, {totals['failed']} failed, "
-        f"{totals['errored']} errored, {totals['false_success']} false success "
-        f"(pass rate {totals['pass_rate']:.0%})"
+        f"{totals.passed}/{totals.cases} passed, {totals.failed} failed, "
+        f"{totals.errored} errored, {totals.false_success} false success "
+        f"(pass rate {totals.pass_rate:.0%})"
     )
     unsafe = [
-        f"{totals[key]} {words}"
-        for key, words in (
-            ("effects_dispatched_twice", "effect key(s) dispatched twice"),
-            ("effects_left_open", "write(s) left open"),
+        f"{count} {words}"
+        for count, words in (
+            (totals.effects_dispatched_twice, "effect key(s) dispatched twice"),
+            (totals.effects_left_open, "write(s) left open"),
         )
-        if totals[key]
+        if count
     ]
     if unsafe:
         failures.insert(0, Text(f"effect safety: {', '.join(unsafe)}", style="bold red"))
     return Group(table, *failures)
 
 
-def compare_table(comparison: dict[str, Any]) -> Group:
+def compare_table(comparison: Comparison) -> Group:
     """A comparison on the terminal: flips first, then per-case deltas (B minus A)."""
     table = _table(
         ["case"],
@@ -770,31 +581,65 @@ def compare_table(comparison: dict[str, Any]) -> Group:
         ["Δsteps", "Δcalls", "Δtokens", "Δcost", "Δms"],
         title="eval compare",
     )
-    for row in comparison["cases"]:
-        flip = row["flip"] or ""
+    for row in comparison.cases:
+        flip = row.flip.value if row.flip else ""
+        old, new = (reason.value if reason else "-" for reason in row.reason)
         table.add_row(
-            terminal_safe(f"{row['case_id']}#{row['epoch']}"),
+            terminal_safe(f"{row.case_id}#{row.epoch}"),
             Text(flip, style="red" if flip == "broke" else "green"),
-            "→".join(_SHORT[status] for status in row["status"]),
-            _change(row["reason"][0] or "-", row["reason"][1] or "-"),
-            f"{row['steps']:+d}",
-            f"{row['tool_calls']:+d}",
-            f"{row['tokens']:+d}",
-            f"{row['cost']:+.4f}",
-            f"{row['latency_ms']:+.1f}",
+            "→".join(_SHORT[status.value] for status in row.status),
+            _change(old, new),
+            f"{row.steps:+d}",
+            f"{row.tool_calls:+d}",
+            f"{row.tokens:+d}",
+            f"{row.cost:+.4f}",
+            f"{row.latency_ms:+.1f}",
         )
-    rate = comparison["pass_rate"]
+    rate = comparison.pass_rate
     table.caption = (
-        f"{comparison['paired']} paired; pass rate {rate['a']:.0%} → {rate['b']:.0%}; "
-        f"{comparison['broke']} broke, {comparison['fixed']} fixed; "
-        f"McNemar exact p = {comparison['mcnemar_p']:.4g}"
+        f"{comparison.paired} paired; pass rate {rate.a:.0%} → {rate.b:.0%}; "
+        f"{comparison.broke} broke, {comparison.fixed} fixed; "
+        f"McNemar exact p = {comparison.mcnemar_p:.4g}"
     )
     intervals = [
         Text(
-            f"mean Δ{measure} {interval['mean_delta']:+.4g}, 95% bootstrap interval "
-            f"{interval['low']:+.4g} to {interval['high']:+.4g} ({interval['pairs']} pairs)"
+            f"mean Δ{measure} {interval.mean_delta:+.4g}, 95% bootstrap interval "
+            f"{interval.low:+.4g} to {interval.high:+.4g} ({interval.pairs} pairs)"
         )
-        for measure, interval in comparison["bootstrap"].items()
+        for measure, interval in comparison.bootstrap.items()
         if interval is not None and measure in ("cost", "latency_ms")
     ]
     return Group(table, *intervals)
+
+
+__all__ = [
+    "CASE_ID_PATTERN",
+    "REPORT_FORMAT",
+    "Case",
+    "Driver",
+    "EvalInputError",
+    "Job",
+    "Suite",
+    "attempt_id",
+    "case_invocation_id",
+    "check_fakes",
+    "check_writable",
+    "compare",
+    "compare_table",
+    "drive_run",
+    "eval_table",
+    "exit_code",
+    "import_checks",
+    "load_report",
+    "load_suite",
+    "mcnemar_exact",
+    "print_table",
+    "report",
+    "run_jobs",
+    "run_suite",
+    "schema",
+    "suite_jobs",
+    "suite_name",
+    "write_json",
+    "write_text",
+]

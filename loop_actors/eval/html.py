@@ -1,32 +1,51 @@
 """``loop-actors eval --html`` and ``eval compare --html``: one self-contained HTML file.
 
-The page needs no network: its style, its charts (SVG drawn here) and its few
-lines of script are inline, and its Content-Security-Policy forbids loading
-anything else. It is built from the JSON report (``loop-actors-eval/1``), so
-what it shows is what the report says. Every value that comes from a run (a
-goal, an answer, a tool's arguments or output, an error) is HTML-escaped where
-it is written into the page: a goal ``<script>...`` is shown, never run.
+The page needs no network: its style, its charts (SVG) and its few lines of script
+are inline, and its Content-Security-Policy forbids loading anything else. It is
+built from the typed report (:class:`~loop_actors.eval.report.EvalReport`), so what it
+shows is what the JSON report says.
+
+The markup is in Jinja templates (``loop_actors/eval/templates/``, package data); this
+module lays the charts out and hands the templates the report. The environment escapes
+every value it writes (``autoescape``; an undefined name is an error, not a blank): a goal
+``<script>...`` from a run is shown, never run. A case's trajectory is read defensively
+(a hand-edited report still renders): a list that is not one is shown as empty, a number
+that is not one as 0.
+
+Jinja is imported when a page is rendered, not with this module: ``loop-actors --version``
+and the commands that write no HTML do not load it.
 """
 
 from __future__ import annotations
 
-import html
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass, replace
+from functools import cache
+from typing import TYPE_CHECKING, ClassVar
+
+from loop_actors.eval.report import ComparedCase, Comparison, EvalReport, ReportCase
+from projections.evaluation import CaseStatus, Distribution, Group
+
+if TYPE_CHECKING:
+    import jinja2
 
 _COLOURS = {"passed": "#2e7d32", "failed": "#c62828", "error": "#6a1b9a"}
 _FLIP_COLOURS = {"broke": "#c62828", "fixed": "#2e7d32", "same": "#90a4ae"}
+_BADGES = ("passed", "failed", "error", "broke", "fixed", "ok", "granted", "denied", "committed")
+"""Words with a badge colour of their own (``.b-passed``...); any other is ``b-other``."""
 
 
-def _e(value: object) -> str:
-    """``value`` as text, escaped for HTML content and attribute values."""
-    return html.escape("" if value is None else str(value), quote=True)
+def _shown(value: object) -> object:
+    """What ``{{ value }}`` writes before it is escaped: None as nothing."""
+    return "" if value is None else value
 
 
-def _json(value: object) -> str:
-    return _e(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
+_ENTITIES = (("&#34;", "&quot;"), ("&#39;", "&#x27;"))
+"""Jinja's escaper writes ``"`` and ``'`` as ``&#34;`` and ``&#39;``; the page has always
+written them as :func:`html.escape` does. Every ``&`` of a value is escaped to ``&amp;``,
+so these entities in a page come from the escaper alone."""
 
 
 def _num(value: object) -> float:
@@ -36,7 +55,7 @@ def _num(value: object) -> float:
     return float(value)
 
 
-def _dicts(value: object) -> list[Mapping[str, Any]]:
+def _dicts(value: object) -> list[Mapping[str, object]]:
     """The objects of a list of a report (anything else: none)."""
     return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
@@ -49,141 +68,153 @@ def _number(value: float) -> str:
     return f"{value:.4g}"
 
 
-_STYLE = """
-:root { --fg: #1c2430; --muted: #5b6675; --line: #d8dee6; --bg: #f6f8fa; }
-* { box-sizing: border-box; }
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: var(--fg);
-       margin: 0; padding: 24px 32px; background: #fff; }
-h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 28px 0 10px; }
-h3 { font-size: 14px; margin: 14px 0 6px; }
-.muted { color: var(--muted); }
-.totals { display: flex; gap: 12px; flex-wrap: wrap; margin: 14px 0; }
-.tile { border: 1px solid var(--line); border-radius: 8px; padding: 8px 14px; min-width: 110px; }
-.tile b { display: block; font-size: 20px; }
-.charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(480px, 1fr)); gap: 16px; }
-figure { margin: 0; border: 1px solid var(--line); border-radius: 8px; padding: 10px 12px; }
-figcaption { font-weight: 600; margin-bottom: 6px; }
-svg.chart { display: block; max-width: 100%; height: auto; margin: 0 auto; }
-svg.chart text { font: 11px system-ui, sans-serif; fill: var(--fg); }
-svg.chart .axis { stroke: var(--line); }
-table { border-collapse: collapse; width: 100%; }
-th, td { text-align: left; padding: 5px 8px; border-bottom: 1px solid var(--line);
-         vertical-align: top; }
-th { background: var(--bg); font-weight: 600; }
-td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; }
-.badge { display: inline-block; padding: 0 8px; border-radius: 10px; color: #fff;
-         font-size: 12px; font-weight: 600; }
-.b-passed, .b-fixed, .b-ok, .b-granted, .b-committed { background: #2e7d32; }
-.b-failed, .b-broke, .b-denied { background: #c62828; }
-.b-error { background: #6a1b9a; }
-.b-other { background: #78909c; }
-details.case { border: 1px solid var(--line); border-radius: 8px; margin: 10px 0;
-               padding: 6px 12px; }
-details.case > summary { cursor: pointer; font-weight: 600; padding: 4px 0; }
-.failures li { color: #b71c1c; }
-.steps { list-style: none; padding: 0; margin: 0; }
-.step { border-left: 3px solid var(--line); padding: 4px 0 8px 12px; margin: 6px 0; }
-.step-head { font-weight: 600; }
-.batch { display: flex; gap: 10px; flex-wrap: wrap; margin-top: 6px; }
-.call { border: 1px solid var(--line); border-radius: 6px; padding: 6px 10px; background: var(--bg);
-        flex: 1 1 260px; min-width: 220px; max-width: 520px; }
-.call-head { font-weight: 600; }
-pre { white-space: pre-wrap; word-break: break-word; margin: 4px 0; font-size: 12px;
-      background: #fff; border: 1px solid var(--line); border-radius: 4px; padding: 4px 6px;
-      max-height: 240px; overflow: auto; }
-.sides { display: grid; grid-template-columns: 1fr 1fr; gap: 16px; }
-.side { min-width: 0; }
-.filters button { margin-right: 6px; }
-dl.kv { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px; margin: 6px 0; }
-dl.kv dt { color: var(--muted); } dl.kv dd { margin: 0; white-space: pre-wrap;
-                                               word-break: break-word; }
-"""
-
-_SCRIPT = """
-(function () {
-  function show(which) {
-    document.querySelectorAll('[data-status]').forEach(function (el) {
-      var keep = which === 'all' || el.getAttribute('data-status') === which;
-      el.style.display = keep ? '' : 'none';
-    });
-  }
-  document.querySelectorAll('button[data-show]').forEach(function (button) {
-    button.addEventListener('click', function () { show(button.getAttribute('data-show')); });
-  });
-  document.querySelectorAll('button[data-open]').forEach(function (button) {
-    button.addEventListener('click', function () {
-      var open = button.getAttribute('data-open') === 'all';
-      document.querySelectorAll('details.case').forEach(function (d) { d.open = open; });
-    });
-  });
-})();
-"""
-
-_CSP = (
-    "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
-    "img-src data:; base-uri 'none'; form-action 'none'"
-)
+def _json(value: object) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
 
 
-def _page(title: str, body: str) -> str:
-    return (
-        "<!DOCTYPE html>\n"
-        '<html lang="en"><head><meta charset="utf-8">'
-        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{_e(title)}</title><style>{_STYLE}</style></head>"
-        f"<body>{body}<script>{_SCRIPT}</script></body></html>\n"
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@cache
+def _environment() -> jinja2.Environment:
+    """The templates' environment: autoescaped, strict about undefined names."""
+    # Imported here, not at the top: only a command that writes a page pays for it.
+    import jinja2  # noqa: PLC0415
+
+    environment = jinja2.Environment(
+        loader=jinja2.PackageLoader("loop_actors.eval", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        finalize=_shown,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
     )
+    environment.filters.update(number=_number, clip=_clip, fmt=format)
+    environment.globals.update(badges=_BADGES)
+    return environment
+
+
+def _render(template: str, **context: object) -> str:
+    page = _environment().get_template(template).render(**context)
+    for written, spelt in _ENTITIES:
+        page = page.replace(written, spelt)
+    return page
 
 
 # --------------------------------------------------------------------------- charts
 
 
+@dataclass(frozen=True)
+class _Segment:
+    x: str
+    width: str
+    colour: str
+    part: str
+    count: int
+
+
+@dataclass(frozen=True)
+class _BarRow:
+    y: int
+    label: str
+    segments: list[_Segment]
+    end: str
+    """Where the row's total is written."""
+    total: int
+
+
+@dataclass(frozen=True)
+class _StackedBars:
+    """Horizontal stacked bars, one row per label, one segment per part (passed, failed...)."""
+
+    kind: ClassVar[str] = "bars"
+    title: str
+    width: int
+    height: int
+    label_width: int
+    top: int
+    rows: list[_BarRow]
+    legend: list[tuple[int, str, str]]
+    """(x, colour, part) of each legend entry."""
+
+
 def _stacked_bars(
     title: str, rows: Sequence[tuple[str, Mapping[str, int]]], colours: Mapping[str, str]
-) -> str:
-    """Horizontal stacked bars, one row per label, one segment per part (passed, failed...)."""
+) -> _StackedBars:
     label_width, bar_width, row_height, top = 150, 330, 24, 8
     most = max((sum(parts.values()) for _, parts in rows), default=0) or 1
-    height = top + row_height * max(len(rows), 1) + 22
-    shapes: list[str] = []
+    laid_out = []
     for index, (label, parts) in enumerate(rows):
-        y = top + index * row_height
-        shapes.append(
-            f'<text x="{label_width - 6}" y="{y + 15}" text-anchor="end">'
-            f"{_e(_clip(label, 24))}<title>{_e(label)}</title></text>"
-        )
         x = float(label_width)
+        segments = []
         for part, count in parts.items():
             if not count:
                 continue
             width = bar_width * count / most
-            shapes.append(
-                f'<rect class="bar" x="{x:.1f}" y="{y + 3}" width="{width:.1f}" height="16" '
-                f'fill="{colours.get(part, "#78909c")}"><title>{_e(label)}: {count} '
-                f"{_e(part)}</title></rect>"
+            segments.append(
+                _Segment(f"{x:.1f}", f"{width:.1f}", colours.get(part, "#78909c"), part, count)
             )
             x += width
-        total = sum(parts.values())
-        shapes.append(f'<text x="{x + 4:.1f}" y="{y + 15}">{total}</text>')
-    if not rows:
-        shapes.append(f'<text x="{label_width}" y="{top + 15}">no cases</text>')
-    legend_y = height - 6
-    legend = "".join(
-        f'<rect x="{label_width + i * 90}" y="{legend_y - 9}" width="10" height="10" '
-        f'fill="{colour}"/><text x="{label_width + i * 90 + 14}" y="{legend_y}">{_e(part)}</text>'
-        for i, (part, colour) in enumerate(colours.items())
-    )
-    return _figure(
-        title,
-        f'<svg class="chart" viewBox="0 0 {label_width + bar_width + 40} {height}" '
-        f'width="{label_width + bar_width + 40}" height="{height}" role="img" '
-        f'aria-label="{_e(title)}">{"".join(shapes)}{legend}</svg>',
+        laid_out.append(
+            _BarRow(top + index * row_height, label, segments, f"{x + 4:.1f}", sum(parts.values()))
+        )
+    return _StackedBars(
+        title=title,
+        width=label_width + bar_width + 40,
+        height=top + row_height * max(len(rows), 1) + 22,
+        label_width=label_width,
+        top=top,
+        rows=laid_out,
+        legend=[
+            (label_width + i * 90, colour, part) for i, (part, colour) in enumerate(colours.items())
+        ],
     )
 
 
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+@dataclass(frozen=True)
+class _Bar:
+    x: str
+    y: str
+    width: str
+    height: str
+    count: int
+    start: str
+    end: str
+
+
+@dataclass(frozen=True)
+class _Marker:
+    x: str
+    text_x: str
+    y: int
+    anchor: str
+    label: str
+    value: str
+
+
+@dataclass(frozen=True)
+class _Histogram:
+    """A histogram of a measure's values with labelled vertical markers (p50, p95, a mean...)."""
+
+    kind: ClassVar[str] = "histogram"
+    title: str
+    unit: str
+    left: int
+    width: int
+    top: int
+    plot_height: int
+    height: int
+    count: int
+    """How many values (0: "no scored runs")."""
+    bars: list[_Bar]
+    markers: list[_Marker]
+    band: tuple[str, str, str, str] | None
+    """(x, width, low, high) of the shaded interval."""
+    low: str
+    high: str
+    tallest: int
 
 
 def _histogram(
@@ -194,462 +225,293 @@ def _histogram(
     band: tuple[float, float] | None = None,
     *,
     from_zero: bool = True,
-) -> str:
-    """A histogram of ``values`` with labelled vertical markers (p50, p95, a mean...).
-
-    A measure that cannot be negative starts its axis at 0 (``from_zero``); a delta does not.
-    """
+) -> _Histogram:
+    """Lay a histogram out: a measure that cannot be negative starts at 0 (``from_zero``)."""
     left, width, top, plot_height = 40, 400, 18, 120
-    height = top + plot_height + 36
-    shapes: list[str] = [
-        f'<line class="axis" x1="{left}" y1="{top + plot_height}" x2="{left + width}" '
-        f'y2="{top + plot_height}" stroke="#d8dee6"/>'
-    ]
+    chart = _Histogram(
+        title=title,
+        unit=unit,
+        left=left,
+        width=width,
+        top=top,
+        plot_height=plot_height,
+        height=top + plot_height + 36,
+        count=len(values),
+        bars=[],
+        markers=[],
+        band=None,
+        low="",
+        high="",
+        tallest=0,
+    )
     if not values:
-        shapes.append(f'<text x="{left}" y="{top + 40}">no scored runs</text>')
-    else:
-        low = float(min([*values, *(m for _, m in markers), *(band or ())]))
-        high = float(max([*values, *(m for _, m in markers), *(band or ())]))
-        if from_zero:
-            low = min(low, 0.0)
-        if math.isclose(low, high):
-            low, high = (low, low + 1) if from_zero else (low - 0.5, high + 0.5)
-        bins = max(2, min(12, len(values)))
-        counts = [0] * bins
-        for value in values:
-            counts[min(bins - 1, int((value - low) / (high - low) * bins))] += 1
-        tallest = max(counts)
+        return chart
+    low = float(min([*values, *(m for _, m in markers), *(band or ())]))
+    high = float(max([*values, *(m for _, m in markers), *(band or ())]))
+    if from_zero:
+        low = min(low, 0.0)
+    if math.isclose(low, high):
+        low, high = (low, low + 1) if from_zero else (low - 0.5, high + 0.5)
+    bins = max(2, min(12, len(values)))
+    counts = [0] * bins
+    for value in values:
+        counts[min(bins - 1, int((value - low) / (high - low) * bins))] += 1
+    tallest = max(counts)
 
-        def x_of(value: float) -> float:
-            return left + (value - low) / (high - low) * width
+    def x_of(value: float) -> float:
+        return left + (value - low) / (high - low) * width
 
-        if band is not None:
-            shapes.append(
-                f'<rect x="{x_of(band[0]):.1f}" y="{top}" '
-                f'width="{max(1.0, x_of(band[1]) - x_of(band[0])):.1f}" height="{plot_height}" '
-                f'fill="#ffe082" opacity="0.5"><title>95% interval {_number(band[0])} to '
-                f"{_number(band[1])} {_e(unit)}</title></rect>"
-            )
-        bin_width = width / bins
-        for index, count in enumerate(counts):
-            if not count:
-                continue
-            bar_height = plot_height * count / tallest
-            start = low + (high - low) * index / bins
-            end = low + (high - low) * (index + 1) / bins
-            shapes.append(
-                f'<rect class="bar" x="{left + index * bin_width + 1:.1f}" '
-                f'y="{top + plot_height - bar_height:.1f}" width="{bin_width - 2:.1f}" '
-                f'height="{bar_height:.1f}" fill="#5c7cfa"><title>{count} run(s) in '
-                f"{_number(start)} to {_number(end)} {_e(unit)}</title></rect>"
-            )
-        for index, (label, value) in enumerate(markers):
-            x = x_of(value)
-            # A marker on the right half is labelled on its left: the label stays inside.
-            anchor, text_x = ("end", x - 3) if x > left + width / 2 else ("start", x + 3)
-            shapes.append(
-                f'<line class="marker" x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" '
-                f'y2="{top + plot_height}" stroke="#ef6c00" stroke-dasharray="3,2"/>'
-                f'<text x="{text_x:.1f}" y="{top + 8 + index * 12}" text-anchor="{anchor}">'
-                f"{_e(label)} {_number(value)}</text>"
-            )
-        shapes.append(
-            f'<text x="{left}" y="{top + plot_height + 14}">{_number(low)}</text>'
-            f'<text x="{left + width}" y="{top + plot_height + 14}" text-anchor="end">'
-            f"{_number(high)}</text>"
-            f'<text x="{left + width / 2}" y="{top + plot_height + 30}" text-anchor="middle">'
-            f"{_e(unit)} ({len(values)} run(s))</text>"
-            f'<text x="{left - 6}" y="{top + 8}" text-anchor="end">{tallest}</text>'
+    shaded = None
+    if band is not None:
+        shaded = (
+            f"{x_of(band[0]):.1f}",
+            f"{max(1.0, x_of(band[1]) - x_of(band[0])):.1f}",
+            _number(band[0]),
+            _number(band[1]),
         )
-    return _figure(
-        title,
-        f'<svg class="chart" viewBox="0 0 {left + width + 20} {height}" '
-        f'width="{left + width + 20}" height="{height}" role="img" aria-label="{_e(title)}">'
-        f"{''.join(shapes)}</svg>",
+    bin_width = width / bins
+    bars = [
+        _Bar(
+            x=f"{left + index * bin_width + 1:.1f}",
+            y=f"{top + plot_height - plot_height * count / tallest:.1f}",
+            width=f"{bin_width - 2:.1f}",
+            height=f"{plot_height * count / tallest:.1f}",
+            count=count,
+            start=_number(low + (high - low) * index / bins),
+            end=_number(low + (high - low) * (index + 1) / bins),
+        )
+        for index, count in enumerate(counts)
+        if count
+    ]
+    placed = []
+    for index, (label, value) in enumerate(markers):
+        x = x_of(value)
+        # A marker on the right half is labelled on its left: the label stays inside.
+        anchor, text_x = ("end", x - 3) if x > left + width / 2 else ("start", x + 3)
+        placed.append(
+            _Marker(
+                f"{x:.1f}", f"{text_x:.1f}", top + 8 + index * 12, anchor, label, _number(value)
+            )
+        )
+    return replace(
+        chart,
+        bars=bars,
+        markers=placed,
+        band=shaded,
+        low=_number(low),
+        high=_number(high),
+        tallest=tallest,
     )
 
 
-def _figure(title: str, svg: str) -> str:
-    return f"<figure><figcaption>{_e(title)}</figcaption>{svg}</figure>"
-
-
-def _group_rows(groups: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, dict[str, int]]]:
+def _group_rows(groups: Mapping[str, Group]) -> list[tuple[str, dict[str, int]]]:
     return [
-        (name, {"passed": g["passed"], "failed": g["failed"], "error": g["errored"]})
+        (name, {"passed": g.passed, "failed": g.failed, "error": g.errored})
         for name, g in groups.items()
     ]
 
 
-def _markers(distribution: Mapping[str, float] | None) -> list[tuple[str, float]]:
-    if not distribution:
+def _markers(distribution: Distribution | None) -> list[tuple[str, float]]:
+    if distribution is None:
         return []
-    return [("p50", distribution["p50"]), ("p95", distribution["p95"])]
+    return [("p50", distribution.p50), ("p95", distribution.p95)]
+
+
+def _status_counts(cases: Iterable[ReportCase]) -> dict[str, int]:
+    counts = {"passed": 0, "failed": 0, "error": 0}
+    for case in cases:
+        counts[case.status.value] += 1
+    return counts
 
 
 # --------------------------------------------------------------------------- one case
 
 
-def _badge(word: object, kind: str | None = None) -> str:
-    text = "-" if word is None else str(word)
-    known = {"passed", "failed", "error", "broke", "fixed", "ok", "granted", "denied", "committed"}
-    css = kind or (text if text in known else "other")
-    return f'<span class="badge b-{_e(css)}">{_e(text)}</span>'
+@dataclass(frozen=True)
+class _CallView:
+    """A call of a step as the page shows it (its values as the trajectory holds them)."""
+
+    name: object
+    call_id: object
+    status: object
+    arguments: str
+    output: str | None
+    """The result as JSON, for a call that returned (``ok``)."""
+    error: object
+    duration: str | None
+    effect: object
+    effect_key: object
+    effect_status: object
 
 
-def _call(call: Mapping[str, Any]) -> str:
-    parts = [
-        f'<div class="call"><div class="call-head">{_e(call.get("name"))} '
-        f'<span class="muted">{_e(call.get("call_id"))}</span> {_badge(call.get("status"))}</div>',
-        f"<pre>{_json(call.get('arguments'))}</pre>",
-    ]
-    if call.get("status") == "ok":
-        parts.append(f'<div class="muted">result</div><pre>{_json(call.get("output"))}</pre>')
-    if call.get("error_message"):
-        parts.append(f'<div class="muted">error</div><pre>{_e(call["error_message"])}</pre>')
-    facts = []
-    if call.get("duration_ms") is not None:
-        facts.append(f"{_number(_num(call['duration_ms']))} ms")
-    facts.append(_e(call.get("effect", "read")))
-    if call.get("effect_key"):
-        facts.append(
-            f"effect {_e(call['effect_key'])}: {_badge(call.get('effect_status') or 'unknown')}"
-        )
-    parts.append(f'<div class="muted">{" · ".join(facts)}</div></div>')
-    return "".join(parts)
+@dataclass(frozen=True)
+class _StepView:
+    step: object
+    kind: object
+    summary: str
+    usage: str
+    rejection: str | None
+    calls: list[_CallView]
 
 
-def _steps(trajectory: Mapping[str, Any] | None) -> str:
+@dataclass(frozen=True)
+class _TrajectoryView:
+    goal: object
+    steps: list[_StepView]
+    status: object
+    reason: object
+    detail: object
+
+
+@dataclass(frozen=True)
+class _CaseView:
+    """A report's entry and what the page derives from it."""
+
+    case: ReportCase
+    trajectory: _TrajectoryView | None
+    """None: no trajectory recorded (or none that is an object)."""
+    first_failure: str
+    used: str
+
+
+def _call_view(call: Mapping[str, object]) -> _CallView:
+    duration = call.get("duration_ms")
+    return _CallView(
+        name=call.get("name"),
+        call_id=call.get("call_id"),
+        status=call.get("status"),
+        arguments=_json(call.get("arguments")),
+        output=_json(call.get("output")) if call.get("status") == "ok" else None,
+        error=call.get("error_message") or None,
+        duration=None if duration is None else _number(_num(duration)),
+        effect=call.get("effect", "read"),
+        effect_key=call.get("effect_key") or None,
+        effect_status=call.get("effect_status") or "unknown",
+    )
+
+
+def _step_view(step: Mapping[str, object]) -> _StepView:
+    tokens = _num(step.get("input_tokens")) + _num(step.get("output_tokens"))
+    usage = (
+        f"{_number(tokens)} tokens · cost {_number(_num(step.get('cost')))} · "
+        f"{_number(_num(step.get('latency_ms')))} ms"
+    )
+    rejection = step.get("rejection")
+    return _StepView(
+        step=step.get("step"),
+        kind=step.get("kind"),
+        summary=_clip(str(step.get("summary", "")), 2000),
+        usage=usage,
+        rejection=_json(rejection) if rejection else None,
+        calls=[_call_view(call) for call in _dicts(step.get("calls"))],
+    )
+
+
+def _trajectory_view(trajectory: Mapping[str, object] | None) -> _TrajectoryView | None:
+    """The trajectory read defensively: a hand-edited one still renders."""
     if not trajectory:
-        return '<p class="muted">no trajectory recorded</p>'
-    items = []
-    for step in _dicts(trajectory.get("steps")):
-        calls = _dicts(step.get("calls"))
-        tokens = _num(step.get("input_tokens")) + _num(step.get("output_tokens"))
-        usage = (
-            f"{_number(tokens)} tokens · cost {_number(_num(step.get('cost')))} · "
-            f"{_number(_num(step.get('latency_ms')))} ms"
-        )
-        batch = ""
-        if calls:
-            label = (
-                f'<div class="muted">one batch: {len(calls)} calls run in parallel</div>'
-                if len(calls) > 1
-                else ""
-            )
-            batch = f'{label}<div class="batch">{"".join(_call(call) for call in calls)}</div>'
-
-        rejection = ""
-        if step.get("rejection"):
-            rejection = f"<pre>{_json(step['rejection'])}</pre>"
-        items.append(
-            f'<li class="step"><div class="step-head">step {_e(step.get("step"))} · '
-            f"{_e(step.get('kind'))}</div>"
-            f"<div>{_e(_clip(str(step.get('summary', '')), 2000))}</div>"
-            f'<div class="muted">{usage}</div>{rejection}{batch}</li>'
-        )
-    end = trajectory.get("status"), trajectory.get("reason"), trajectory.get("detail")
-    items.append(
-        f'<li class="step"><div class="step-head">{_e(end[0])}: {_e(end[1] or "-")}</div>'
-        + (f"<div>{_e(end[2])}</div>" if end[2] else "")
-        + "</li>"
+        return None
+    return _TrajectoryView(
+        goal=trajectory.get("goal"),
+        steps=[_step_view(step) for step in _dicts(trajectory.get("steps"))],
+        status=trajectory.get("status"),
+        reason=trajectory.get("reason"),
+        detail=trajectory.get("detail") or None,
     )
-    return f'<ol class="steps">{"".join(items)}</ol>'
 
 
-def _failures(case: Mapping[str, Any]) -> str:
-    lines = [
-        f"<li><b>{_e(f.get('expectation'))}</b>: {_e(f.get('why'))}</li>"
-        for f in _dicts(case.get("failures"))
-    ]
-    if case.get("error"):
-        lines.append(f"<li><b>error</b>: {_e(case['error'])}</li>")
-    if not lines:
+def _first_failure(case: ReportCase) -> str:
+    if case.error:
+        return case.error
+    if not case.failures:
         return ""
-    return f'<h3>failed expectations</h3><ul class="failures">{"".join(lines)}</ul>'
+    first = case.failures[0]
+    more = f" (+{len(case.failures) - 1})" if len(case.failures) > 1 else ""
+    return f"{first.expectation}: {first.why}{more}"
 
 
-def _approvals(case: Mapping[str, Any]) -> str:
-    views = _dicts(case.get("approvals"))
-    if not views:
-        return ""
-    rows = "".join(
-        f"<li>step {_e(v.get('step'))}: {_e(v.get('tool'))} ({_e(v.get('call_id'))}) "
-        f"{_badge(v.get('outcome'))}{' by ' + _e(v['by']) if v.get('by') else ''}</li>"
-        for v in views
-    )
-    return f"<h3>paused for approval</h3><ul>{rows}</ul>"
-
-
-def _case_body(case: Mapping[str, Any]) -> str:
-    trajectory = case.get("trajectory")
-    trajectory = trajectory if isinstance(trajectory, dict) else {}
-    attempts = case.get("attempts")
-    facts = [
-        ("proves", case.get("proves")),  # a case that says what passing it proves
-        ("attempts", attempts if isinstance(attempts, int) and attempts > 1 else None),
-        ("goal", trajectory.get("goal")),
-        ("answer", case.get("answer")),
-        ("reason", case.get("reason")),
-        ("invocation", case.get("invocation_id")),
-        ("task class", case.get("task_class")),
-        (
-            "used",
-            f"{case.get('steps', 0)} steps, {case.get('tool_calls', 0)} tool calls, "
-            f"{case.get('tokens', 0)} tokens, cost {_number(_num(case.get('cost')))}, "
-            f"{_number(_num(case.get('latency_ms')))} ms",
+def _case_view(case: ReportCase) -> _CaseView:
+    return _CaseView(
+        case=case,
+        trajectory=_trajectory_view(case.trajectory),
+        first_failure=_first_failure(case),
+        used=(
+            f"{case.steps} steps, {case.tool_calls} tool calls, {case.tokens} tokens, "
+            f"cost {_number(_num(case.cost))}, {_number(_num(case.latency_ms))} ms"
         ),
-    ]
-    kv = "".join(
-        f"<dt>{_e(name)}</dt><dd>{_e(value)}</dd>" for name, value in facts if value is not None
-    )
-    return (
-        f'<dl class="kv">{kv}</dl>{_failures(case)}{_approvals(case)}'
-        f"<h3>trajectory</h3>{_steps(trajectory)}"
     )
 
 
-def _case_name(case: Mapping[str, Any]) -> str:
-    return f"{case.get('case_id')}#{case.get('epoch')}"
+# --------------------------------------------------------------------------- the pages
 
 
-# --------------------------------------------------------------------------- the report
-
-
-def _tiles(totals: Mapping[str, Any]) -> str:
-    tiles = [
-        ("pass rate", f"{totals['pass_rate']:.0%}"),
-        ("cases", totals["cases"]),
-        ("passed", totals["passed"]),
-        ("failed", totals["failed"]),
-        ("errored", totals["errored"]),
-        ("false success", totals["false_success"]),
-        ("effects dispatched twice", totals.get("effects_dispatched_twice", 0)),
-        ("writes left open", totals.get("effects_left_open", 0)),
-    ]
-    return (
-        '<div class="totals">'
-        + "".join(
-            f'<div class="tile"><span class="muted">{_e(name)}</span><b>{_e(value)}</b></div>'
-            for name, value in tiles
-        )
-        + "</div>"
-    )
-
-
-_FILTERS = (
-    '<p class="filters"><button data-show="all">all</button>'
-    '<button data-show="failed">failed</button><button data-show="passed">passed</button>'
-    '<button data-show="error">errored</button> '
-    '<button data-open="all">expand all</button><button data-open="none">collapse all</button>'
-    "</p>"
-)
-
-
-def eval_html(document: Mapping[str, Any]) -> str:
+def eval_html(report: EvalReport) -> str:
     """The report (``loop-actors-eval/1``) as one self-contained HTML page."""
-    cases: list[Mapping[str, Any]] = document["cases"]
-    scored = [c for c in cases if c["status"] != "error"]
-    totals = document["totals"]
-    agent = document.get("agent") or {}
-    charts = "".join(
-        [
-            _stacked_bars("cases by terminal reason", _group_rows(document["by_reason"]), _COLOURS),
-            _stacked_bars("cases by task class", _group_rows(document["by_task_class"]), _COLOURS),
-            _histogram(
-                "latency",
-                [c["latency_ms"] for c in scored],
-                "ms",
-                _markers(totals.get("latency_ms")),
-            ),
-            _histogram("cost", [c["cost"] for c in scored], "cost", _markers(totals.get("cost"))),
-            _histogram(
-                "tokens", [c["tokens"] for c in scored], "tokens", _markers(totals.get("tokens"))
-            ),
-            _histogram(
-                "steps", [c["steps"] for c in scored], "steps", _markers(totals.get("steps"))
-            ),
-        ]
-    )
-    rows = "".join(
-        f'<tr data-status="{_e(c["status"])}"><td><a href="#case-{i}">{_e(_case_name(c))}</a>'
-        f"</td><td>{_e(c['task_class'])}</td><td>{_badge(c['status'])}</td>"
-        f"<td>{_e(c.get('reason') or '-')}</td><td class='n'>{_e(c['steps'])}</td>"
-        f"<td class='n'>{_e(c['tool_calls'])}</td><td class='n'>{_e(c['tokens'])}</td>"
-        f"<td class='n'>{_number(float(c['cost']))}</td>"
-        f"<td class='n'>{_number(float(c['latency_ms']))}</td>"
-        f"<td>{_e(_first_failure(c))}</td></tr>"
-        for i, c in enumerate(cases)
-    )
-    table = (
-        "<table><thead><tr><th>case</th><th>class</th><th>result</th><th>reason</th>"
-        "<th class='n'>steps</th><th class='n'>calls</th><th class='n'>tokens</th>"
-        "<th class='n'>cost</th><th class='n'>ms</th><th>first failure</th></tr></thead>"
-        f"<tbody>{rows}</tbody></table>"
-    )
-    sections = "".join(
-        f'<details class="case" id="case-{i}" data-status="{_e(c["status"])}"'
-        f"{' open' if c['status'] != 'passed' else ''}><summary>{_badge(c['status'])} "
-        f"{_e(_case_name(c))} <span class='muted'>{_e(c.get('reason') or '-')}</span></summary>"
-        f"{_case_body(c)}</details>"
-        for i, c in enumerate(cases)
-    )
-    body = (
-        f"<h1>eval {_e(document['suite'])}</h1>"
-        f'<p class="muted">agent {_e(agent.get("name"))} version {_e(agent.get("version"))} · '
-        f"{_e(document['format'])}</p>{_tiles(totals)}"
-        f'<h2>charts</h2><div class="charts">{charts}</div>'
-        f"<h2>cases</h2>{_FILTERS}{table}<h2>trajectories</h2>{sections}"
-    )
-    return _page(f"eval {document['suite']}", body)
-
-
-def _first_failure(case: Mapping[str, Any]) -> str:
-    if case.get("error"):
-        return str(case["error"])
-    failures = case.get("failures") or []
-    if not failures:
-        return ""
-    first = failures[0]
-    more = f" (+{len(failures) - 1})" if len(failures) > 1 else ""
-    return f"{first.get('expectation')}: {first.get('why')}{more}"
-
-
-# --------------------------------------------------------------------------- compare
-
-
-def _side(case: Mapping[str, Any] | None, label: str) -> str:
-    if case is None:
-        return (
-            f'<div class="side"><h3>{_e(label)}</h3><p class="muted">not in this report</p></div>'
-        )
-    return (
-        f'<div class="side"><h3>{_e(label)} {_badge(case["status"])}</h3>{_case_body(case)}</div>'
-    )
-
-
-def _delta(value: float, digits: str = "+.4g") -> str:
-    return format(value, digits)
-
-
-def _intervals(bootstrap: Mapping[str, Any]) -> str:
-    rows = "".join(
-        f"<tr><td>{_e(measure)}</td><td class='n'>{_e(interval['pairs'])}</td>"
-        f"<td class='n'>{_delta(interval['mean_delta'])}</td>"
-        f"<td class='n'>{_delta(interval['low'])} to {_delta(interval['high'])}</td></tr>"
-        for measure, interval in bootstrap.items()
-        if interval is not None
-    )
-    return (
-        "<table><thead><tr><th>measure</th><th class='n'>pairs</th><th class='n'>mean Δ (B - A)"
-        "</th><th class='n'>95% bootstrap interval</th></tr></thead>"
-        f"<tbody>{rows or '<tr><td colspan=4>no scored pair</td></tr>'}</tbody></table>"
+    scored = [c for c in report.cases if c.status is not CaseStatus.ERROR]
+    totals = report.totals
+    charts = [
+        _stacked_bars("cases by terminal reason", _group_rows(report.by_reason), _COLOURS),
+        _stacked_bars("cases by task class", _group_rows(report.by_task_class), _COLOURS),
+        _histogram("latency", [c.latency_ms for c in scored], "ms", _markers(totals.latency_ms)),
+        _histogram("cost", [c.cost for c in scored], "cost", _markers(totals.cost)),
+        _histogram("tokens", [c.tokens for c in scored], "tokens", _markers(totals.tokens)),
+        _histogram("steps", [c.steps for c in scored], "steps", _markers(totals.steps)),
+    ]
+    return _render(
+        "eval.html.j2",
+        report=report,
+        charts=charts,
+        cases=[_case_view(case) for case in report.cases],
     )
 
 
 def compare_html(
-    comparison: Mapping[str, Any],
-    a: Mapping[str, Any],
-    b: Mapping[str, Any],
+    comparison: Comparison,
+    a: EvalReport,
+    b: EvalReport,
     names: tuple[str, str] = ("A", "B"),
 ) -> str:
     """A comparison (``loop-actors-eval-compare/1``) and both reports' cases, side by side."""
-    by_key_a = {(c["case_id"], c["epoch"]): c for c in a["cases"]}
-    by_key_b = {(c["case_id"], c["epoch"]): c for c in b["cases"]}
-    rows: list[Mapping[str, Any]] = comparison["cases"]
+    by_key_a = {(c.case_id, c.epoch): c for c in a.cases}
+    by_key_b = {(c.case_id, c.epoch): c for c in b.cases}
+    rows: list[ComparedCase] = comparison.cases
     flips = {
-        "broke": comparison["broke"],
-        "fixed": comparison["fixed"],
-        "same": len(rows) - comparison["broke"] - comparison["fixed"],
+        "broke": comparison.broke,
+        "fixed": comparison.fixed,
+        "same": len(rows) - comparison.broke - comparison.fixed,
     }
-    charts = [
+    charts: list[_StackedBars | _Histogram] = [
         _stacked_bars("flips", [("paired cases", flips)], _FLIP_COLOURS),
         _stacked_bars(
             "results",
-            [
-                (names[0], _status_counts(by_key_a.values())),
-                (names[1], _status_counts(by_key_b.values())),
-            ],
+            [(names[0], _status_counts(a.cases)), (names[1], _status_counts(b.cases))],
             _COLOURS,
         ),
     ]
     for measure, unit in (("latency_ms", "ms"), ("cost", "cost")):
-        interval = comparison["bootstrap"].get(measure)
+        interval = comparison.bootstrap.get(measure)
         charts.append(
             _histogram(
                 f"Δ{measure} per paired case (B - A)",
-                [row[measure] for row in rows if "error" not in row["status"]],
+                [getattr(row, measure) for row in rows if CaseStatus.ERROR not in row.status],
                 unit,
-                [("mean", interval["mean_delta"])] if interval else [],
-                (interval["low"], interval["high"]) if interval else None,
+                [("mean", interval.mean_delta)] if interval else [],
+                (interval.low, interval.high) if interval else None,
                 from_zero=False,
             )
         )
-    table_rows = "".join(
-        f'<tr data-status="{_e(row["flip"] or "same")}"><td><a href="#pair-{i}">'
-        f"{_e(row['case_id'])}#{_e(row['epoch'])}</a></td>"
-        f"<td>{_badge(row['flip']) if row['flip'] else ''}</td>"
-        f"<td>{_e(row['status'][0])} → {_e(row['status'][1])}</td>"
-        f"<td>{_e(row['reason'][0] or '-')} → {_e(row['reason'][1] or '-')}</td>"
-        f"<td class='n'>{row['steps']:+d}</td><td class='n'>{row['tool_calls']:+d}</td>"
-        f"<td class='n'>{row['tokens']:+d}</td><td class='n'>{_delta(row['cost'])}</td>"
-        f"<td class='n'>{_delta(row['latency_ms'], '+.1f')}</td></tr>"
-        for i, row in enumerate(rows)
+    views_a = {key: _case_view(case) for key, case in by_key_a.items()}
+    views_b = {key: _case_view(case) for key, case in by_key_b.items()}
+    sides = [
+        (views_a.get((row.case_id, row.epoch)), views_b.get((row.case_id, row.epoch)))
+        for row in rows
+    ]
+    return _render(
+        "compare.html.j2",
+        comparison=comparison,
+        a=a,
+        b=b,
+        names=names,
+        charts=charts,
+        pairs=list(zip(rows, sides, strict=True)),
     )
-    table = (
-        "<table><thead><tr><th>case</th><th>flip</th><th>A → B</th><th>reason</th>"
-        "<th class='n'>Δsteps</th><th class='n'>Δcalls</th><th class='n'>Δtokens</th>"
-        "<th class='n'>Δcost</th><th class='n'>Δms</th></tr></thead>"
-        f"<tbody>{table_rows}</tbody></table>"
-    )
-    sections = "".join(
-        f'<details class="case" id="pair-{i}" data-status="{_e(row["flip"] or "same")}"'
-        f"{' open' if row['flip'] else ''}><summary>"
-        f"{_badge(row['flip']) + ' ' if row['flip'] else ''}"
-        f"{_e(row['case_id'])}#{_e(row['epoch'])} <span class='muted'>"
-        f"{_e(row['status'][0])} → {_e(row['status'][1])}</span></summary>"
-        f'<div class="sides">{_side(by_key_a.get(key), names[0])}'
-        f"{_side(by_key_b.get(key), names[1])}</div></details>"
-        for i, row in enumerate(rows)
-        for key in [(row["case_id"], row["epoch"])]
-    )
-    rate = comparison["pass_rate"]
-    unpaired = [*comparison["only_in_a"], *comparison["only_in_b"]]
-    body = (
-        f"<h1>eval compare: {_e(names[0])} → {_e(names[1])}</h1>"
-        f'<p class="muted">A: {_e(a.get("suite"))} {_e(_agent(a))} · '
-        f"B: {_e(b.get('suite'))} {_e(_agent(b))} · {_e(comparison['format'])}</p>"
-        '<div class="totals">'
-        f'<div class="tile"><span class="muted">paired</span><b>{comparison["paired"]}</b></div>'
-        f'<div class="tile"><span class="muted">pass rate</span><b>{rate["a"]:.0%} → '
-        f"{rate['b']:.0%}</b></div>"
-        f'<div class="tile"><span class="muted">broke</span><b>{comparison["broke"]}</b></div>'
-        f'<div class="tile"><span class="muted">fixed</span><b>{comparison["fixed"]}</b></div>'
-        f'<div class="tile"><span class="muted">McNemar exact p</span>'
-        f"<b>{comparison['mcnemar_p']:.4g}</b></div></div>"
-        + (
-            f'<p class="muted">in one report only: {_e(", ".join(unpaired))}</p>'
-            if unpaired
-            else ""
-        )
-        + f'<h2>charts</h2><div class="charts">{"".join(charts)}</div>'
-        f"<h2>paired bootstrap</h2>{_intervals(comparison['bootstrap'])}"
-        f'<h2>cases, flips first</h2><p class="filters"><button data-show="all">all</button>'
-        '<button data-show="broke">broke</button><button data-show="fixed">fixed</button>'
-        '<button data-show="same">unchanged</button></p>'
-        f"{table}<h2>side by side</h2>{sections}"
-    )
-    return _page(f"eval compare {names[0]} {names[1]}", body)
-
-
-def _agent(report: Mapping[str, Any]) -> str:
-    agent = report.get("agent") or {}
-    if not agent:
-        return ""
-    return f"(agent {agent.get('name')} version {agent.get('version')})"
-
-
-def _status_counts(cases: Iterable[Mapping[str, Any]]) -> dict[str, int]:
-    counts = {"passed": 0, "failed": 0, "error": 0}
-    for case in cases:
-        counts[case["status"]] = counts.get(case["status"], 0) + 1
-    return counts
