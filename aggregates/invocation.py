@@ -64,6 +64,7 @@ from aggregates.invocation_events import (
     ToolSpec,
     VerificationFailed,
 )
+from aggregates.model_input import ModelInput
 from aggregates.settings import RunSettings
 from aggregates.turns import LAZY_TURNS, Turn, Turns
 
@@ -285,16 +286,40 @@ class Invocation(ChainedAggregate):
             tenant=tenant,
         )
 
-    def propose(self, decision: Decision, *, usage: Usage, at: datetime) -> None:
+    def propose(
+        self,
+        decision: Decision,
+        *,
+        usage: Usage,
+        at: datetime,
+        model_input: ModelInput | None = None,
+    ) -> None:
         """Record the model's (valid) decision for the next step."""
         self.trigger_event(
-            DecisionProposed, timestamp=at, step=self.step + 1, decision=decision, usage=usage
+            DecisionProposed,
+            timestamp=at,
+            step=self.step + 1,
+            decision=decision,
+            usage=usage,
+            model_input=model_input,
         )
 
-    def reject(self, rejection: Rejection, *, usage: Usage, at: datetime) -> None:
+    def reject(
+        self,
+        rejection: Rejection,
+        *,
+        usage: Usage,
+        at: datetime,
+        model_input: ModelInput | None = None,
+    ) -> None:
         """Record a model output that trusted code refused, for the next step."""
         self.trigger_event(
-            DecisionProposed, timestamp=at, step=self.step + 1, rejection=rejection, usage=usage
+            DecisionProposed,
+            timestamp=at,
+            step=self.step + 1,
+            rejection=rejection,
+            usage=usage,
+            model_input=model_input,
         )
 
     def dispatch(self, calls: list[DispatchedCall], plan: list[list[str]], *, at: datetime) -> None:

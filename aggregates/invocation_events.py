@@ -24,6 +24,7 @@ from aggregates.decisions import (
     Usage,
 )
 from aggregates.events import DomainEvent
+from aggregates.model_input import ModelInput
 from aggregates.settings import RunSettings
 
 
@@ -79,6 +80,8 @@ class DecisionProposed(InvocationEvent):
     decision: Decision | None = None
     rejection: Rejection | None = None
     usage: Usage = Usage()
+    model_input: ModelInput | None = None
+    """The digests of what the model was asked (recorded from version 0.2; None before)."""
 
 
 class DispatchedCall(Frozen):

@@ -54,6 +54,7 @@ from aggregates.effect import Effect, Resolution
 from aggregates.errors import AggregateError
 from aggregates.events import DomainEvent
 from aggregates.invocation import ApprovalDenied, DispatchedCall, Invocation, Phase
+from aggregates.model_input import ModelInput
 from aggregates.proposals import validate_proposal
 from aggregates.redaction import (
     redacted_values,
@@ -302,7 +303,7 @@ class TurnCore:
                     moment,
                     detail=self._call_secrets.scrub_all(f"{error_type}: {message}"),
                 )
-            case ModelAnswered(proposal=proposal, usage=usage):
+            case ModelAnswered(proposal=proposal, usage=usage, model_input=model_input):
                 pass
             case _:
                 assert_never(observation)
@@ -322,7 +323,7 @@ class TurnCore:
         verdict = validate_proposal(proposal, self.catalogue, self.settings)
         if isinstance(verdict, Rejection):
             inv = self.invocation
-            inv.reject(verdict, usage=usage, at=moment.at)
+            inv.reject(verdict, usage=usage, at=moment.at, model_input=model_input)
             if inv.invalid_streak > self.settings.max_invalid_proposals:
                 return self._end(
                     TerminalReason.INVALID_DECISION, moment, detail="; ".join(verdict.problems)
@@ -331,7 +332,7 @@ class TurnCore:
             # Every budget still counts (the next action checks them).
             return Continue(after_results=False)
         decision, arguments = verdict
-        return self._act(decision, arguments, usage, moment)
+        return self._act(decision, arguments, usage, moment, model_input)
 
     def _act(
         self,
@@ -339,6 +340,7 @@ class TurnCore:
         arguments: dict[str, dict[str, Any]],
         usage: Usage,
         moment: Moment,
+        model_input: ModelInput | None = None,
     ) -> Action:
         """Record a valid decision and carry it out."""
         inv = self.invocation
@@ -360,7 +362,7 @@ class TurnCore:
                 calls.append(call)
             if redacted_any:  # store the redacted copy; else the decision as it is
                 stored = ToolCalls(calls=calls)
-        inv.propose(stored, usage=usage, at=moment.at)
+        inv.propose(stored, usage=usage, at=moment.at, model_input=model_input)
         overrun = self._usage_exhausted(reserving=False)
         if overrun is not None and not isinstance(decision, Final):
             # Paid for, recorded, and not acted on: the budget is spent.

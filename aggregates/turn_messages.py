@@ -23,6 +23,7 @@ from aggregates.decisions import (
 )
 from aggregates.effect import Resolution
 from aggregates.invocation import DispatchedCall, Turn
+from aggregates.model_input import ModelInput
 
 # --------------------------------------------------------------------------- inputs
 
@@ -99,6 +100,8 @@ class ModelAnswered:
 
     proposal: Any
     usage: Usage = field(default_factory=Usage)
+    model_input: ModelInput | None = None
+    """The digests of the request the model answered (recorded with the decision)."""
 
 
 class ModelFailed(Frozen):

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from aggregates.decisions import ToolResult as ToolResult
     from aggregates.decisions import Usage as Usage
     from aggregates.effect import Resolution as Resolution
+    from aggregates.replay import Divergence as Divergence
+    from aggregates.replay import DivergenceKind as DivergenceKind
     from aggregates.settings import RunSettings as RunSettings
     from loop_actors._errors import AgentLoadError as AgentLoadError
     from loop_actors._errors import ApprovalRefusedError as ApprovalRefusedError
@@ -83,6 +85,10 @@ if TYPE_CHECKING:
     from loop_actors.runtime.asyncio_runtime import AsyncioRuntime as AsyncioRuntime
     from loop_actors.runtime.gc_policy import GcPolicy as GcPolicy
     from loop_actors.runtime.outcome import Outcome as Outcome
+    from loop_actors.runtime.replay import ReplayFilter as ReplayFilter
+    from loop_actors.runtime.replay import ReplayMatch as ReplayMatch
+    from loop_actors.runtime.replay import ReplayReport as ReplayReport
+    from loop_actors.runtime.replay import ReplayResult as ReplayResult
     from loop_actors.runtime.runtime import CancelResult as CancelResult
     from loop_actors.runtime.runtime import NeedsPerson as NeedsPerson
     from loop_actors.runtime.runtime import ReconcileReport as ReconcileReport
@@ -166,6 +172,12 @@ _EXPORTS: dict[str, str] = {
     "ReconcileReport": "loop_actors.runtime.runtime",
     "ResolvedEffect": "loop_actors.runtime.runtime",
     "Runtime": "loop_actors.runtime.runtime",
+    "Divergence": "aggregates.replay",
+    "DivergenceKind": "aggregates.replay",
+    "ReplayFilter": "loop_actors.runtime.replay",
+    "ReplayMatch": "loop_actors.runtime.replay",
+    "ReplayReport": "loop_actors.runtime.replay",
+    "ReplayResult": "loop_actors.runtime.replay",
     "EventStore": "loop_actors.store.store",
     "ReadModelsStatus": "loop_actors.store.views",
     "open_runner": "loop_actors.store.views",
@@ -188,6 +200,8 @@ __all__ = [
     "Clarification",
     "Decision",
     "Deny",
+    "Divergence",
+    "DivergenceKind",
     "Effect",
     "EffectNotFoundError",
     "EffectResolutionError",
@@ -219,6 +233,10 @@ __all__ = [
     "ReconcileReport",
     "Reconciled",
     "RejectionClass",
+    "ReplayFilter",
+    "ReplayMatch",
+    "ReplayReport",
+    "ReplayResult",
     "RequestApproval",
     "Resolution",
     "ResolvedEffect",

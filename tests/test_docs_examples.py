@@ -1106,3 +1106,17 @@ def test_move_to_postgresql_copies_a_sqlite_store_and_goes_on_there(
         "completed - done: refund 1043",
         "11 events of o-2 on PostgreSQL",
     ]
+
+
+TESTED_EXAMPLES.add("replay_change.py")
+
+
+def test_replay_example_reports_each_change_and_refunds_nothing_more(tmp_path: Path) -> None:
+    lines = _lines(_run_example("replay_change.py", tmp_path))
+    assert lines == [
+        "recorded: full completed, short max_steps, refunds [40]",
+        "same agent: identical=True",
+        "refunds need approval: approval_required at step 2 (refund now waits for approval)",
+        "a larger step budget: past_recording at step 2",
+        "refunds after the replays: [40]",
+    ]

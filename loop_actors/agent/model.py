@@ -10,10 +10,13 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 from aggregates.decisions import Usage
+from aggregates.digest import digest_of
+from aggregates.invocation import Turn
+from aggregates.model_input import ModelInput, model_input, tool_digest
 from aggregates.turn import ModelAnswered, ModelFailed
 from aggregates.values import safe_text
 from loop_actors._errors import ScriptExhaustedError
-from loop_actors._messages import ModelReply, ModelRequest
+from loop_actors._messages import ModelReply, ModelRequest, ToolSchema
 from loop_actors._timers import sleep
 
 ScriptEntry = BaseModel | Mapping[str, Any]
@@ -104,11 +107,85 @@ def model_failure(error: BaseException) -> ModelFailed:
     )
 
 
-def model_answer(reply: object) -> ModelAnswered | ModelFailed:
-    """What ``Model.decide`` returned, as the core's observation."""
+def model_answer(
+    reply: object, model_input: ModelInput | None = None
+) -> ModelAnswered | ModelFailed:
+    """What ``Model.decide`` returned, as the core's observation (with its request's digests)."""
     if not isinstance(reply, ModelReply):
         return ModelFailed(
             error_type="TypeError",
             message=f"decide() must return a ModelReply, got {safe_text(type(reply).__name__)}",
         )
-    return ModelAnswered(proposal=reply.proposal, usage=reply.usage)
+    return ModelAnswered(proposal=reply.proposal, usage=reply.usage, model_input=model_input)
+
+
+def model_identity(model: object) -> str:
+    """What names a model in a request's digest: its class, and its model name if it has one.
+
+    A model that stands in for another (replay's) says whose identity it keeps with a
+    ``model_identity`` attribute.
+    """
+    kept = getattr(model, "model_identity", None)
+    if isinstance(kept, str):
+        return kept
+    cls = type(model)
+    name = getattr(model, "model", None)
+    identity = f"{cls.__module__}.{cls.__qualname__}"
+    return f"{identity}:{name}" if isinstance(name, str) else identity
+
+
+def turn_digest(turn: Turn) -> str:
+    """The digest of a turn as the model is shown it (no durations, no effect keys)."""
+    return digest_of(
+        turn.model_dump(
+            mode="json",
+            exclude_none=True,
+            exclude={"results": {"__all__": {"duration_ms", "effect_key"}}},
+        )
+    )
+
+
+def tool_digests(schemas: Sequence[ToolSchema]) -> dict[str, str]:
+    """Each tool's digest by name (taken once for a list of schemas: a toolbox's)."""
+    key = id(schemas)
+    cached = _TOOL_DIGESTS.get(key)
+    if cached is None or cached[0] is not schemas:
+        digests = {s.name: tool_digest(s.name, s.description, s.parameters) for s in schemas}
+        cached = _TOOL_DIGESTS[key] = (schemas, digests)
+        if len(_TOOL_DIGESTS) > _TOOL_DIGESTS_KEPT:
+            del _TOOL_DIGESTS[next(iter(_TOOL_DIGESTS))]
+    return cached[1]
+
+
+_TOOL_DIGESTS: dict[int, tuple[Sequence[ToolSchema], dict[str, str]]] = {}
+"""The tool digests of the last toolboxes seen (the schemas list is kept: its id stays its)."""
+_TOOL_DIGESTS_KEPT = 64
+
+
+class RequestDigests:
+    """The digests of one agent's model requests, each turn's taken once.
+
+    Tools are digested when made (a toolbox does not change); a turn when first seen,
+    kept by its step while the same turn object is shown again.
+    """
+
+    def __init__(self, model: object, schemas: Sequence[ToolSchema]) -> None:
+        self.identity = model_identity(model)
+        self.tools = tool_digests(schemas)
+        self._turns: dict[int, tuple[Turn, str]] = {}
+
+    def of(self, *, goal: str, notices: Sequence[str], turns: Sequence[Turn]) -> ModelInput:
+        """The digests of a request for this goal, these notices and this view."""
+        digests = []
+        for turn in turns:
+            cached = self._turns.get(turn.step)
+            if cached is None or cached[0] is not turn:
+                cached = self._turns[turn.step] = (turn, turn_digest(turn))
+            digests.append(cached[1])
+        return model_input(
+            model_identity=self.identity,
+            goal=goal,
+            notices=notices,
+            tools=self.tools,
+            turn_digests=digests,
+        )

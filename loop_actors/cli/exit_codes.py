@@ -20,6 +20,8 @@ class ExitCode(IntEnum):
     """The invocation ended with another reason (``eval``: a case failed)."""
     TAMPERED = 4
     """The store's history is not the one written: audit verify found a break, or resume refused."""
+    DIVERGED = 4
+    """``replay``: a replay departs from its recorded run."""
     NEEDS_PERSON = 5
     """``reconcile``: an open effect that only a person can settle is left (``effects resolve``)."""
     LEASE_HELD = 6

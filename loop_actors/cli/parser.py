@@ -67,6 +67,11 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("worker", "queue", "claim runnable invocations of these agents and run them, many at once"),
     ("workers", "queue", "live lease holders (workers and runs), their leases, last heartbeat"),
     ("history", "history", "print an invocation's committed events"),
+    (
+        "replay",
+        "replay",
+        "re-drive recorded invocations under an agent, calling nothing; report departures",
+    ),
 )
 """Every command in the order ``--help`` lists them: name, group, help.
 

@@ -60,7 +60,7 @@ from loop_actors._messages import (
 )
 from loop_actors.agent.agent import run_verifier
 from loop_actors.agent.batch import BatchRun
-from loop_actors.agent.model import model_answer, model_failure
+from loop_actors.agent.model import RequestDigests, model_answer, model_failure
 from loop_actors.agent.policy import AccessRequest, check_access
 from loop_actors.runtime.leases import HeldLease, LeaseDrained
 from loop_actors.runtime.outcome import Outcome
@@ -144,6 +144,7 @@ class Controller:
         self._elapsed_at_start = max(0.0, (now() - started).total_seconds())
         self._started = trio.current_time()
         self._confirmed = (invocation.step, invocation.tool_calls)
+        self._digests = RequestDigests(agent.model, agent.toolbox.schemas)
 
     @property
     def invocation(self) -> Invocation:
@@ -316,7 +317,10 @@ class Controller:
                         raise
                     observation = model_failure(error)
                 else:
-                    observation = model_answer(reply)
+                    observation = model_answer(
+                        reply,
+                        self._digests.of(goal=inv.goal, notices=action.notices, turns=action.turns),
+                    )
         finally:
             self._wait_scope = None
         if observation is None:

@@ -33,6 +33,12 @@ from loop_actors.runtime.reconcile_sweep import (
     ReconcileSweep,
     unaskable_reason,
 )
+from loop_actors.runtime.replay import (
+    ReplayFilter,
+    ReplayMatch,
+    ReplayReport,
+    replay_all,
+)
 from loop_actors.runtime.slots import DEFAULT_WORK_SLOTS, WorkSlots
 from loop_actors.store.journal import Journal
 from loop_actors.store.queue import open_queue
@@ -564,6 +570,69 @@ class Runtime:
         Cancellation: a checkpoint; the read's thread is abandoned (nothing changes).
         """
         return await self.with_driver(lambda driver: driver.reads.invocation(invocation_id))
+
+    # ----------------------------------------------------------------- replay
+
+    async def replay(
+        self,
+        agent: Agent,
+        invocation_ids: Sequence[str] = (),
+        *,
+        every: bool = False,
+        where: ReplayFilter | None = None,
+        match: ReplayMatch | str = ReplayMatch.STRICT,
+        assume_approved: bool = False,
+        check: bool = False,
+        into: str = "memory://",
+    ) -> ReplayReport:
+        """Re-drive recorded invocations of this store under ``agent``; report each departure.
+
+        Each invocation is driven again in a store of its own (``into``, an empty
+        store: ``memory://`` by default), under ``agent`` (the same tools by name;
+        its budget, policies, approval rules, verifier and compaction may differ), by
+        a model that answers the recorded decisions and tools that answer the recorded
+        results: no model, tool function or service is called, and nothing is written
+        to this store. The recorded approvals, denials and answers are given again;
+        with ``assume_approved``, a batch that waits for approval only in the replay is
+        approved too, to show what comes after. ``every``: every invocation of the
+        store (oldest first), else ``invocation_ids``; ``where`` keeps those that meet
+        its conditions. ``check`` (``replay --check`` in CI): ``agent`` is the unchanged
+        agent, and a recorded tool removed or changed, or other settings, are reported
+        too. A history that no longer loads is reported (``event_shape``), never
+        raised. See docs/explanation/replay.md for what a replay can judge.
+
+        Raises:
+            UsageError: no invocation named and not ``every``; ``into`` already holds
+                an invocation being replayed; a malformed ``match``.
+            InvocationNotFoundError: a named invocation is not in this store.
+
+        Cancellation: a checkpoint; the replay store is closed (a ``memory://`` one is gone).
+        """
+        if not isinstance(agent, Agent):
+            raise UsageError(f"replay() needs an Agent, got {type(agent).__name__}")
+        try:
+            matching = ReplayMatch(match)
+        except ValueError:
+            raise UsageError(f"match must be strict or lenient, got {match!r}") from None
+        if not every and not invocation_ids:
+            raise UsageError("name the invocations to replay, or replay every one")
+        ids = list(invocation_ids)
+        if every:
+            ids = await self.with_driver(
+                lambda driver: driver.reads.call(driver.store.invocation_ids)
+            )
+        async with Runtime(into, now=self._now, gc_policy=GcPolicy.UNCHANGED) as target:
+            return await replay_all(
+                self.history,
+                ids,
+                agent,
+                target,
+                where=where,
+                match=matching,
+                assume_approved=assume_approved,
+                check=check,
+                fresh_target=into == "memory://",
+            )
 
     # ----------------------------------------------------------------- submission
 

@@ -1,0 +1,482 @@
+"""Replay: re-drive recorded invocations under an agent, calling nothing, writing nothing back.
+
+For each recorded invocation, the given agent (the same tools by name; its budget,
+policies, approval rules, verifier and compaction may differ) is driven in a store of
+its own (``memory://`` unless told otherwise) with a model that answers the recorded
+decisions step by step and tools that answer the recorded results. No tool function,
+service, write or model is called, and the source store is only read. The recorded
+people's decisions (approvals, denials, answers) are given again at the same steps.
+Where the replay departs from the recorded run is the core's judgement
+(``aggregates.replay``): that is what the loop's change did.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from pydantic import JsonValue
+
+from aggregates.decisions import CannotContinue, ErrorClass, Frozen, TerminalReason, ToolResult
+from aggregates.invocation_events import (
+    ApprovalDenied,
+    ApprovalGranted,
+    ClarificationProvided,
+    DecisionProposed,
+    InvocationEvent,
+    InvocationStarted,
+    ResultsCommitted,
+    Terminated,
+)
+from aggregates.replay import Divergence, DivergenceKind, History, divergences
+from loop_actors._errors import (
+    InvocationNotFoundError,
+    StoreUnavailableError,
+    ToolError,
+    UsageError,
+)
+from loop_actors._messages import ModelReply, ModelRequest
+from loop_actors.agent.agent import Agent
+from loop_actors.agent.model import model_identity
+from loop_actors.agent.tools import Tool, ToolContext
+from loop_actors.store.url import redacted_url
+
+
+class ReplayMatch(StrEnum):
+    """How a replayed call finds its recorded result."""
+
+    STRICT = "strict"
+    """By step and call id; the replay stops being compared at the first departure."""
+    LENIENT = "lenient"
+    """By step, tool and order; argument drift and calls left over are reported, and it goes on."""
+
+
+class ReplayFilter(Frozen):
+    """Which recorded invocations to replay (``--where reason=R,agent=A,task_class=C``)."""
+
+    reason: TerminalReason | None = None
+    """How it stopped (its terminal reason, or the reason it is paused)."""
+    agent: str | None = None
+    """The agent that ran it."""
+    task_class: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> ReplayFilter:
+        """``reason=max_steps,agent=payer``: each condition ``name=value``, comma-separated.
+
+        Raises:
+            UsageError: an unknown name, a condition without ``=``, an unknown reason.
+        """
+        given: dict[str, str] = {}
+        for part in (p.strip() for p in text.split(",")):
+            if not part:
+                continue
+            name, sep, value = part.partition("=")
+            name = name.strip()
+            if not sep or not value.strip():
+                raise UsageError(f"--where: {part!r} is not name=value")
+            if name not in cls.model_fields:
+                known = ", ".join(cls.model_fields)
+                raise UsageError(f"--where: unknown condition {name!r} (known: {known})")
+            given[name] = value.strip()
+        if "reason" in given:
+            try:
+                TerminalReason(given["reason"])
+            except ValueError:
+                known = ", ".join(r.value for r in TerminalReason)
+                raise UsageError(
+                    f"--where: unknown reason {given['reason']!r} (known: {known})"
+                ) from None
+        return cls.model_validate(given)
+
+    def admits(self, history: History, task_class: str | None) -> bool:
+        """Whether a recorded invocation meets every condition."""
+        return (
+            (self.reason is None or history.stopped_for is self.reason)
+            and (self.agent is None or history.agent_name == self.agent)
+            and (self.task_class is None or task_class == self.task_class)
+        )
+
+
+class ReplayResult(Frozen):
+    """One recorded invocation replayed."""
+
+    invocation_id: str
+    recorded_agent: str
+    """The agent that ran it."""
+    recorded: TerminalReason | None
+    """How the recorded run stopped (None: it has not)."""
+    replayed: TerminalReason | None
+    """How the replay stopped (None: it has not, or it went past the recording)."""
+    past_recording: bool = False
+    """The replay asked for a decision the recorded run never made, and stopped there."""
+    identical: bool
+    """No departure: the replay is the recorded run."""
+    divergences: list[Divergence]
+    """The departures, in step order (a strict replay: up to the first that stops it)."""
+    notes: list[str] = []
+    """What the replay could not judge (e.g. no digest of the model's requests recorded)."""
+
+    @property
+    def first(self) -> Divergence | None:
+        """The first departure, if any."""
+        return self.divergences[0] if self.divergences else None
+
+
+class ReplayReport(Frozen):
+    """Every replayed invocation, and how many now end differently."""
+
+    agent: str
+    """The agent replayed with."""
+    match: ReplayMatch
+    results: list[ReplayResult]
+
+    @property
+    def identical(self) -> bool:
+        """Whether every replay is identical to its recorded run."""
+        return all(r.identical for r in self.results)
+
+    @property
+    def diverged(self) -> int:
+        """How many replays depart from their recorded run."""
+        return sum(1 for r in self.results if not r.identical)
+
+    def endings(self) -> list[tuple[str, str, int]]:
+        """(recorded reason, replayed reason, how many) of the runs that end differently."""
+        counted: dict[tuple[str, str], int] = {}
+        for result in self.results:
+            if result.recorded is None:
+                continue  # an unfinished recorded run has no ending to compare
+            if result.recorded != result.replayed or result.past_recording:
+                new = "past_recording" if result.past_recording else _shown(result.replayed)
+                key = (_shown(result.recorded), new)
+                counted[key] = counted.get(key, 0) + 1
+        return [(old, new, n) for (old, new), n in sorted(counted.items())]
+
+
+def _shown(reason: TerminalReason | None) -> str:
+    return "running" if reason is None else reason.value
+
+
+# --------------------------------------------------------------------------- the stand-ins
+
+
+@dataclass
+class _Recording:
+    """What a recorded invocation answered: its decisions by step, its results by call."""
+
+    decisions: dict[int, DecisionProposed]
+    results: dict[int, list[ToolResult]]
+    match: ReplayMatch
+    step: int = 0
+    """The step the replay's model was last asked for (its batch is the one that runs)."""
+    served: dict[tuple[int, str], int] = field(default_factory=dict)
+    past_recording: bool = False
+
+    @classmethod
+    def of(cls, events: Sequence[InvocationEvent], match: ReplayMatch) -> _Recording:
+        decisions: dict[int, DecisionProposed] = {}
+        results: dict[int, list[ToolResult]] = {}
+        for event in events:
+            if isinstance(event, DecisionProposed):
+                decisions[event.step] = event
+            elif isinstance(event, ResultsCommitted):
+                results[event.step] = list(event.results)
+        return cls(decisions=decisions, results=results, match=match)
+
+    def result_for(self, name: str, call_id: str) -> ToolResult | None:
+        """The recorded result this call is answered with (None: the run made no such call)."""
+        recorded = self.results.get(self.step, [])
+        if self.match is ReplayMatch.STRICT:
+            return next((r for r in recorded if r.call_id == call_id and r.name == name), None)
+        order = self.served.get((self.step, name), 0)
+        self.served[(self.step, name)] = order + 1
+        same_tool = [r for r in recorded if r.name == name]
+        return same_tool[order] if order < len(same_tool) else None
+
+
+class ReplayModel:
+    """A model that answers each step with the recorded decision (and its recorded usage).
+
+    Asked for a step the recorded run never decided, it answers ``cannot_continue``
+    (the replay then ends; the comparison reports it ``past_recording``). A recorded
+    proposal that was refused is proposed again as the model sent it.
+    """
+
+    def __init__(self, recording: _Recording, identity: str) -> None:
+        self._recording = recording
+        self.model_identity = identity
+        """The replayed agent's model: the requests' digests name it, not this stand-in."""
+
+    async def decide(self, request: ModelRequest) -> ModelReply:
+        """The recorded decision of ``request.step``."""
+        recording = self._recording
+        recording.step = request.step
+        recorded = recording.decisions.get(request.step)
+        if recorded is None:
+            recording.past_recording = True
+            reason = f"replay: the recorded run made no decision at step {request.step}"
+            return ModelReply(proposal=CannotContinue(reason=reason))
+        proposal: Any = recorded.decision
+        if proposal is None and recorded.rejection is not None:
+            proposal = recorded.rejection.raw
+        return ModelReply(proposal=proposal, usage=recorded.usage)
+
+
+def _replayed_tool(real: Tool, recording: _Recording) -> Tool:
+    """``real`` answering with the recorded results: the same spec, no function, no service."""
+
+    def answer(_replay: ToolContext, **_arguments: Any) -> JsonValue:
+        result = recording.result_for(real.name, _replay.call_id)
+        if result is None:
+            raise ToolError(
+                f"replay: the recorded run made no call {_replay.call_id} of {real.name}",
+                error_class=ErrorClass.UNAVAILABLE,
+            )
+        if result.error is not None:
+            error = result.error
+            raise ToolError(error.message, error_class=error.error_class, retryable=error.retryable)
+        return result.output
+
+    replayed = copy.copy(real)
+    replayed.fn = answer
+    replayed.is_async = False
+    replayed.inline = True  # nothing to wait for
+    replayed.context_parameter = "_replay"  # the call's id, to find its recorded result
+    replayed.reconcile = None  # a recorded answer is certain; there is no service to ask
+    return replayed
+
+
+def replaying(agent: Agent, recording: _Recording) -> Agent:
+    """``agent`` with the recorded model and tools in place of its own."""
+    tools = [_replayed_tool(t, recording) for t in agent.toolbox.tools.values()]
+    stand_in = agent.with_model(ReplayModel(recording, model_identity(agent.model)))
+    return stand_in.with_tools(*tools) if tools else stand_in
+
+
+# --------------------------------------------------------------------------- driving
+
+
+ASSUMED_BY = "replay --assume-approved"
+"""Who approves a batch that waits in a replay and did not in the recorded run."""
+
+MAX_PAUSES = 1_000
+"""A bound on the pauses one replay gets through (each is a recorded or assumed decision)."""
+
+
+def compatibility(started: InvocationStarted, agent: Agent) -> list[Divergence]:
+    """What ``replay --check`` reports before re-driving: the catalogue and the settings.
+
+    With the unchanged agent, a recorded tool that was removed or renamed, or whose
+    schema or effect changed, and a budget or settings other than the recorded ones.
+    """
+    found: list[Divergence] = []
+    tools = agent.toolbox.tools
+    for spec in started.tools:
+        current = tools.get(spec.name)
+        if current is None:
+            problem = f"tool {spec.name!r} was removed or renamed"
+        elif current.schema_digest != spec.schema_digest:
+            problem = f"tool {spec.name!r} changed its schema or effect"
+        else:
+            continue
+        found.append(Divergence(kind=DivergenceKind.CATALOGUE_CHANGED, step=None, detail=problem))
+    changed = []
+    if started.budget != agent.budget:
+        changed.append("the budget")
+    if started.settings is not None and started.settings != agent.settings:
+        rules = started.settings.changed_approval_rules(agent.settings)
+        changed.append(f"the approval rules of {', '.join(rules)}" if rules else "the run settings")
+    if changed:
+        found.append(
+            Divergence(
+                kind=DivergenceKind.SETTINGS_CHANGED,
+                step=None,
+                detail=" and ".join(changed) + " differ from the recorded ones",
+            )
+        )
+    return found
+
+
+def unreadable(invocation_id: str, error: Exception) -> ReplayResult:
+    """A recorded invocation whose events no longer load: reported, not replayed."""
+    return ReplayResult(
+        invocation_id=invocation_id,
+        recorded_agent="",
+        recorded=None,
+        replayed=None,
+        identical=False,
+        divergences=[
+            Divergence(
+                kind=DivergenceKind.EVENT_SHAPE,
+                step=None,
+                detail=f"its events do not load with this code ({type(error).__name__}: "
+                f"{error}); a changed event shape needs an upcaster",
+            )
+        ],
+    )
+
+
+async def replay_invocation(
+    events: Sequence[InvocationEvent],
+    agent: Agent,
+    target: Any,
+    *,
+    match: ReplayMatch = ReplayMatch.STRICT,
+    assume_approved: bool = False,
+    check: bool = False,
+) -> ReplayResult:
+    """Replay one recorded invocation (its events) under ``agent``, driven by ``target``.
+
+    ``target`` is a :class:`~loop_actors.runtime.runtime.Runtime` on the store the
+    replay is written to; the invocation keeps its id there. ``check``: the agent is
+    meant to be the unchanged one, and its catalogue and settings are compared first.
+    """
+    started = events[0]
+    assert isinstance(started, InvocationStarted)
+    checked = compatibility(started, agent) if check else []
+    recorded = History.of(events)
+    recording = _Recording.of(events, match)
+    stand_in = replaying(agent, recording)
+    people = _people(events)
+    outcome = await target.run(
+        stand_in,
+        started.goal,
+        invocation_id=started.originator_id,
+        task_class=started.task_class,
+        actor=started.actor,
+        tenant=started.tenant,
+    )
+    for _ in range(MAX_PAUSES):
+        if outcome.reason not in _PAUSES:
+            break
+        step = outcome.steps
+        decided = people.get(step)
+        iid = started.originator_id
+        if isinstance(decided, ApprovalGranted) and outcome.digest is not None:
+            await target.approve(iid, digest=outcome.digest, by=decided.by, note=decided.note)
+        elif isinstance(decided, ApprovalDenied):
+            await target.deny(iid, by=decided.by, reason=decided.reason)
+        elif isinstance(decided, ClarificationProvided):
+            await target.clarify(iid, answer=decided.answer, by=decided.by)
+        elif (
+            assume_approved
+            and outcome.reason is TerminalReason.APPROVAL_REQUIRED
+            and outcome.digest is not None
+        ):
+            await target.approve(iid, digest=outcome.digest, by=ASSUMED_BY)
+        else:
+            break
+        people.pop(step, None)
+        outcome = await target.resume(iid, stand_in)
+    if (
+        outcome.reason in _PAUSES
+        and recorded.ended is TerminalReason.CANCELLED
+        and recorded.last_step == outcome.steps
+    ):
+        # A person cancelled the recorded run while it waited there: so is the replay.
+        await target.request_cancel(started.originator_id, reason=_cancel_detail(events))
+    replayed = History.of(await target.history(started.originator_id))
+    keep_going = frozenset({DivergenceKind.APPROVAL_REQUIRED}) if assume_approved else frozenset()
+    found = checked + divergences(
+        recorded, replayed, lenient=match is ReplayMatch.LENIENT, keep_going=keep_going
+    )
+    notes = []
+    if recorded.stopped_for is None:
+        notes.append(
+            f"the recorded run has not ended: compared up to its step {recorded.last_step}"
+        )
+    if any(d.model_input is None for d in recording.decisions.values()):
+        notes.append("no digest recorded of the model's requests: model inputs not compared")
+    return ReplayResult(
+        invocation_id=started.originator_id,
+        recorded_agent=started.agent_name,
+        recorded=recorded.stopped_for,
+        replayed=None if recording.past_recording else replayed.stopped_for,
+        past_recording=recording.past_recording,
+        identical=not found,
+        divergences=found,
+        notes=notes,
+    )
+
+
+_PAUSES = frozenset({TerminalReason.APPROVAL_REQUIRED, TerminalReason.CLARIFICATION_REQUIRED})
+
+
+def _cancel_detail(events: Sequence[InvocationEvent]) -> str | None:
+    ended = events[-1]
+    return ended.detail if isinstance(ended, Terminated) else None
+
+
+def _people(
+    events: Sequence[InvocationEvent],
+) -> dict[int, ApprovalGranted | ApprovalDenied | ClarificationProvided]:
+    """The recorded people's decisions, by the step they were made at (the last one a step)."""
+    decided: dict[int, ApprovalGranted | ApprovalDenied | ClarificationProvided] = {}
+    for event in events:
+        if isinstance(event, ApprovalGranted | ApprovalDenied | ClarificationProvided):
+            decided[event.step] = event
+    return decided
+
+
+def task_class_of(events: Sequence[InvocationEvent]) -> str | None:
+    """The task class a recorded invocation was started with."""
+    started = events[0] if events else None
+    return started.task_class if isinstance(started, InvocationStarted) else None
+
+
+async def replay_all(
+    read_events: Callable[[str], Awaitable[list[InvocationEvent]]],
+    invocation_ids: Sequence[str],
+    agent: Agent,
+    target: Any,
+    *,
+    where: ReplayFilter | None = None,
+    match: ReplayMatch = ReplayMatch.STRICT,
+    assume_approved: bool = False,
+    check: bool = False,
+    fresh_target: bool = True,
+) -> ReplayReport:
+    """Replay each of ``invocation_ids`` (read with ``read_events``) into ``target``.
+
+    ``fresh_target``: ``target`` is a new, empty store (``memory://``); otherwise an
+    invocation it already holds is refused.
+
+    Raises:
+        UsageError: ``target`` already holds an invocation being replayed.
+        InvocationNotFoundError: a named invocation is not in the source store.
+        StoreUnavailableError: a store cannot be read.
+    """
+    results: list[ReplayResult] = []
+    for invocation_id in invocation_ids:
+        try:
+            events = await read_events(invocation_id)
+        except (InvocationNotFoundError, StoreUnavailableError):
+            raise
+        except Exception as error:  # a row this code cannot decode: reported, not raised
+            results.append(unreadable(invocation_id, error))
+            continue
+        if where is not None and not where.admits(History.of(events), task_class_of(events)):
+            continue
+        if not fresh_target and await _holds(target, invocation_id):
+            raise UsageError(
+                f"{redacted_url(target.db_url)} already holds {invocation_id}: replay into "
+                "an empty store"
+            )
+        results.append(
+            await replay_invocation(
+                events, agent, target, match=match, assume_approved=assume_approved, check=check
+            )
+        )
+    return ReplayReport(agent=agent.name, match=match, results=results)
+
+
+async def _holds(target: Any, invocation_id: str) -> bool:
+    try:
+        await target.history(invocation_id)
+    except InvocationNotFoundError:
+        return False
+    return True
