@@ -31,7 +31,7 @@ from aggregates.invocation_events import (
     Terminated,
     VerificationFailed,
 )
-from aggregates.model_input import ModelInput, first_difference
+from aggregates.model_input import ModelInput, carried, first_difference
 
 
 class DivergenceKind(StrEnum):
@@ -144,6 +144,7 @@ class History:
         ended: TerminalReason | None = None
         paused: TerminalReason | None = None
         agent_name = goal = ""
+        asked: ModelInput | None = None  # the full digests of the last request
         for event in events:
             match event:
                 case InvocationStarted():
@@ -151,7 +152,9 @@ class History:
                 case DecisionProposed(step=step):
                     one = steps.setdefault(step, _Step())
                     one.decision, one.rejection = event.decision, event.rejection
-                    one.model_input = event.model_input
+                    if event.model_input is not None:
+                        asked = carried(asked, event.model_input)
+                    one.model_input = asked if event.model_input is not None else None
                 case ContextCompacted(step=step):
                     steps.setdefault(step, _Step()).compaction = (
                         tuple(event.dropped_steps),

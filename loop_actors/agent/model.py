@@ -10,9 +10,14 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 from aggregates.decisions import Usage
-from aggregates.digest import digest_of
 from aggregates.invocation import Turn
-from aggregates.model_input import ModelInput, model_input, tool_digest
+from aggregates.model_input import (
+    ModelInput,
+    model_input,
+    recorded_form,
+    tool_digest,
+    turn_digest_of,
+)
 from aggregates.turn import ModelAnswered, ModelFailed
 from aggregates.values import safe_text
 from loop_actors._errors import ScriptExhaustedError
@@ -136,7 +141,7 @@ def model_identity(model: object) -> str:
 
 def turn_digest(turn: Turn) -> str:
     """The digest of a turn as the model is shown it (no durations, no effect keys)."""
-    return digest_of(
+    return turn_digest_of(
         turn.model_dump(
             mode="json",
             exclude_none=True,
@@ -173,19 +178,25 @@ class RequestDigests:
         self.identity = model_identity(model)
         self.tools = tool_digests(schemas)
         self._turns: dict[int, tuple[Turn, str]] = {}
+        self._last: ModelInput | None = None
 
     def of(self, *, goal: str, notices: Sequence[str], turns: Sequence[Turn]) -> ModelInput:
-        """The digests of a request for this goal, these notices and this view."""
+        """What a decision records of a request for this goal, these notices and this view.
+
+        Its parts that differ from the request before (all of them for the first).
+        """
         digests = []
         for turn in turns:
             cached = self._turns.get(turn.step)
             if cached is None or cached[0] is not turn:
                 cached = self._turns[turn.step] = (turn, turn_digest(turn))
             digests.append(cached[1])
-        return model_input(
+        current = model_input(
             model_identity=self.identity,
             goal=goal,
             notices=notices,
             tools=self.tools,
             turn_digests=digests,
         )
+        recorded, self._last = recorded_form(self._last, current), current
+        return recorded
