@@ -22,6 +22,7 @@ from typing import Any
 
 from aggregates.decisions import Frozen
 from aggregates.digest import digest_of, sha256_hex
+from aggregates.pydantic_slots import built
 
 DIGEST_CHARS = 16
 """Hex characters kept of each SHA-256: 64 bits."""
@@ -57,9 +58,9 @@ def tool_digest(name: str, description: str, parameters: Mapping[str, Any]) -> s
     return _short(digest_of({"name": name, "description": description, "parameters": parameters}))
 
 
-def turn_digest_of(shown: Any) -> str:
-    """The digest of a turn's JSON form as the model is shown it."""
-    return _short(digest_of(shown))
+def turn_digest_of(shown: str) -> str:
+    """The digest of a turn's JSON text as the model is shown it."""
+    return _short(sha256_hex(shown))
 
 
 def view_digest(turn_digests: Sequence[str]) -> str:
@@ -67,22 +68,38 @@ def view_digest(turn_digests: Sequence[str]) -> str:
     return _short(sha256_hex(",".join(turn_digests)))
 
 
+def text_digest(text: str) -> str:
+    """The digest of a text (the model's identity, the goal)."""
+    return _short(sha256_hex(text))
+
+
+def notices_digest(notices: Sequence[str]) -> str:
+    """The digest of a request's notices, in order."""
+    return _short(digest_of(list(notices)))
+
+
 def model_input(
     *,
-    model_identity: str,
-    goal: str,
-    notices: Sequence[str],
-    tools: Mapping[str, str],
+    model: str | None,
+    instructions: str,
+    notices: str,
+    tools: dict[str, str],
     turn_digests: Sequence[str],
 ) -> ModelInput:
-    """The digests of a request (``tools``: each tool's :func:`tool_digest`)."""
-    return ModelInput(
-        model=_short(sha256_hex(model_identity)),
-        instructions=_short(sha256_hex(goal)),
-        notices=_short(digest_of(list(notices))),
-        tools=dict(tools),
-        view=view_digest(turn_digests),
-        turns=len(turn_digests),
+    """The full digests of a request from its parts' digests (``tools``: :func:`tool_digest`).
+
+    Built without validation: every value is a digest made here.
+    """
+    return built(
+        ModelInput,
+        {
+            "model": model,
+            "instructions": instructions,
+            "notices": notices,
+            "tools": tools,
+            "view": view_digest(turn_digests),
+            "turns": len(turn_digests),
+        },
     )
 
 
@@ -94,15 +111,18 @@ def recorded_form(previous: ModelInput | None, current: ModelInput) -> ModelInpu
     """
     if previous is None:
         return current
-    return ModelInput(
-        model=None if current.model == previous.model else current.model,
-        instructions=None
-        if current.instructions == previous.instructions
-        else current.instructions,
-        notices=None if current.notices == previous.notices else current.notices,
-        tools=None if current.tools == previous.tools else current.tools,
-        view=current.view,
-        turns=current.turns,
+    return built(
+        ModelInput,
+        {
+            "model": None if current.model == previous.model else current.model,
+            "instructions": (
+                None if current.instructions == previous.instructions else current.instructions
+            ),
+            "notices": None if current.notices == previous.notices else current.notices,
+            "tools": None if current.tools == previous.tools else current.tools,
+            "view": current.view,
+            "turns": current.turns,
+        },
     )
 
 

@@ -14,7 +14,9 @@ from aggregates.invocation import Turn
 from aggregates.model_input import (
     ModelInput,
     model_input,
+    notices_digest,
     recorded_form,
+    text_digest,
     tool_digest,
     turn_digest_of,
 )
@@ -141,13 +143,11 @@ def model_identity(model: object) -> str:
 
 def turn_digest(turn: Turn) -> str:
     """The digest of a turn as the model is shown it (no durations, no effect keys)."""
-    return turn_digest_of(
-        turn.model_dump(
-            mode="json",
-            exclude_none=True,
-            exclude={"results": {"__all__": {"duration_ms", "effect_key"}}},
-        )
-    )
+    return turn_digest_of(turn.model_dump_json(exclude_none=True, exclude=_NOT_SHOWN))
+
+
+_NOT_SHOWN: Any = {"results": {"__all__": {"duration_ms", "effect_key"}}}
+"""What a turn's digest leaves out: what no model is shown, and what differs by run."""
 
 
 def tool_digests(schemas: Sequence[ToolSchema]) -> dict[str, str]:
@@ -179,6 +179,8 @@ class RequestDigests:
         self.tools = tool_digests(schemas)
         self._turns: dict[int, tuple[Turn, str]] = {}
         self._last: ModelInput | None = None
+        self._goal: tuple[str, str] | None = None
+        self._notices: tuple[tuple[str, ...], str] | None = None
 
     def of(self, *, goal: str, notices: Sequence[str], turns: Sequence[Turn]) -> ModelInput:
         """What a decision records of a request for this goal, these notices and this view.
@@ -191,10 +193,15 @@ class RequestDigests:
             if cached is None or cached[0] is not turn:
                 cached = self._turns[turn.step] = (turn, turn_digest(turn))
             digests.append(cached[1])
+        if self._goal is None or self._goal[0] != goal:
+            self._goal = (goal, text_digest(goal))
+        shown = tuple(notices)
+        if self._notices is None or self._notices[0] != shown:
+            self._notices = (shown, notices_digest(shown))
         current = model_input(
-            model_identity=self.identity,
-            goal=goal,
-            notices=notices,
+            model=text_digest(self.identity) if self._last is None else self._last.model,
+            instructions=self._goal[1],
+            notices=self._notices[1],
             tools=self.tools,
             turn_digests=digests,
         )
