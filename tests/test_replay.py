@@ -22,7 +22,7 @@ import pytest
 import trio
 
 from aggregates.replay import DivergenceKind
-from loop_actors import Agent, Budget, Runtime, ScriptedModel, tool
+from loop_actors import Agent, Budget, Runtime, ScriptedModel, UsageError, tool
 from loop_actors.agent.tools import Tool
 from loop_actors.cli.main import main
 from loop_actors.runtime.replay import ReplayFilter, ReplayReport
@@ -261,8 +261,6 @@ async def test_where_keeps_only_the_invocations_that_meet_it(store: tuple[Path, 
             )
     assert [r.invocation_id for r in report.results] == [short]
     assert full != short
-    from loop_actors import UsageError
-
     for bad in ("colour=red", "reason", "reason=sleepy"):
         with pytest.raises(UsageError):
             ReplayFilter.parse(bad)
@@ -401,3 +399,67 @@ def test_the_stores_written_before_replay_under_check(tmp_path: Path) -> None:
         assert any("no digest recorded" in note for note in by_id[iid]["notes"])
     assert rows(path) == before
     assert not desk.exists()
+
+
+async def test_a_removed_tool_is_a_catalogue_change_under_check_and_a_refused_proposal(
+    store: tuple[Path, str],
+) -> None:
+    _, url = store
+    service = Service()
+    with trio.fail_after(30):
+        iid = await recorded(url, agent_of(service))
+        lookup_only = Agent(
+            "payer", ScriptedModel(SCRIPT), service.tools()[:1], Budget(max_steps=10)
+        )
+        report = await replay(url, lookup_only, [iid], check=True)
+    kinds = [(d.kind, d.step) for d in report.results[0].divergences]
+    assert (DivergenceKind.CATALOGUE_CHANGED, None) in kinds
+    assert (DivergenceKind.SETTINGS_CHANGED, None) in kinds  # the approval rules lost pay
+    assert kinds[-1] == (DivergenceKind.PROPOSAL_REFUSED, 2)
+
+
+async def test_a_smaller_context_limit_is_a_compaction_change(store: tuple[Path, str]) -> None:
+    _, url = store
+    service = Service()
+    with trio.fail_after(30):
+        iid = await recorded(url, agent_of(service))
+        report = await replay(url, agent_of(service, context_limit=300, keep_recent_turns=1), [iid])
+    kinds = [d.kind for d in report.results[0].divergences]
+    assert DivergenceKind.COMPACTION_CHANGED in kinds
+
+
+async def test_a_lenient_replay_reports_every_departure_and_goes_on(
+    store: tuple[Path, str],
+) -> None:
+    """A policy refusing the write, and approval for it: strict stops at the first."""
+    _, url = store
+    service = Service()
+
+    def no_payments(request: Any) -> bool:
+        return bool(request.tool != "pay")
+
+    with trio.fail_after(30):
+        iid = await recorded(url, agent_of(service))
+        changed = agent_of(service, policy=no_payments, verifier=lambda answer, turns: "no")
+        strict = await replay(url, changed, [iid])
+        lenient = await replay(url, changed, [iid], match="lenient")
+    assert [d.kind for d in strict.results[0].divergences] == [DivergenceKind.REFUSED_BY_POLICY]
+    assert [d.kind for d in lenient.results[0].divergences][:1] == [
+        DivergenceKind.REFUSED_BY_POLICY
+    ]
+    assert lenient.match == "lenient"
+
+
+async def test_a_bad_match_and_no_invocations_are_usage_errors(store: tuple[Path, str]) -> None:
+    """Bad input tried: an unknown match, no ids without every, a thing that is no Agent."""
+    _, url = store
+    service = Service()
+    with trio.fail_after(30):
+        iid = await recorded(url, agent_of(service))
+        async with Runtime(url) as runtime:
+            with pytest.raises(UsageError, match="strict or lenient"):
+                await runtime.replay(agent_of(service), [iid], match="fuzzy")
+            with pytest.raises(UsageError, match="name the invocations"):
+                await runtime.replay(agent_of(service))
+            with pytest.raises(UsageError, match="needs an Agent"):
+                await runtime.replay("payer", [iid])  # type: ignore[arg-type]
