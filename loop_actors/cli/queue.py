@@ -31,6 +31,7 @@ from loop_actors.runtime.leases import is_gone
 from loop_actors.runtime.runtime import Runtime, check_invocation_id
 from loop_actors.store.queue import WorkQueue, open_queue
 from loop_actors.store.store import EventStore
+from loop_actors.store.url import redacted_url
 from loop_actors.workers.worker import Worker, WorkerReport
 
 
@@ -120,7 +121,7 @@ async def worker_command(worker: Worker, args: argparse.Namespace) -> ExitCode:
             _note(
                 f"worker {started} serving {', '.join(worker.agents)} "
                 f"(concurrency {worker.concurrency}, lease {worker.runtime.lease_s:g} s) "
-                f"on {worker.runtime.db_url}"
+                f"on {redacted_url(worker.runtime.db_url)}"
             )
     (report,) = reports
     if args.json:
@@ -136,7 +137,7 @@ async def worker_command(worker: Worker, args: argparse.Namespace) -> ExitCode:
 
 
 def _note(text: str) -> None:
-    print(f"loop-actors: {terminal_safe(text)}", file=sys.stderr, flush=True)
+    print(f"loop-actors: {redacted_url(terminal_safe(text))}", file=sys.stderr, flush=True)
 
 
 def read_queue(store: EventStore) -> WorkQueue:
