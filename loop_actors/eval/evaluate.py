@@ -510,8 +510,10 @@ def check_writable(path: Path) -> None:
     Raises:
         UsageError: the folder is missing, or the path is a folder.
     """
-    if path.is_dir() or not path.parent.is_dir():
-        raise UsageError(f"cannot write the report to {path}: no such folder, or a folder")
+    if path.is_dir():
+        raise UsageError(f"cannot write the report to {path}: it is a folder")
+    if not path.parent.is_dir():
+        raise UsageError(f"cannot write the report to {path}: there is no folder {path.parent}")
 
 
 def write_json(path: Path, document: dict[str, Any]) -> None:
