@@ -87,6 +87,10 @@ CONTRADICTIONS = [
     ("docs/reference/api.md", "raises `StoreUnavailableError` without it"),
     ("docs/reference/cli.md", "`projections` on PostgreSQL without `--views`"),
     ("docs/index.md", "Read models kept on PostgreSQL"),
+    (
+        "docs/reference/cli.md",
+        "read the read models: SQLite tables built from the events, in their own file",
+    ),
 ]
 
 
