@@ -189,17 +189,21 @@ class Settler(StrEnum):
     """A resume or a sweep (``loop-actors reconcile``) asks its service again."""
     PERSON = "person"
     """Only a person can (``loop-actors effects resolve``)."""
+    RECONCILE_OR_PERSON = "reconcile_or_person"
+    """Its invocation ended, and the tools are not known: a sweep (``loop-actors reconcile``)
+    settles it if its tool has a ``reconcile`` function, else only a person can."""
 
 
 def who_settles(*, invocation_ended: bool, service_can_be_asked: bool | None) -> Settler:
     """Who settles an open effect.
 
     ``service_can_be_asked`` is known only with the agent (does its tool have a
-    ``reconcile`` function?); without it (None), an effect whose invocation ended
-    needs a person: no run of it will settle it, and nothing says a sweep can.
+    ``reconcile`` function?); without it (None), an effect whose invocation ended is
+    the sweep's if its tool can ask the service, else a person's: no run of it will
+    settle it.
     """
     if service_can_be_asked is None:
-        return Settler.PERSON if invocation_ended else Settler.SWEEPER
+        return Settler.RECONCILE_OR_PERSON if invocation_ended else Settler.SWEEPER
     return Settler.SWEEPER if service_can_be_asked else Settler.PERSON
 
 

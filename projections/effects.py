@@ -2,8 +2,9 @@
 
 The reconciler's backlog and an operator's worry list. Each row says who can
 settle it (``needs``): ``sweeper`` while its invocation can still be resumed,
-``person`` once the invocation ended (cancelled, say): no run of it will settle
-the effect (see ``aggregates.effect.who_settles``).
+``reconcile_or_person`` once the invocation ended (cancelled, say): no run of it will
+settle the effect, a sweep can if its tool has a ``reconcile`` (which the read model
+does not know), else a person (see ``aggregates.effect.who_settles``).
 """
 
 from __future__ import annotations
@@ -153,8 +154,8 @@ def list_open_effects(runner: ReadModelRunner) -> list[dict[str, Any]]:
     """Effects dispatched or of unknown outcome, oldest first.
 
     Each row also has ``agent`` (its invocation's), ``invocation_ended`` (bool)
-    and ``needs``: ``person`` when its invocation ended, else ``sweeper`` (the
-    read model does not know the tools; ``loop-actors effects --agent`` and
+    and ``needs``: ``reconcile_or_person`` when its invocation ended, else ``sweeper``
+    (the read model does not know the tools; ``loop-actors effects --agent`` and
     ``loop-actors reconcile`` look at them).
     """
     rows = runner.query(

@@ -7,8 +7,9 @@ the copy), against the default database file there. Each command's output is
 compared line by line with the lines under it, after replacing what differs
 from run to run: timestamps, hex ids and digests (shortened ones, ``6e04474b…``,
 too), durations. In a documented line, ``...`` stands for any text, a line of
-its own ``...`` for any further lines, and a trailing ``…`` for the rest of a
-line the command cut.
+its own ``...`` for any further lines, a trailing ``…`` for the rest of a
+line the command cut, and ``~N`` for a number that varies from run to run: it
+matches a number within 2% of N. Every other value is compared as printed.
 ``$ echo $?`` prints the previous command's exit code; a process killed by
 SIGKILL prints ``Killed``, as a shell does.
 """
@@ -107,17 +108,49 @@ def normalise(line: str) -> str:
     return _HEX.sub("<hex>", line)
 
 
+_APPROXIMATE = re.compile(r"~(\d+(?:\.\d+)?)")
+"""A documented number that varies from run to run (``view size ~4690``)."""
+
+APPROXIMATE_TOLERANCE = 0.02
+
+
+def _pattern(documented: str) -> tuple[str, list[float]]:
+    """The regular expression of a documented line, and its ``~N`` numbers in order."""
+    approximate: list[float] = []
+    parts = []
+    for part in documented.split("..."):
+        pieces = _APPROXIMATE.split(part)  # text, number, text, number, ..., text
+        for index, piece in enumerate(pieces):
+            if index % 2:
+                approximate.append(float(piece))
+                parts.append(r"(\d+(?:\.\d+)?)")
+            else:
+                parts.append(re.escape(piece))
+        parts.append(".*")
+    return "".join(parts[:-1]), approximate
+
+
+def _close(match: re.Match[str] | None, approximate: list[float]) -> bool:
+    if match is None:
+        return False
+    found = [float(value) for value in match.groups()]
+    return all(
+        abs(got - want) <= APPROXIMATE_TOLERANCE * want
+        for got, want in zip(found, approximate, strict=True)
+    )
+
+
 def line_matches(documented: str, printed: str) -> bool:
     """Whether a printed line is the documented one (see the module docstring)."""
     cut_documented = documented.endswith("…")
     cut_printed = printed.endswith("…")
     want = normalise(documented.removesuffix("…"))
     got = normalise(printed.removesuffix("…"))
-    pattern = ".*".join(re.escape(part) for part in want.split("..."))
+    pattern, approximate = _pattern(want)
     if cut_documented or cut_printed:
         # Cut lines end where their data's length says: either may stop first.
-        return re.match(pattern, got) is not None or want.startswith(got)
-    return re.fullmatch(pattern, got) is not None
+        return _close(re.match(pattern, got), approximate) or want.startswith(got)
+    return _close(re.fullmatch(pattern, got), approximate)
 
 
 def output_matches(documented: list[str], printed: list[str]) -> bool:
@@ -224,6 +257,11 @@ def test_documented_command_output_matches_what_the_command_prints(
         ("steps=2 id=...", "steps=2 id=anything", True),
         ('"digest": "6e04474b…"', '"digest": "6e04474b36e622ad201e27c21f8129dc"', True),
         ("completed", "completed extra", False),
+        ("view size 4697 -> 1762 characters", "view size 4692 -> 1758 characters", False),
+        ("view size ~4690 -> ~1760 characters", "view size 4692 -> 1758 characters", True),
+        ("view size ~4690 -> ~1760 characters", "view size 4692 -> 1900 characters", False),
+        ("took ~2.5 s", "took 2.52 s", True),
+        ("took ~2.5 s", "took two s", False),
     ],
 )
 def test_the_comparison_replaces_only_what_varies(

@@ -318,7 +318,13 @@ def test_a_cancelled_invocations_open_effect_needs_a_person_and_can_be_resolved(
     cancelled = cli(project, "cancel", INVOCATION, "--by", "bob")
     assert cancelled.stdout.strip() == f"{INVOCATION}: ended"
     (row,) = open_effects(project)
-    assert (row["effect_key"], row["needs"], row["invocation_ended"]) == (KEY, "person", True)
+    assert (row["effect_key"], row["needs"], row["invocation_ended"]) == (
+        KEY,
+        "reconcile_or_person",
+        True,
+    )
+    (row,) = open_effects(project, "--agent", "agents:writer")  # write_file has no reconcile
+    assert row["needs"] == "person"
     assert cli(project, "reconcile", "--agent", "agents:writer").returncode == 5
 
     resolved = cli(
@@ -662,7 +668,7 @@ def test_a_person_cannot_say_not_found() -> None:
     ("ended", "askable", "settler"),
     [
         (False, None, Settler.SWEEPER),
-        (True, None, Settler.PERSON),
+        (True, None, Settler.RECONCILE_OR_PERSON),
         (False, True, Settler.SWEEPER),
         (True, True, Settler.SWEEPER),
         (False, False, Settler.PERSON),

@@ -313,7 +313,9 @@ class _Adapter:
         """
         variable = "OPENAI_API_KEY" if self.provider == "openai" else "ANTHROPIC_API_KEY"
         if self._key(variable) is None:
-            raise UsageError(f"set {variable} (or give api_key) to use a {self.provider}: model")
+            raise UsageError(
+                f"set {variable} (or give api_key) to use {self.provider}:{self.model}"
+            )
 
     def _usage(self, input_tokens: int, output_tokens: int, started: float, attempts: int) -> Usage:
         usage = Usage(

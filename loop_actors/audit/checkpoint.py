@@ -320,7 +320,9 @@ class Verdict(StrEnum):
     TRUNCATED = "truncated"
     """The log has fewer rows than a commitment's size."""
     FORKED = "forked"
-    """Exactly as many rows as committed to, another head (or another store's checkpoint)."""
+    """Exactly as many rows as committed to, another head."""
+    ANOTHER_STORE = "another_store"
+    """The checkpoint is of another store: its origin names another store's identity."""
     EDITED = "edited"
     """More rows than committed to, and the first ``size`` do not give the head."""
     GAP = "gap"
@@ -429,7 +431,7 @@ def verify_log(
     The log's findings: ``gap`` for each run of missing notification ids (only on a
     store whose ids have no gaps by construction: SQLite's row ids), ``reordered``
     for each row stored after a later event of its aggregate. Each commitment is
-    then ``ok``, ``truncated``, ``forked`` or ``edited``.
+    then ``ok``, ``truncated``, ``forked``, ``edited`` or ``another_store``.
     """
     wanted = {commitment.size for commitment in commitments}
     links: dict[int, str] = {0: GENESIS}
@@ -503,7 +505,7 @@ def _against(
     if commitment.origin != expected_origin:
         return report.model_copy(
             update={
-                "verdict": Verdict.FORKED,
+                "verdict": Verdict.ANOTHER_STORE,
                 "problem": f"it is of {commitment.origin}, this store is {expected_origin}",
             }
         )

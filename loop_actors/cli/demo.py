@@ -61,7 +61,8 @@ async def _demo(runtime: Runtime) -> ExitCode:
     print("\n".join(outcome_lines(outcome, len(events))))
     print()
     # The same fold and the same tree as `loop-actors show` of this invocation.
-    console().print(render_tree(build_trajectory(events)))
+    out = console()
+    out.print(render_tree(build_trajectory(events), width=out.width))
     print()
     print(
         f"history: loop-actors history {outcome.invocation_id} --db {redacted_url(runtime.db_url)}"

@@ -11,6 +11,13 @@ from loop_actors._render import terminal_safe
 from loop_actors.cli.exit_codes import ExitCode
 from loop_actors.cli.parser import command_group
 from loop_actors.runtime.controller import single_exception
+from loop_actors.store.url import redacted_url
+
+
+def _error(text: object, *, internal: bool = False) -> None:
+    """``loop-actors: error: TEXT`` on stderr: made terminal-safe, any URL's password hidden."""
+    kind = "internal error" if internal else "error"
+    print(f"loop-actors: {kind}: {redacted_url(terminal_safe(text))}", file=sys.stderr)
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -21,13 +28,13 @@ def run_command(args: argparse.Namespace) -> int:
         except BaseExceptionGroup as group:
             raise single_exception(group) from None
     except LeaseHeldError as error:
-        print(f"loop-actors: error: {terminal_safe(error)}", file=sys.stderr)
+        _error(error)
         return ExitCode.LEASE_HELD
     except UsageError as error:
-        print(f"loop-actors: error: {terminal_safe(error)}", file=sys.stderr)
+        _error(error)
         return ExitCode.USAGE_ERROR
     except InconsistentHistoryError as error:
-        print(f"loop-actors: error: {terminal_safe(error)}", file=sys.stderr)
+        _error(error)
         return ExitCode.TAMPERED
     except BrokenPipeError:  # the reader (e.g. `head`) went away: not an error of ours
         sys.stderr.close()
@@ -36,8 +43,5 @@ def run_command(args: argparse.Namespace) -> int:
         print("loop-actors: interrupted", file=sys.stderr)
         return ExitCode.INTERRUPTED
     except Exception as error:  # the last line of defence: one line, exit 1
-        print(
-            f"loop-actors: internal error: {terminal_safe(describe_error(error))}",
-            file=sys.stderr,
-        )
+        _error(describe_error(error), internal=True)
         return ExitCode.INTERNAL_ERROR

@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import trio
-from rich.console import Console
 from rich.table import Table
 
 from aggregates.lease import (
@@ -22,15 +21,16 @@ from aggregates.lease import (
     lease_is_live,
 )
 from loop_actors._errors import UsageError
-from loop_actors._render import terminal_safe
+from loop_actors._render import ID, TEXT, print_table, terminal_safe
 from loop_actors.agent.agent import Agent
 from loop_actors.audit.checkpoint import load_signing_key
-from loop_actors.cli.common import load_agent, open_for_reading, trio_run
+from loop_actors.cli.common import console, load_agent, open_for_reading, trio_run
 from loop_actors.cli.exit_codes import ExitCode
 from loop_actors.runtime.leases import is_gone
 from loop_actors.runtime.runtime import Runtime, check_invocation_id
 from loop_actors.store.queue import WorkQueue, open_queue
 from loop_actors.store.store import EventStore
+from loop_actors.store.url import redacted_url
 from loop_actors.workers.worker import Worker, WorkerReport
 
 
@@ -120,7 +120,7 @@ async def worker_command(worker: Worker, args: argparse.Namespace) -> ExitCode:
             _note(
                 f"worker {started} serving {', '.join(worker.agents)} "
                 f"(concurrency {worker.concurrency}, lease {worker.runtime.lease_s:g} s) "
-                f"on {worker.runtime.db_url}"
+                f"on {redacted_url(worker.runtime.db_url)}"
             )
     (report,) = reports
     if args.json:
@@ -136,7 +136,7 @@ async def worker_command(worker: Worker, args: argparse.Namespace) -> ExitCode:
 
 
 def _note(text: str) -> None:
-    print(f"loop-actors: {terminal_safe(text)}", file=sys.stderr, flush=True)
+    print(f"loop-actors: {redacted_url(terminal_safe(text))}", file=sys.stderr, flush=True)
 
 
 def read_queue(store: EventStore) -> WorkQueue:
@@ -216,7 +216,7 @@ def workers_command(store: EventStore, args: argparse.Namespace) -> ExitCode:
             terminal_safe(", ".join(record["agents"])),
             terminal_safe(held or "-"),
         )
-    Console(highlight=False, width=None if sys.stdout.isatty() else 200).print(table)
+    print_table(console(), table, table, (ID, TEXT, TEXT, TEXT, TEXT, TEXT))
     live = sum(1 for record in records if record["alive"])
     ran_out = sum(len(v) for v in expired.values())
     print(

@@ -9,7 +9,16 @@ from typing import Any
 from aggregates.effect import who_settles
 from aggregates.lease import QueueRow
 from loop_actors._errors import InvocationNotFoundError, UsageError
-from loop_actors._render import effects_table, invocations_table, metrics_table, render_tree
+from loop_actors._render import (
+    EFFECTS_FITS,
+    INVOCATIONS_FITS,
+    METRICS_FITS,
+    effects_table,
+    invocations_table,
+    metrics_table,
+    print_table,
+    render_tree,
+)
 from loop_actors.agent.agent import Agent
 from loop_actors.cli.common import console, load_agent, note, open_for_reading
 from loop_actors.cli.exit_codes import ExitCode
@@ -89,7 +98,7 @@ def _read_model_command(
             if args.json:
                 print(trajectory.model_dump_json())
             else:
-                out.print(render_tree(trajectory))
+                out.print(render_tree(trajectory, width=out.width))
         case "list":
             if queue is None:
                 rows = list_invocations(
@@ -101,14 +110,16 @@ def _read_model_command(
                 for row in rows:
                     print(json.dumps(row))
             else:
-                out.print(invocations_table(rows))
+                table = invocations_table(rows)
+                print_table(out, table, table, INVOCATIONS_FITS)
         case "metrics":
             groups = metrics(runner, args.by)
             if args.json:
                 for group in groups:
                     print(group.model_dump_json())
             else:
-                out.print(metrics_table(groups, args.by))
+                table = metrics_table(groups, args.by)
+                print_table(out, table, table, METRICS_FITS)
         case "effects":
             effects = list_open_effects(runner)
             if args.effects_agent is not None:
@@ -117,7 +128,8 @@ def _read_model_command(
                 for effect in effects:
                     print(json.dumps(effect))
             else:
-                out.print(effects_table(effects))
+                table = effects_table(effects)
+                print_table(out, table, table, EFFECTS_FITS)
     return ExitCode.OK
 
 

@@ -38,7 +38,8 @@ from loop_actors._errors import (
     LoopActorsError,
     UsageError,
 )
-from loop_actors._render import terminal_safe
+from loop_actors._render import ID, TEXT, WHOLE, Fit, terminal_safe
+from loop_actors._render import print_table as print_fitted
 from loop_actors.agent.agent import Agent
 from loop_actors.agent.model import ScriptedModel
 from loop_actors.eval.fakes import ToolFake, unknown_fakes, with_fakes
@@ -464,8 +465,10 @@ def check_writable(path: Path) -> None:
     Raises:
         UsageError: the folder is missing, or the path is a folder.
     """
-    if path.is_dir() or not path.parent.is_dir():
-        raise UsageError(f"cannot write the report to {path}: no such folder, or a folder")
+    if path.is_dir():
+        raise UsageError(f"cannot write the report to {path}: it is a folder")
+    if not path.parent.is_dir():
+        raise UsageError(f"cannot write the report to {path}: there is no folder {path.parent}")
 
 
 def write_json(path: Path, document: EvalReport | Comparison) -> None:
@@ -506,29 +509,39 @@ def _change(old: str, new: str) -> str:
 _STATUS_STYLE = {"passed": "green", "failed": "red", "error": "bold red"}
 
 
-def print_table(renderable: RenderableType) -> None:
-    """Print a table with no trailing blanks on its lines (rich pads them to the width)."""
-    console = Console()
-    with console.capture() as captured:
-        console.print(renderable)
-    for line in captured.get().splitlines():
-        print(line.rstrip())
+@dataclass(frozen=True)
+class Report:
+    """A table, what follows it, and how its columns give way on a narrow terminal."""
+
+    table: Table
+    fits: tuple[Fit, ...]
+    after: tuple[RenderableType, ...] = ()
 
 
-def _table(names: list[str], whole: list[str], numbers: list[str], *, title: str) -> Table:
-    """A table whose names and words are never cut; on a narrow terminal the numbers wrap."""
+def print_table(report: Report) -> None:
+    """Print a report's table fitted to the terminal (natural widths on a pipe), then the rest.
+
+    Its numbers and case ids are never cut; no line has trailing blanks.
+    """
+    print_fitted(Console(), Group(report.table, *report.after), report.table, report.fits)
+
+
+def _table(
+    names: list[str], words: list[str], numbers: list[str], *, title: str
+) -> tuple[Table, tuple[Fit, ...]]:
+    """A table of case ids, words and numbers, and how its columns give way."""
     table = Table(title=title, box=box.SIMPLE_HEAD)
-    for name in [*names, *whole]:
+    for name in [*names, *words]:
         table.add_column(name, no_wrap=True)
     for name in numbers:
         # A latency varies from run to run; a width of its own keeps the table's shape.
         table.add_column(name, justify="right", min_width=9 if name.endswith("ms") else None)
-    return table
+    return table, (*(ID for _ in names), *(TEXT for _ in words), *(WHOLE for _ in numbers))
 
 
-def eval_table(document: EvalReport) -> Group:
+def eval_table(document: EvalReport) -> Report:
     """The report on the terminal: one row per case and epoch, the totals, then each failure."""
-    table = _table(
+    table, fits = _table(
         ["case"],
         ["class", "result", "reason"],
         ["steps", "calls", "tokens", "cost", "ms"],
@@ -570,12 +583,12 @@ def eval_table(document: EvalReport) -> Group:
     ]
     if unsafe:
         failures.insert(0, Text(f"effect safety: {', '.join(unsafe)}", style="bold red"))
-    return Group(table, *failures)
+    return Report(table, fits, tuple(failures))
 
 
-def compare_table(comparison: Comparison) -> Group:
+def compare_table(comparison: Comparison) -> Report:
     """A comparison on the terminal: flips first, then per-case deltas (B minus A)."""
-    table = _table(
+    table, fits = _table(
         ["case"],
         ["flip", "A→B", "reason"],
         ["Δsteps", "Δcalls", "Δtokens", "Δcost", "Δms"],
@@ -609,7 +622,7 @@ def compare_table(comparison: Comparison) -> Group:
         for measure, interval in comparison.bootstrap.items()
         if interval is not None and measure in ("cost", "latency_ms")
     ]
-    return Group(table, *intervals)
+    return Report(table, fits, tuple(intervals))
 
 
 __all__ = [

@@ -44,12 +44,17 @@ def resolve_db_url(explicit: str | None) -> str:
     return explicit or os.environ.get(DB_URL_ENV) or DEFAULT_DB_URL
 
 
-_PASSWORD_IN_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/@:?#]*:)[^/@?#]*@")
+# scheme://user:password@: the password runs to the last "@" before the host, as
+# urllib reads it (a password may hold an unquoted "@" or ":").
+_PASSWORD_IN_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/@:?#\s]*:)[^/?#\s]*@")
 
 
-def redacted_url(url: str) -> str:
-    """The URL with its password (if any) replaced by ``***``: what messages show."""
-    return _PASSWORD_IN_URL.sub(r"\1***@", url)
+def redacted_url(text: str) -> str:
+    """The URL (or every URL in a text) with its password replaced by ``***``: what messages show.
+
+    ``postgresql://app:secret@db/agents`` is shown ``postgresql://app:***@db/agents``.
+    """
+    return _PASSWORD_IN_URL.sub(r"\1***@", text)
 
 
 _POSTGRES_OPTIONS = frozenset(
