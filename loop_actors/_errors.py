@@ -142,3 +142,27 @@ class InconsistentHistoryError(LoopActorsError):
         super().__init__(problem)
         self.invocation_id = invocation_id
         self.problem = problem
+
+
+class UnreadableEventError(InconsistentHistoryError):
+    """Raised when a stored event cannot be read; nothing was run or written because of it.
+
+    Its stored topic names no loop-actors event class, or its first event names an
+    aggregate class that is not loop-actors' (neither is imported: a topic is a module
+    path, and importing it runs that module), or its state does not decode into its
+    class: the store was edited by hand or damaged. ``loop-actors audit verify``
+    reports the row; the CLI exits 4, as that command does when it finds a break.
+    ``invocation_id`` is the id of the aggregate whose row it is (an invocation, or
+    an effect key or a cancel request's id); ``position`` the row's place in it.
+    """
+
+    def __init__(self, aggregate_id: str, position: int, topic: str, problem: str) -> None:
+        super().__init__(
+            aggregate_id,
+            f"the stored event at position {position} of {aggregate_id} cannot be read: "
+            f"{problem} (the store was changed by hand or damaged; check it with: "
+            "loop-actors audit verify)",
+        )
+        self.position = position
+        self.topic = topic
+        self.why = problem

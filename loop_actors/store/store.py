@@ -317,19 +317,22 @@ class EventStore:
         mapper = self.app.mapper
         try:
             mapper.to_domain_event(first[0])
-        except Exception as error:
+        except Exception as unreadable:
+            # What the cipher (or the decoding) raised, rather than the mapper's own error.
+            cause = unreadable.__cause__
+            why = cause if isinstance(cause, Exception) else unreadable
             plain = _reads_as_json_object(first[0].state)
             if mapper.cipher is not None:
                 raise StoreCipherError(
                     f"cannot decrypt the events of {self.url.display} with this CIPHER_KEY "
-                    f"({type(error).__name__}: {error}): set the key the store was written "
+                    f"({type(why).__name__}: {why}): set the key the store was written "
                     + ("with" if not plain else "with, or unset CIPHER_TOPIC: it is not encrypted")
-                ) from error
+                ) from why
             if not plain and mapper.compressor is None:
                 raise StoreCipherError(
                     f"the events of {self.url.display} are encrypted (or compressed): set "
                     "CIPHER_TOPIC and CIPHER_KEY (and COMPRESSOR_TOPIC) as when it was written"
-                ) from error
+                ) from why
             # A readable-looking first row that does not decode is the audit's business.
 
     def _read_only_uri(self, path: Path) -> str:
