@@ -475,24 +475,37 @@ class EventStore:
 
     def effects_of_many(self, invocation_ids: Sequence[str]) -> dict[str, list[Effect]]:
         """What :meth:`effects_of` gives for each of these invocations (by the index at once)."""
+        found: dict[str, list[Effect]] = {}
+        for invocation_id, keys in self.effect_keys_of_many(invocation_ids).items():
+            effects = [self.get_effect(key) for key in keys]
+            found[invocation_id] = [effect for effect in effects if effect is not None]
+        return found
+
+    def effect_keys_of_many(self, invocation_ids: Sequence[str]) -> dict[str, list[str]]:
+        """The keys of every ledger entry recorded for each invocation, oldest first.
+
+        Found as :meth:`effects_of` finds the entries, without reading the entries
+        themselves (the audit checks each one's chain on its own).
+        """
         mapper = self.app.mapper
         by_index = getattr(self._recorder, "effect_keys_of_many", None)
         if by_index is not None and mapper.cipher is None and mapper.compressor is None:
             keys_of = by_index(invocation_ids, topic_of(EffectPrepared))
             if keys_of is not None:
-                found: dict[str, list[Effect]] = {}
-                for invocation_id, keys in keys_of.items():
-                    effects = [self.get_effect(key) for key in keys]
-                    found[invocation_id] = [effect for effect in effects if effect is not None]
-                return found
-        return {i: self.effects_of_by_scan(i) for i in invocation_ids}
+                return {i: list(keys_of.get(i, [])) for i in invocation_ids}
+        return {i: self._effect_keys_by_scan(i) for i in invocation_ids}
 
     def effects_of_by_scan(self, invocation_id: str) -> list[Effect]:
         """:meth:`effects_of` without the index: every ``EffectPrepared`` since it started."""
+        effects = [self.get_effect(key) for key in self._effect_keys_by_scan(invocation_id)]
+        return [effect for effect in effects if effect is not None]
+
+    def _effect_keys_by_scan(self, invocation_id: str) -> list[str]:
+        """The keys of the invocation's ``EffectPrepared`` rows, read since it started."""
         start = self._recorder.first_position_of(invocation_id)
         if start is None:
             return []
-        found: list[Effect] = []
+        found: list[str] = []
         position = start - 1
         while True:
             notifications = self._recorder.select_notifications(
@@ -504,9 +517,7 @@ class EventStore:
             for notification in notifications:
                 prepared = self.app.mapper.to_domain_event(notification)
                 if isinstance(prepared, EffectPrepared) and prepared.invocation_id == invocation_id:
-                    effect = self.get_effect(str(notification.originator_id))
-                    if effect is not None:
-                        found.append(effect)
+                    found.append(str(notification.originator_id))
             if len(notifications) < 500:
                 return found
             position = notifications[-1].id
