@@ -128,6 +128,30 @@ def transition_problem(
     return None
 
 
+def sequence_problem(kind: AggregateKind, events: Sequence[DomainEvent]) -> tuple[int, str] | None:
+    """Why an aggregate's stored events are not a history it can be read from, or None.
+
+    The first position that is wrong and why: a position missing (rows deleted from the
+    middle, or its first), an event of another kind or a second creating event
+    (:func:`kind_problem`), or an event its transitions refuse (:func:`transition_problem`).
+    The hashes are not checked here (``audit verify`` checks them).
+    """
+    expected = 1
+    for event in events:
+        position = event.originator_version
+        if position != expected:
+            return expected, (
+                f"position {expected} is missing (the next stored is {position})"
+                if position > expected
+                else f"position {position} comes after {expected - 1}"
+            )
+        problem = kind_problem(kind, position, event)
+        if problem is not None:
+            return position, problem
+        expected += 1
+    return transition_problem(kind, [(event.originator_version, event) for event in events])
+
+
 def snapshot_problems(
     events: Sequence[DomainEvent], snapshots: Iterable[tuple[int, Any]]
 ) -> list[tuple[int, str]]:

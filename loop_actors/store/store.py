@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar, cast
 
 from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.domain import EventSourcingError
 from eventsourcing.persistence import EventStore as SnapshotStore
 from eventsourcing.persistence import (
     Mapper,
@@ -31,7 +32,9 @@ from aggregates.audit import (
     topic_of,
     unpack_state,
 )
+from aggregates.audit_coverage import EFFECT, INVOCATION, AggregateKind, sequence_problem
 from aggregates.effect import Effect, EffectPrepared
+from aggregates.errors import AggregateError
 from aggregates.events import DomainEvent, fold
 from aggregates.ids import CANCEL_REQUEST_PREFIX
 from aggregates.invocation import (
@@ -46,6 +49,7 @@ from aggregates.requests import (
     cancel_request_id,
 )
 from loop_actors._errors import (
+    InconsistentHistoryError,
     InvocationNotFoundError,
     StoreCipherError,
     StoreReadOnlyError,
@@ -445,22 +449,61 @@ class EventStore:
 
         Raises:
             InvocationNotFoundError: no such invocation.
+            UnreadableEventError: one of its stored rows cannot be read.
+            InconsistentHistoryError: its stored events are not a history it can be
+                rebuilt from (rows deleted from the middle or its first, an event its
+                transitions refuse): they were changed by hand.
         """
         try:
             invocation = self.app.repository.get(invocation_id, projector_func=fold)
         except AggregateNotFoundError:
             raise InvocationNotFoundError(invocation_id) from None
+        except (PersistenceError, InconsistentHistoryError):
+            raise
+        except (EventSourcingError, AggregateError, AssertionError) as error:
+            # What replaying a history cut or edited by hand raises: eventsourcing's
+            # version checks (and its assertion that a first event creates the
+            # aggregate), or the aggregate's transitions.
+            raise self._unreplayable(invocation_id, INVOCATION, error) from error
         if not isinstance(invocation, Invocation):
             raise InvocationNotFoundError(invocation_id)
         return invocation
 
     def get_effect(self, key: str) -> Effect | None:
-        """The ledger entry of an effect key, or None when it was never prepared."""
+        """The ledger entry of an effect key, or None when it was never prepared.
+
+        Raises:
+            UnreadableEventError, InconsistentHistoryError: as :meth:`get` (the error's
+                ``invocation_id`` is the effect key).
+        """
         try:
             effect = self.app.repository.get(key, projector_func=fold)
         except AggregateNotFoundError:
             return None
+        except (PersistenceError, InconsistentHistoryError):
+            raise
+        except (EventSourcingError, AggregateError, AssertionError) as error:  # as in get
+            raise self._unreplayable(key, EFFECT, error) from error
         return effect if isinstance(effect, Effect) else None
+
+    def _unreplayable(
+        self, aggregate_id: str, kind: AggregateKind, error: BaseException
+    ) -> InconsistentHistoryError:
+        """The refusal of an aggregate whose stored events could not be replayed."""
+        stored = self._recorder.select_events(aggregate_id)
+        events = [cast("DomainEvent", self.app.mapper.to_domain_event(r)) for r in stored]
+        found = sequence_problem(kind, events)
+        if found is None:  # not a fault of the rows themselves: say what was raised
+            why = f"{type(error).__name__}: {error}"
+        else:
+            where, why = found
+            why = why if why.startswith("position") else f"position {where}: {why}"
+        what = "invocation" if kind is INVOCATION else "effect ledger entry"
+        return InconsistentHistoryError(
+            aggregate_id,
+            f"{what} {aggregate_id}'s stored history cannot be replayed: {why}; "
+            "nothing was run (check the store with: loop-actors audit verify)",
+        )
 
     def effects_of(self, invocation_id: str) -> list[Effect]:
         """Every ledger entry recorded for an invocation, oldest first (for resume's check).
