@@ -14,6 +14,12 @@ still refer to one another. These rules cover them:
   it), a stored topic that names another class breaks the chain, one that names
   no event class is reported unreadable, and a forged ``originator_topic`` is
   reported here;
+- **transitions**: the events of a whole chain must be a history its aggregate
+  accepts, replayed through the aggregate as reading it does: its transition table
+  (``TRANSITIONS`` of an invocation, ``LEDGER_TRANSITIONS`` of an effect) refuses an
+  event outside its phase's row, then the event's own checks (steps, call ids,
+  attempts) refuse one that does not fit its history. An event appended after
+  ``Terminated`` with a valid hash is reported here: resume would fail on it;
 - **snapshots** must equal the snapshot taken from a replay of the events up to
   their version (a snapshot is a pure function of the events: no clock read);
 - **references**: an effect belongs to an invocation that is stored and whose
@@ -29,6 +35,7 @@ from typing import Any
 from eventsourcing.utils import get_topic
 
 from aggregates.effect import Effect, EffectEvent, EffectPrepared
+from aggregates.errors import IllegalTransitionError
 from aggregates.events import DomainEvent, fold
 from aggregates.ids import CANCEL_REQUEST_PREFIX, EFFECT_KEY_PREFIX
 from aggregates.invocation import (
@@ -96,6 +103,53 @@ def kind_problem(kind: AggregateKind, position: int, event: Any) -> str | None:
     elif isinstance(event, kind.created):
         return f"a second {name} at position {position}"
     return None
+
+
+def transition_problem(
+    kind: AggregateKind, events: Iterable[tuple[int, Any]]
+) -> tuple[int, str] | None:
+    """The first event of an aggregate that does not follow the ones before it, and why.
+
+    ``events`` are the aggregate's (position, event) pairs of a whole chain, every one
+    of the aggregate's kind, the first its creating event (``kind_problem``). They are
+    replayed through the aggregate, as reading it does: its transition table refuses an
+    event outside its phase's row before anything changes, then the event's own checks
+    refuse one that does not fit the history. None when the aggregate accepts them all.
+    """
+    name = kind.name.replace("_", " ")
+    aggregate: Any = None
+    for position, event in events:
+        try:
+            aggregate = event.mutate(aggregate)
+        except IllegalTransitionError as error:
+            return position, f"the {name}'s transitions refuse it: {error}"
+        except Exception as error:  # a tampered history is reported, not raised
+            return position, f"the {name} cannot take it: {type(error).__name__}: {error}"
+    return None
+
+
+def sequence_problem(kind: AggregateKind, events: Sequence[DomainEvent]) -> tuple[int, str] | None:
+    """Why an aggregate's stored events are not a history it can be read from, or None.
+
+    The first position that is wrong and why: a position missing (rows deleted from the
+    middle, or its first), an event of another kind or a second creating event
+    (:func:`kind_problem`), or an event its transitions refuse (:func:`transition_problem`).
+    The hashes are not checked here (``audit verify`` checks them).
+    """
+    expected = 1
+    for event in events:
+        position = event.originator_version
+        if position != expected:
+            return expected, (
+                f"position {expected} is missing (the next stored is {position})"
+                if position > expected
+                else f"position {position} comes after {expected - 1}"
+            )
+        problem = kind_problem(kind, position, event)
+        if problem is not None:
+            return position, problem
+        expected += 1
+    return transition_problem(kind, [(event.originator_version, event) for event in events])
 
 
 def snapshot_problems(

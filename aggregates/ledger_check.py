@@ -7,6 +7,12 @@ the invocation names means that the invocation's history was cut (its tail, or
 the batch, deleted from the store): resuming it would ask the model again for
 steps it already took, and a write the ledger holds as done could run a second
 time under another effect key. The runtime refuses such a resume.
+
+A history can also be cut right after a decision: a run commits a decision together
+with what follows it (the batch's dispatch, a pause, the end), or, when a verifier
+checks an answer, with what the verifier said; none of those commits leaves the
+decision alone at the end. A history that ends so was cut by hand (its ``Terminated``
+deleted, say), and no run can go on from it: that resume is refused too.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from collections.abc import Iterable, Sequence
 
 from aggregates.audit_coverage import dispatched_effect_keys
 from aggregates.effect import Effect
-from aggregates.invocation import InvocationEvent
+from aggregates.invocation import Invocation, InvocationEvent, Phase
 
 
 def orphaned_effects(events: Sequence[InvocationEvent], effects: Iterable[Effect]) -> list[Effect]:
@@ -43,4 +49,25 @@ def cut_history_problem(
         f"{first.key} (step {first.step}, call {first.call_id}, tool {first.tool}){more}, "
         f"which no dispatched batch of its {last_position} stored events names; "
         "nothing was run (check the store with: loop-actors audit verify)"
+    )
+
+
+def cut_decision_problem(invocation: Invocation) -> str | None:
+    """Why no run can go on from the invocation's committed state, or None when one can.
+
+    Its last event is a decision that is always committed with what follows it (a tool
+    batch not dispatched, paused or refused; a final answer, a question, an approval
+    request or a stop not followed by the end, a pause or a failed verification): its
+    history was cut after it.
+    """
+    waiting = invocation.phase is Phase.DECIDED or (
+        invocation.phase is Phase.CALLS_PROPOSED and invocation.approval is None
+    )
+    if not waiting:
+        return None
+    return (
+        f"invocation {invocation.id}'s history was cut: its last stored event (position "
+        f"{invocation.version}) is a decision that is always stored with what follows it "
+        "(the batch's dispatch, a pause or the end), and nothing follows it; nothing was "
+        "run (check the store with: loop-actors audit verify)"
     )

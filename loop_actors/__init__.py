@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from loop_actors._errors import StoreUrlError as StoreUrlError
     from loop_actors._errors import ToolDefinitionError as ToolDefinitionError
     from loop_actors._errors import ToolError as ToolError
+    from loop_actors._errors import UnreadableEventError as UnreadableEventError
     from loop_actors._errors import UsageError as UsageError
     from loop_actors._messages import ModelReply as ModelReply
     from loop_actors._messages import ModelRequest as ModelRequest
@@ -138,6 +139,7 @@ _EXPORTS: dict[str, str] = {
     "StoreUrlError": "loop_actors._errors",
     "ToolDefinitionError": "loop_actors._errors",
     "ToolError": "loop_actors._errors",
+    "UnreadableEventError": "loop_actors._errors",
     "UsageError": "loop_actors._errors",
     "ModelReply": "loop_actors._messages",
     "ModelRequest": "loop_actors._messages",
@@ -260,6 +262,7 @@ __all__ = [
     "ToolEffect",
     "ToolError",
     "ToolResult",
+    "UnreadableEventError",
     "Usage",
     "UsageError",
     "Worker",

@@ -132,13 +132,42 @@ class InconsistentHistoryError(LoopActorsError):
     The ledger holds effects (writes) of the invocation that none of its stored
     dispatched batches names: its history was cut (events deleted from the
     store). Resuming would ask the model again for steps already taken, and a
-    write could run twice. Or a stored snapshot of the invocation differs from
-    the replay of its events (forged), and the invocation would be read from it.
-    ``loop-actors audit verify`` checks the store; the CLI exits 4, as that
-    command does when it finds a break.
+    write could run twice. Or its history ends with a decision that is always
+    stored with what follows it (its ``Terminated`` deleted, say), or its stored
+    events cannot be replayed at all (a row deleted from the middle, or its first;
+    an event its transitions refuse): no run can go on from it. Or a stored
+    snapshot of the invocation differs from the replay of its events (forged), and
+    the invocation would be read from it. ``loop-actors audit verify`` checks the
+    store; the CLI exits 4, as that command does when it finds a break.
+    ``invocation_id`` is the invocation's id (the effect key, for a write's ledger
+    entry whose rows cannot be replayed).
     """
 
     def __init__(self, invocation_id: str, problem: str) -> None:
         super().__init__(problem)
         self.invocation_id = invocation_id
         self.problem = problem
+
+
+class UnreadableEventError(InconsistentHistoryError):
+    """Raised when a stored event cannot be read; nothing was run or written because of it.
+
+    Its stored topic names no loop-actors event class, or its first event names an
+    aggregate class that is not loop-actors' (neither is imported: a topic is a module
+    path, and importing it runs that module), or its state does not decode into its
+    class: the store was edited by hand or damaged. ``loop-actors audit verify``
+    reports the row; the CLI exits 4, as that command does when it finds a break.
+    ``invocation_id`` is the id of the aggregate whose row it is (an invocation, or
+    an effect key or a cancel request's id); ``position`` the row's place in it.
+    """
+
+    def __init__(self, aggregate_id: str, position: int, topic: str, problem: str) -> None:
+        super().__init__(
+            aggregate_id,
+            f"the stored event at position {position} of {aggregate_id} cannot be read: "
+            f"{problem} (the store was changed by hand or damaged; check it with: "
+            "loop-actors audit verify)",
+        )
+        self.position = position
+        self.topic = topic
+        self.why = problem

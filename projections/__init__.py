@@ -14,6 +14,7 @@ from projections.runner import ProjectionRunner as ProjectionRunner
 from projections.runner import ProjectionStatus as ProjectionStatus
 from projections.runner import ReadModel as ReadModel
 from projections.runner import ReadModelRunner as ReadModelRunner
+from projections.runner import SkippedRow as SkippedRow
 from projections.sql import ViewCursor as ViewCursor
 from projections.trajectory import CallView as CallView
 from projections.trajectory import InvocationStatus as InvocationStatus

@@ -14,6 +14,14 @@ A catch-up reads and decodes each batch of events once and hands it to every
 read model that has not applied it yet, in one transaction with every read
 model's tracking row.
 
+A stored row that cannot be decoded (edited by hand, damaged, a topic that is
+not one of ours) never stops the read models: each read model goes past it,
+records it in ``read_model_skipped`` in the same transaction (by name and
+notification id, with the row's aggregate, position, topic and why), leaves out
+the rest of that aggregate's history (which it would apply without one of its
+events), and applies the others. ``status`` reports them; a rebuild decodes them
+again.
+
 The read models also record the identity of the store they were built from
 (``store_id``): opened for another store (the store was deleted and created
 again, the read models' file left behind), they are emptied and replayed from
@@ -37,7 +45,15 @@ from eventsourcing.persistence import IntegrityError, PersistenceError
 
 from aggregates.decisions import Frozen
 from aggregates.events import DomainEvent
-from projections.sql import STORE_TABLE, ViewCursor, ViewDatabase, open_view_database
+from aggregates.values import describe_error
+from projections.sql import (
+    SKIPPED_COLUMNS,
+    SKIPPED_TABLE,
+    STORE_TABLE,
+    ViewCursor,
+    ViewDatabase,
+    open_view_database,
+)
 
 log = logging.getLogger(__name__)
 
@@ -96,14 +112,33 @@ class ReadModel:
             self.apply(cursor, event, position)
 
 
+class SkippedRow(Frozen):
+    """A stored row a read model could not decode: it went past it (and keeps it here)."""
+
+    name: str
+    """The read model that skipped it."""
+    notification_id: int
+    """The row's place in the store's notification log."""
+    originator_id: str
+    """The aggregate it belongs to: an invocation id, an effect key, a cancel request's id."""
+    originator_version: int
+    """Its position in that aggregate (1 for the first event)."""
+    topic: str
+    """Its stored topic."""
+    problem: str
+    """Why it could not be decoded."""
+
+
 class ProjectionStatus(Frozen):
     """Where a read model stands."""
 
     name: str
     position: int
-    """The last notification it has applied."""
+    """The last notification it has applied (or skipped)."""
     head: int
     """The last notification in the event store."""
+    skipped: tuple[SkippedRow, ...] = ()
+    """The stored rows it could not decode and went past, in log order (a rebuild retries)."""
 
     @property
     def lag(self) -> int:
@@ -118,6 +153,8 @@ class CatchUpReport(Frozen):
     events: int
     seconds: float
     position: int
+    skipped: int = 0
+    """Stored rows it could not decode and went past in this catch-up (see ``status``)."""
 
 
 DEFAULT_BATCH_SIZE = 5_000
@@ -132,6 +169,26 @@ outputs are read a few at a time (memory is bounded, whatever ``batch_size``).""
 
 READ_ROWS = 500
 """A batch is read from the notification log this many rows at a time (see ``BATCH_BYTES``)."""
+
+_SKIPPED_TABLE_SQL = (
+    f"CREATE TABLE IF NOT EXISTS {SKIPPED_TABLE} (name TEXT NOT NULL, "
+    "notification_id BIGINT NOT NULL, originator_id TEXT NOT NULL, "
+    "originator_version BIGINT NOT NULL, topic TEXT NOT NULL, problem TEXT NOT NULL, "
+    "PRIMARY KEY (name, notification_id))"
+)
+
+_Unreadable = tuple[int, str, int, str, str]
+"""A row that did not decode: notification id, aggregate, position, topic, why."""
+
+
+def _problem(error: Exception) -> str:
+    """Why a row did not decode: the error's ``why`` when it has one, else type and message.
+
+    (The runtime's ``UnreadableEventError`` keeps its short reason as ``why``.)
+    """
+    why = getattr(error, "why", None)
+    return why if isinstance(why, str) and why else describe_error(error)
+
 
 BatchHook = Callable[[str, int], None]
 """Called inside a batch's transaction after its events were applied: (name, position)."""
@@ -219,7 +276,8 @@ class ReadModelRunner:
         self.dialect = self.db.dialect
         statements = [
             f"CREATE TABLE IF NOT EXISTS {STORE_TABLE} ("
-            "singleton INTEGER PRIMARY KEY CHECK (singleton = 1), store_id TEXT NOT NULL)"
+            "singleton INTEGER PRIMARY KEY CHECK (singleton = 1), store_id TEXT NOT NULL)",
+            _SKIPPED_TABLE_SQL,
         ]
         for projection in projections:
             statements.extend(projection.create())
@@ -319,12 +377,34 @@ class ReadModelRunner:
         return self.application.recorder.max_notification_id() or 0
 
     def status(self, name: str | None = None) -> list[ProjectionStatus]:
-        """Position, head and lag of each read model (or of one)."""
+        """Position, head, lag and skipped rows of each read model (or of one)."""
         head = self.head()
+        selected = self._select(name)
+        skipped = self.skipped(name)
         return [
-            ProjectionStatus(name=p.name, position=self.position(p.name), head=head)
-            for p in self._select(name)
+            ProjectionStatus(
+                name=p.name,
+                position=self.position(p.name),
+                head=head,
+                skipped=tuple(row for row in skipped if row.name == p.name),
+            )
+            for p in selected
         ]
+
+    def skipped(self, name: str | None = None) -> list[SkippedRow]:
+        """The stored rows each read model (or one) could not decode, in log order.
+
+        A read model goes past such a row and keeps it here until it is rebuilt (a
+        rebuild decodes it again: a row restored in the store is then applied).
+        """
+        names = [p.name for p in self._select(name)]
+        with self.db.read() as cursor:
+            rows = cursor.query(
+                f"SELECT {', '.join(SKIPPED_COLUMNS)} FROM {SKIPPED_TABLE} "
+                f"WHERE name IN ({', '.join('?' * len(names))}) ORDER BY notification_id, name",
+                names,
+            )
+        return [SkippedRow.model_validate(row) for row in rows]
 
     def catch_up(self, name: str | None = None) -> list[CatchUpReport]:
         """Apply every event not yet applied to each read model (or one), batch by batch.
@@ -346,6 +426,7 @@ class ReadModelRunner:
         tracking = {p.name: self._tracking_name(p) for p in selected}
         positions = {p.name: self.position(p.name) for p in selected}
         applied = dict.fromkeys(positions, 0)
+        skipped = dict.fromkeys(positions, 0)
         while True:
             start = min(positions.values())
             try:
@@ -359,22 +440,27 @@ class ReadModelRunner:
                     raise  # not a race: a read model itself is inconsistent
                 positions = moved
                 continue
-            for name, (count, reached) in done.items():
+            for name, (count, missed, reached) in done.items():
                 applied[name] += count
+                skipped[name] += missed
                 positions[name] = reached
             if not more:
                 break
         seconds = time.perf_counter() - started
         return [
             CatchUpReport(
-                name=p.name, events=applied[p.name], seconds=seconds, position=positions[p.name]
+                name=p.name,
+                events=applied[p.name],
+                seconds=seconds,
+                position=positions[p.name],
+                skipped=skipped[p.name],
             )
             for p in selected
         ]
 
     def _read_and_apply(
         self, selected: Sequence[ReadModel], tracking: dict[str, str], start: int
-    ) -> tuple[dict[str, tuple[int, int]], bool]:
+    ) -> tuple[dict[str, tuple[int, int, int]], bool]:
         """Read the batch after ``start``, decode it once, and apply it (see ``_apply``).
 
         Returns what ``_apply`` returns, and whether the log may hold more events. The
@@ -387,9 +473,37 @@ class ReadModelRunner:
         last = notifications[-1].id
         # Decoded once, for every read model.
         decode = cast("Callable[[Any], DomainEvent]", self.application.mapper.to_domain_event)
-        events = [(decode(n), n.id) for n in notifications]
+        unreadable: list[_Unreadable] = []
+        try:
+            events = [(decode(n), n.id) for n in notifications]
+        except Exception:  # a row that does not decode: each row on its own, to find it
+            events, unreadable = self._decode_each(notifications, decode)
         del notifications
-        return self._apply(selected, tracking, events, last), more
+        return self._apply(selected, tracking, events, unreadable, last), more
+
+    @staticmethod
+    def _decode_each(
+        notifications: Sequence[Any], decode: Callable[[Any], DomainEvent]
+    ) -> tuple[list[tuple[DomainEvent, int]], list[_Unreadable]]:
+        """Decode a batch row by row: its events, and the rows that do not decode (logged)."""
+        events: list[tuple[DomainEvent, int]] = []
+        unreadable: list[_Unreadable] = []
+        for n in notifications:
+            try:
+                events.append((decode(n), n.id))
+            except Exception as error:  # a damaged row: skipped, kept, logged; never raised
+                row = (n.id, str(n.originator_id), n.originator_version, n.topic, _problem(error))
+                unreadable.append(row)
+                log.warning(
+                    "the read models go past stored row %d (%s at position %d, topic %r), "
+                    "which cannot be decoded: %s; it is kept in %s (`projections status`) and "
+                    "decoded again by a rebuild",
+                    *row[:4],
+                    row[4],
+                    SKIPPED_TABLE,
+                    extra={"notification_id": n.id, "originator_id": row[1]},
+                )
+        return events, unreadable
 
     def _read(self, start: int) -> tuple[list[Any], bool]:
         """The next batch's notifications after ``start``, and whether the log may hold more.
@@ -418,13 +532,18 @@ class ReadModelRunner:
         selected: Sequence[ReadModel],
         tracking: dict[str, str],
         events: list[tuple[DomainEvent, int]],
+        unreadable: list[_Unreadable],
         last: int,
-    ) -> dict[str, tuple[int, int]]:
+    ) -> dict[str, tuple[int, int, int]]:
         """One batch for every read model behind it, in one transaction.
 
-        Returns, per read model: the events applied, and the position it is at now.
+        The rows of ``unreadable`` (in the batch, not decoded) are recorded as skipped by
+        each read model that had not reached them, with its rows and its position.
+
+        Returns, per read model: the events applied, the rows skipped, and the position
+        it is at now.
         """
-        done: dict[str, tuple[int, int]] = {}
+        done: dict[str, tuple[int, int, int]] = {}
         try:
             with self.db.write() as cursor:
                 self._check_claim(cursor)
@@ -437,30 +556,66 @@ class ReadModelRunner:
                         self._caches[name].clear()
                         self._known.pop(name, None)
                     if position >= last:
-                        done[name] = (0, position)  # another runner got here first
+                        done[name] = (0, 0, position)  # another runner got here first
                         continue
                     todo = (
                         events
-                        if position < events[0][1]
+                        if not events or position < events[0][1]
                         else [item for item in events if item[1] > position]
                     )
                     view = ViewCursor(
                         cursor.raw, self.dialect, self._caches[name], cursor.column_types
                     )
-                    projection.apply_batch(view, todo)
+                    todo, missed = self._left_out(view, name, position, todo, unreadable)
+                    if todo:
+                        projection.apply_batch(view, todo)
+                    view.insert_rows(
+                        SKIPPED_TABLE, SKIPPED_COLUMNS, missed, key=("name", "notification_id")
+                    )
                     if self.after_batch is not None:
                         self.after_batch(name, last)
                     # The position goes in with the batch: both commit, or neither.
                     self.db.record(cursor, tracking[name], last)
-                    done[name] = (len(todo), last)
+                    done[name] = (len(todo), len(missed), last)
         except BaseException:
             for projection in selected:
                 self._caches[projection.name].clear()
                 self._known.pop(projection.name, None)
             raise
-        for name, (_, reached) in done.items():
+        for name, (_, _, reached) in done.items():
             self._known[name] = reached  # the cache holds that position, or nothing
         return done
+
+    @staticmethod
+    def _left_out(
+        cursor: ViewCursor,
+        name: str,
+        position: int,
+        todo: list[tuple[DomainEvent, int]],
+        unreadable: list[_Unreadable],
+    ) -> tuple[list[tuple[DomainEvent, int]], list[tuple[Any, ...]]]:
+        """What a read model applies of a batch, and the rows it goes past (to record).
+
+        It goes past the rows that do not decode, and leaves out every later event of
+        an aggregate one of whose rows it went past (in this batch or before; they are
+        not recorded one by one): applying the rest of a history without one of its
+        events would be applying another history.
+        """
+        missed = [(name, *row) for row in unreadable if row[0] > position]
+        cursor.execute(
+            f"SELECT DISTINCT originator_id FROM {SKIPPED_TABLE} WHERE name = ?", (name,)
+        )
+        blocked = {str(row[0]): 0 for row in cursor.fetchall()}
+        for row in missed:
+            blocked.setdefault(row[2], row[1])
+        if not blocked:
+            return todo, missed
+        kept = []
+        for event, at in todo:
+            since = blocked.get(event.originator_id)
+            if since is None or at < since:
+                kept.append((event, at))
+        return kept, missed
 
     def _locked_positions(self, cursor: ViewCursor, names: list[str]) -> dict[str, int]:
         """The recorded positions of ``names``, their rows locked until the transaction ends."""
@@ -484,7 +639,10 @@ class ReadModelRunner:
             )
 
     def rebuild(self, name: str | None = None) -> list[CatchUpReport]:
-        """Drop a read model's tables and position, recreate them, and replay from 0."""
+        """Drop a read model's tables and position, recreate them, and replay from 0.
+
+        The rows it went past are forgotten with them, and decoded again as it replays.
+        """
         selected = self._select(name)
         with self._lock:
             for projection in selected:
@@ -510,6 +668,8 @@ class ReadModelRunner:
             f"DELETE FROM {self.db.tracking_table} WHERE application_name IN (?, ?)",
             (self._tracking_name(projection), self._version_name(projection)),
         )
+        # Its skipped rows are decoded again as it replays.
+        cursor.execute(f"DELETE FROM {SKIPPED_TABLE} WHERE name = ?", (projection.name,))
         self.db.record(cursor, self._version_name(projection), projection.version)
         # A row at 0, so that a batch can lock it (on PostgreSQL) before it applies.
         self.db.record(cursor, self._tracking_name(projection), 0)

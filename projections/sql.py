@@ -37,6 +37,19 @@ from projections.dialect import POSTGRESQL, SQLITE, Dialect, marks
 STORE_TABLE = "read_model_store"
 """The identity of the store the read models were built from: one row."""
 
+SKIPPED_TABLE = "read_model_skipped"
+"""The stored rows each read model could not decode and went past: (name, notification id)."""
+
+SKIPPED_COLUMNS = (
+    "name",
+    "notification_id",
+    "originator_id",
+    "originator_version",
+    "topic",
+    "problem",
+)
+"""Its columns, in the order a row of it is written."""
+
 POSTGRES_TRACKING_TABLE = "read_model_tracking"
 """The read models' tracking table on PostgreSQL (``tracking`` on SQLite, eventsourcing's name
 there; on PostgreSQL the table sits beside the event store's, so it gets a name of its own)."""
@@ -474,6 +487,7 @@ def open_view_database(location: str) -> ViewDatabase:
 
 __all__ = [
     "POSTGRESQL",
+    "SKIPPED_TABLE",
     "SQLITE",
     "STORE_TABLE",
     "Dialect",

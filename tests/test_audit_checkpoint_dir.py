@@ -453,13 +453,17 @@ def test_two_events_swapped_are_reordered_at_the_later_one(folder: Path) -> None
 
 
 def forge_last_event(db: Path, invocation_id: str) -> int:
-    """Rewrite an invocation's last event with another answer and a recomputed chain hash,
-    as someone who can write the store and knows the format would; return its row id."""
+    """Rewrite an invocation's last event with a detail added and a recomputed chain hash,
+    as someone who can write the store and knows the format would; return its row id.
+
+    (Another answer would be refused by the invocation's own transitions, which the audit
+    replays: a completed end must carry the committed final answer. A detail is not
+    checked against anything, so only the checkpoints can tell.)"""
     store = EventStore(f"sqlite:///{db}")
     try:
         events = store.events(invocation_id)
         last = events[-1]
-        forged = last.model_copy(update={"answer": "refunded 4000"})
+        forged = last.model_copy(update={"detail": "refunded 4000 in the end"})
         forged = forged.model_copy(
             update={"chain_hash": chain_hash_of(events[-2].chain_hash, forged)}
         )
@@ -480,7 +484,7 @@ def forge_last_event(db: Path, invocation_id: str) -> int:
 def test_a_forged_event_with_a_recomputed_chain_is_found_by_the_checkpoints(
     folder: Path,
 ) -> None:
-    """Bad input: inv-b's Terminated rewritten (another answer) with its chain hash
+    """Bad input: inv-b's Terminated rewritten (a detail added) with its chain hash
     recomputed: every aggregate's chain is whole; the checkpoints covering it disagree, and
     the first that does says after which row."""
     rowid = forge_last_event(folder / "audit.db", "inv-b")

@@ -21,6 +21,7 @@ from aggregates.audit_coverage import (
     kind_of,
     kind_problem,
     snapshot_problems,
+    transition_problem,
 )
 from aggregates.decisions import Frozen
 from aggregates.effect import EffectPrepared
@@ -104,6 +105,19 @@ def _chain_report(
                 broken_at=position,
                 problem=problem,
             )
+    # A whole chain of the right kind can still hold an event its aggregate refuses
+    # (appended after Terminated, with its hash recomputed): reading it would fail.
+    refused = transition_problem(kind, entries)
+    if refused is not None:
+        position, problem = refused
+        return ChainReport(
+            id=aggregate_id,
+            kind=kind.name,
+            events=position - 1,
+            head_hash=None,
+            broken_at=position,
+            problem=problem,
+        )
     return ChainReport(id=aggregate_id, kind=kind.name, events=checked, head_hash=head)
 
 
@@ -137,6 +151,8 @@ def _referral_problem(
 def _snapshot_reports(
     invocation_id: str, entries: Entries, snapshots: Sequence[tuple[int, Any]]
 ) -> list[ChainReport]:
+    if not snapshots:
+        return []  # nothing to check (and its chain is reported on its own)
     events = [event for _, event in entries if isinstance(event, DomainEvent)]
     whole = bool(entries) and _chain_report(invocation_id, entries).intact
     reports: list[ChainReport] = []
@@ -179,7 +195,7 @@ def verify_invocation(store: EventStore, invocation_id: str) -> list[ChainReport
     snapshots = store.stored_snapshots().get(invocation_id, [])
     reports.extend(_snapshot_reports(invocation_id, entries, snapshots))
     named = _named_keys(entries)
-    held = [effect.key for effect in store.effects_of(invocation_id)]
+    held = store.effect_keys_of_many([invocation_id])[invocation_id]
     invocations = {invocation_id: entries}
     for key in dict.fromkeys([*named, *held]):
         effect_forms: dict[int, StoredForm] = {}

@@ -8,7 +8,7 @@ from typing import Any
 
 from aggregates.effect import who_settles
 from aggregates.lease import QueueRow
-from loop_actors._errors import InvocationNotFoundError, UsageError
+from loop_actors._errors import InvocationNotFoundError, UnreadableEventError, UsageError
 from loop_actors._render import (
     EFFECTS_FITS,
     INVOCATIONS_FITS,
@@ -18,6 +18,7 @@ from loop_actors._render import (
     metrics_table,
     print_table,
     render_tree,
+    terminal_safe,
 )
 from loop_actors.agent.agent import Agent
 from loop_actors.cli.common import console, load_agent, note, open_for_reading
@@ -32,7 +33,11 @@ from projections import (
     load_trajectory,
     metrics,
 )
-from projections.runner import DEFAULT_BATCH_SIZE
+from projections.runner import DEFAULT_BATCH_SIZE, ProjectionStatus, SkippedRow
+from projections.trajectory import Trajectory
+
+SHOWN_SKIPPED = 10
+"""``list`` names at most this many skipped rows (``projections status`` names them all)."""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,35 +75,44 @@ def _read_model_command(
         elif action == "catch-up":
             reports = runner.catch_up(args.name)
         else:
-            for status in runner.status(args.name):
-                if args.json:
-                    print(json.dumps({**status.model_dump(), "lag": status.lag}))
-                else:
-                    print(
-                        f"{status.name:<14} position={status.position} head={status.head} "
-                        f"lag={status.lag}"
-                    )
+            _print_status(runner.status(args.name), as_json=args.json)
             return ExitCode.OK
         for report in reports:
             if args.json:
                 print(report.model_dump_json())
             else:
                 rate = report.events / report.seconds if report.seconds else 0.0
+                went_past = f" skipped={report.skipped}" if report.skipped else ""
                 print(
-                    f"{report.name:<14} applied={report.events} position={report.position} "
-                    f"({rate:,.0f} events/s)"
+                    f"{report.name:<14} applied={report.events} position={report.position}"
+                    f"{went_past} ({rate:,.0f} events/s)"
                 )
         return ExitCode.OK
     runner.catch_up()
+    skipped = _by_row(runner.skipped())
     match args.command:
         case "show":
             trajectory = load_trajectory(runner, args.invocation_id)
+            mine = _skipped_of(args.invocation_id, trajectory, skipped)
             if trajectory is None:
+                if mine:  # its first event is one of them
+                    first = mine[0]
+                    raise UnreadableEventError(
+                        first.originator_id, first.originator_version, first.topic, first.problem
+                    )
                 raise InvocationNotFoundError(args.invocation_id)
             if args.json:
                 print(trajectory.model_dump_json())
             else:
                 out.print(render_tree(trajectory, width=out.width))
+            if mine:
+                for unread in mine:
+                    note(f"{_described(unread)}: this trajectory lacks it and what follows it")
+                note(
+                    "the store was changed by hand or damaged: check it with "
+                    "loop-actors audit verify"
+                )
+                return ExitCode.TAMPERED
         case "list":
             if queue is None:
                 rows = list_invocations(
@@ -130,7 +144,76 @@ def _read_model_command(
             else:
                 table = effects_table(effects)
                 print_table(out, table, table, EFFECTS_FITS)
+    if skipped and args.command != "show":
+        _note_skipped(list(skipped.values()), every=args.command == "list")
     return ExitCode.OK
+
+
+def _print_status(statuses: list[ProjectionStatus], *, as_json: bool) -> None:
+    """``projections status``: a line per read model, then the rows they skipped, once each."""
+    for status in statuses:
+        if as_json:
+            print(json.dumps({**status.model_dump(), "lag": status.lag}))
+        else:
+            skipped = f" skipped={len(status.skipped)}" if status.skipped else ""
+            print(
+                f"{status.name:<14} position={status.position} head={status.head} "
+                f"lag={status.lag}{skipped}"
+            )
+    rows = _by_row([row for status in statuses for row in status.skipped])
+    if as_json or not rows:
+        return
+    print("skipped rows (not decodable; `projections rebuild` decodes them again):")
+    names: dict[int, list[str]] = {}
+    for status in statuses:
+        for row in status.skipped:
+            names.setdefault(row.notification_id, []).append(status.name)
+    for notification_id, row in rows.items():
+        print(f"  {_described(row)} (by {', '.join(names[notification_id])})")
+
+
+def _by_row(rows: list[SkippedRow]) -> dict[int, SkippedRow]:
+    """The skipped rows once each (every read model skips the same ones), in log order."""
+    found: dict[int, SkippedRow] = {}
+    for row in rows:
+        found.setdefault(row.notification_id, row)
+    return dict(sorted(found.items()))
+
+
+def _described(row: SkippedRow) -> str:
+    """One skipped row, by notification id and its place in its aggregate."""
+    return terminal_safe(
+        f"stored row {row.notification_id} ({row.originator_id} at position "
+        f"{row.originator_version}, topic {row.topic!r}) cannot be read: {row.problem}"
+    )
+
+
+def _skipped_of(
+    invocation_id: str, trajectory: Trajectory | None, skipped: dict[int, SkippedRow]
+) -> list[SkippedRow]:
+    """The skipped rows of an invocation: its own, and its writes' ledger rows."""
+    keys = {invocation_id}
+    if trajectory is not None:
+        keys.update(c.effect_key for step in trajectory.steps for c in step.calls if c.effect_key)
+    return [row for row in skipped.values() if row.originator_id in keys]
+
+
+def _note_skipped(rows: list[SkippedRow], *, every: bool) -> None:
+    """Say on stderr that the read models went past rows they could not read.
+
+    ``every``: name them (``list``, up to :data:`SHOWN_SKIPPED`); else count them.
+    """
+    if every:
+        for row in rows[:SHOWN_SKIPPED]:
+            note(f"{_described(row)}; the read models went past it")
+        if len(rows) > SHOWN_SKIPPED:
+            note(f"and {len(rows) - SHOWN_SKIPPED} more (loop-actors projections status)")
+    else:
+        note(
+            f"{len(rows)} stored row(s) cannot be read: the read models went past them, and "
+            "this answer leaves them out (loop-actors projections status lists them)"
+        )
+    note("the store was changed by hand or damaged: check it with loop-actors audit verify")
 
 
 def _with_status(

@@ -22,6 +22,7 @@ import trio
 from aggregates.decisions import TerminalReason
 from aggregates.invocation import Invocation, Phase
 from aggregates.lease import DRAINED, QueueStatus, Refuse, Release, lease_is_live, release_after
+from aggregates.ledger_check import cut_decision_problem
 from aggregates.requests import CancelRequest
 from aggregates.standing import Standing, Stop, resting_status, standing, stopped
 from aggregates.turn import cancel_paused
@@ -353,6 +354,8 @@ class Driver:
                 problem = before.history_problem
             else:
                 problem = await self.reads.history_problem(invocation.id)
+            # So would one cut right after a decision, which no run ever leaves alone.
+            problem = problem or cut_decision_problem(invocation)
             if problem is not None:
                 raise InconsistentHistoryError(invocation.id, problem)
         # Invocations recorded before settings were recorded follow the agent's.

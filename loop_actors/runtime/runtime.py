@@ -387,9 +387,14 @@ class Runtime:
             SettingsChangedError: the agent's approval rules changed, unless
                 ``allow_settings_change``.
             InconsistentHistoryError: the effect ledger holds writes that no stored
-                dispatched batch of the invocation names (its history was cut), or
-                a stored snapshot of it differs from the replay of its events
-                (forged); nothing runs.
+                dispatched batch of the invocation names (its history was cut), its
+                history ends with a decision always stored with what follows it, its
+                stored events cannot be replayed (rows deleted from the middle, an
+                event its transitions refuse), or a stored snapshot of it differs
+                from the replay of its events (forged); nothing runs.
+            UnreadableEventError: one of its stored rows cannot be read (its topic
+                names no loop-actors event class, or its state does not decode);
+                nothing runs.
 
         The budget (its deadline included) and the settings recorded when the
         invocation started are followed, whatever ``agent`` says now: the agent
@@ -556,6 +561,7 @@ class Runtime:
 
         Raises:
             InvocationNotFoundError: no such invocation.
+            UnreadableEventError: one of its stored rows cannot be read.
 
         Cancellation: a checkpoint; the read's thread is abandoned (nothing changes).
         """

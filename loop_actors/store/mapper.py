@@ -8,6 +8,7 @@ from typing import Any, ClassVar, cast
 
 from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
 from eventsourcing.utils import get_topic, resolve_topic
+from pydantic import ValidationError
 
 from aggregates.audit import (
     AUDIT_FORMAT,
@@ -18,11 +19,13 @@ from aggregates.audit import (
     unpack_parts,
     unpack_state,
 )
-from aggregates.audit_coverage import event_classes
+from aggregates.audit_coverage import KINDS, event_classes
 from aggregates.effect import EffectPrepared
 from aggregates.events import DomainEvent, stored_body
-from aggregates.invocation import LAZY_TURNS
+from aggregates.invocation import LAZY_TURNS, InvocationSnapshot
 from aggregates.json_encoder import ascii_string
+from aggregates.values import describe_error
+from loop_actors._errors import UnreadableEventError
 
 _IN_COLUMNS = {"originator_id", "originator_version"}
 _JSON_ROWS = frozenset({get_topic(EffectPrepared)})
@@ -36,18 +39,65 @@ def event_topics() -> frozenset[str]:
 
 
 @cache
+def readable_topics() -> frozenset[str]:
+    """The topics a row may have to be decoded: every event class's, and the snapshots'."""
+    return event_topics() | {topic_of(InvocationSnapshot)}
+
+
+_CREATING_TOPICS = frozenset(topic_of(kind.created) for kind in KINDS)
+"""The topics of the events that create an aggregate: they name its class."""
+
+_AGGREGATE_TOPICS = frozenset(get_topic(kind.aggregate) for kind in KINDS)
+"""The aggregate classes a creating event may name (``originator_topic``)."""
+
+
+@cache
 def _class_of(topic: str) -> type[DomainEvent]:
+    """The class of one of :func:`readable_topics` (resolving it imports nothing new)."""
+    assert topic in readable_topics()
     return cast("type[DomainEvent]", resolve_topic(topic))
 
 
-def _validator_of(topic: str) -> Callable[..., Any]:
-    """``model_validate_json`` of the topic's class, without its Python wrapper.
+def _unreadable(stored_event: StoredEvent, problem: str) -> UnreadableEventError:
+    return UnreadableEventError(
+        str(stored_event.originator_id),
+        stored_event.originator_version,
+        stored_event.topic,
+        problem,
+    )
+
+
+def _why(error: Exception) -> str:
+    """Why a row did not decode, in one line (a validation error's first problems)."""
+    if isinstance(error, ValidationError):
+        problems = error.errors(include_url=False, include_input=False)
+        shown = "; ".join(
+            f"{'.'.join(str(part) for part in problem['loc']) or '(the event)'}: {problem['msg']}"
+            for problem in problems[:3]
+        )
+        more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
+        return f"it does not decode as {error.title}: {shown}{more}"
+    return describe_error(error)
+
+
+def _validator_of(stored_event: StoredEvent) -> Callable[..., Any]:
+    """``model_validate_json`` of the row's class, without its Python wrapper.
 
     Its validator's own ``validate_json``, once the class is built (the wrapper is about
     a third of a small event's decoding).
+
+    Raises:
+        UnreadableEventError: the row's topic names no loop-actors event class. It is
+            not resolved: resolving a topic imports the module it names.
     """
+    topic = stored_event.topic
     found = _VALIDATORS.get(topic)
     if found is None:
+        if topic not in readable_topics():
+            raise _unreadable(
+                stored_event,
+                f"its topic {topic!r} names no loop-actors event class (it is not imported)",
+            )
         cls = _class_of(topic)
         if not cls.__pydantic_complete__:  # not built yet: pydantic builds it on first use
             return cls.model_validate_json
@@ -126,20 +176,38 @@ class PydanticEventMapper(Mapper[str]):
         What ``decode_plain(stored_event, plain_state(stored_event))`` does, with a packed
         state's hash and body joined into the JSON pydantic reads once (not first into
         the plain state, then again).
+
+        Raises:
+            UnreadableEventError: the row cannot be read (its topic is not one of ours,
+                its state does not decrypt, unpack or validate): the store was changed
+                by hand or damaged.
         """
-        state = stored_event.state
-        if self.cipher:
-            state = self.cipher.decrypt(state)
-        if self.compressor:
-            state = self.compressor.decompress(state)
-        parts = unpack_parts(state)
-        if parts is None:
-            return self.decode_plain(stored_event, state)
-        digest, body = parts
-        return self._validate(stored_event, b',"chain_hash":"', digest, b'",', memoryview(body)[1:])
+        try:
+            state = stored_event.state
+            if self.cipher:
+                state = self.cipher.decrypt(state)
+            if self.compressor:
+                state = self.compressor.decompress(state)
+            parts = unpack_parts(state)
+            if parts is None:
+                return self.decode_plain(stored_event, state)
+            digest, body = parts
+            return self._validate(
+                stored_event, b',"chain_hash":"', digest, b'",', memoryview(body)[1:]
+            )
+        except UnreadableEventError:
+            raise
+        except Exception as error:  # what a damaged row raises: reported as the row's
+            raise _unreadable(stored_event, _why(error)) from error
 
     def decode_plain(self, stored_event: StoredEvent, state: bytes) -> Any:
-        """Decode one event from its :meth:`plain_state` (given), validating it."""
+        """Decode one event from its :meth:`plain_state` (given), validating it.
+
+        Raises:
+            UnreadableEventError: its topic, or a first event's ``originator_topic``,
+                names no loop-actors class (neither is resolved: it would be imported).
+            pydantic.ValidationError: the state does not validate as its class.
+        """
         body = state.strip()
         if len(body) < 64 and body[1:].strip() == b"}":  # an empty object
             return self._validate(stored_event, b"}")
@@ -165,8 +233,16 @@ class PydanticEventMapper(Mapper[str]):
             )
         )
         topic = stored_event.topic
-        validate = _VALIDATORS.get(topic) or _validator_of(topic)
-        return validate(joined, context=self.context)
+        validate = _VALIDATORS.get(topic) or _validator_of(stored_event)
+        event = validate(joined, context=self.context)
+        if topic in _CREATING_TOPICS and event.originator_topic not in _AGGREGATE_TOPICS:
+            # eventsourcing resolves it (imports it) when the aggregate is first built.
+            raise _unreadable(
+                stored_event,
+                f"its originator_topic {event.originator_topic!r} names no loop-actors "
+                "aggregate class (it is not imported)",
+            )
+        return event
 
     context: ClassVar[str | None] = None
     """The validation context events are decoded with (see ``SnapshotMapper``)."""

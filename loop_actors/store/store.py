@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar, cast
 
 from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.domain import EventSourcingError
 from eventsourcing.persistence import EventStore as SnapshotStore
 from eventsourcing.persistence import (
     Mapper,
@@ -31,7 +32,9 @@ from aggregates.audit import (
     topic_of,
     unpack_state,
 )
+from aggregates.audit_coverage import EFFECT, INVOCATION, AggregateKind, sequence_problem
 from aggregates.effect import Effect, EffectPrepared
+from aggregates.errors import AggregateError
 from aggregates.events import DomainEvent, fold
 from aggregates.ids import CANCEL_REQUEST_PREFIX
 from aggregates.invocation import (
@@ -46,6 +49,7 @@ from aggregates.requests import (
     cancel_request_id,
 )
 from loop_actors._errors import (
+    InconsistentHistoryError,
     InvocationNotFoundError,
     StoreCipherError,
     StoreReadOnlyError,
@@ -317,19 +321,22 @@ class EventStore:
         mapper = self.app.mapper
         try:
             mapper.to_domain_event(first[0])
-        except Exception as error:
+        except Exception as unreadable:
+            # What the cipher (or the decoding) raised, rather than the mapper's own error.
+            cause = unreadable.__cause__
+            why = cause if isinstance(cause, Exception) else unreadable
             plain = _reads_as_json_object(first[0].state)
             if mapper.cipher is not None:
                 raise StoreCipherError(
                     f"cannot decrypt the events of {self.url.display} with this CIPHER_KEY "
-                    f"({type(error).__name__}: {error}): set the key the store was written "
+                    f"({type(why).__name__}: {why}): set the key the store was written "
                     + ("with" if not plain else "with, or unset CIPHER_TOPIC: it is not encrypted")
-                ) from error
+                ) from why
             if not plain and mapper.compressor is None:
                 raise StoreCipherError(
                     f"the events of {self.url.display} are encrypted (or compressed): set "
                     "CIPHER_TOPIC and CIPHER_KEY (and COMPRESSOR_TOPIC) as when it was written"
-                ) from error
+                ) from why
             # A readable-looking first row that does not decode is the audit's business.
 
     def _read_only_uri(self, path: Path) -> str:
@@ -442,22 +449,61 @@ class EventStore:
 
         Raises:
             InvocationNotFoundError: no such invocation.
+            UnreadableEventError: one of its stored rows cannot be read.
+            InconsistentHistoryError: its stored events are not a history it can be
+                rebuilt from (rows deleted from the middle or its first, an event its
+                transitions refuse): they were changed by hand.
         """
         try:
             invocation = self.app.repository.get(invocation_id, projector_func=fold)
         except AggregateNotFoundError:
             raise InvocationNotFoundError(invocation_id) from None
+        except (PersistenceError, InconsistentHistoryError):
+            raise
+        except (EventSourcingError, AggregateError, AssertionError) as error:
+            # What replaying a history cut or edited by hand raises: eventsourcing's
+            # version checks (and its assertion that a first event creates the
+            # aggregate), or the aggregate's transitions.
+            raise self._unreplayable(invocation_id, INVOCATION, error) from error
         if not isinstance(invocation, Invocation):
             raise InvocationNotFoundError(invocation_id)
         return invocation
 
     def get_effect(self, key: str) -> Effect | None:
-        """The ledger entry of an effect key, or None when it was never prepared."""
+        """The ledger entry of an effect key, or None when it was never prepared.
+
+        Raises:
+            UnreadableEventError, InconsistentHistoryError: as :meth:`get` (the error's
+                ``invocation_id`` is the effect key).
+        """
         try:
             effect = self.app.repository.get(key, projector_func=fold)
         except AggregateNotFoundError:
             return None
+        except (PersistenceError, InconsistentHistoryError):
+            raise
+        except (EventSourcingError, AggregateError, AssertionError) as error:  # as in get
+            raise self._unreplayable(key, EFFECT, error) from error
         return effect if isinstance(effect, Effect) else None
+
+    def _unreplayable(
+        self, aggregate_id: str, kind: AggregateKind, error: BaseException
+    ) -> InconsistentHistoryError:
+        """The refusal of an aggregate whose stored events could not be replayed."""
+        stored = self._recorder.select_events(aggregate_id)
+        events = [cast("DomainEvent", self.app.mapper.to_domain_event(r)) for r in stored]
+        found = sequence_problem(kind, events)
+        if found is None:  # not a fault of the rows themselves: say what was raised
+            why = f"{type(error).__name__}: {error}"
+        else:
+            where, why = found
+            why = why if why.startswith("position") else f"position {where}: {why}"
+        what = "invocation" if kind is INVOCATION else "effect ledger entry"
+        return InconsistentHistoryError(
+            aggregate_id,
+            f"{what} {aggregate_id}'s stored history cannot be replayed: {why}; "
+            "nothing was run (check the store with: loop-actors audit verify)",
+        )
 
     def effects_of(self, invocation_id: str) -> list[Effect]:
         """Every ledger entry recorded for an invocation, oldest first (for resume's check).
@@ -472,24 +518,37 @@ class EventStore:
 
     def effects_of_many(self, invocation_ids: Sequence[str]) -> dict[str, list[Effect]]:
         """What :meth:`effects_of` gives for each of these invocations (by the index at once)."""
+        found: dict[str, list[Effect]] = {}
+        for invocation_id, keys in self.effect_keys_of_many(invocation_ids).items():
+            effects = [self.get_effect(key) for key in keys]
+            found[invocation_id] = [effect for effect in effects if effect is not None]
+        return found
+
+    def effect_keys_of_many(self, invocation_ids: Sequence[str]) -> dict[str, list[str]]:
+        """The keys of every ledger entry recorded for each invocation, oldest first.
+
+        Found as :meth:`effects_of` finds the entries, without reading the entries
+        themselves (the audit checks each one's chain on its own).
+        """
         mapper = self.app.mapper
         by_index = getattr(self._recorder, "effect_keys_of_many", None)
         if by_index is not None and mapper.cipher is None and mapper.compressor is None:
             keys_of = by_index(invocation_ids, topic_of(EffectPrepared))
             if keys_of is not None:
-                found: dict[str, list[Effect]] = {}
-                for invocation_id, keys in keys_of.items():
-                    effects = [self.get_effect(key) for key in keys]
-                    found[invocation_id] = [effect for effect in effects if effect is not None]
-                return found
-        return {i: self.effects_of_by_scan(i) for i in invocation_ids}
+                return {i: list(keys_of.get(i, [])) for i in invocation_ids}
+        return {i: self._effect_keys_by_scan(i) for i in invocation_ids}
 
     def effects_of_by_scan(self, invocation_id: str) -> list[Effect]:
         """:meth:`effects_of` without the index: every ``EffectPrepared`` since it started."""
+        effects = [self.get_effect(key) for key in self._effect_keys_by_scan(invocation_id)]
+        return [effect for effect in effects if effect is not None]
+
+    def _effect_keys_by_scan(self, invocation_id: str) -> list[str]:
+        """The keys of the invocation's ``EffectPrepared`` rows, read since it started."""
         start = self._recorder.first_position_of(invocation_id)
         if start is None:
             return []
-        found: list[Effect] = []
+        found: list[str] = []
         position = start - 1
         while True:
             notifications = self._recorder.select_notifications(
@@ -501,9 +560,7 @@ class EventStore:
             for notification in notifications:
                 prepared = self.app.mapper.to_domain_event(notification)
                 if isinstance(prepared, EffectPrepared) and prepared.invocation_id == invocation_id:
-                    effect = self.get_effect(str(notification.originator_id))
-                    if effect is not None:
-                        found.append(effect)
+                    found.append(str(notification.originator_id))
             if len(notifications) < 500:
                 return found
             position = notifications[-1].id

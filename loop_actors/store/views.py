@@ -215,6 +215,9 @@ class ReadModelsStatus(Frozen):
     """While stale, the last failure (its type and message); None otherwise."""
     retry_in_s: float | None
     """While stale, the wait before the next try, as last chosen; None otherwise."""
+    skipped: int = 0
+    """Stored rows the read models went past in this runtime's catch-ups: they cannot be
+    decoded (``loop-actors projections status`` lists every one). Not stale for that."""
 
 
 class FollowerHealth:
@@ -234,11 +237,20 @@ class FollowerHealth:
         self._logged_at: float | None = None
 
     def caught_up(self, reports: Sequence[CatchUpReport]) -> None:
-        """A catch-up succeeded: not stale, at the position every read model reached."""
+        """A catch-up succeeded: not stale, at the position every read model reached.
+
+        Rows it went past (they cannot be decoded; the runner logged each) are counted.
+        """
         failures = self.status.failures
         position = min((r.position for r in reports), default=self.status.position)
+        skipped = self.status.skipped + max((r.skipped for r in reports), default=0)
         self.status = ReadModelsStatus(
-            stale=False, position=position, failures=0, last_error=None, retry_in_s=None
+            stale=False,
+            position=position,
+            failures=0,
+            last_error=None,
+            retry_in_s=None,
+            skipped=skipped,
         )
         if failures:
             self._logged_at = None
@@ -263,6 +275,7 @@ class FollowerHealth:
             failures=failures,
             last_error=f"{type(error).__name__}: {error}",
             retry_in_s=retry_s,
+            skipped=self.status.skipped,
         )
         fields = {"failures": failures, "position": self.status.position, "retry_in_s": retry_s}
         if self._logged_at is None:
