@@ -50,6 +50,7 @@ from aggregates.decisions import (
     ToolEffect,
 )
 from aggregates.digest import canonical_json, sha256_hex
+from aggregates.values import parse_json_text
 
 REDACTED = "[redacted]"
 """What a sensitive value is replaced with before it is stored."""
@@ -364,12 +365,17 @@ _UNPARSED: Any = object()
 
 
 def _parsed(raw: Any) -> Any:
-    """A value, with JSON text parsed (``_UNPARSED`` when it is text but not JSON)."""
+    """A value, with JSON text parsed (``_UNPARSED`` when it is text but not JSON).
+
+    Parsed with the guard of every stored value (``aggregates.values``): text that nests
+    too deep, or holds NaN, ±Infinity or a lone surrogate, cannot be stored once
+    parsed, so it is not parsed (and is dropped).
+    """
     if not isinstance(raw, str | bytes):
         return raw
     try:
-        return json.loads(raw)
-    except (ValueError, RecursionError):
+        return parse_json_text(raw)
+    except ValueError:  # NotJsonError, UnstorableError
         return _UNPARSED
 
 

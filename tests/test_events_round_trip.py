@@ -13,8 +13,9 @@ Inputs drawn (issue 33, item A: a ``None`` proposal was stored unreadable):
   lone surrogates and terminal escapes, bytes, sets, tuples, an ``object()``, lists and
   objects of those, decisions of every kind with odd field values (a number as the
   answer, ``None`` as the reason), tool batches (known, unknown and duplicate ids,
-  empty ids, arguments as objects, JSON text or lists, nested parents of sensitive
-  paths as text, numbers, lists, null), the same as JSON text, decision models;
+  empty ids, arguments as objects, JSON text (also nested 70-400 deep, with NaN,
+  ``1e400`` or a lone surrogate) or lists, nested parents of sensitive paths as text,
+  numbers, lists, null), the same as JSON text, decision models;
 * usages: none, plain, and built without validation (negative, NaN, fractional);
 * model failures, time-outs and interruptions; a policy that refuses calls or the run;
 * tool outputs of any JSON (NaN, surrogates, huge integers), errors of every class,
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import Phase as Stage
 from hypothesis import strategies as st
@@ -53,6 +55,7 @@ from aggregates.decisions import (
 from aggregates.effect import Effect, EffectEvent, Resolution
 from aggregates.events import DomainEvent, fold
 from aggregates.invocation import (
+    DecisionProposed,
     DispatchedCall,
     Invocation,
     InvocationEvent,
@@ -166,6 +169,13 @@ def _json_text(value: Any) -> str:
     return json.dumps(value, allow_nan=True, default=repr)
 
 
+UNSTORABLE_TEXT = st.one_of(
+    st.sampled_from(['{"q": NaN}', '{"q": 1e400}', '{"q": "\\ud800"}', "not json"]),
+    st.sampled_from([70, 100, 400]).map(lambda n: '{"q": ' + "[" * n + "]" * n + "}"),
+)
+"""Arguments as JSON text whose value cannot be stored once parsed (or that is no JSON)."""
+
+
 @st.composite
 def arguments(draw: st.DrawFn, name: str) -> Any:
     """A call's arguments: right for the tool, or wrong in one of many ways."""
@@ -193,6 +203,8 @@ def arguments(draw: st.DrawFn, name: str) -> Any:
         )
     )
     choice = draw(st.integers(min_value=0, max_value=11))
+    if choice == 9:
+        return draw(UNSTORABLE_TEXT)
     if choice == 0 or choice > 8:
         return fitting
     if choice == 5:
@@ -232,7 +244,11 @@ def tool_calls(draw: st.DrawFn) -> dict[str, Any]:
     for index in range(draw(st.integers(min_value=0, max_value=3))):
         name = draw(st.sampled_from([*NAMES, "nope"]))
         call_id = draw(st.sampled_from([f"c{index}", f"c{index}", "same", "", "\udcff"]))
-        call: dict[str, Any] = {"id": call_id, "name": name, "arguments": draw(arguments(name))}
+        if rarely(draw, 4):  # text that parses into what cannot be stored, for a known tool
+            name, given = "lookup", draw(UNSTORABLE_TEXT)
+        else:
+            given = draw(arguments(name))
+        call: dict[str, Any] = {"id": call_id, "name": name, "arguments": given}
         if rarely(draw, 10):
             call["note"] = draw(JSON)
         calls.append(call)
@@ -263,6 +279,8 @@ def _as_model(decision: dict[str, Any]) -> Any:
 PROPOSALS = st.one_of(
     fitting_calls(),
     DECISIONS,
+    tool_calls(),
+    tool_calls(),
     fitting_calls(),
     DECISIONS,
     DECISIONS.map(_json_text),
@@ -669,5 +687,53 @@ def test_a_none_proposal_is_among_what_the_round_trip_draws() -> None:
         written = [*invocation.take_events(), *core.take_events()]
         store.append(written)
         assert [e for _, e in store.stored_entries("n")] == written
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"q": ' + "[" * 100 + "]" * 100 + "}",
+        '{"q": ' + "[" * 400 + "]" * 400 + "}",
+        '{"q": NaN}',
+        '{"q": 1e400}',
+        '{"q": "\\ud800"}',
+    ],
+    ids=["deep-100", "deep-400", "nan", "1e400", "surrogate"],
+)
+def test_arguments_as_json_text_that_cannot_be_stored_are_dropped_from_a_refused_proposal(
+    text: str,
+) -> None:
+    """Redacting a refused proposal parses its JSON text with the same guard as the rest.
+
+    Found by the edge fuzz: a text nested too deep was parsed (without the depth guard)
+    into a rejection pydantic cannot build, and NaN into one stored as ``null``.
+    """
+    invocation = Invocation.start(
+        invocation_id="deep",
+        goal="g",
+        agent_name="a",
+        agent_version="1",
+        catalogue_digest=TOOLBOX.catalogue_digest,
+        tools=TOOLBOX.specs,
+        budget=Budget(),
+        settings=RunSettings(),
+        at=AT,
+    )
+    core = TurnCore(invocation, settings=RunSettings(), catalogue=TOOLBOX)
+    moment = Moment(at=AT, elapsed_s=0.0)
+    core.next(moment)
+    proposal = {"kind": "tool_calls", "calls": [{"id": "c", "name": "lookup", "arguments": text}]}
+    core.on_model(ModelAnswered(proposal=proposal), moment)
+    written = list(invocation.take_events())
+    [rejected] = [e for e in written if isinstance(e, DecisionProposed)]
+    assert rejected.rejection is not None
+    raw: Any = rejected.rejection.raw
+    assert raw["calls"][0]["arguments"]["dropped"] is True
+    store = EventStore("memory://")
+    try:
+        store.append(written)
+        assert [e for _, e in store.stored_entries("deep")] == written
     finally:
         store.close()
