@@ -257,7 +257,12 @@ class Rejection(Frozen):
 
     rejection_class: RejectionClass
     problems: list[str]
-    raw: JsonValue
+    raw: JsonValue = None
+    """What the model sent, as JSON (or its stand-in); ``None`` when it sent ``None``.
+
+    Optional with a null default, as every field that may be null: a null is left out
+    of the stored event (``exclude_none``), and reads back as ``None``.
+    """
 
 
 class Usage(Frozen):

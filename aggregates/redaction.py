@@ -14,7 +14,13 @@ the store are closed here, as pure functions:
   of it that is not an object, the arguments of a tool the agent does not have
   (no list of sensitive fields applies to them), an argument the tool does not
   have (it may be a sensitive one misspelt), and any field the decision schema
-  does not name.
+  does not name. A value on a sensitive path that is not an object where the path
+  goes on through it (``payer`` given as the text ``'{"card": "4111…"}'``, a number,
+  ``null``, a list of texts for ``payer.card``) is dropped too: no field can be
+  found in it, and text may hold the secret.
+* **Stored arguments and outputs** are redacted by :func:`redact_paths`, the one rule
+  of the tools' ``sensitive_arguments`` and ``sensitive_output``: such a value (text
+  or a number where the path needs an object) is replaced whole by ``"[redacted]"``.
 * **Texts that quote a value** — a tool's error message, a service's reason, a
   validation problem, a model failure, a verifier's evidence — are scrubbed by
   :func:`scrub`: every known sensitive value in them becomes ``"[redacted]"``.
@@ -29,7 +35,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from pydantic import JsonValue, ValidationError
@@ -44,6 +50,7 @@ from aggregates.decisions import (
     ToolEffect,
 )
 from aggregates.digest import canonical_json, sha256_hex
+from aggregates.values import parse_json_text
 
 REDACTED = "[redacted]"
 """What a sensitive value is replaced with before it is stored."""
@@ -84,6 +91,78 @@ class ProposalRedactor(Protocol):
 
     def redact_arguments(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """Arguments as they may be stored."""
+
+    def sensitive_arguments(self, name: str) -> Sequence[tuple[str, ...]]:
+        """The tool's sensitive argument paths (none for a tool the agent does not have)."""
+
+
+# --------------------------------------------------------------------------- sensitive paths
+
+
+def redact_paths(value: Any, paths: Iterable[tuple[str, ...]]) -> Any:
+    """A copy of a JSON value with the values at ``paths`` replaced by ``REDACTED``.
+
+    A path that does not exist is ignored; a path through a list applies to each of
+    its items. Where a path needs an object to go on and finds text or a number
+    instead (``payer`` as the JSON text ``'{"card": "…"}'`` for ``payer.card``), that
+    value is replaced whole: text may hold the secret in any form. ``null`` and
+    booleans hold none and are kept; so is a value at the top (an output that is not
+    an object has no fields). Returns ``value`` itself when nothing was replaced.
+    """
+    result = value
+    for path in paths:
+        result = _redact_path(result, path, top=True)
+    return result
+
+
+def _redact_path(value: Any, path: tuple[str, ...], *, top: bool) -> Any:
+    if isinstance(value, list):
+        items = [_redact_path(item, path, top=top) for item in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    if isinstance(value, dict):
+        head, rest = path[0], path[1:]
+        if head not in value:
+            return value
+        copy = dict(value)
+        copy[head] = REDACTED if not rest else _redact_path(value[head], rest, top=False)
+        return copy
+    if top or value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str | int | float) and value != REDACTED:
+        return REDACTED  # not an object where the path goes on: it may hold the secret
+    return value
+
+
+def opaque_parents(value: Any, paths: Iterable[tuple[str, ...]]) -> list[tuple[Any, ...]]:
+    """Where a sensitive path meets a value it cannot go through (keys and list indexes).
+
+    Below the top, a value on one of ``paths`` that is not an object while the path
+    goes on (text, a number, a boolean, ``null``; a list is gone through item by
+    item). A refused proposal drops each (:func:`dropped`).
+    """
+    found: list[tuple[Any, ...]] = []
+    for path in paths:
+        _opaque(value, path, (), found, top=True)
+    return found
+
+
+def _opaque(
+    value: Any,
+    path: tuple[str, ...],
+    where: tuple[Any, ...],
+    found: list[tuple[Any, ...]],
+    *,
+    top: bool,
+) -> None:
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            _opaque(item, path, (*where, index), found, top=top)
+    elif isinstance(value, dict):
+        head, rest = path[0], path[1:]
+        if head in value and rest:
+            _opaque(value[head], rest, (*where, head), found, top=False)
+    elif not top and where not in found:
+        found.append(where)
 
 
 # --------------------------------------------------------------------------- parts dropped
@@ -130,9 +209,13 @@ def holds_redacted(value: Any) -> bool:
 
 
 def _leaves(value: Any) -> list[str]:
-    """The texts of a value's strings and numbers (what an error message may quote)."""
+    """The texts of a value's strings and numbers (what an error message may quote).
+
+    A text that is JSON of an object or a list (a redacted ``payer`` given as
+    ``'{"card": "…"}'``) also gives the leaves of what it holds.
+    """
     if isinstance(value, str):
-        return [value]
+        return [value, *_text_leaves(value)]
     if isinstance(value, bool) or value is None:
         return []
     if isinstance(value, int | float):
@@ -142,6 +225,13 @@ def _leaves(value: Any) -> list[str]:
     if isinstance(value, list | tuple):
         return [leaf for item in value for leaf in _leaves(item)]
     return []
+
+
+def _text_leaves(text: str) -> list[str]:
+    if not text.lstrip().startswith(("{", "[")):
+        return []
+    parsed = _parsed(text)
+    return _leaves(parsed) if isinstance(parsed, dict | list) else []
 
 
 def redacted_values(real: Any, stored: Any) -> list[str]:
@@ -250,6 +340,8 @@ class _Proposal:
             return dropped(raw)
         redacted = self.tools.redact_arguments(name, value)
         self.found.extend(redacted_values(value, redacted))
+        for location in opaque_parents(value, self.tools.sensitive_arguments(name)):
+            redacted = _drop_at(redacted, location, _value_at(value, location))
         for location in self._unknown_arguments(name, value):
             redacted = _drop_at(redacted, location)
         return redacted
@@ -273,22 +365,39 @@ _UNPARSED: Any = object()
 
 
 def _parsed(raw: Any) -> Any:
-    """A value, with JSON text parsed (``_UNPARSED`` when it is text but not JSON)."""
+    """A value, with JSON text parsed (``_UNPARSED`` when it is text but not JSON).
+
+    Parsed with the guard of every stored value (``aggregates.values``): text that nests
+    too deep, or holds NaN, ±Infinity or a lone surrogate, cannot be stored once
+    parsed, so it is not parsed (and is dropped).
+    """
     if not isinstance(raw, str | bytes):
         return raw
     try:
-        return json.loads(raw)
-    except (ValueError, RecursionError):
+        return parse_json_text(raw)
+    except ValueError:  # NotJsonError, UnstorableError
         return _UNPARSED
 
 
-def _drop_at(value: Any, location: tuple[Any, ...]) -> Any:
-    """A copy of ``value`` with the part at ``location`` (keys and indexes) dropped."""
+_HERE: Any = object()
+
+
+def _drop_at(value: Any, location: tuple[Any, ...], original: Any = _HERE) -> Any:
+    """A copy of ``value`` with the part at ``location`` (keys and indexes) dropped.
+
+    ``original``: the part as the model sent it, when ``value`` holds it redacted.
+    """
     if not location:
-        return dropped(value)
+        return dropped(value if original is _HERE else original)
     head, rest = location[0], location[1:]
     if isinstance(value, dict) and head in value:
-        return {**value, head: _drop_at(value[head], rest)}
+        return {**value, head: _drop_at(value[head], rest, original)}
     if isinstance(value, list) and isinstance(head, int) and 0 <= head < len(value):
-        return [*value[:head], _drop_at(value[head], rest), *value[head + 1 :]]
+        return [*value[:head], _drop_at(value[head], rest, original), *value[head + 1 :]]
+    return value
+
+
+def _value_at(value: Any, location: tuple[Any, ...]) -> Any:
+    for part in location:
+        value = value[part]
     return value

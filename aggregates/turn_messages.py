@@ -57,6 +57,9 @@ class Catalogue(Protocol):
     def redact_arguments(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """Arguments as they may be stored."""
 
+    def sensitive_arguments(self, name: str) -> Sequence[tuple[str, ...]]:
+        """The tool's sensitive argument paths (none for a tool the agent does not have)."""
+
     def redact_output(self, name: str, output: Any) -> Any:
         """An output as it may be stored."""
 

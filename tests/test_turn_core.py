@@ -181,6 +181,10 @@ class FakeCatalogue:
             return arguments
         return {k: REDACTED if k in tool.sensitive_arguments else v for k, v in arguments.items()}
 
+    def sensitive_arguments(self, name: str) -> tuple[tuple[str, ...], ...]:
+        tool = self.tools.get(name)
+        return () if tool is None else tuple((field,) for field in sorted(tool.sensitive_arguments))
+
     def redact_output(self, name: str, output: Any) -> Any:
         tool = self.tools.get(name)
         if tool is None or not tool.sensitive_output or not isinstance(output, dict):

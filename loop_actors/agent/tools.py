@@ -25,7 +25,7 @@ from aggregates.decisions import (
 from aggregates.digest import digest_of, sha256_hex
 from aggregates.effect import Resolution
 from aggregates.invocation import DispatchedCall, ToolSpec
-from aggregates.redaction import REDACTED
+from aggregates.redaction import redact_paths
 from aggregates.values import check_json, describe_error
 from loop_actors._errors import ToolDefinitionError
 from loop_actors._guard import is_cancellation
@@ -41,29 +41,6 @@ def _paths(tool_name: str, names: Iterable[str]) -> tuple[tuple[str, ...], ...]:
     if any(not all(paths) for paths in paths):
         raise ToolDefinitionError(f"tool {tool_name}: empty sensitive field name")
     return paths
-
-
-def redact(value: Any, paths: Iterable[tuple[str, ...]]) -> Any:
-    """A copy of a JSON value with the values at ``paths`` replaced by ``REDACTED``.
-
-    A path that does not exist is ignored; a path through a list applies to
-    each of its items.
-    """
-    result = value
-    for path in paths:
-        result = _redact_path(result, path)
-    return result
-
-
-def _redact_path(value: Any, path: tuple[str, ...]) -> Any:
-    if isinstance(value, list):
-        return [_redact_path(item, path) for item in value]
-    if not isinstance(value, dict) or path[0] not in value:
-        return value
-    head, rest = path[0], path[1:]
-    copy = dict(value)
-    copy[head] = REDACTED if not rest else _redact_path(value[head], rest)
-    return copy
 
 
 class ToolContext(Frozen):
@@ -522,14 +499,19 @@ class Toolbox:
         tool_ = self.tools.get(name)
         if tool_ is None or not tool_.sensitive_arguments:
             return arguments
-        return cast("dict[str, Any]", redact(arguments, tool_.sensitive_arguments))
+        return cast("dict[str, Any]", redact_paths(arguments, tool_.sensitive_arguments))
+
+    def sensitive_arguments(self, name: str) -> tuple[tuple[str, ...], ...]:
+        """The tool's sensitive argument paths (none for a tool the agent does not have)."""
+        tool_ = self.tools.get(name)
+        return () if tool_ is None else tool_.sensitive_arguments
 
     def redact_output(self, name: str, output: Any) -> Any:
         """An output as it may be stored: the tool's sensitive fields replaced."""
         tool_ = self.tools.get(name)
         if tool_ is None or not tool_.sensitive_output:
             return output
-        return redact(output, tool_.sensitive_output)
+        return redact_paths(output, tool_.sensitive_output)
 
     @property
     def redacts(self) -> bool:
