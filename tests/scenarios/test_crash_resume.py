@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from tests.cli_support import run_cli
-from tests.scenarios.payments_app import PaymentService
+from tests.support.cli import run_cli
+from tests.support.payments_app import PaymentService
 
-APP = Path(__file__).with_name("payments_app.py")
+APP = Path(__file__).parents[1] / "support" / "payments_app.py"
 INVOCATION = "inv-crash"
 
 CRASH_CASES = [
