@@ -39,13 +39,7 @@ from loop_actors import (
     tool,
 )
 from tests.support.cli import run_cli
-
-
-def calls(*items: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "kind": "tool_calls",
-        "calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
+from tests.support.replies import calls
 
 
 async def run_once(db_url: str, agent: Agent) -> tuple[Outcome, list[ResultsCommitted]]:

@@ -19,7 +19,6 @@ import pytest
 import trio
 
 from aggregates.audit import unpack_state
-from aggregates.invocation import ResultsCommitted
 from loop_actors import (
     Agent,
     EffectStatus,
@@ -42,6 +41,8 @@ from loop_actors.agent.mcp import (
     mcp_tools_async,
 )
 from loop_actors.agent.tools import Reconciled
+from tests.support.replies import FINAL, calls
+from tests.support.runs import results_of, run
 
 SERVER_APP = Path(__file__).parents[1] / "support" / "mcp_server_app.py"
 SERVER = StdioServer(command=sys.executable, args=[str(SERVER_APP)])
@@ -53,27 +54,6 @@ def tools() -> dict[str, McpTool]:
     listed = mcp_tools(SERVER)
     assert all(isinstance(t, McpTool) for t in listed)
     return {t.name: t for t in listed if isinstance(t, McpTool)}
-
-
-def calls(*items: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "kind": "tool_calls",
-        "calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
-
-
-FINAL = {"kind": "final", "answer": "done"}
-
-
-async def run(agent: Agent) -> tuple[Any, list[Any]]:
-    async with Runtime("memory://") as runtime:
-        outcome = await runtime.run(agent, "g", invocation_id="inv")
-        events = await runtime.history("inv")
-    return outcome, events
-
-
-def results_of(events: list[Any]) -> list[Any]:
-    return [r for e in events if isinstance(e, ResultsCommitted) for r in e.results]
 
 
 # --------------------------------------------------------------------------- listing

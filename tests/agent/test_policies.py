@@ -25,6 +25,7 @@ from loop_actors import (
     tool,
 )
 from tests.support.cli import CLI, cli_env, run_cli
+from tests.support.replies import calls, final
 
 
 class Ledger:
@@ -56,17 +57,6 @@ def refund_agent(ledger: Ledger, script: Any, **agent_options: Any) -> Agent:
 
     model = script if isinstance(script, ScriptedModel) else ScriptedModel(script)
     return Agent("refunds", model, [refund, lookup], **agent_options)
-
-
-def calls(*items: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "kind": "tool_calls",
-        "calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
-
-
-def final(answer: str) -> dict[str, Any]:
-    return {"kind": "final", "answer": answer}
 
 
 BIG_BATCH = calls(

@@ -16,8 +16,8 @@ import trio
 
 from aggregates.effect import effect_key
 from loop_actors import Agent, Reconciled, Runtime, ScriptedModel, TerminalReason, ToolContext, tool
+from tests.support.replies import FINAL
 
-FINAL = {"kind": "final", "answer": "done"}
 WRITE = {"kind": "tool_calls", "calls": [{"id": "w1", "name": "slow_write", "arguments": {}}]}
 
 

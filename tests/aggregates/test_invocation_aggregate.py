@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -14,8 +13,6 @@ from aggregates import (
     Budget,
     Clarification,
     DispatchedCall,
-    ErrorClass,
-    ErrorInfo,
     Final,
     IllegalTransitionError,
     Invocation,
@@ -26,7 +23,6 @@ from aggregates import (
     ToolCall,
     ToolCalls,
     ToolEffect,
-    ToolResult,
     Usage,
 )
 from aggregates.invocation import (
@@ -51,37 +47,18 @@ from aggregates.invocation import (
     replay,
 )
 from aggregates.settings import RunSettings
-
-AT = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def new(budget: Budget | None = None) -> Invocation:
-    return Invocation.start(
-        invocation_id="inv",
-        goal="g",
-        agent_name="a",
-        agent_version="1",
-        catalogue_digest="d",
-        tools=[],
-        budget=budget or Budget(max_steps=6, max_tool_calls=6, max_repeated_plan=2),
-        at=AT,
-    )
-
-
-def batch(*ids: str, key: str = "k") -> ToolCalls:
-    return ToolCalls(calls=[ToolCall(id=i, name="lookup", arguments={"key": key}) for i in ids])
-
-
-def dispatched(decision: ToolCalls) -> list[DispatchedCall]:
-    return [
-        DispatchedCall(call_id=c.id, name=c.name, arguments=c.arguments, effect=ToolEffect.READ)
-        for c in decision.calls
-    ]
-
-
-def ok(call_id: str) -> ToolResult:
-    return ToolResult(call_id=call_id, name="lookup", output={"v": 1})
-
+from tests.support.invocations import (
+    AT,
+    COMMANDS,
+    RICH_COMMANDS,
+    apply,
+    apply_rich,
+    batch,
+    dispatched,
+    in_phase,
+    new,
+    ok,
+)
 
 # --------------------------------------------------------------------------- examples
 
@@ -166,44 +143,6 @@ def test_a_pausing_reason_cannot_terminate_and_a_final_one_cannot_pause() -> Non
 
 # --------------------------------------------------------------------------- properties
 
-COMMANDS = ["propose_calls", "propose_final", "dispatch", "results", "terminate", "pause"]
-
-
-def apply(inv: Invocation, command: str, n: int) -> None:
-    """Apply one command, built as plausibly as possible from the current state."""
-    decision = inv.last_decision
-    match command:
-        case "propose_calls":
-            inv.propose(batch(f"c{n}", key=str(n % 3)), usage=Usage(), at=AT)
-        case "propose_final":
-            inv.propose(Final(answer=f"a{n}"), usage=Usage(), at=AT)
-        case "dispatch":
-            calls = decision.calls if isinstance(decision, ToolCalls) else batch(f"c{n}").calls
-            inv.dispatch(dispatched(ToolCalls(calls=calls)), [[c.id for c in calls]], at=AT)
-        case "results":
-            pending = inv.pending_batch
-            ids = [c.call_id for c in pending.calls] if pending else [f"c{n}"]
-            inv.commit_results(
-                [
-                    ToolResult(
-                        call_id=i,
-                        name="lookup",
-                        error=ErrorInfo(
-                            error_class=ErrorClass.TIMEOUT, retryable=True, message="slow"
-                        ),
-                    )
-                    for i in ids
-                ],
-                at=AT,
-            )
-        case "terminate":
-            reasons = [TerminalReason.COMPLETED, TerminalReason.CANCELLED, TerminalReason.MAX_STEPS]
-            reason = reasons[n % 3]
-            answer = decision.answer if isinstance(decision, Final) else None
-            inv.terminate(reason, answer=answer, at=AT)
-        case "pause":
-            inv.pause(TerminalReason.CLARIFICATION_REQUIRED, question="?", at=AT)
-
 
 def snapshot(inv: Invocation) -> Any:
     return (
@@ -267,47 +206,6 @@ def test_a_shuffled_or_trimmed_history_is_refused_on_replay(data: st.DataObject)
 
 
 # --------------------------------------------------------------------------- the table
-
-
-def _in_phase(phase: Phase, variant: str = "") -> Invocation:
-    """An invocation brought to ``phase`` by legal commands (``variant`` picks a decision)."""
-    inv = new()
-    decision = batch("c1")
-    match phase:
-        case Phase.READY:
-            pass
-        case Phase.CALLS_PROPOSED:
-            inv.propose(decision, usage=Usage(), at=AT)
-        case Phase.DECIDED:
-            if variant == "final":
-                inv.propose(Final(answer="x"), usage=Usage(), at=AT)
-            else:
-                inv.propose(Clarification(question="which?"), usage=Usage(), at=AT)
-        case Phase.DISPATCHED | Phase.AWAITING_RECONCILIATION:
-            inv.propose(decision, usage=Usage(), at=AT)
-            inv.dispatch(dispatched(decision), [["c1"]], at=AT)
-            if phase is Phase.AWAITING_RECONCILIATION:
-                inv.pause(TerminalReason.RECONCILIATION_REQUIRED, question="?", at=AT)
-        case Phase.AWAITING_APPROVAL:
-            inv.propose(decision, usage=Usage(), at=AT)
-            inv.pause(
-                TerminalReason.APPROVAL_REQUIRED,
-                proposal_digest="digest",
-                calls=dispatched(decision),
-                needs_approval=["c1"],
-                at=AT,
-            )
-        case Phase.AWAITING_CLARIFICATION:
-            inv.propose(Clarification(question="which?"), usage=Usage(), at=AT)
-            inv.pause(TerminalReason.CLARIFICATION_REQUIRED, question="which?", at=AT)
-        case Phase.TERMINATED:
-            inv.propose(Final(answer="x"), usage=Usage(), at=AT)
-            inv.terminate(TerminalReason.COMPLETED, answer="x", at=AT)
-        case Phase.NEW:
-            raise AssertionError("an invocation is created started")
-    inv.take_events()
-    assert inv.phase is phase
-    return inv
 
 
 def _fire(inv: Invocation, event_type: type[InvocationEvent]) -> None:
@@ -383,7 +281,7 @@ def test_each_cell_of_the_transition_table_applies_or_is_refused_with_nothing_ch
 ) -> None:
     applied = []
     for variant in _VARIANTS.get(phase, [""]):
-        inv = _in_phase(phase, variant)
+        inv = in_phase(phase, variant)
         before = snapshot(inv)
         try:
             _fire(inv, event_type)
@@ -411,7 +309,7 @@ def test_the_table_names_every_phase_and_only_known_events() -> None:
 
 
 def test_terminated_is_refused_while_a_batch_waits_for_reconciliation() -> None:
-    inv = _in_phase(Phase.AWAITING_RECONCILIATION)
+    inv = in_phase(Phase.AWAITING_RECONCILIATION)
     with pytest.raises(IllegalTransitionError):
         inv.terminate(TerminalReason.CANCELLED, at=AT)
     # The batch ends with its results first; then the invocation may stop.
@@ -440,7 +338,7 @@ def test_a_repeated_plan_is_judged_on_the_dispatched_normalised_arguments() -> N
 
 
 def test_a_snapshot_taken_before_the_pauses_were_named_still_loads() -> None:
-    inv = _in_phase(Phase.AWAITING_CLARIFICATION)
+    inv = in_phase(Phase.AWAITING_CLARIFICATION)
     state = InvocationSnapshot.take(inv).state.model_dump(mode="json")
     state["phase"] = "paused"  # as snapshots of earlier versions say
     restored = InvocationState.model_validate(state)
@@ -448,60 +346,6 @@ def test_a_snapshot_taken_before_the_pauses_were_named_still_loads() -> None:
 
 
 # --------------------------------------------------------------------------- every kind of pause
-
-RICH_COMMANDS = [
-    *COMMANDS,
-    "ask_question",
-    "pause_approval",
-    "approve",
-    "deny",
-    "clarify",
-    "verify_fail",
-    "compact",
-    "pause_reconciliation",
-    "change_settings",
-]
-
-
-def apply_rich(inv: Invocation, command: str, n: int) -> None:
-    """Apply one command of the wider set (approvals, questions, verification, ...)."""
-    decision = inv.last_decision
-    paused = inv.paused
-    digest = paused.proposal_digest if paused and paused.proposal_digest else f"d{n}"
-    match command:
-        case "ask_question":
-            inv.propose(Clarification(question=f"q{n}"), usage=Usage(), at=AT)
-        case "pause_approval":
-            if isinstance(decision, ToolCalls):
-                inv.pause(
-                    TerminalReason.APPROVAL_REQUIRED,
-                    proposal_digest=f"d{n}",
-                    calls=dispatched(decision),
-                    needs_approval=[decision.calls[0].id],
-                    at=AT,
-                )
-            else:
-                inv.pause(TerminalReason.APPROVAL_REQUIRED, proposal_digest=f"d{n}", at=AT)
-        case "approve":
-            inv.grant_approval(digest, by="op", at=AT)
-        case "deny":
-            inv.deny_approval(digest, by="op", reason="no", at=AT)
-        case "clarify":
-            inv.provide_clarification(f"a{n}", at=AT)
-        case "verify_fail":
-            inv.fail_verification(f"e{n}", at=AT)
-        case "compact":
-            inv.record_compaction(
-                dropped_steps=[], kept_steps=[], size_before=n + 1, size_after=n, at=AT
-            )
-        case "pause_reconciliation":
-            inv.pause(TerminalReason.RECONCILIATION_REQUIRED, question="?", at=AT)
-        case "change_settings":
-            inv.change_settings(inv.budget, RunSettings(max_repeated_failures=n + 1), at=AT)
-        case "pause":
-            inv.pause(TerminalReason.CLARIFICATION_REQUIRED, question="?", at=AT)
-        case _:
-            apply(inv, command, n)
 
 
 @settings(max_examples=400, deadline=None)
@@ -532,7 +376,7 @@ def test_random_orders_of_every_kind_of_event_apply_or_change_nothing(
 
 
 def test_a_lease_epoch_that_does_not_grow_is_refused_and_changes_nothing() -> None:
-    inv = _in_phase(Phase.DISPATCHED)
+    inv = in_phase(Phase.DISPATCHED)
     inv.acquire_lease("worker-a", 3, at=AT)
     before = snapshot(inv)
     for stale in (3, 2, 0, -1):  # the same epoch again, older ones, nonsense
@@ -546,7 +390,7 @@ def test_a_lease_epoch_that_does_not_grow_is_refused_and_changes_nothing() -> No
 
 
 def test_a_lease_survives_a_snapshot() -> None:
-    inv = _in_phase(Phase.READY)
+    inv = in_phase(Phase.READY)
     inv.acquire_lease("worker-a", 2, at=AT)
     restored = InvocationSnapshot.take(inv).mutate(None)
     assert (restored.lease_holder, restored.lease_epoch) == ("worker-a", 2)
@@ -558,7 +402,7 @@ def test_a_lease_survives_a_snapshot() -> None:
 )
 def test_every_kind_of_decision_leads_where_the_table_says(propose: str) -> None:
     """A rejected proposal too: it leads back to ``ready`` (the model is asked again)."""
-    inv = _in_phase(Phase.READY)
+    inv = in_phase(Phase.READY)
     match propose:
         case "final":
             inv.propose(Final(answer="x"), usage=Usage(), at=AT)

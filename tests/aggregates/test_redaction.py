@@ -2,7 +2,7 @@
 
 The proposals are redacted with a real :class:`Toolbox` (the catalogue a run uses);
 the core's scrubbing is driven with the fake catalogue and the shell of
-``tests/aggregates/test_turn_core.py``.
+``tests/support/turn_core.py``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from aggregates.turn import (
 )
 from loop_actors import tool
 from loop_actors.agent.tools import Toolbox
-from tests.aggregates.test_turn_core import (
+from tests.support.replies import calls, final
+from tests.support.turn_core import (
     TOOLS,
     Answers,
     FakeCatalogue,
@@ -42,9 +43,7 @@ from tests.aggregates.test_turn_core import (
     Loaded,
     Shell,
     Verdict,
-    calls,
     failed,
-    final,
     key_of,
     replayed_effect,
     replayed_invocation,

@@ -24,7 +24,7 @@ from aggregates.standing import (
     stopped,
     waits_for_answer,
 )
-from tests.aggregates.test_invocation_aggregate import _in_phase
+from tests.support.invocations import in_phase
 
 PHASES = [phase for phase in Phase if phase is not Phase.NEW]
 
@@ -62,24 +62,24 @@ def test_the_queue_row_of_an_undriven_invocation_rests_as_it_stopped(phase: Phas
 
 @pytest.mark.parametrize("phase", PHASES, ids=str)
 def test_only_an_ended_or_person_waiting_invocation_is_not_drivable(phase: Phase) -> None:
-    assert standing(_in_phase(phase)) is EXPECTED_STANDING.get(phase, Standing.DRIVABLE)
+    assert standing(in_phase(phase)) is EXPECTED_STANDING.get(phase, Standing.DRIVABLE)
 
 
 @pytest.mark.parametrize("phase", PHASES, ids=str)
 def test_only_an_invocation_paused_with_a_question_waits_for_an_answer(phase: Phase) -> None:
-    assert waits_for_answer(_in_phase(phase)) is (phase is Phase.AWAITING_CLARIFICATION)
+    assert waits_for_answer(in_phase(phase)) is (phase is Phase.AWAITING_CLARIFICATION)
 
 
 @pytest.mark.parametrize("phase", PHASES, ids=str)
 def test_an_approval_is_refused_unless_the_invocation_waits_for_one(phase: Phase) -> None:
-    refusal = approval_refusal(_in_phase(phase), "digest")
+    refusal = approval_refusal(in_phase(phase), "digest")
     expected = None if phase is Phase.AWAITING_APPROVAL else ApprovalRefusal.NOT_WAITING
     assert refusal is expected
 
 
 @pytest.mark.parametrize("digest", ["other", None])
 def test_an_approval_of_another_digest_is_refused(digest: str | None) -> None:
-    waiting = _in_phase(Phase.AWAITING_APPROVAL)
+    waiting = in_phase(Phase.AWAITING_APPROVAL)
     assert approval_refusal(waiting, digest) is ApprovalRefusal.OTHER_DIGEST
 
 

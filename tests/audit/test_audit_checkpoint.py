@@ -16,10 +16,8 @@ import pytest
 import trio
 
 from loop_actors import Runtime
-from tests.support.audit import AGENT
+from tests.support.audit import AGENT, EXAMPLE, rows
 from tests.support.cli import run_cli
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "verify_checkpoint.py"
 
 
 def run(path: Path, *ids: str) -> None:
@@ -83,13 +81,6 @@ def folder(tmp_path: Path) -> Path:
     keygen(tmp_path)
     checkpoint(tmp_path)
     return tmp_path
-
-
-def rows(db: Path) -> int:
-    connection = sqlite3.connect(db)
-    (count,) = connection.execute("SELECT COUNT(*) FROM stored_events").fetchone()
-    connection.close()
-    return int(count)
 
 
 def test_an_untouched_store_verifies_against_its_checkpoint(folder: Path) -> None:

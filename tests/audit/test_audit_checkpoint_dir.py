@@ -29,10 +29,9 @@ from loop_actors.audit.checkpoint import Checkpoint, checkpoint_note, generate_k
 from loop_actors.audit.checkpointer import CheckpointDirectory, checkpoint_file_name
 from loop_actors.cli import main
 from loop_actors.store.store import EventStore
-from tests.support.audit import AGENT
+from tests.support.audit import AGENT, EXAMPLE, rows
 from tests.support.cli import run_cli
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "verify_checkpoint.py"
 GENESIS = "0" * 64
 
 
@@ -51,13 +50,6 @@ def run(path: Path, *ids: str, key: Path | None = None, every: int | None = None
                     await runtime.run(AGENT, "refund", invocation_id=invocation_id)
 
     trio.run(go)
-
-
-def rows(db: Path) -> int:
-    connection = sqlite3.connect(db)
-    (count,) = connection.execute("SELECT COUNT(*) FROM stored_events").fetchone()
-    connection.close()
-    return int(count)
 
 
 def notes(folder: Path) -> list[Path]:

@@ -150,13 +150,13 @@ async def test_the_hole_a_conflict_leaves_in_postgresql_ids_is_not_a_deletion(
 ) -> None:
     """A conflict (a second writer on one invocation) uses sequence values no row gets."""
     from loop_actors.store.store import EventStore
-    from tests.store.test_store import _started
+    from tests.support.events import started
 
     events = EventStore(store)
     first = events.events("inv-b")[0]
     with pytest.raises(IntegrityError):
         events.append([first])
-    events.append(_started("inv-c"))  # a row after the hole
+    events.append(started("inv-c"))  # a row after the hole
     ids = [row[0] for row in events.log_rows()]
     events.close()
     assert ids[-1] > ids[-2] + 1

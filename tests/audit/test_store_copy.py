@@ -17,9 +17,9 @@ import trio
 from loop_actors import Runtime, TerminalReason
 from loop_actors.audit.store_copy import StoreCopyError, copy_store
 from loop_actors.store.store import EventStore
-from tests.store.test_store import _started
 from tests.support.audit import AGENT
 from tests.support.cli import run_cli
+from tests.support.events import started
 
 
 @pytest.fixture
@@ -95,10 +95,10 @@ def test_a_postgresql_store_with_holes_in_its_ids_copies_back_to_sqlite_exactly(
     from eventsourcing.persistence import IntegrityError
 
     store = EventStore(postgres_url)
-    store.append(_started("a"))
+    store.append(started("a"))
     with pytest.raises(IntegrityError):
-        store.append(_started("a"))  # a rolled-back insert: a hole in the ids
-    store.append(_started("b"))
+        store.append(started("a"))  # a rolled-back insert: a hole in the ids
+    store.append(started("b"))
     store.close()
     back = f"sqlite:///{tmp_path / 'back.db'}"
 
@@ -129,7 +129,7 @@ def test_a_target_holding_other_rows_is_refused_and_left_as_it_was(
     source: str, postgres_url: str, tmp_path: Path
 ) -> None:
     other = EventStore(postgres_url)
-    other.append(_started("someone-else"))
+    other.append(started("someone-else"))
     other.close()
     done = run_cli("store", "copy", "--from", source, "--to", postgres_url, cwd=tmp_path)
     assert done.returncode == 2

@@ -91,7 +91,7 @@ def test_workers_shows_a_killed_holder_not_alive_and_a_run_out_lease_not_held(
     from aggregates.lease import HolderKind, HolderRow
     from loop_actors import Runtime
     from loop_actors.runtime.leases import machine_identity
-    from tests.workers.test_worker import AGENT
+    from tests.support.workers import AGENT
 
     gone = subprocess.Popen(["true"])
     gone.wait()  # its pid names no process now

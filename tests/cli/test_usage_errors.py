@@ -42,25 +42,7 @@ from loop_actors import (
     tool,
 )
 from tests.support.cli import CLI, cli_env, run_cli, run_in_process
-
-AGENTS = '''
-from loop_actors import Agent, ScriptedModel, tool
-
-@tool
-def lookup(key: str) -> dict:
-    """Look up a key."""
-    return {"key": key}
-
-answering = Agent(
-    "answering",
-    ScriptedModel([
-        {"kind": "tool_calls", "calls": [{"id": "c1", "name": "lookup", "arguments": {"key": "k"}}]},
-        {"kind": "final", "answer": "done"},
-    ]),
-    [lookup],
-)
-asking = Agent("asking", ScriptedModel([{"kind": "clarification", "question": "Which one?"}]))
-'''
+from tests.support.project_agents import AGENTS
 
 
 @pytest.fixture

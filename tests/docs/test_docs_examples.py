@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
+from tests.support.docs import ROOT, doc_pages
 from tests.support.stored_bytes import readable_bytes
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples"
 TESTED_EXAMPLES = {
     "quickstart.py",
@@ -500,22 +500,18 @@ def _python_blocks(markdown: str) -> list[str]:
     return re.findall(r"^```python\n(.*?)^```$", markdown, flags=re.MULTILINE | re.DOTALL)
 
 
-def _doc_pages() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-
-
 def test_every_example_file_is_run_by_a_test() -> None:
     assert {path.name for path in EXAMPLES.glob("*.py")} == TESTED_EXAMPLES
 
 
-@pytest.mark.parametrize("page", _doc_pages(), ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("page", doc_pages(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_python_in_the_docs_is_quoted_verbatim_from_an_example(page: Path) -> None:
     sources = [path.read_text() for path in EXAMPLES.glob("*.py")]
     for block in _python_blocks(page.read_text()):
         assert any(block in source for source in sources), f"not from docs/examples:\n{block}"
 
 
-@pytest.mark.parametrize("page", _doc_pages(), ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("page", doc_pages(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_relative_links_in_the_docs_point_to_existing_files(page: Path) -> None:
     targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text())
     local = [target for target in targets if "://" not in target]

@@ -8,13 +8,9 @@ from pathlib import Path
 import pytest
 
 import loop_actors
+from tests.support.docs import ROOT, doc_pages
 
-ROOT = Path(__file__).resolve().parents[2]
 API_REFERENCE = ROOT / "docs" / "reference" / "api.md"
-
-
-def _doc_pages() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def test_every_exported_name_is_in_the_api_reference() -> None:
@@ -49,7 +45,7 @@ def test_every_exported_name_is_importable() -> None:
     assert [name for name in loop_actors.__all__ if not hasattr(loop_actors, name)] == []
 
 
-@pytest.mark.parametrize("page", _doc_pages(), ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("page", doc_pages(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_doc_names_a_private_module(page: Path) -> None:
     """``loop_actors.store.store``, ``loop_actors.store.views``... are private: docs name public ones."""
     private = re.findall(r"loop_actors\._(?!_)\w*", page.read_text())

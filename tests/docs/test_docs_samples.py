@@ -28,7 +28,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.docs import ROOT
+
 EXAMPLES = ROOT / "docs" / "examples"
 
 RUN = [

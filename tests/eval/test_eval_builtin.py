@@ -17,6 +17,7 @@ from loop_actors.eval.builtin import GUARDS, Fault, builtin_jobs, builtin_suite,
 from loop_actors.eval.evaluate import Case, Job, Suite, run_jobs, suite_jobs
 from projections.evaluation import CaseStatus
 from tests.support.cli import run_cli
+from tests.support.eval import read_report
 
 CASE_IDS = [
     "direct-answer",
@@ -32,11 +33,6 @@ CASE_IDS = [
     "validator-rejects-answer",
 ]
 """One case per branch of seed 000's list, in its order."""
-
-
-def _report(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(path.read_text())
-    return data
 
 
 async def _history(url: str, invocation_id: str) -> list[Any]:
@@ -59,7 +55,7 @@ def test_eval_builtin_passes_every_case_on_this_install(tmp_path: Path) -> None:
         "eval", "--builtin", "--json", "r.json", "--html", "r.html", cwd=tmp_path, db=url
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    report = _report(tmp_path / "r.json")
+    report = read_report(tmp_path / "r.json")
     page = (tmp_path / "r.html").read_text()
     assert "<dt>proves</dt><dd>a final answer ends the run at once" in page
     assert report["suite"] == "builtin"
@@ -186,7 +182,7 @@ def test_a_builtin_fault_on_the_command_line_fails_its_case_and_exits_4(tmp_path
         db=url,
     )
     assert result.returncode == 4, result.stderr
-    report = _report(tmp_path / "r.json")
+    report = read_report(tmp_path / "r.json")
     failed = [c["case_id"] for c in report["cases"] if c["status"] != "passed"]
     assert failed == ["validator-rejects-answer"]
     assert report["totals"]["false_success"] == 1
@@ -236,7 +232,7 @@ async def test_an_eval_run_killed_midway_finishes_without_rerunning_finished_cas
     assert resumed[: len(cut)] == cut  # continued from its events, not started again
     assert resumed.count("InvocationStarted") == 1
     assert resumed[-1] in ended
-    report = _report(tmp_path / "r.json")
+    report = read_report(tmp_path / "r.json")
     assert [c["status"] for c in report["cases"]] == ["passed"] * len(CASE_IDS)
     assert [c["invocation_id"] for c in report["cases"]] == [ids[c] for c in CASE_IDS]
 
@@ -294,7 +290,7 @@ def test_rerun_failed_runs_only_the_failed_cases_again_and_counts_attempts(
         result = run_cli("eval", "cases.json", "--json", "r.json", *extra, cwd=tmp_path, db=url)
         assert result.returncode in (0, 4), result.stderr
         printed.append(result.stdout)
-        return result.returncode, _report(tmp_path / "r.json")["cases"]
+        return result.returncode, read_report(tmp_path / "r.json")["cases"]
 
     code, first = evaluate()
     assert code == 4
@@ -372,7 +368,7 @@ def test_builtin_with_a_cases_file_runs_both_in_one_report(tmp_path: Path) -> No
     url = f"sqlite:///{tmp_path / 'eval.db'}"
     result = run_cli("eval", "cases.json", "--builtin", "--json", "r.json", cwd=tmp_path, db=url)
     assert result.returncode == 0, result.stdout + result.stderr
-    report = _report(tmp_path / "r.json")
+    report = read_report(tmp_path / "r.json")
     assert report["suite"] == "flaky"
     assert [c["case_id"] for c in report["cases"]] == ["steady", "flaky", "flaky", *CASE_IDS]
     assert report["cases"][3]["invocation_id"].startswith("eval-builtin-direct-answer-e1-")

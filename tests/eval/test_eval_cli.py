@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.support.cli import run_cli
+from tests.support.eval import eval_db, read_report
 
 SUITE_AGENT = '''
 from loop_actors import Agent, ScriptedModel, tool
@@ -41,17 +42,8 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _db(project: Path) -> str:
-    return f"sqlite:///{project / 'eval.db'}"
-
-
 def _eval(project: Path, *args: str, **env: str) -> Any:
-    return run_cli("eval", *args, cwd=project, db=_db(project), env=env or None)
-
-
-def _report(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(path.read_text())
-    return data
+    return run_cli("eval", *args, cwd=project, db=eval_db(project), env=env or None)
 
 
 def _write(project: Path, name: str, suite: dict[str, Any]) -> str:
@@ -60,7 +52,7 @@ def _write(project: Path, name: str, suite: dict[str, Any]) -> str:
 
 
 def _events_of(project: Path, invocation_id: str) -> list[str]:
-    result = run_cli("history", invocation_id, "--json", cwd=project, db=_db(project))
+    result = run_cli("history", invocation_id, "--json", cwd=project, db=eval_db(project))
     assert result.returncode == 0, result.stderr
     return [json.loads(line)["type"] for line in result.stdout.splitlines()]
 
@@ -68,7 +60,7 @@ def _events_of(project: Path, invocation_id: str) -> list[str]:
 def test_the_issues_smallest_file_runs_as_written_and_passes(project: Path) -> None:
     result = _eval(project, "cases.json", "--json", "report.json")
     assert result.returncode == 0, result.stderr
-    report = _report(project / "report.json")
+    report = read_report(project / "report.json")
     assert report["format"] == "loop-actors-eval/1"
     assert [(c["case_id"], c["epoch"], c["status"]) for c in report["cases"]] == [
         ("answers", 1, "passed"),
@@ -84,7 +76,7 @@ def test_the_issues_smallest_file_runs_as_written_and_passes(project: Path) -> N
 
 def test_each_run_is_an_ordinary_invocation_that_show_and_history_read(project: Path) -> None:
     assert _eval(project, "cases.json", "--json", "report.json").returncode == 0
-    invocation_id = _report(project / "report.json")["cases"][1]["invocation_id"]
+    invocation_id = read_report(project / "report.json")["cases"][1]["invocation_id"]
     assert _events_of(project, invocation_id) == [
         "InvocationStarted",
         "DecisionProposed",
@@ -93,7 +85,7 @@ def test_each_run_is_an_ordinary_invocation_that_show_and_history_read(project: 
         "DecisionProposed",
         "Terminated",
     ]
-    shown = run_cli("show", invocation_id, "--json", cwd=project, db=_db(project))
+    shown = run_cli("show", invocation_id, "--json", cwd=project, db=eval_db(project))
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["task_class"] == "lookup"
 
@@ -101,7 +93,7 @@ def test_each_run_is_an_ordinary_invocation_that_show_and_history_read(project: 
 def test_running_the_same_suite_again_reuses_the_finished_runs(project: Path) -> None:
     assert _eval(project, "cases.json", "--json", "first.json").returncode == 0
     assert _eval(project, "cases.json", "--json", "second.json").returncode == 0
-    first, second = _report(project / "first.json"), _report(project / "second.json")
+    first, second = read_report(project / "first.json"), read_report(project / "second.json")
     assert [c["invocation_id"] for c in first["cases"]] == [
         c["invocation_id"] for c in second["cases"]
     ]
@@ -118,7 +110,7 @@ def test_an_edited_expectation_rescores_the_recorded_run_and_an_edited_goal_runs
     suite["cases"][0]["expect"]["answer"] = {"equals": "hello"}
     suite["cases"][1]["goal"] = "look it up again"
     assert _eval(project, _write(project, "cases.json", suite), "--json", "r.json").returncode == 4
-    first, second = _report(project / "first.json"), _report(project / "r.json")
+    first, second = read_report(project / "first.json"), read_report(project / "r.json")
     assert second["cases"][0]["invocation_id"] == first["cases"][0]["invocation_id"]
     assert second["cases"][0]["latency_ms"] == first["cases"][0]["latency_ms"]
     assert second["cases"][0]["failures"][0]["expectation"] == "answer.equals"
@@ -133,7 +125,7 @@ def test_a_run_killed_midway_continues_where_it_stopped(project: Path) -> None:
     assert killed.returncode == -9
     again = _eval(project, "cases.json", "--json", "report.json")
     assert again.returncode == 0, again.stderr
-    looks_up = _report(project / "report.json")["cases"][1]
+    looks_up = read_report(project / "report.json")["cases"][1]
     events = _events_of(project, looks_up["invocation_id"])
     assert events.count("InvocationStarted") == 1
     assert events.count("BatchDispatched") == 1  # the committed step was not run again
@@ -162,7 +154,7 @@ def test_failed_expectations_exit_4_and_say_why(project: Path) -> None:
     }
     result = _eval(project, _write(project, "failing.json", suite), "--json", "report.json")
     assert result.returncode == 4, result.stderr
-    report = _report(project / "report.json")
+    report = read_report(project / "report.json")
     failures = {c["case_id"]: c["failures"] for c in report["cases"]}
     assert failures == {
         "wrong-answer": [
@@ -193,7 +185,7 @@ def test_an_errored_case_is_counted_in_the_totals(project: Path) -> None:
     agent_file.write_text(agent_file.read_text().replace("key: str", "name: str"))
     result = _eval(project, "cases.json", "--json", "report.json")
     assert result.returncode == 4, result.stderr
-    report = _report(project / "report.json")
+    report = read_report(project / "report.json")
     errored = report["cases"][1]
     assert errored["status"] == "error"
     assert errored["error"].startswith("CatalogueChangedError")
@@ -212,7 +204,7 @@ def test_epochs_give_one_entry_and_one_invocation_each(project: Path) -> None:
     suite = json.loads(SMALLEST)
     suite["cases"][0]["epochs"] = 3
     assert _eval(project, _write(project, "epochs.json", suite), "--json", "r.json").returncode == 0
-    cases = _report(project / "r.json")["cases"]
+    cases = read_report(project / "r.json")["cases"]
     answers = [c for c in cases if c["case_id"] == "answers"]
     assert [c["epoch"] for c in answers] == [1, 2, 3]
     assert len({c["invocation_id"] for c in answers}) == 3
@@ -328,7 +320,7 @@ def test_compare_puts_the_flipped_case_first_with_a_paired_p_value(project: Path
     assert _eval(project, _write(project, "cases.json", suite), "--json", "b.json").returncode == 4
     result = run_cli("eval", "compare", "a.json", "b.json", "--json", "diff.json", cwd=project)
     assert result.returncode == 4, result.stderr
-    diff = _report(project / "diff.json")
+    diff = read_report(project / "diff.json")
     assert [(c["case_id"], c["flip"]) for c in diff["cases"]] == [
         ("looks-up", "broke"),
         ("answers", None),

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.eval.test_eval_report import AGENT, CHECKS, HOSTILE_ANSWER, HOSTILE_GOAL, _hostile_suite
 from tests.support.cli import run_cli
+from tests.support.eval import AGENT, CHECKS, HOSTILE_ANSWER, HOSTILE_GOAL, hostile_suite
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = [
@@ -55,13 +55,13 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> Path:
     project = tmp_path_factory.mktemp("browser")
     (project / "suite_agent.py").write_text(AGENT)
     (project / "checks.py").write_text(CHECKS)
-    (project / "hostile.json").write_text(json.dumps(_hostile_suite()))
+    (project / "hostile.json").write_text(json.dumps(hostile_suite()))
     db = f"sqlite:///{project / 'eval.db'}"
     first = run_cli(
         "eval", "hostile.json", "--json", "a.json", "--html", "a.html", cwd=project, db=db
     )
     assert first.returncode == 4, first.stderr
-    fixed = _hostile_suite()
+    fixed = hostile_suite()
     fixed["cases"][0]["model"] = [{"kind": "final", "answer": "hi"}]
     (project / "hostile.json").write_text(json.dumps(fixed))
     second = run_cli("eval", "hostile.json", "--json", "b.json", cwd=project, db=db)

@@ -18,38 +18,7 @@ from typing import Any
 import pytest
 
 from tests.support.cli import CLI, cli_env, run_cli
-
-AGENT = '''
-from loop_actors import Agent, ScriptedModel, tool
-
-@tool
-def lookup(key: str) -> str:
-    """Look a key up."""
-    return {"k": "v", "evil": "</pre><script>window.pwned = 3</script>"}.get(key, "")
-
-@tool(effect="write")
-def send(to: str) -> str:
-    """Send a message (a write)."""
-    return f"sent to {to}"
-
-@tool(effect="write")
-def flaky_send(to: str) -> str:
-    """A write that fails mid-call: its outcome is unknown."""
-    raise RuntimeError(f"connection reset while sending to {to}")
-
-agent = Agent(
-    "suite",
-    ScriptedModel([{"kind": "final", "answer": "unscripted"}]),
-    [lookup, send, flaky_send],
-)
-'''
-
-CHECKS = """
-def short(answer):
-    return True if len(answer) <= 3 else f"{len(answer)} characters, at most 3"
-
-NOT_CALLABLE = 3
-"""
+from tests.support.eval import AGENT, CHECKS, eval_db, hostile_suite
 
 YAML_SUITE = """\
 # The issue's smallest file, in YAML.
@@ -77,62 +46,18 @@ cases:
         match: [{tool: lookup, arguments: {key: k}}]
 """
 
-HOSTILE_GOAL = "<script>window.pwned = 1</script> say hi"
-HOSTILE_ANSWER = '<img src=x onerror="window.pwned = 2"> hello'
-
-
-def _hostile_suite() -> dict[str, Any]:
-    """Goals, answers and tool outputs that are HTML: the page must show them, not run them."""
-    return {
-        "name": "hostile",
-        "agent": "suite_agent:agent",
-        "cases": [
-            {
-                "id": "answers",
-                "goal": HOSTILE_GOAL,
-                "task_class": "chat<b>",
-                "model": [{"kind": "final", "answer": HOSTILE_ANSWER}],
-                "expect": {"reason": "completed", "answer": {"equals": "hi"}},
-            },
-            {
-                "id": "parallel",
-                "goal": "look up two keys at once",
-                "task_class": "lookup",
-                "model": [
-                    {
-                        "kind": "tool_calls",
-                        "calls": [
-                            {"id": "c1", "name": "lookup", "arguments": {"key": "evil"}},
-                            {"id": "c2", "name": "lookup", "arguments": {"key": "k"}},
-                        ],
-                    },
-                    {
-                        "kind": "tool_calls",
-                        "calls": [{"id": "w1", "name": "send", "arguments": {"to": "ops"}}],
-                    },
-                    {"kind": "final", "answer": "v"},
-                ],
-                "expect": {"reason": "completed", "effects": {"committed": ["send"]}},
-            },
-        ],
-    }
-
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     (tmp_path / "suite_agent.py").write_text(AGENT)
     (tmp_path / "checks.py").write_text(CHECKS)
     (tmp_path / "cases.yaml").write_text(YAML_SUITE)
-    (tmp_path / "hostile.json").write_text(json.dumps(_hostile_suite()))
+    (tmp_path / "hostile.json").write_text(json.dumps(hostile_suite()))
     return tmp_path
 
 
-def _db(project: Path) -> str:
-    return f"sqlite:///{project / 'eval.db'}"
-
-
 def _eval(project: Path, *args: str) -> Any:
-    return run_cli("eval", *args, cwd=project, db=_db(project))
+    return run_cli("eval", *args, cwd=project, db=eval_db(project))
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -287,7 +212,7 @@ def test_an_html_path_in_a_missing_folder_is_refused_before_anything_runs(projec
 
 def _two_reports(project: Path) -> None:
     assert _eval(project, "hostile.json", "--json", "a.json").returncode == 4
-    fixed = _hostile_suite()
+    fixed = hostile_suite()
     fixed["cases"][0]["model"] = [{"kind": "final", "answer": "hi"}]
     (project / "hostile.json").write_text(json.dumps(fixed))
     assert _eval(project, "hostile.json", "--json", "b.json").returncode == 0
@@ -328,7 +253,7 @@ def _on_a_terminal(project: Path, *args: str) -> tuple[int, str]:
     controller, terminal = pty.openpty()
     env = cli_env(COLUMNS="120", TERM="xterm")
     process = subprocess.Popen(
-        [*CLI, *args, "--db", _db(project)],
+        [*CLI, *args, "--db", eval_db(project)],
         cwd=project,
         env=env,
         stdin=subprocess.DEVNULL,

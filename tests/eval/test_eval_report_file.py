@@ -37,6 +37,7 @@ from loop_actors.eval.report import (
 )
 from projections.evaluation import CaseStatus
 from tests.support.cli import run_in_process
+from tests.support.eval import send
 
 PAYLOAD = "</script><img src=x onerror=alert(1)>"
 """Closes the page's script if written as it is, then runs code from an image's onerror."""
@@ -46,12 +47,6 @@ PAYLOAD = "</script><img src=x onerror=alert(1)>"
 def lookup(key: str) -> str:
     """Look a key up."""
     return f"value of {key}"
-
-
-@tool(effect="write")
-def send(to: str) -> str:
-    """Send a message (a write)."""
-    return f"sent to {to}"
 
 
 AGENT = Agent("filed", ScriptedModel([{"kind": "final", "answer": "unscripted"}]), [lookup, send])

@@ -27,6 +27,8 @@ from projections.evaluation import (
     sequence_matches,
     summarise,
 )
+from tests.support.eval import send
+from tests.support.replies import call
 
 
 @tool
@@ -48,19 +50,9 @@ def gamma(key: str) -> str:
 
 
 @tool(effect="write")
-def send(to: str) -> str:
-    """Send a message (a write)."""
-    return f"sent to {to}"
-
-
-@tool(effect="write")
 def flaky_send(to: str) -> str:
     """A write that fails unexpectedly mid-call: its outcome is unknown."""
     raise RuntimeError(f"connection reset while sending to {to}")
-
-
-def _call(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:
-    return {"id": call_id, "name": name, "arguments": arguments}
 
 
 def _agent(turns: list[dict[str, Any]], budget: Budget | None = None) -> Agent:
@@ -79,8 +71,8 @@ async def _events(
 
 
 PARALLEL_THEN_ONE: list[dict[str, Any]] = [
-    {"kind": "tool_calls", "calls": [_call("c1", "alpha", key="x"), _call("c2", "beta", key="y")]},
-    {"kind": "tool_calls", "calls": [_call("c3", "gamma", key="z")]},
+    {"kind": "tool_calls", "calls": [call("c1", "alpha", key="x"), call("c2", "beta", key="y")]},
+    {"kind": "tool_calls", "calls": [call("c3", "gamma", key="z")]},
     {"kind": "final", "answer": "the answer is 42"},
 ]
 
@@ -217,7 +209,7 @@ async def test_effects_pass_for_a_committed_write(tmp_path: Path) -> None:
     events = await _events(
         tmp_path,
         [
-            {"kind": "tool_calls", "calls": [_call("w1", "send", to="ops")]},
+            {"kind": "tool_calls", "calls": [call("w1", "send", to="ops")]},
             {"kind": "final", "answer": "sent"},
         ],
     )
@@ -232,7 +224,7 @@ async def test_effects_fail_for_a_write_left_outcome_unknown(tmp_path: Path) -> 
     events = await _events(
         tmp_path,
         [
-            {"kind": "tool_calls", "calls": [_call("w1", "flaky_send", to="ops")]},
+            {"kind": "tool_calls", "calls": [call("w1", "flaky_send", to="ops")]},
             {"kind": "final", "answer": "I sent it"},
         ],
     )
@@ -248,7 +240,7 @@ async def test_effects_fail_when_an_effect_key_is_dispatched_twice(tmp_path: Pat
     events = await _events(
         tmp_path,
         [
-            {"kind": "tool_calls", "calls": [_call("w1", "send", to="ops")]},
+            {"kind": "tool_calls", "calls": [call("w1", "send", to="ops")]},
             {"kind": "final", "answer": "sent"},
         ],
     )

@@ -25,6 +25,7 @@ from projections.evaluation import (
     arguments_match,
     score_events,
 )
+from tests.support.replies import call
 
 
 @tool
@@ -45,10 +46,6 @@ def notify(to: str) -> str:
     return f"told {to}"
 
 
-def _call(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:
-    return {"id": call_id, "name": name, "arguments": arguments}
-
-
 def _agent(turns: list[dict[str, Any]]) -> Agent:
     return Agent("expect", ScriptedModel(turns), [search, refund, notify])
 
@@ -66,8 +63,8 @@ async def _approval_events(tmp_path: Path, *, grant: bool) -> list[DomainEvent]:
         {
             "kind": "tool_calls",
             "calls": [
-                _call("r1", "refund", order_id="A-1", amount=250),
-                _call("n1", "notify", to="ops"),
+                call("r1", "refund", order_id="A-1", amount=250),
+                call("n1", "notify", to="ops"),
             ],
         },
         {"kind": "final", "answer": "done"},
@@ -164,8 +161,8 @@ SEARCHES: list[dict[str, Any]] = [
     {
         "kind": "tool_calls",
         "calls": [
-            _call("s1", "search", query="pears", filters={"region": "EU", "limit": 5}),
-            _call("s2", "search", query="apples"),
+            call("s1", "search", query="pears", filters={"region": "EU", "limit": 5}),
+            call("s2", "search", query="apples"),
         ],
     },
     {"kind": "final", "answer": "found"},
@@ -291,7 +288,7 @@ async def test_approvals_fail_when_the_wrong_calls_paused(tmp_path: Path) -> Non
 
 async def test_a_run_still_waiting_for_approval_shows_it_pending(tmp_path: Path) -> None:
     turns: list[dict[str, Any]] = [
-        {"kind": "tool_calls", "calls": [_call("r1", "refund", order_id="A", amount=500)]}
+        {"kind": "tool_calls", "calls": [call("r1", "refund", order_id="A", amount=500)]}
     ]
     events = await _events(tmp_path, turns)
     score = score_events(events, Expectations.model_validate({"reason": "approval_required"}))

@@ -32,18 +32,9 @@ from projections import runner as runner_module
 from projections.dialect import POSTGRESQL, SQLITE
 from projections.runner import DEFAULT_BATCH_SIZE, collector_paused
 from tests.conftest import postgres_admin_url
-from tests.projections.test_projections import TABLES, populate
 from tests.support.cli import run_cli
-from tests.support.read_model_stores import BACKENDS, ReadModelDatabases, dump_tables
-
-
-@pytest.fixture(params=BACKENDS)
-def views(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ReadModelDatabases]:
-    """The test's read models on SQLite, then on PostgreSQL (in the store's own database)."""
-    admin = postgres_admin_url() if request.param == "postgresql" else None
-    databases = ReadModelDatabases(request.param, tmp_path, admin)
-    yield databases
-    databases.close()
+from tests.support.read_model_runs import TABLES, populate
+from tests.support.read_model_stores import ReadModelDatabases, dump_tables
 
 
 @pytest.fixture(scope="module")

@@ -28,13 +28,7 @@ from loop_actors import (
     TerminalReason,
     tool,
 )
-
-
-def calls(*items: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "kind": "tool_calls",
-        "calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
+from tests.support.replies import calls
 
 
 class BlockingModel:

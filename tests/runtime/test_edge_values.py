@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 
 from aggregates.invocation import DecisionProposed, ResultsCommitted
 from loop_actors import (
@@ -37,46 +36,16 @@ from loop_actors import (
     UsageError,
     tool,
 )
-from loop_actors.audit.verify import verify_invocation
 from loop_actors.store.store import EventStore
 from tests.support.cli import CLI, cli_env, run_cli
-
-FINAL = {"kind": "final", "answer": "done"}
-
-
-def calls(*items: tuple[str, str, Any]) -> dict[str, Any]:
-    return {
-        "kind": "tool_calls",
-        "calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
+from tests.support.replies import FINAL, calls
+from tests.support.runs import assert_readable, drive
 
 
 @tool
 def echo(value: Any = None) -> Any:
     """Return what it is given."""
     return value
-
-
-def assert_readable(db_url: str, invocation_id: str = "inv") -> list[Any]:
-    """The invocation loads, its history reads, and its chains (and its writes') verify."""
-    store = EventStore(db_url, create=False)
-    try:
-        events = store.events(invocation_id)
-        reports = verify_invocation(store, invocation_id)
-    finally:
-        store.close()
-    assert all(report.intact for report in reports), reports
-    return events
-
-
-async def drive(agent: Agent, db_url: str, goal: str = "g") -> tuple[Any, list[Any]]:
-    with trio.fail_after(30):
-        async with Runtime(db_url) as runtime:
-            outcome = await runtime.run(agent, goal, invocation_id="inv")
-            await runtime.load("inv")
-            events = await runtime.history("inv")
-    assert_readable(db_url)
-    return outcome, events
 
 
 def rejections(events: list[Any]) -> list[Any]:

@@ -10,7 +10,7 @@ import trio.testing
 
 from aggregates.effect import Effect as LedgerEntry
 from aggregates.effect import effect_key
-from aggregates.invocation import BatchDispatched, ResultsCommitted
+from aggregates.invocation import BatchDispatched
 from loop_actors import (
     Agent,
     CatalogueChangedError,
@@ -25,6 +25,8 @@ from loop_actors import (
     tool,
 )
 from loop_actors.store.store import EventStore
+from tests.support.replies import FINAL, calls
+from tests.support.runs import results_of, run
 
 
 @pytest.fixture
@@ -84,27 +86,6 @@ def write_agent(service: FakeService, script: list[Any], **tool_options: Any) ->
         return key
 
     return Agent("writer", ScriptedModel(script), [record, look])
-
-
-def calls(*items: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "kind": "tool_calls",
-        "calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
-
-
-FINAL = {"kind": "final", "answer": "done"}
-
-
-async def run(agent: Agent, url: str = "memory://", invocation_id: str = "inv") -> Any:
-    async with Runtime(url) as runtime:
-        outcome = await runtime.run(agent, "g", invocation_id=invocation_id)
-        events = await runtime.history(invocation_id)
-    return outcome, events
-
-
-def results_of(events: list[Any]) -> list[Any]:
-    return [r for e in events if isinstance(e, ResultsCommitted) for r in e.results]
 
 
 def test_the_context_parameter_is_not_part_of_the_schema_the_model_sees() -> None:

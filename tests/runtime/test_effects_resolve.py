@@ -10,7 +10,6 @@ with that outcome as the call's result.
 from __future__ import annotations
 
 import json
-import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,6 @@ from aggregates.effect import (
     InvalidResolutionError,
     Resolution,
     Settler,
-    effect_key,
     who_settles,
 )
 from aggregates.errors import IllegalTransitionError
@@ -34,15 +32,23 @@ from loop_actors import (
     Agent,
     EffectNotFoundError,
     EffectResolutionError,
-    ModelRequest,
     Runtime,
     ScriptedModel,
     TerminalReason,
     UsageError,
-    tool,
 )
 from loop_actors.store.store import EventStore
 from tests.support.cli import run_cli
+from tests.support.effects import (
+    AGENTS,
+    INVOCATION,
+    KEY,
+    api_agent,
+    cli,
+    ledger,
+    paused_project,
+    paused_run,
+)
 
 
 @pytest.fixture
@@ -51,70 +57,9 @@ def db_url(store_url: str) -> str:
     return store_url
 
 
-AGENTS = '''
-import json
-
-import trio
-
-from loop_actors import Agent, ScriptedModel, tool
-
-
-@tool(effect="write", timeout_s=0.2, sensitive_output=["token"])
-async def write_file(path: str) -> dict:
-    """Write a file on an MCP-like server: not idempotent, no reconcile."""
-    await trio.sleep(30)  # the server never answers within the timeout
-    return {"path": path}
-
-
-def decide(request):
-    if request.step == 1:
-        return {
-            "kind": "tool_calls",
-            "calls": [{"id": "w1", "name": "write_file", "arguments": {"path": "/a"}}],
-        }
-    (result,) = request.results
-    if result.error is None:
-        output = result.output
-        if isinstance(output, dict) and output.get("token") == "s3cret":
-            output = {**output, "token": "real"}  # say it saw it, without repeating it
-        seen = {"output": output}
-    else:
-        seen = {"error": result.error.error_class, "message": result.error.message}
-    return {"kind": "final", "answer": json.dumps(seen, sort_keys=True)}
-
-
-writer = Agent("writer", ScriptedModel(decide), [write_file])
-other = Agent("other", ScriptedModel([{"kind": "final", "answer": "x"}]), [write_file])
-'''
-
-INVOCATION = "inv-1"
-KEY = effect_key(INVOCATION, 1, "w1")
-
-
-def cli(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_cli(*args, cwd=project, db=f"sqlite:///{project / 'store.db'}")
-
-
-def paused_project(project: Path) -> Path:
-    """A store in which ``inv-1`` is paused ``reconciliation_required`` on ``KEY``."""
-    project.mkdir(exist_ok=True)
-    (project / "agents.py").write_text(AGENTS)
-    ran = cli(project, "run", "agents:writer", "--goal", "write /a", "--id", INVOCATION)
-    assert ran.returncode == 3, ran.stderr
-    assert ran.stdout.splitlines()[0] == "reconciliation_required"
-    assert "no reconcile function" in ran.stdout
-    return project
-
-
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     return paused_project(tmp_path / "project")
-
-
-def ledger(project: Path) -> list[dict[str, Any]]:
-    history = cli(project, "history", KEY, "--json")
-    assert history.returncode == 0, history.stderr
-    return [json.loads(line) for line in history.stdout.splitlines()]
 
 
 def results_committed(project: Path) -> list[dict[str, Any]]:
@@ -430,29 +375,6 @@ def test_resolve_on_a_missing_database_is_refused_and_creates_nothing(tmp_path: 
 # --------------------------------------------------------------------------- the Python API
 
 SECRET_RECEIPT: dict[str, Any] = {"id": 7, "token": "s3cret"}
-
-
-def api_agent(seen: list[Any]) -> Agent:
-    @tool(effect="write", sensitive_output=["token"])
-    async def write_file(path: str) -> dict[str, Any]:
-        """Write without reconcile; the connection drops mid-call."""
-        raise ConnectionResetError("connection reset by peer")
-
-    def decide(request: ModelRequest) -> dict[str, Any]:
-        if request.step == 1:
-            return {
-                "kind": "tool_calls",
-                "calls": [{"id": "w1", "name": "write_file", "arguments": {"path": "/a"}}],
-            }
-        seen.extend(request.results)
-        return {"kind": "final", "answer": "done"}
-
-    return Agent("writer", ScriptedModel(decide), [write_file])
-
-
-async def paused_run(runtime: Runtime, agent: Agent) -> None:
-    outcome = await runtime.run(agent, "write /a", invocation_id=INVOCATION)
-    assert outcome.reason is TerminalReason.RECONCILIATION_REQUIRED
 
 
 async def test_runtime_resolve_effect_then_resume_gives_the_model_the_real_receipt(

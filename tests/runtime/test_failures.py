@@ -25,19 +25,13 @@ from loop_actors import (
     UsageError,
     tool,
 )
+from tests.support.replies import calls
 
 
 @pytest.fixture
 def db_url(store_url: str) -> str:
     """This module's stores: each test runs on a SQLite file and on PostgreSQL."""
     return store_url
-
-
-def calls(*items: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "kind": "tool_calls",
-        "calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
 
 
 class SlowWrites:

@@ -28,15 +28,9 @@ from loop_actors import (
 )
 from loop_actors.cli import main
 from loop_actors.store.store import EventStore
-from tests.runtime.test_edge_values import FINAL, calls, drive
-from tests.runtime.test_effects_resolve import (
-    KEY,
-    api_agent,
-    cli,
-    ledger,
-    paused_project,
-    paused_run,
-)
+from tests.support.effects import KEY, api_agent, cli, ledger, paused_project, paused_run
+from tests.support.replies import FINAL, calls
+from tests.support.runs import drive
 
 HUGE_INT = 2**70
 TEN_MB = "x" * 10_000_000

@@ -26,7 +26,7 @@ from loop_actors import Agent, Budget, Runtime, ScriptedModel, UsageError, tool
 from loop_actors.agent.tools import Tool
 from loop_actors.cli.main import main
 from loop_actors.runtime.replay import ReplayFilter, ReplayReport
-from tests.store.test_stores_written_before import restore_sqlite
+from tests.support.fixture_stores import restore_sqlite
 
 REPO = Path(__file__).resolve().parents[2]
 

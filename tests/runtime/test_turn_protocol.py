@@ -31,19 +31,9 @@ from loop_actors import (
     ToolError,
     tool,
 )
+from tests.support.replies import calls, final
 
 MEMORY = "memory://"
-
-
-def calls(*items: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "kind": "tool_calls",
-        "calls": [{"id": i, "name": n, "arguments": a} for i, n, a in items],
-    }
-
-
-def final(answer: str) -> dict[str, Any]:
-    return {"kind": "final", "answer": answer}
 
 
 class Counter:

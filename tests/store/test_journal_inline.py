@@ -29,13 +29,8 @@ from aggregates.events import DomainEvent
 from loop_actors._messages import CommitFailed, Committed
 from loop_actors.store.journal import Journal, commit_group
 from loop_actors.store.store import EventStore
-from tests.store.test_journal_locks import FakeClock, FakeStore, commits, locked
-from tests.store.test_store import _started
-
-
-def started(invocation_id: str) -> Sequence[DomainEvent]:
-    """The ``InvocationStarted`` of a new invocation."""
-    return _started(invocation_id)
+from tests.support.events import started
+from tests.support.journal import FakeClock, FakeStore, commits, locked
 
 
 class Writers:

@@ -43,6 +43,7 @@ from loop_actors.store.url import StoreUrl
 from projections import list_invocations
 from tests.conftest import postgres_admin_url
 from tests.support.cli import run_cli
+from tests.support.events import started
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -452,7 +453,7 @@ def test_db_functions_stay_off_whatever_the_environment_says(
     monkeypatch.setenv("POSTGRES_ENABLE_DB_FUNCTIONS", "y")
     monkeypatch.setenv("LOOPACTORS_POSTGRES_ENABLE_DB_FUNCTIONS", "y")
     store = EventStore(postgres_url)
-    store.append(_started_events("a"))
+    store.append(started("a"))
     recorder: Any = store.app.recorder
     assert recorder.datastore.enable_db_functions is False
     store.close()
@@ -475,12 +476,6 @@ def test_lock_statements_of_another_shape_are_refused_when_the_store_opens(
     monkeypatch.setattr(PostgresApplicationRecorder, "__init__", upgraded)
     with pytest.raises(StoreUnavailableError, match="unexpected lock statements"):
         EventStore(postgres_url)
-
-
-def _started_events(invocation_id: str) -> list[Any]:
-    from tests.store.test_store import _started
-
-    return _started(invocation_id)
 
 
 # --------------------------------------------------------------------------- a private server

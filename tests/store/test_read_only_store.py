@@ -28,25 +28,7 @@ from loop_actors import Budget
 from loop_actors._errors import StoreReadOnlyError, StoreUnavailableError
 from loop_actors.store.store import EventStore
 from tests.support.cli import cli_env, run_cli
-
-AGENTS = '''
-from loop_actors import Agent, ScriptedModel, tool
-
-@tool
-def lookup(key: str) -> dict:
-    """Look up a key."""
-    return {"key": key}
-
-answering = Agent(
-    "answering",
-    ScriptedModel([
-        {"kind": "tool_calls", "calls": [{"id": "c1", "name": "lookup", "arguments": {"key": "k"}}]},
-        {"kind": "final", "answer": "done"},
-    ]),
-    [lookup],
-)
-asking = Agent("asking", ScriptedModel([{"kind": "clarification", "question": "Which one?"}]))
-'''
+from tests.support.project_agents import AGENTS
 
 LAUNCHER = str(Path(__file__).parents[1] / "support" / "unprivileged.py")
 

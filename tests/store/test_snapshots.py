@@ -25,7 +25,7 @@ from aggregates.events import fold
 from aggregates.invocation import LAZY_TURNS, Invocation, InvocationSnapshot, Turns
 from loop_actors import Agent, InconsistentHistoryError, ModelRequest, Runtime, ScriptedModel
 from loop_actors.store.store import EventStore
-from tests.aggregates.test_invocation_aggregate import RICH_COMMANDS, apply_rich, new
+from tests.support.invocations import RICH_COMMANDS, apply_rich, new
 from tests.support.snapshots import SNAPSHOT_EVERY, decide, fail, lookup, main, refund, restore
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "snapshots-main.sql"

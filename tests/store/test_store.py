@@ -13,6 +13,7 @@ from aggregates.effect import EFFECT_EVENT_TYPES
 from aggregates.invocation import EVENT_TYPES, InvocationSnapshot
 from loop_actors import Agent, ModelRequest, Runtime, ScriptedModel, tool
 from loop_actors.store.store import EventStore
+from tests.support.events import started
 
 
 def _admits_none(annotation: Any) -> bool:
@@ -155,29 +156,10 @@ def store_url(request: pytest.FixtureRequest, db_url: str) -> str:
     return db_url if request.param == "file" else "memory://"
 
 
-def _started(invocation_id: str) -> list[Any]:
-    from datetime import UTC, datetime
-
-    from aggregates.invocation import Invocation
-    from loop_actors import Budget
-
-    invocation = Invocation.start(
-        invocation_id=invocation_id,
-        goal="g",
-        agent_name="a",
-        agent_version="1",
-        catalogue_digest="d",
-        tools=[],
-        budget=Budget(),
-        at=datetime(2026, 11, 30, tzinfo=UTC),
-    )
-    return invocation.take_events()
-
-
 def test_an_append_is_a_notification_eventsourcing_reads_back(store_url: str) -> None:
     store = EventStore(store_url)
-    first = store.append(_started("a"))
-    second = store.append(_started("b"))
+    first = store.append(started("a"))
+    second = store.append(started("b"))
     assert (first, second) == (1, 2)
     assert store.head() == 2
     notifications = store.app.recorder.select_notifications(start=1, limit=10)
@@ -194,16 +176,16 @@ def test_an_append_to_a_taken_position_raises_integrity_error_and_writes_nothing
     from eventsourcing.persistence import IntegrityError
 
     store = EventStore(store_url)
-    store.append(_started("a"))
+    store.append(started("a"))
     with pytest.raises(IntegrityError):
-        store.append(_started("a"))
+        store.append(started("a"))
     # One transaction: the new invocation in the same group is not written either.
     with pytest.raises(IntegrityError):
-        store.append([*_started("b"), *_started("a")])
+        store.append([*started("b"), *started("a")])
     assert store.invocation_ids() == ["a"]
     assert store.head() == 1
     # The connection is usable after the failures.
-    assert store.append(_started("c")) == store.head()
+    assert store.append(started("c")) == store.head()
     store.close()
 
 
@@ -222,7 +204,7 @@ def test_a_large_append_is_written_whole_and_in_order(store_url: str, statements
     # A full single INSERT, or two full ones and a shorter third in one transaction.
     count = _rows_per_insert(store) * statements - (0 if statements == 1 else 17)
     ids = [f"inv-{n:05d}" for n in range(count)]
-    assert store.append([event for i in ids for event in _started(i)]) == count
+    assert store.append([event for i in ids for event in started(i)]) == count
     notifications = store.app.recorder.select_notifications(start=1, limit=count + 10)
     assert [n.id for n in notifications] == list(range(1, count + 1))
     assert [n.originator_id for n in notifications] == ids
@@ -238,14 +220,14 @@ def test_a_large_append_with_a_taken_position_in_its_last_rows_writes_nothing(
     from eventsourcing.persistence import IntegrityError
 
     store = EventStore(store_url)
-    store.append(_started("taken"))
+    store.append(started("taken"))
     count = _rows_per_insert(store) * statements - 1
-    fresh = [event for n in range(count) for event in _started(f"inv-{n:05d}")]
+    fresh = [event for n in range(count) for event in started(f"inv-{n:05d}")]
     with pytest.raises(IntegrityError):
-        store.append([*fresh, *_started("taken")])
+        store.append([*fresh, *started("taken")])
     assert store.invocation_ids() == ["taken"]
     assert store.head() == 1
-    assert store.append(_started("after")) == store.head()  # the connection still works
+    assert store.append(started("after")) == store.head()  # the connection still works
     store.close()
 
 
@@ -281,9 +263,9 @@ def test_a_memory_store_appends_through_the_same_recorder_as_a_file(db_url: str)
 
 def test_two_memory_stores_share_nothing() -> None:
     first, second = EventStore("memory://"), EventStore("memory://")
-    first.append(_started("a"))
+    first.append(started("a"))
     assert second.invocation_ids() == []
-    assert second.append(_started("a")) == 1
+    assert second.append(started("a")) == 1
     first.close()
     second.close()
 
@@ -293,7 +275,7 @@ def test_reads_on_other_threads_during_appends_in_memory_never_find_the_table_lo
     import threading
 
     store = EventStore("memory://")
-    store.append(_started("first"))
+    store.append(started("first"))
     appended = threading.Event()
     failures: list[BaseException] = []
 
@@ -310,7 +292,7 @@ def test_reads_on_other_threads_during_appends_in_memory_never_find_the_table_lo
         reader.start()
     try:
         for n in range(300):
-            store.append(_started(f"inv-{n}"))
+            store.append(started(f"inv-{n}"))
     finally:
         appended.set()
         for reader in readers:
@@ -332,11 +314,11 @@ def test_an_append_to_a_locked_database_raises_operational_error_and_writes_noth
     blocker = sqlite3.connect(path, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
     with pytest.raises(OperationalError, match="locked"):
-        store.append(_started("a"))
+        store.append(started("a"))
     blocker.rollback()
     blocker.close()
     assert store.invocation_ids() == []
-    assert store.append(_started("a")) == 1
+    assert store.append(started("a")) == 1
     store.close()
 
 
@@ -375,8 +357,8 @@ async def test_a_commit_handed_to_a_closed_journal_fails_and_writes_nothing(
 
     store = EventStore(store_url)
     async with Journal(store) as journal:
-        assert isinstance(await journal.commit(_started("a")), Committed)
-    failed = await journal.commit(_started("b"))
+        assert isinstance(await journal.commit(started("a")), Committed)
+    failed = await journal.commit(started("b"))
     assert isinstance(failed, CommitFailed)
     assert failed.conflict is False
     assert store.invocation_ids() == ["a"]

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from loop_actors import EventStore, open_runner
 from projections import list_open_effects, load_trajectory, metrics
 from tests.conftest import REQUIRE_POSTGRES_ENV, postgres_admin_url
 from tests.fixture_agents import DESK_ENV, RefundDesk
-from tests.support.fixture_stores import POSTGRES_DUMP, REPO, SQLITE_DUMP, cli
+from tests.support.fixture_stores import POSTGRES_DUMP, REPO, SQLITE_DUMP, cli, restore_sqlite
 
 AGENT = "tests.fixture_agents:agent"
 """How the CLI names the fixture's agent (imported from the repository's root)."""
@@ -153,13 +152,6 @@ class Restored:
         result = self.cli(*args, "--json")
         assert result.returncode == 0, result.stderr
         return [json.loads(line) for line in result.stdout.splitlines()]
-
-
-def restore_sqlite(dump: Path, path: Path) -> str:
-    """A SQLite store at ``path`` made from a ``.dump``, in WAL mode as every store is."""
-    with closing(sqlite3.connect(path)) as connection:
-        connection.executescript(f"{dump.read_text()}\nPRAGMA journal_mode=WAL;")
-    return f"sqlite:///{path}"
 
 
 def restore_postgres(dump: Path, url: str) -> None:

@@ -60,3 +60,13 @@ def _repacked(old: bytes, plain: bytes) -> bytes:
     if not is_packed(old):
         return plain
     return pack_state(plain, deflate=old[0] == PACKED_DEFLATE)
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "verify_checkpoint.py"
+
+
+def rows(db: Path) -> int:
+    connection = sqlite3.connect(db)
+    (count,) = connection.execute("SELECT COUNT(*) FROM stored_events").fetchone()
+    connection.close()
+    return int(count)

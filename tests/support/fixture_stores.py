@@ -189,5 +189,12 @@ def main(argv: list[str] | None = None) -> None:
         print(f"wrote {POSTGRES_DUMP}")
 
 
+def restore_sqlite(dump: Path, path: Path) -> str:
+    """A SQLite store at ``path`` made from a ``.dump``, in WAL mode as every store is."""
+    with closing(sqlite3.connect(path)) as connection:
+        connection.executescript(f"{dump.read_text()}\nPRAGMA journal_mode=WAL;")
+    return f"sqlite:///{path}"
+
+
 if __name__ == "__main__":
     main()

@@ -28,36 +28,13 @@ from loop_actors import (
     tool,
 )
 from loop_actors.store.queue import WorkQueue
-
-
-@tool
-def look(item: str) -> str:
-    """Look something up."""
-    return f"saw {item}"
-
-
-def two_steps(request: ModelRequest) -> dict[str, Any]:
-    if request.step == 1:
-        return {
-            "kind": "tool_calls",
-            "calls": [{"id": "c1", "name": "look", "arguments": {"item": request.goal}}],
-        }
-    return {"kind": "final", "answer": f"done {request.goal}"}
-
-
-AGENT = Agent("looker", ScriptedModel(two_steps), [look])
+from tests.support.workers import AGENT, look, queue_row, two_steps
 
 
 @tool(name="look", requires_approval=True)
 def guarded_look(item: str) -> str:
     """Look something up, once a person approved."""
     return f"saw {item}"
-
-
-async def queue_row(db_url: str, invocation_id: str) -> Any:
-    async with Runtime(db_url) as runtime:
-        keeper = runtime._lease_keeper()
-        return await keeper.call(keeper.queue.row, invocation_id)
 
 
 async def test_submitted_invocations_are_recorded_runnable_and_a_worker_drives_them_all(

@@ -36,16 +36,9 @@ from loop_actors import (
 )
 from loop_actors.store.reader import DriveReads, StoreReader
 from loop_actors.store.store import EventStore
-from tests.runtime.test_resume_refuses_cut_history import (
-    CHARGES,
-    charge,
-    cut_from,
-    first_position,
-    run_once,
-    scripted,
-)
+from tests.support.cut_history import CHARGES, charge, cut_from, first_position, run_once, scripted
 from tests.support.snapshots import SNAPSHOT_EVERY, _write
-from tests.workers.test_worker import AGENT, look, queue_row
+from tests.support.workers import AGENT, look, queue_row
 
 
 def _same_state(a: Any, b: Any) -> bool:
