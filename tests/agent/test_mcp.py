@@ -44,6 +44,8 @@ from loop_actors.agent.tools import Reconciled
 from tests.support.replies import FINAL, calls
 from tests.support.runs import results_of, run
 
+pytestmark = pytest.mark.slow
+
 SERVER_APP = Path(__file__).parents[1] / "support" / "mcp_server_app.py"
 SERVER = StdioServer(command=sys.executable, args=[str(SERVER_APP)])
 

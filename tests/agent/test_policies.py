@@ -27,6 +27,8 @@ from loop_actors import (
 from tests.support.cli import CLI, cli_env, run_cli
 from tests.support.replies import calls, final
 
+pytestmark = pytest.mark.slow
+
 
 class Ledger:
     """Counts what really ran."""

@@ -19,6 +19,8 @@ from loop_actors import Runtime
 from tests.support.audit import AGENT, tamperable
 from tests.support.cli import run_cli
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def store(tmp_path: Path) -> Path:

@@ -19,6 +19,8 @@ from loop_actors import Runtime
 from tests.support.audit import AGENT, EXAMPLE, rows
 from tests.support.cli import run_cli
 
+pytestmark = pytest.mark.slow
+
 
 def run(path: Path, *ids: str) -> None:
     async def go() -> None:

@@ -31,6 +31,8 @@ from loop_actors.store.store import EventStore
 from tests.support.audit import AGENT, RUNS, tamperable
 from tests.support.cli import run_cli
 
+pytestmark = pytest.mark.slow
+
 ASKER = Agent("asker", ScriptedModel([{"kind": "clarification", "question": "Which one?"}]))
 
 

@@ -24,6 +24,8 @@ from loop_actors import Runtime
 from tests.support.audit import AGENT
 from tests.support.cli import run_cli
 
+pytestmark = pytest.mark.slow
+
 EVENTS = "loopactors_events"
 """eventsourcing names the events table after the application (``LoopActors``)."""
 

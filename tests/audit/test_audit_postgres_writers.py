@@ -24,9 +24,12 @@ def _postgres_urls_supported() -> bool:
     return True
 
 
-pytestmark = pytest.mark.skipif(
-    not _postgres_urls_supported(), reason="this tree's store has no PostgreSQL recorder yet"
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not _postgres_urls_supported(), reason="this tree's store has no PostgreSQL recorder yet"
+    ),
+]
 
 WRITER = textwrap.dedent(
     """

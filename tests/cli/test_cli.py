@@ -10,6 +10,8 @@ import pytest
 
 from tests.support.cli import run_cli
 
+pytestmark = pytest.mark.slow
+
 AGENTS = '''
 from loop_actors import Agent, Budget, ScriptedModel, tool
 

@@ -14,6 +14,8 @@ import pytest
 
 from tests.support.cli import run_cli
 
+pytestmark = pytest.mark.slow
+
 APP = Path(__file__).parents[1] / "support" / "payments_app.py"
 
 

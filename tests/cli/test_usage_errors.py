@@ -44,6 +44,8 @@ from loop_actors import (
 from tests.support.cli import CLI, cli_env, run_cli, run_in_process
 from tests.support.project_agents import AGENTS
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def run_main(

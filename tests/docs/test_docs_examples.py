@@ -23,6 +23,8 @@ import pytest
 from tests.support.docs import ROOT, doc_pages
 from tests.support.stored_bytes import readable_bytes
 
+pytestmark = pytest.mark.slow
+
 EXAMPLES = ROOT / "docs" / "examples"
 TESTED_EXAMPLES = {
     "quickstart.py",

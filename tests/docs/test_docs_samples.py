@@ -30,6 +30,8 @@ import pytest
 
 from tests.support.docs import ROOT
 
+pytestmark = pytest.mark.slow
+
 EXAMPLES = ROOT / "docs" / "examples"
 
 RUN = [

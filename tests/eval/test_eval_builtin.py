@@ -19,6 +19,8 @@ from projections.evaluation import CaseStatus
 from tests.support.cli import run_cli
 from tests.support.eval import read_report
 
+pytestmark = pytest.mark.slow
+
 CASE_IDS = [
     "direct-answer",
     "one-tool-call",

@@ -11,6 +11,8 @@ import pytest
 from tests.support.cli import run_cli
 from tests.support.eval import eval_db, read_report
 
+pytestmark = pytest.mark.slow
+
 SUITE_AGENT = '''
 from loop_actors import Agent, ScriptedModel, tool
 

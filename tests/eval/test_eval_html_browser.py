@@ -20,6 +20,8 @@ import pytest
 from tests.support.cli import run_cli
 from tests.support.eval import AGENT, CHECKS, HOSTILE_ANSWER, HOSTILE_GOAL, hostile_suite
 
+pytestmark = pytest.mark.slow
+
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = [
     "--headless",

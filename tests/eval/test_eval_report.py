@@ -20,6 +20,8 @@ import pytest
 from tests.support.cli import CLI, cli_env, run_cli
 from tests.support.eval import AGENT, CHECKS, eval_db, hostile_suite
 
+pytestmark = pytest.mark.slow
+
 YAML_SUITE = """\
 # The issue's smallest file, in YAML.
 agent: suite_agent:agent

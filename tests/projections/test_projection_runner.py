@@ -36,6 +36,8 @@ from tests.support.cli import run_cli
 from tests.support.read_model_runs import TABLES, populate
 from tests.support.read_model_stores import ReadModelDatabases, dump_tables
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def store_of_60(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EventStore]:

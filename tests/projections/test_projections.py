@@ -41,6 +41,8 @@ from tests.support.cli import run_cli
 from tests.support.read_model_runs import AGENTS, TABLES, behaviour, lookup, populate
 from tests.support.read_model_stores import ReadModelDatabases, dump_tables
 
+pytestmark = pytest.mark.slow
+
 
 def dump(views: Path) -> dict[str, list[tuple[Any, ...]]]:
     connection = sqlite3.connect(views)

@@ -50,6 +50,8 @@ from tests.support.effects import (
     paused_run,
 )
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def db_url(store_url: str) -> str:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
+import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -52,6 +53,8 @@ from loop_actors import (
 from loop_actors.audit.verify import verify_invocation
 from loop_actors.store.store import EventStore
 from tests.support.cli import CLI, cli_env
+
+pytestmark = pytest.mark.slow
 
 
 class Custom(BaseException):

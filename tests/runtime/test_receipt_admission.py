@@ -32,6 +32,8 @@ from tests.support.effects import KEY, api_agent, cli, ledger, paused_project, p
 from tests.support.replies import FINAL, calls
 from tests.support.runs import drive
 
+pytestmark = pytest.mark.slow
+
 HUGE_INT = 2**70
 TEN_MB = "x" * 10_000_000
 UNREFUSED = ["EffectPrepared", "EffectDispatched", "EffectOutcomeUnknown"]

@@ -34,6 +34,8 @@ from loop_actors import (
 from tests.support.cli import run_cli
 from tests.support.stored_bytes import readable_bytes
 
+pytestmark = pytest.mark.slow
+
 CARD = "4111111111111111"
 
 PAYER_APP = f'''

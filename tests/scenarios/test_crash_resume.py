@@ -22,6 +22,8 @@ from tests.support.cli import run_cli
 from tests.support.history import assert_history_is_whole
 from tests.support.payments_app import PaymentService
 
+pytestmark = pytest.mark.slow
+
 APP = Path(__file__).parents[1] / "support" / "payments_app.py"
 INVOCATION = "inv-crash"
 

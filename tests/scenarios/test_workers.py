@@ -31,6 +31,8 @@ from tests.support.cli import CLI, cli_env, run_cli
 from tests.support.history import assert_history_is_whole
 from tests.support.payments_app import PaymentService
 
+pytestmark = pytest.mark.slow
+
 HERE = Path(__file__).parents[1] / "support"
 AGENT_REF = "workers_app:agent"
 

@@ -45,6 +45,8 @@ from tests.conftest import postgres_admin_url
 from tests.support.cli import run_cli
 from tests.support.events import started
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 
 # --------------------------------------------------------------------------- URLs (no I/O)

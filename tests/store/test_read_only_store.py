@@ -30,6 +30,8 @@ from loop_actors.store.store import EventStore
 from tests.support.cli import cli_env, run_cli
 from tests.support.project_agents import AGENTS
 
+pytestmark = pytest.mark.slow
+
 LAUNCHER = str(Path(__file__).parents[1] / "support" / "unprivileged.py")
 
 READS: list[tuple[str, ...]] = [

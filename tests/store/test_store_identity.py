@@ -21,6 +21,8 @@ from loop_actors.store.views import open_runner, views_location
 from projections import ForeignReadModelsError, ProjectionRunner, default_projections
 from tests.support.cli import cli_env, run_cli
 
+pytestmark = pytest.mark.slow
+
 AGENTS = '''
 from loop_actors import Agent, ScriptedModel, tool
 

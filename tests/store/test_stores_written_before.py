@@ -32,6 +32,8 @@ from tests.conftest import REQUIRE_POSTGRES_ENV, postgres_admin_url
 from tests.fixture_agents import DESK_ENV, RefundDesk
 from tests.support.fixture_stores import POSTGRES_DUMP, REPO, SQLITE_DUMP, cli, restore_sqlite
 
+pytestmark = pytest.mark.slow
+
 AGENT = "tests.fixture_agents:agent"
 """How the CLI names the fixture's agent (imported from the repository's root)."""
 
