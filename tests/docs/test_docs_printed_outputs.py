@@ -1,7 +1,7 @@
 """Every output a how-to shows under its code is what the example prints, values included.
 
 A ``text`` block that a page marks ``<!-- printed by: COMMAND -->`` (the line before
-it) is run: COMMAND (``python x.py``, as ``tests/test_docs_samples.py`` runs a page's
+it) is run: COMMAND (``python x.py``, as ``tests/docs/test_docs_samples.py`` runs a page's
 commands) in a fresh copy of ``docs/examples``, and the block's lines must be found,
 one after the other, in what it printed; a page's blocks of one command in the order
 the page shows them. Lines are compared as ``test_docs_samples`` compares them: every
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_docs_samples import EXAMPLES, ROOT, Shell, _not_an_example, line_matches
+from tests.docs.test_docs_samples import EXAMPLES, ROOT, Shell, _not_an_example, line_matches
 
 MARKED = re.compile(r"^<!-- printed by: (.+?) -->\n```text\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 NOT_RUN = re.compile(r"^<!-- not run: .+? -->\n```text\n", re.MULTILINE)

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_support import CLI, cli_env, run_cli
-from tests.test_docs_samples import EXAMPLES, Shell, _not_an_example
+from tests.docs.test_docs_samples import EXAMPLES, Shell, _not_an_example
+from tests.support.cli import CLI, cli_env, run_cli
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 WIDTH = 80

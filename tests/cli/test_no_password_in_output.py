@@ -24,7 +24,7 @@ import pytest
 
 from loop_actors.cli.parser import build_parser
 from loop_actors.store.url import redacted_url
-from tests.cli_support import CLI, cli_env, run_in_process
+from tests.support.cli import CLI, cli_env, run_in_process
 
 AGENTS = '''
 from loop_actors import Agent, ScriptedModel, tool

@@ -25,7 +25,7 @@ import pytest
 
 from tests.conftest import postgres_admin_url
 
-SCRIPT = Path(__file__).resolve().parent.parent / ".ci" / "pg.sh"
+SCRIPT = Path(__file__).resolve().parents[2] / ".ci" / "pg.sh"
 
 
 def _env(**extra: str) -> dict[str, str]:

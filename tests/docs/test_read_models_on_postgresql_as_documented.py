@@ -23,10 +23,10 @@ import trio
 
 from loop_actors import EventStore, Runtime, open_runner
 from projections import list_invocations
-from tests.cli_support import run_in_process
 from tests.conftest import postgres_admin_url
+from tests.support.cli import run_in_process
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 AGENTS = '''
 from loop_actors import Agent, ScriptedModel, tool

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_support import run_cli
-from tests.test_docs_samples import EXAMPLES, ROOT, Shell, _not_an_example, output_matches
+from tests.docs.test_docs_samples import EXAMPLES, ROOT, Shell, _not_an_example, output_matches
+from tests.support.cli import run_cli
 
 PAGE = ROOT / "docs" / "how-to" / "query-read-models.md"
 

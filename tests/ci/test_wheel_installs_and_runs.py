@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("aggregates", "loop_actors", "projections")
 WARNINGS = ("SetuptoolsDeprecationWarning", "is absent from the `packages` configuration")
 
