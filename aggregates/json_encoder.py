@@ -5,7 +5,7 @@ on every call, and ``json.dumps`` with options builds a new ``JSONEncoder`` too;
 the hot paths (every event's digest and canonical record, every stored row's id)
 the runtime builds the encoder once and calls it directly. ``c_make_encoder`` and
 its nine positional arguments are CPython's, not a documented API: every use goes
-through this module, and ``tests/test_json_encoder_internals.py`` fails loudly,
+through this module, and ``tests/aggregates/test_json_encoder_internals.py`` fails loudly,
 naming this module, when a Python upgrade changes them. Without the C accelerator
 (another Python implementation) :func:`c_encoder` answers None and callers use the
 documented ``JSONEncoder.encode``.

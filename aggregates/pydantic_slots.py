@@ -6,7 +6,7 @@ values), ``__pydantic_fields_set__``, ``__pydantic_extra__`` and
 defaults and aliases field by field; on a hot path, for values the runtime made
 itself or read from validated events, :func:`built` writes them directly. That
 relies on pydantic's layout, which is not public API: every use goes through this
-module, and ``tests/test_pydantic_slots.py`` fails loudly, naming this module,
+module, and ``tests/aggregates/test_pydantic_slots.py`` fails loudly, naming this module,
 when a pydantic upgrade changes the layout.
 """
 

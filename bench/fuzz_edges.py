@@ -1,4 +1,4 @@
-"""The long run of the edge fuzzer (tests/test_fuzz_edges.py runs 50 examples in CI).
+"""The long run of the edge fuzzer (tests/runtime/test_fuzz_edges.py runs 50 examples in CI).
 
 Draws EXAMPLES runs of a model, tools and a service that answer NaN, ±Infinity, lone
 surrogates, deep nesting, huge strings, negative numbers, non-JSON objects and
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from aggregates.invocation import DecisionProposed, Paused, ResultsCommitted, Terminated
 from loop_actors.store.store import EventStore
-from tests.test_fuzz_edges import check_cli, fuzz
+from tests.runtime.test_fuzz_edges import check_cli, fuzz
 
 
 def main() -> None:

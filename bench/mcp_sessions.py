@@ -1,6 +1,6 @@
 """What MCP tool calls cost: a session (a server process) per call against one per runtime.
 
-Four sequential calls of the ``echo`` tool of tests/mcp_server_app.py over stdio,
+Four sequential calls of the ``echo`` tool of tests/support/mcp_server_app.py over stdio,
 made three ways, REPS times, interleaved:
 
 - ``a session per call``: ``call_mcp_tool`` outside a runtime, which opens a session
@@ -43,7 +43,7 @@ from loop_actors.agent.mcp import (
 
 SERVER = StdioServer(
     command=sys.executable,
-    args=[str(Path(__file__).resolve().parent.parent / "tests" / "mcp_server_app.py")],
+    args=[str(Path(__file__).resolve().parent.parent / "tests" / "support" / "mcp_server_app.py")],
 )
 CALLS = 4
 

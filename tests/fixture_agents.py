@@ -5,6 +5,9 @@ It imports only the public API (``loop_actors``), so that ``loop-actors resume I
 to the runtime's private modules. Its name, tools, schemas, budget and approval rule
 are recorded in every invocation of the fixtures: changing any of them makes resuming
 those invocations a catalogue or settings change. Change nothing here but comments.
+That includes where this module is: the approval rule is recorded by its module path
+(``rule tests.fixture_agents.refund_needs_approval``), so this module stays at
+``tests/fixture_agents.py`` and does not move into ``tests/support/`` with the rest.
 
 One agent plays every invocation of the fixture, its script chosen by the goal
 (``GOALS``). The refund desk is a small service with its own SQLite file

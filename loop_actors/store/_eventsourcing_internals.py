@@ -4,7 +4,7 @@ eventsourcing documents its applications, recorders and datastores, not how
 its SQLite connection pool picks a journal mode, nor how its frozen ``Notification``
 keeps its fields. What the store needs of such
 undocumented behaviour is written here, once, so that an upgrade of
-eventsourcing that changes it fails in one place: ``tests/test_eventsourcing_internals.py``
+eventsourcing that changes it fails in one place: ``tests/store/test_eventsourcing_internals.py``
 checks every member named in :data:`RELIED_ON` still exists with the shape
 used (the PostgreSQL recorder's overrides and ``projections/sql.py``'s use of
 the SQLite connection are listed there too; ``projections`` may not import

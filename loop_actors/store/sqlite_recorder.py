@@ -51,7 +51,7 @@ class LeanSQLiteRecorder(StoreTables, SQLiteApplicationRecorder):
     unchanged; ``select_notifications`` runs eventsourcing's statement and makes the same
     notifications more cheaply; ``insert_events`` is replaced. The
     class is checked with eventsourcing's own recorder test cases
-    (``tests/test_store_recorder_contract.py``), on a file and in memory.
+    (``tests/store/test_store_recorder_contract.py``), on a file and in memory.
 
     The insert writes the rows eventsourcing's recorder writes (its table, its
     insert statement; the row id is the notification id), with the same

@@ -18,10 +18,13 @@ from typing import Any
 
 import pytest
 
-from tests.cli_support import run_cli
-from tests.scenarios.payments_app import PaymentService
+from tests.support.cli import run_cli
+from tests.support.history import assert_history_is_whole
+from tests.support.payments_app import PaymentService
 
-APP = Path(__file__).with_name("payments_app.py")
+pytestmark = pytest.mark.slow
+
+APP = Path(__file__).parents[1] / "support" / "payments_app.py"
 INVOCATION = "inv-crash"
 
 CRASH_CASES = [
@@ -72,22 +75,6 @@ def history(cwd: Path) -> list[dict[str, Any]]:
     result = loop_actors("history", INVOCATION, "--json", cwd=cwd)
     assert result.returncode == 0, result.stderr
     return [json.loads(line) for line in result.stdout.splitlines()]
-
-
-def assert_history_is_whole(records: list[dict[str, Any]]) -> None:
-    """No gap, duplicate or reordering: positions 1..n, one start, one end, steps in order."""
-    assert [r["position"] for r in records] == list(range(1, len(records) + 1))
-    types = [r["type"] for r in records]
-    assert types[0] == "InvocationStarted"
-    assert types.count("InvocationStarted") == 1
-    assert types.count("Terminated") == 1
-    assert types[-1] == "Terminated"
-    steps = [r["data"]["step"] for r in records if r["type"] == "DecisionProposed"]
-    assert steps == list(range(1, len(steps) + 1))
-    for record in records:
-        if record["type"] == "ResultsCommitted":
-            ids = [result["call_id"] for result in record["data"]["results"]]
-            assert len(ids) == len(set(ids))
 
 
 @pytest.fixture(scope="module")

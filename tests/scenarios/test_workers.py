@@ -26,12 +26,14 @@ from loop_actors import EventStore, Runtime, StoreUnavailableError, StoreUrlErro
 from loop_actors.cli.history import event_record
 from loop_actors.store.queue import PostgresQueue, SQLiteQueue, WorkQueue
 from loop_actors.store.url import StoreUrl
-from tests.cli_support import CLI, cli_env, run_cli
-from tests.scenarios import payments_app
-from tests.scenarios.payments_app import PaymentService
-from tests.scenarios.test_crash_resume import assert_history_is_whole
+from tests.support import payments_app
+from tests.support.cli import CLI, cli_env, run_cli
+from tests.support.history import assert_history_is_whole
+from tests.support.payments_app import PaymentService
 
-HERE = Path(__file__).parent
+pytestmark = pytest.mark.slow
+
+HERE = Path(__file__).parents[1] / "support"
 AGENT_REF = "workers_app:agent"
 
 

@@ -5,5 +5,5 @@
 eventsourcing nor pydantic, so that ``loop-actors <command> --help`` (and a
 usage error) stays as quick as ``--version``: a command's defaults and choices
 are written here as literals, and a test checks that they agree with the
-runtime's (``tests/test_cli_startup.py``).
+runtime's (``tests/cli/test_cli_startup.py``).
 """

@@ -1,0 +1,238 @@
+"""The CLI's start-up: lazy imports, the public names, the entry points and ExitCode.
+
+Bad inputs tried: a name outside ``__all__`` (AttributeError); every command's and
+sub-command's ``--help``, as the parser lists them (none may import trio,
+eventsourcing or pydantic); the options' literal defaults and choices against the
+runtime's values they copy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import loop_actors
+from aggregates.decisions import TerminalReason
+from aggregates.lease import DEFAULT_LEASE_S, QueueStatus
+from loop_actors.audit import checkpointer
+from loop_actors.cli import ExitCode, main
+from loop_actors.cli import parser as cli_parser
+from loop_actors.cli.options import evaluation, queue, read_models
+from loop_actors.cli.parser import COMMANDS, build_parser, command_group, command_options
+from loop_actors.eval.builtin import Fault
+from loop_actors.workers import worker
+from projections import default_projections
+from projections.runner import DEFAULT_BATCH_SIZE
+from tests.support.cli import cli_env
+
+HEAVY = ("trio", "eventsourcing", "pydantic")
+"""What ``--version`` and ``--help`` must not import."""
+
+
+def _imported_after(code: str) -> list[str]:
+    """The heavy modules a fresh interpreter has imported after running ``code``."""
+    probe = (
+        f"{code}\nimport sys, json\nprint(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    imported: list[str] = json.loads(result.stdout.strip().splitlines()[-1])
+    return imported
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"]])
+def test_version_and_help_import_neither_trio_nor_eventsourcing_nor_pydantic(
+    argv: list[str],
+) -> None:
+    code = (
+        "import contextlib, io\nfrom loop_actors.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        f"    main({argv!r})"
+    )
+    assert _imported_after(code) == []
+
+
+def _every_command(parser: argparse.ArgumentParser, prefix: list[str]) -> list[list[str]]:
+    """Each command and sub-command of ``parser``, as the words that name it."""
+    parser.format_help()  # adds a command's lazy options, and with them its sub-commands
+    found: list[list[str]] = []
+    for action in parser._actions:  # argparse lists its sub-commands nowhere else
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found.append([*prefix, name])
+                found += _every_command(sub, [*prefix, name])
+    return found
+
+
+def test_every_command_s_help_imports_neither_trio_nor_eventsourcing_nor_pydantic() -> None:
+    """In one fresh interpreter, each ``<command> [<sub-command>] --help`` in turn."""
+    commands = _every_command(build_parser(), [])
+    assert len(commands) > len(COMMANDS)  # the sub-commands (audit verify, ...) are in
+    probe = (
+        "import contextlib, io, json, sys\n"
+        "from loop_actors.cli import main\n"
+        f"heavy = {HEAVY!r}\n"
+        "found = {}\n"
+        f"for words in {commands!r}:\n"
+        "    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "        main([*words, '--help'])\n"
+        "    found[' '.join(words)] = [m for m in heavy if m in sys.modules]\n"
+        "print(json.dumps(found))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    imported: dict[str, list[str]] = json.loads(result.stdout.strip().splitlines()[-1])
+    assert list(imported) == [" ".join(words) for words in commands]
+    assert {command: heavy for command, heavy in imported.items() if heavy} == {}
+
+
+def test_the_options_literals_agree_with_the_runtime_values_they_copy() -> None:
+    """The options modules write defaults and choices out; each equals its source."""
+    assert [reason.value for reason in TerminalReason] == read_models.TERMINAL_REASONS
+    assert [status.value for status in QueueStatus] == queue.QUEUE_STATUSES
+    assert [fault.value for fault in Fault] == evaluation.BUILTIN_FAULTS
+    assert [model.name for model in default_projections()] == read_models.READ_MODELS
+    assert read_models.DEFAULT_BATCH_SIZE == DEFAULT_BATCH_SIZE
+    assert queue.DEFAULT_LEASE_S == DEFAULT_LEASE_S
+    assert (queue.DEFAULT_CONCURRENCY, queue.DEFAULT_GRACE_S) == (
+        worker.DEFAULT_CONCURRENCY,
+        worker.DEFAULT_GRACE_S,
+    )
+    assert (
+        cli_parser.CHECKPOINT_DIR_ENV,
+        cli_parser.CHECKPOINT_KEY_ENV,
+        cli_parser.CHECKPOINT_EVERY_ENV,
+        cli_parser.DEFAULT_CHECKPOINT_EVERY,
+    ) == (
+        checkpointer.CHECKPOINT_DIR_ENV,
+        checkpointer.CHECKPOINT_KEY_ENV,
+        checkpointer.CHECKPOINT_EVERY_ENV,
+        checkpointer.DEFAULT_CHECKPOINT_EVERY,
+    )
+
+
+def test_importing_loop_actors_imports_nothing_heavy_until_a_name_is_used() -> None:
+    assert _imported_after("import loop_actors") == []
+    assert "trio" in _imported_after("import loop_actors\nloop_actors.Runtime")
+
+
+def test_jinja_is_imported_when_a_page_is_rendered_not_before() -> None:
+    """``--version``, the HTML module itself and the report model leave Jinja unloaded."""
+    probe = (
+        "import contextlib, io, sys\nfrom loop_actors.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    main(['--version'])\n"
+        "before = 'jinja2' in sys.modules\n"
+        "import loop_actors.eval.html, loop_actors.eval.report, loop_actors.cli.evaluation\n"
+        "imported = 'jinja2' in sys.modules\n"
+        "loop_actors.eval.html._environment()\n"
+        "print(before, imported, 'jinja2' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert result.stdout.split() == ["False", "False", "True"]
+
+
+def test_every_public_name_resolves_to_the_object_of_its_module() -> None:
+    for name in loop_actors.__all__:
+        assert getattr(loop_actors, name) is not None, name
+    assert loop_actors.ToolEffect is loop_actors.Effect  # the former name, kept
+    assert set(loop_actors.__all__) <= set(dir(loop_actors))
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        loop_actors.Nope  # noqa: B018 - the access is the test
+
+
+def test_the_lazy_table_and_the_type_checking_imports_agree_with_all() -> None:
+    """Each name is in ``__all__``, in ``_EXPORTS`` and in the TYPE_CHECKING block, once."""
+    tree = ast.parse(Path(loop_actors.__file__).read_text(encoding="utf-8"))
+    block = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+    )
+    typed: dict[str, str] = {}
+    for statement in block.body:
+        assert isinstance(statement, ast.ImportFrom)
+        assert statement.module is not None
+        for alias in statement.names:
+            assert alias.asname == alias.name  # a re-export, under its own name
+            typed[alias.name] = statement.module
+    exports = loop_actors._EXPORTS
+    assert typed == exports
+    assert sorted(exports) == sorted(loop_actors.__all__)
+    assert len(loop_actors.__all__) == len(set(loop_actors.__all__))
+
+
+def test_every_command_has_its_group_and_its_options() -> None:
+    for name, group, _ in COMMANDS:
+        assert name in command_options(group).ARGUMENTS, (name, group)
+        assert callable(command_group(group).run), group
+    names = ",".join(name for name, _, _ in COMMANDS)
+    assert f"{{{names}}}" in build_parser().format_usage()  # in this order
+
+
+def test_exit_codes_keep_their_documented_numbers() -> None:
+    assert {code.name: int(code) for code in ExitCode} == {
+        "OK": 0,
+        "INTERNAL_ERROR": 1,
+        "USAGE_ERROR": 2,
+        "PAUSED": 3,
+        "NOT_COMPLETED": 4,
+        "NEEDS_PERSON": 5,
+        "LEASE_HELD": 6,
+        "INTERRUPTED": 130,
+    }
+    assert ExitCode["TAMPERED"] is ExitCode.NOT_COMPLETED  # one number, two meanings
+
+
+def test_a_usage_error_in_process_exits_2_with_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["list", "--limit", "0"])
+    assert exited.value.code == ExitCode.USAGE_ERROR
+    assert capsys.readouterr().err == (
+        "loop-actors list: error: argument --limit: must be at least 1, got 0 (see --help)\n"
+    )
+
+
+@pytest.mark.parametrize("command", [["-m", "loop_actors"], ["-m", "loop_actors.cli.main"]])
+def test_the_module_entry_points_print_the_version(command: list[str]) -> None:
+    result = subprocess.run(
+        [sys.executable, *command, "--version"],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("loop-actors ")
+    assert result.stderr == ""  # no runpy warning of a module imported twice
