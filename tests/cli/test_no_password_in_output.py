@@ -123,6 +123,7 @@ ARGUMENTS: dict[tuple[str, ...], list[str]] = {
     ("submit",): ["agents:calc", "--goal", "queued", "--id", "queued-1"],
     ("workers",): [],
     ("history",): ["done-1"],
+    ("replay",): ["done-1", "--agent", "agents:calc"],
 }
 """Each command's arguments: the store holds ``done-1`` (completed) and ``refund-1`` (paused)."""
 
