@@ -80,7 +80,7 @@ def notices_digest(notices: Sequence[str]) -> str:
 
 def model_input(
     *,
-    model: str | None,
+    model: str,
     instructions: str,
     notices: str,
     tools: dict[str, str],

@@ -181,6 +181,7 @@ class RequestDigests:
         self._last: ModelInput | None = None
         self._goal: tuple[str, str] | None = None
         self._notices: tuple[tuple[str, ...], str] | None = None
+        self._model = text_digest(self.identity)
 
     def of(self, *, goal: str, notices: Sequence[str], turns: Sequence[Turn]) -> ModelInput:
         """What a decision records of a request for this goal, these notices and this view.
@@ -199,7 +200,7 @@ class RequestDigests:
         if self._notices is None or self._notices[0] != shown:
             self._notices = (shown, notices_digest(shown))
         current = model_input(
-            model=text_digest(self.identity) if self._last is None else self._last.model,
+            model=self._model,
             instructions=self._goal[1],
             notices=self._notices[1],
             tools=self.tools,

@@ -252,7 +252,7 @@ async def test_where_keeps_only_the_invocations_that_meet_it(store: tuple[Path, 
     service = Service()
     with trio.fail_after(30):
         short = await recorded(url, agent_of(service, max_steps=2), "short")
-        full = await recorded(url, agent_of(service), "full")
+        await recorded(url, agent_of(service), "full")
         async with Runtime(url) as runtime:
             report = await runtime.replay(
                 agent_of(service),
@@ -260,7 +260,6 @@ async def test_where_keeps_only_the_invocations_that_meet_it(store: tuple[Path, 
                 where=ReplayFilter.parse("reason=max_steps,agent=payer"),
             )
     assert [r.invocation_id for r in report.results] == [short]
-    assert full != short
     for bad in ("colour=red", "reason", "reason=sleepy"):
         with pytest.raises(UsageError):
             ReplayFilter.parse(bad)
