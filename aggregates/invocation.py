@@ -44,6 +44,7 @@ from aggregates.decisions import (
 from aggregates.digest import canonical_json, digest_of
 from aggregates.errors import IllegalTransitionError
 from aggregates.events import ChainedAggregate, fold
+from aggregates.fork_origin import ForkOrigin
 from aggregates.ids import invocation_id_problem
 from aggregates.invocation_events import (
     EVENT_TYPES,
@@ -221,6 +222,8 @@ class Invocation(ChainedAggregate):
         self.task_class: str | None = None
         self.actor: str | None = None
         self.tenant: str | None = None
+        self.forked_from: ForkOrigin | None = None
+        """For a fork: where it was copied from (its start's ``forked_from``)."""
         self.phase = Phase.NEW
         self.step = 0
         self.tool_calls = 0
@@ -265,8 +268,9 @@ class Invocation(ChainedAggregate):
         task_class: str | None = None,
         actor: str | None = None,
         tenant: str | None = None,
+        forked_from: ForkOrigin | None = None,
     ) -> Invocation:
-        """Create an invocation (records ``InvocationStarted``)."""
+        """Create an invocation (records ``InvocationStarted``; a fork's says where from)."""
         problem = invocation_id_problem(invocation_id)
         if problem is not None:
             raise IllegalTransitionError(problem)
@@ -284,6 +288,7 @@ class Invocation(ChainedAggregate):
             task_class=task_class,
             actor=actor,
             tenant=tenant,
+            forked_from=forked_from,
         )
 
     def propose(
@@ -550,6 +555,7 @@ class Invocation(ChainedAggregate):
         self.task_class = event.task_class
         self.actor = event.actor
         self.tenant = event.tenant
+        self.forked_from = event.forked_from
         self.started_at = event.timestamp
         self.phase = Phase.READY
 
@@ -751,6 +757,7 @@ class InvocationState(Frozen):
     task_class: str | None = None
     actor: str | None = None
     tenant: str | None = None
+    forked_from: ForkOrigin | None = None
     phase: Phase
     step: int
     tool_calls: int

@@ -24,6 +24,7 @@ from aggregates.decisions import (
     Usage,
 )
 from aggregates.events import DomainEvent
+from aggregates.fork_origin import ForkOrigin
 from aggregates.model_input import ModelInput
 from aggregates.settings import RunSettings
 
@@ -59,6 +60,8 @@ class InvocationStarted(InvocationEvent, CanInitAggregate[str]):
     """Whose data it acts on (checked by the agent's policy)."""
     settings: RunSettings | None = None
     """The rest of what decides the run's course (None in invocations recorded before it was)."""
+    forked_from: ForkOrigin | None = None
+    """For a fork: the invocation and step it was copied from, by whom and why (from 0.2)."""
 
 
 class SettingsChanged(InvocationEvent):

@@ -53,6 +53,8 @@ from aggregates.digest import digest_of
 from aggregates.effect import Effect, Resolution
 from aggregates.errors import AggregateError
 from aggregates.events import DomainEvent
+from aggregates.fork import repeat_note, repeated_writes, reused_source_keys
+from aggregates.fork_origin import ForkWrites, SourceWrite
 from aggregates.invocation import ApprovalDenied, DispatchedCall, Invocation, Phase
 from aggregates.model_input import ModelInput
 from aggregates.proposals import validate_proposal
@@ -188,6 +190,8 @@ class TurnCore:
         self._arguments: dict[str, dict[str, Any]] = {}
         """Real (normalised) arguments of the proposed batch, by call id."""
         self._approved = False
+        self._reused: dict[str, ToolResult] = {}
+        """A fork's results of the writes that reuse its source's (``--writes dedupe``)."""
         self._call_secrets = CallSecrets(catalogue, kept)
         """The sensitive values of the calls met so far: kept, and scrubbed from texts."""
 
@@ -461,6 +465,7 @@ class TurnCore:
             )
             for call_id, why in verdict.refused.items()
         }
+        repeats, reused = self._source_repeats(planned, refused)
         if self._approved:
             approval = inv.approval
             if isinstance(approval, ApprovalDenied):
@@ -469,41 +474,111 @@ class TurnCore:
                     "must not be retried as is"
                 )
                 refused.update(dict.fromkeys(inv.approval_needed, message))
-            return self._dispatch(planned, refused, moment)
+            return self._dispatch(planned, refused, moment, reused)
         needing = [
             call.call_id
             for call in planned
             if call.call_id not in refused
-            and self.catalogue.needs_approval(call.name, self._arguments[call.call_id])
+            and call.call_id not in reused
+            and (
+                call.call_id in repeats
+                or self.catalogue.needs_approval(call.name, self._arguments[call.call_id])
+            )
         ]
         if needing:
+            question = None
+            if repeats and inv.forked_from is not None:
+                question = "; ".join(
+                    f"call {call_id}: {repeat_note(inv.forked_from, write)}; approve to make "
+                    "it again under a new effect key"
+                    for call_id, write in repeats.items()
+                )
             inv.pause(
                 TerminalReason.APPROVAL_REQUIRED,
+                question=question,
                 proposal_digest=batch_digest(inv.id, inv.step, planned),
                 calls=planned,
                 needs_approval=needing,
                 at=moment.at,
             )
             return Finished()
-        return self._dispatch(planned, refused, moment)
+        return self._dispatch(planned, refused, moment, reused)
+
+    def _source_repeats(
+        self, planned: list[DispatchedCall], refused: dict[str, str]
+    ) -> tuple[dict[str, SourceWrite], dict[str, SourceWrite]]:
+        """A fork's writes that repeat its source's: those waiting for a person, those reused.
+
+        By call id. ``--writes deny`` adds the repeats to ``refused``; ``live`` (and an
+        invocation that is not a fork) has none.
+        """
+        inv = self.invocation
+        origin = inv.forked_from
+        if origin is None or not origin.source_writes or origin.writes is ForkWrites.LIVE:
+            return {}, {}
+        done = reused_source_keys(
+            origin,
+            (
+                result.effect_key
+                for turn in inv.turns
+                if turn.step > origin.at_step
+                for result in turn.results
+            ),
+        )
+        repeats = repeated_writes(
+            origin, [c for c in planned if c.call_id not in refused], reused_keys=done
+        )
+        match origin.writes:
+            case ForkWrites.APPROVE:
+                # A person approved the batch: its repeats run as new writes.
+                return ({} if self._approved else repeats), {}
+            case ForkWrites.DENY:
+                for call_id, write in repeats.items():
+                    refused[call_id] = (
+                        f"not run: {repeat_note(origin, write)}; this fork does not repeat "
+                        "its source's writes (writes=deny)"
+                    )
+                return {}, {}
+            case ForkWrites.DEDUPE:
+                return {}, repeats
+            case ForkWrites.LIVE:  # pragma: no cover - returned above
+                return {}, {}
+            case _:
+                assert_never(origin.writes)
 
     # ----------------------------------------------------------------- batches
 
     def _dispatch(
-        self, planned: list[DispatchedCall], denied: dict[str, str], moment: Moment
+        self,
+        planned: list[DispatchedCall],
+        denied: dict[str, str],
+        moment: Moment,
+        reused: Mapping[str, SourceWrite] | None = None,
     ) -> Action:
         """Record the batch and the ledger entries of its writes; then run it.
 
         ``denied`` calls are dispatched as part of the batch but never run: they
         get a ``denied`` result, and a write among them gets no effect key.
+        ``reused`` (a fork's, ``--writes dedupe``): writes dispatched with the effect
+        key of the source's write they repeat; they never run, the ledger's receipt
+        is their result (a resumed batch finds it there by that key).
         """
         inv = self.invocation
         dispatched: list[DispatchedCall] = []
         effects: dict[str, Effect] = {}
+        self._reused = {}
         for call in planned:
             if call.call_id in denied:
                 # Recorded with the batch, so that a resumed batch does not run it either.
                 dispatched.append(call.model_copy(update={"denied": denied[call.call_id]}))
+                continue
+            source = reused.get(call.call_id) if reused else None
+            if source is not None:
+                call = call.model_copy(update={"effect_key": source.effect_key})  # noqa: PLW2901
+                self._reused[call.call_id] = write_result(
+                    call, source.status, receipt=source.receipt
+                )
+                dispatched.append(call)
                 continue
             if call.effect is ToolEffect.WRITE:
                 effect = Effect.prepare(
@@ -536,6 +611,10 @@ class TurnCore:
         for call in calls:
             if call.denied is not None:
                 self._results[call.call_id] = denied_result(call, call.denied)
+                continue
+            reused = self._reused.pop(call.call_id, None)
+            if reused is not None:
+                self._results[call.call_id] = reused
                 continue
             effect = effects.get(call.call_id)
             known = known_result(call, effect) if effect is not None else None

@@ -36,6 +36,10 @@ if TYPE_CHECKING:
     from aggregates.decisions import ToolResult as ToolResult
     from aggregates.decisions import Usage as Usage
     from aggregates.effect import Resolution as Resolution
+    from aggregates.fork import ForkRefusal as ForkRefusal
+    from aggregates.fork_origin import ForkOrigin as ForkOrigin
+    from aggregates.fork_origin import ForkWrites as ForkWrites
+    from aggregates.fork_origin import SourceWrite as SourceWrite
     from aggregates.replay import Divergence as Divergence
     from aggregates.replay import DivergenceKind as DivergenceKind
     from aggregates.settings import RunSettings as RunSettings
@@ -43,6 +47,7 @@ if TYPE_CHECKING:
     from loop_actors._errors import ApprovalRefusedError as ApprovalRefusedError
     from loop_actors._errors import EffectNotFoundError as EffectNotFoundError
     from loop_actors._errors import EffectResolutionError as EffectResolutionError
+    from loop_actors._errors import ForkRefusedError as ForkRefusedError
     from loop_actors._errors import InconsistentHistoryError as InconsistentHistoryError
     from loop_actors._errors import InvocationExistsError as InvocationExistsError
     from loop_actors._errors import InvocationNotFoundError as InvocationNotFoundError
@@ -84,6 +89,7 @@ if TYPE_CHECKING:
     from loop_actors.agent.tools import ToolContext as ToolContext
     from loop_actors.agent.tools import tool as tool
     from loop_actors.runtime.asyncio_runtime import AsyncioRuntime as AsyncioRuntime
+    from loop_actors.runtime.fork import Forked as Forked
     from loop_actors.runtime.gc_policy import GcPolicy as GcPolicy
     from loop_actors.runtime.outcome import Outcome as Outcome
     from loop_actors.runtime.replay import ReplayFilter as ReplayFilter
@@ -121,11 +127,16 @@ _EXPORTS: dict[str, str] = {
     "ToolResult": "aggregates.decisions",
     "Usage": "aggregates.decisions",
     "Resolution": "aggregates.effect",
+    "ForkRefusal": "aggregates.fork",
+    "ForkOrigin": "aggregates.fork_origin",
+    "ForkWrites": "aggregates.fork_origin",
+    "SourceWrite": "aggregates.fork_origin",
     "RunSettings": "aggregates.settings",
     "AgentLoadError": "loop_actors._errors",
     "ApprovalRefusedError": "loop_actors._errors",
     "EffectNotFoundError": "loop_actors._errors",
     "EffectResolutionError": "loop_actors._errors",
+    "ForkRefusedError": "loop_actors._errors",
     "InconsistentHistoryError": "loop_actors._errors",
     "InvocationExistsError": "loop_actors._errors",
     "InvocationNotFoundError": "loop_actors._errors",
@@ -176,6 +187,7 @@ _EXPORTS: dict[str, str] = {
     "Runtime": "loop_actors.runtime.runtime",
     "Divergence": "aggregates.replay",
     "DivergenceKind": "aggregates.replay",
+    "Forked": "loop_actors.runtime.fork",
     "ReplayFilter": "loop_actors.runtime.replay",
     "ReplayMatch": "loop_actors.runtime.replay",
     "ReplayReport": "loop_actors.runtime.replay",
@@ -212,6 +224,11 @@ __all__ = [
     "ErrorInfo",
     "EventStore",
     "Final",
+    "ForkOrigin",
+    "ForkRefusal",
+    "ForkRefusedError",
+    "ForkWrites",
+    "Forked",
     "GcPolicy",
     "HttpServer",
     "InconsistentHistoryError",
@@ -248,6 +265,7 @@ __all__ = [
     "ScriptExhaustedError",
     "ScriptedModel",
     "SettingsChangedError",
+    "SourceWrite",
     "StdioServer",
     "StoreCipherError",
     "StoreReadOnlyError",

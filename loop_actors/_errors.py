@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from aggregates.decisions import ErrorClass
+from aggregates.fork import ForkRefusal
 
 
 class LoopActorsError(Exception):
@@ -68,17 +69,37 @@ class LeaseHeldError(InvocationExistsError):
     holder's next append is then refused and it stops with ``lease_lost``.
     """
 
-    def __init__(self, invocation_id: str, holder: str, expires_at: datetime, seconds_left: float):
+    def __init__(
+        self,
+        invocation_id: str,
+        holder: str,
+        expires_at: datetime,
+        seconds_left: float,
+        *,
+        instead: str = "resume with --take-over (take_over=True) to fence it off",
+    ):
         LoopActorsError.__init__(
             self,
             f"invocation {invocation_id!r} is being driven by {holder}; its lease runs until "
             f"{expires_at:%Y-%m-%d %H:%M:%S} UTC (in {max(0.0, seconds_left):.0f} s): wait for "
-            "it to stop, or resume with --take-over (take_over=True) to fence it off",
+            f"it to stop, or {instead}",
         )
         self.invocation_id = invocation_id
         self.holder = holder
         self.expires_at = expires_at
         self.seconds_left = seconds_left
+
+
+class ForkRefusedError(UsageError):
+    """Raised when an invocation cannot be forked where asked; nothing was written.
+
+    ``refusal`` says why (:class:`aggregates.fork.ForkRefusal`); the message says what
+    to do instead (settle a write first, fork at another step).
+    """
+
+    def __init__(self, refusal: ForkRefusal, message: str) -> None:
+        super().__init__(message)
+        self.refusal = refusal
 
 
 class ScriptExhaustedError(LoopActorsError):

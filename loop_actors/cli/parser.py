@@ -72,6 +72,11 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
         "replay",
         "re-drive recorded invocations under an agent, calling nothing; report departures",
     ),
+    (
+        "fork",
+        "fork",
+        "a new invocation from a past step of another (nothing re-executed), then live",
+    ),
 )
 """Every command in the order ``--help`` lists them: name, group, help.
 

@@ -14,6 +14,7 @@ from typing import TypeVar
 import trio
 from pydantic import JsonValue
 
+from aggregates.fork import ForkPoint, ForkWrites
 from aggregates.invocation import Invocation, InvocationEvent
 from aggregates.lease import DEFAULT_LEASE_S, HolderKind, check_lease_s
 from loop_actors._errors import UsageError
@@ -24,6 +25,8 @@ from loop_actors.runtime.arguments import StartRequest, check_invocation_id, che
 from loop_actors.runtime.controller import single_exception
 from loop_actors.runtime.decisions import HumanDecisions, ResolvedEffect
 from loop_actors.runtime.driver import CancelResult, Driver
+from loop_actors.runtime.fork import Forked, check_fork_arguments, parse_writes
+from loop_actors.runtime.fork import fork as fork_invocation
 from loop_actors.runtime.gc_policy import GcHold, GcPolicy
 from loop_actors.runtime.leases import LeaseHolder, LeaseKeeper, new_holder_id
 from loop_actors.runtime.outcome import Outcome
@@ -639,6 +642,106 @@ class Runtime:
                 check=check,
                 fresh_target=into == "memory://",
             )
+
+    # ----------------------------------------------------------------- fork
+
+    async def fork(
+        self,
+        source_id: str,
+        *,
+        at_step: ForkPoint,
+        by: str,
+        reason: str,
+        agent: Agent | None = None,
+        fork_id: str | None = None,
+        writes: ForkWrites | str = ForkWrites.APPROVE,
+        run: bool = True,
+        take_over: bool = False,
+        agent_ref: str | None = None,
+    ) -> Forked:
+        """Start an invocation as a copy of ``source_id``'s steps 1..``at_step``; go on from there.
+
+        The fork's history is the source's committed events of those steps (decisions,
+        batches, results, approvals: nothing is re-executed) after an
+        ``InvocationStarted`` whose ``forked_from`` records the source, the step, the
+        source's head hash, ``by``, ``reason`` and what changed. It goes on under
+        ``agent`` (the source's agent, or a changed one), or, with ``run=False``, is
+        queued for a worker serving its agent (or a ``resume``); without ``agent`` it is
+        recorded with the source's agent, budget and settings (``run=False`` only).
+        ``at_step``: a step number (0: only the goal is kept) or ``"last-failed"`` (the
+        step before the last one that failed). The source is only read.
+
+        ``writes``: what a write of the fork that repeats a write the source committed
+        after ``at_step`` (the same tool, the same arguments) does: ``approve`` (it
+        waits for a person, ``approval_required``, shown the source's step, effect key
+        and receipt), ``deny`` (refused, with a result the model sees), ``dedupe``
+        (dispatched with the source's effect key: the ledger's receipt is its result,
+        the service sees nothing) or ``live`` (a new write under the fork's own key).
+
+        Raises:
+            UsageError: a malformed argument (nothing is read or written); ``run``
+                without ``agent``.
+            InvocationNotFoundError: no invocation ``source_id``.
+            ForkRefusedError: the source cannot be forked there (a step past its end,
+                nothing failed, a write not settled, a step that ended mid-turn, an
+                agent whose budget refuses the copied steps); nothing is written.
+            LeaseHeldError: a live process drives the source, unless ``take_over``
+                (the fork then copies what was committed; the source is untouched).
+            InvocationExistsError: ``fork_id`` is taken.
+            InconsistentHistoryError: the source's stored history was cut or forged.
+            StoreUnavailableError: the fork cannot be recorded.
+
+        Cancellation: as :meth:`run` once the fork is recorded; before, nothing is written.
+        """
+        check_fork_arguments(
+            source_id, at_step, fork_id=fork_id, by=by, reason=reason, agent=agent, run=run
+        )
+        chosen = parse_writes(writes)
+        return await self.with_driver(
+            partial(
+                fork_invocation,
+                source_id=source_id,
+                at_step=at_step,
+                agent=agent,
+                fork_id=fork_id,
+                writes=chosen,
+                by=by,
+                reason=reason,
+                run=run,
+                take_over=take_over,
+                agent_ref=agent_ref,
+            )
+        )
+
+    def fork_sync(
+        self,
+        source_id: str,
+        *,
+        at_step: ForkPoint,
+        by: str,
+        reason: str,
+        agent: Agent | None = None,
+        fork_id: str | None = None,
+        writes: ForkWrites | str = ForkWrites.APPROVE,
+        run: bool = True,
+        take_over: bool = False,
+    ) -> Forked:
+        """Blocking :meth:`fork` for scripts (starts its own trio event loop)."""
+        return trio.run(
+            partial(
+                self.fork,
+                source_id,
+                at_step=at_step,
+                by=by,
+                reason=reason,
+                agent=agent,
+                fork_id=fork_id,
+                writes=writes,
+                run=run,
+                take_over=take_over,
+            ),
+            restrict_keyboard_interrupt_to_checkpoints=True,
+        )
 
     # ----------------------------------------------------------------- submission
 

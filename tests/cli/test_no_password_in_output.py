@@ -124,6 +124,7 @@ ARGUMENTS: dict[tuple[str, ...], list[str]] = {
     ("workers",): [],
     ("history",): ["done-1"],
     ("replay",): ["done-1", "--agent", "agents:calc"],
+    ("fork",): ["done-1", "--at-step", "0", "--by", "ops", "--reason", "try", "--no-run"],
 }
 """Each command's arguments: the store holds ``done-1`` (completed) and ``refund-1`` (paused)."""
 

@@ -1118,3 +1118,18 @@ def test_replay_example_reports_each_change_and_refunds_nothing_more(tmp_path: P
         "a larger step budget: past_recording at step 2",
         "refunds after the replays: [40]",
     ]
+
+
+TESTED_EXAMPLES.add("fork_a_run.py")
+
+
+def test_fork_example_repeats_the_refund_only_when_told_live(tmp_path: Path) -> None:
+    lines = _lines(_run_example("fork_a_run.py", tmp_path))
+    assert lines == [
+        "source: completed, refunds 1",
+        "writes=approve: approval_required, changed ['budget.max_steps'], refunds 1",
+        "writes=deny: completed, changed ['budget.max_steps'], refunds 1",
+        "writes=dedupe: completed, changed ['budget.max_steps'], refunds 1",
+        "writes=live: completed, changed ['budget.max_steps'], refunds 2",
+        "refunds sent: 2, under 2 different keys",
+    ]
