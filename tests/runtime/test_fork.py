@@ -63,7 +63,7 @@ class PaymentService:
         def pay(amount: int, ctx: ToolContext) -> dict[str, str]:
             """Charge the customer."""
             if self.fail_with_unknown:
-                raise ToolError(ErrorClass.TIMEOUT, "the payment service timed out")
+                raise ToolError("the payment service timed out", error_class=ErrorClass.TIMEOUT)
             self.charges.append((amount, ctx.effect_key))
             return {"receipt": f"r-{len(self.charges)}"}
 
