@@ -34,7 +34,7 @@ from loop_actors import (
     tool,
 )
 from loop_actors.agent.tools import Tool
-from loop_actors.cli.main import main
+from loop_actors.cli import main
 
 SOURCE_SCRIPT: list[dict[str, Any]] = [
     {"kind": "tool_calls", "calls": [{"id": "c1", "name": "lookup", "arguments": {"q": "a-1"}}]},
