@@ -23,7 +23,7 @@ import hashlib
 import json
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, cast
+from typing import Any, assert_never, cast
 
 from eventsourcing.domain import CanInitAggregate
 from pydantic import JsonValue
@@ -353,6 +353,26 @@ class Effect(ChainedAggregate):
     def is_open(self) -> bool:
         """True while nobody knows whether the write happened."""
         return self.status in OPEN_STATUSES
+
+    @property
+    def happened(self) -> bool | None:
+        """Whether the write happened, as the ledger knows it for good; None: not known.
+
+        True when the tool returned, or its service or a person said it was committed;
+        False when it was refused or said rejected; None while it is prepared,
+        dispatched or of unknown outcome.
+        """
+        match self.status:
+            case EffectStatus.COMMITTED:
+                return True
+            case EffectStatus.REJECTED:
+                return False
+            case EffectStatus.RECONCILED:
+                return self.resolution is Resolution.COMMITTED
+            case EffectStatus.PREPARED | EffectStatus.DISPATCHED | EffectStatus.OUTCOME_UNKNOWN:
+                return None
+            case _:
+                assert_never(self.status)
 
     def take_events(self) -> list[EffectEvent]:
         """Remove and return the events not yet saved."""

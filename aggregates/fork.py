@@ -27,9 +27,9 @@ from typing import Literal
 
 from pydantic import JsonValue
 
-from aggregates.decisions import Budget, EffectStatus, Frozen, TerminalReason, ToolEffect
+from aggregates.decisions import Budget, Frozen, TerminalReason, ToolEffect
 from aggregates.digest import canonical_json, digest_of
-from aggregates.effect import Effect, Resolution
+from aggregates.effect import Effect
 from aggregates.errors import IllegalTransitionError
 from aggregates.fork_origin import ForkOrigin, ForkWrites, SourceWrite
 from aggregates.invocation import Invocation, Phase
@@ -123,18 +123,6 @@ def write_keys(events: Iterable[InvocationEvent]) -> list[str]:
     ]
 
 
-def committed(effect: Effect) -> bool:
-    """True for a write that happened (the tool returned, or its service or a person said so)."""
-    return effect.status is EffectStatus.COMMITTED or (
-        effect.status is EffectStatus.RECONCILED and effect.resolution is Resolution.COMMITTED
-    )
-
-
-def settled(effect: Effect) -> bool:
-    """True once the ledger knows for good whether the write happened."""
-    return effect.status in (EffectStatus.COMMITTED, EffectStatus.REJECTED, EffectStatus.RECONCILED)
-
-
 def last_failed_step(events: Sequence[InvocationEvent]) -> int | None:
     """The step before the last one that failed, or None when nothing failed.
 
@@ -169,8 +157,8 @@ def plan_fork(
 
     ``effects``: the ledger entries of the source's writes, by effect key (None: missing).
     Refused when the step is past the end, when ``last-failed`` finds nothing failed,
-    when any write of the source is not settled (a fork cannot know whether to repeat
-    it), or when step N ends in the middle of a turn.
+    or when any write of the source is not settled (a fork cannot know whether to repeat
+    it); :func:`fork_invocation` refuses a step that ends in the middle of a turn.
     """
     source_id = events[0].originator_id if events else ""
     last_step = max((e.step for e in events if isinstance(e, DecisionProposed)), default=0)
@@ -194,7 +182,7 @@ def plan_fork(
     open_writes = [
         (key, effect)
         for key in write_keys(events)
-        if (effect := effects.get(key)) is None or not settled(effect)
+        if (effect := effects.get(key)) is None or effect.happened is None
     ]
     if open_writes:
         described = "; ".join(
@@ -242,7 +230,7 @@ def _writes_after(
             continue
         for call in event.calls:
             effect = effects.get(call.effect_key) if call.effect_key is not None else None
-            if effect is None or not committed(effect):
+            if effect is None or effect.happened is not True:
                 continue
             writes.append(
                 SourceWrite(
@@ -365,10 +353,6 @@ _OWN_FIELDS = frozenset(
 # --------------------------------------------------------------------------- the fork's writes
 
 
-def _is_source_write_key(origin: ForkOrigin, key: str | None) -> bool:
-    return key is not None and any(w.effect_key == key for w in origin.source_writes)
-
-
 def repeated_writes(
     origin: ForkOrigin,
     planned: Sequence[DispatchedCall],
@@ -404,7 +388,8 @@ def repeated_writes(
 
 def reused_source_keys(origin: ForkOrigin, dispatched_keys: Iterable[str | None]) -> list[str]:
     """Which of the source's effect keys the fork's batches reused already."""
-    return [key for key in dispatched_keys if key is not None and _is_source_write_key(origin, key)]
+    sources = {write.effect_key for write in origin.source_writes}
+    return [key for key in dispatched_keys if key in sources]
 
 
 def repeat_note(origin: ForkOrigin, write: SourceWrite) -> str:

@@ -7,10 +7,10 @@ effect ledger still gets exactly one result. Every such result is built here.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, assert_never
+from typing import Any
 
 from aggregates.decisions import EffectStatus, ErrorClass, ErrorInfo, ToolResult
-from aggregates.effect import Effect, Resolution
+from aggregates.effect import Effect
 from aggregates.invocation import DispatchedCall
 from aggregates.redaction import holds_redacted
 
@@ -106,19 +106,12 @@ def write_result(
 
 def known_result(call: DispatchedCall, effect: Effect) -> ToolResult | None:
     """The result the ledger already knows for a write, or None if it must still be settled."""
-    match effect.status:
-        case EffectStatus.COMMITTED:
-            return write_result(call, effect.status, receipt=effect.receipt)
-        case EffectStatus.REJECTED:
-            return write_result(call, effect.status, rejected=effect.reason or "rejected")
-        case EffectStatus.RECONCILED:
-            if effect.resolution is Resolution.COMMITTED:
-                return write_result(call, effect.status, receipt=effect.receipt)
-            return write_result(call, effect.status, rejected=effect.reason or "rejected")
-        case EffectStatus.PREPARED | EffectStatus.DISPATCHED | EffectStatus.OUTCOME_UNKNOWN:
-            return None
-        case _:
-            assert_never(effect.status)
+    happened = effect.happened
+    if happened is None:
+        return None
+    if happened:
+        return write_result(call, effect.status, receipt=effect.receipt)
+    return write_result(call, effect.status, rejected=effect.reason or "rejected")
 
 
 def split_unrevealed(

@@ -553,7 +553,7 @@ class TurnCore:
         planned: list[DispatchedCall],
         denied: dict[str, str],
         moment: Moment,
-        reused: Mapping[str, SourceWrite] | None = None,
+        reused: Mapping[str, SourceWrite],
     ) -> Action:
         """Record the batch and the ledger entries of its writes; then run it.
 
@@ -572,7 +572,7 @@ class TurnCore:
                 # Recorded with the batch, so that a resumed batch does not run it either.
                 dispatched.append(call.model_copy(update={"denied": denied[call.call_id]}))
                 continue
-            source = reused.get(call.call_id) if reused else None
+            source = reused.get(call.call_id)
             if source is not None:
                 call = call.model_copy(update={"effect_key": source.effect_key})  # noqa: PLW2901
                 self._reused[call.call_id] = write_result(

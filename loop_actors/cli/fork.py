@@ -11,8 +11,8 @@ from loop_actors._render import terminal_safe
 from loop_actors.agent.agent import Agent
 from loop_actors.cli.common import load_agent, outcome_json, outcome_lines, runtime_for, trio_run
 from loop_actors.cli.exit_codes import ExitCode
-from loop_actors.runtime.fork import Forked, parse_fork_point
-from loop_actors.runtime.runtime import Runtime, check_invocation_id
+from loop_actors.runtime.fork import Forked, check_fork_arguments, parse_fork_point
+from loop_actors.runtime.runtime import Runtime
 
 
 def forked_json(forked: Forked) -> str:
@@ -78,12 +78,14 @@ async def _submitted_agent(runtime: Runtime, source_id: str) -> Agent:
 
 def run(args: argparse.Namespace) -> int:
     """``fork ID --at-step N|last-failed --by NAME --reason TEXT``."""
-    check_invocation_id(args.source_id)  # before the database is opened
-    if args.fork_id is not None:
-        check_invocation_id(args.fork_id)
-    parse_fork_point(args.at_step)
-    for name in ("by", "reason"):
-        if not getattr(args, name).strip():
-            raise UsageError(f"--{name} must not be empty: it is recorded with the fork")
+    check_fork_arguments(  # before the database is opened
+        args.source_id,
+        parse_fork_point(args.at_step),
+        fork_id=args.fork_id,
+        by=args.by,
+        reason=args.reason,
+        agent=None,
+        run=False,
+    )
     agent = load_agent(args.agent) if args.agent else None  # a bad agent opens nothing
     return trio_run(_fork, runtime_for(args, existing=True), agent, args)

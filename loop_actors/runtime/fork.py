@@ -9,10 +9,12 @@ source and its writes' ledger entries, records the fork in one commit, and drive
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 from uuid import uuid4
 
 from aggregates.decisions import Frozen
+from aggregates.effect import Effect
 from aggregates.fork import (
     LAST_FAILED,
     ForkOrigin,
@@ -24,7 +26,7 @@ from aggregates.fork import (
     start_changes,
     write_keys,
 )
-from aggregates.invocation_events import InvocationStarted
+from aggregates.invocation_events import InvocationEvent, InvocationStarted
 from aggregates.lease import lease_is_live
 from aggregates.settings import RunSettings
 from aggregates.standing import resting_status
@@ -41,6 +43,7 @@ from loop_actors.agent.agent import Agent
 from loop_actors.runtime.arguments import check_invocation_id, check_texts
 from loop_actors.runtime.driver import Driver
 from loop_actors.runtime.outcome import Outcome
+from loop_actors.store.reader import history_problem_of
 
 
 class Forked(Frozen):
@@ -146,13 +149,10 @@ async def fork(
     Raises:
         As ``Runtime.fork``.
     """
-    reads = driver.reads
-    events = await reads.events(source_id)
-    problem = await reads.history_problem(source_id)
+    await _refuse_live_lease(driver, source_id, take_over=take_over)
+    events, problem, effects = await driver.reads.call(partial(_read_source, driver, source_id))
     if problem is not None:
         raise InconsistentHistoryError(source_id, problem)
-    await _refuse_live_lease(driver, source_id, take_over=take_over)
-    effects = await reads.effects(write_keys(events))
     cut = plan_fork(events, effects, at_step)
     if isinstance(cut, ForkRefused):
         raise ForkRefusedError(cut.refusal, cut.message)
@@ -239,17 +239,35 @@ async def fork(
     return forked.model_copy(update={"outcome": outcome})
 
 
+def _read_source(
+    driver: Driver, source_id: str
+) -> tuple[list[InvocationEvent], str | None, dict[str, Effect | None]]:
+    """The source's events (read once), what is wrong with its history, its writes' entries."""
+    store = driver.store
+    events = store.events(source_id)
+    problem = history_problem_of(
+        source_id, events, store.newest_snapshot(source_id), lambda: store.effects_of(source_id)
+    )
+    return events, problem, {key: store.get_effect(key) for key in write_keys(events)}
+
+
 async def _refuse_live_lease(driver: Driver, source_id: str, *, take_over: bool) -> None:
     """Refuse a source that a live process drives now (unless ``take_over``)."""
     if take_over:
         return
     leases = driver.leases
     queue = leases.queue
+    # A run of this runtime that just ended gives its lease back in the background.
+    await leases.wait_released(source_id)
     row = await leases.call(queue.row, source_id)
     now = await leases.call(queue.now)
-    if source_id in driver.running or (
-        row is not None and row.holder is not None and lease_is_live(row, now)
-    ):
+    held_elsewhere = (
+        row is not None
+        and row.holder is not None
+        and row.holder != leases.holder
+        and lease_is_live(row, now)
+    )
+    if source_id in driver.running or held_elsewhere:
         holder = row.holder if row is not None and row.holder else leases.holder
         due = row.due_at if row is not None else now
         raise LeaseHeldError(

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from loop_actors import (
     Budget,
     ErrorClass,
     ForkRefusedError,
+    LeaseHeldError,
     Runtime,
     ScriptedModel,
     TerminalReason,
@@ -307,6 +309,16 @@ def test_the_cli_forks_prints_json_and_refuses_with_exit_2(
     )  # fmt: skip
     assert code == 2
     assert "no step 7" in capsys.readouterr().err
+    code = main(
+        ["fork", "source", "--at-step", "1", "--by", "ops", "--reason", "x", "--no-run",
+         "--id", "f2", "--db", url]
+    )  # fmt: skip
+    printed = capsys.readouterr().out.splitlines()
+    assert code == 0
+    assert printed[0] == (
+        "forked f2 from source at step 1 (writes=approve; changed: nothing; "
+        "1 write of the source after step 1)"
+    )
     code = main(["audit", "verify", "--db", url])
     assert code == 0
 
@@ -367,3 +379,45 @@ def test_a_dedupe_fork_killed_after_its_dispatch_resumes_without_charging(tmp_pa
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["reason"] == "completed"
     assert len(charges.read_text().splitlines()) == 1  # the source's charge only
+
+
+def test_the_clis_writes_choices_are_the_fork_writes_values() -> None:
+    """``--writes`` is spelt in the light options module; it must offer every ``ForkWrites``."""
+    from aggregates.fork_origin import ForkWrites
+    from loop_actors.cli.options.fork import WRITES
+
+    assert tuple(choice.value for choice in ForkWrites) == WRITES
+
+
+async def test_a_source_driven_by_another_runtime_is_refused_unless_taken_over(url: str) -> None:
+    """Another runtime (another lease holder) drives the source: the fork waits for no one."""
+    started, release = trio.Event(), trio.Event()
+
+    async def lookup(q: str) -> str:
+        """Look an order up, slowly."""
+        started.set()
+        await release.wait()
+        return q.upper()
+
+    async def held_row(runtime: Runtime) -> None:
+        leases = runtime.driver.leases
+        # The row of a new run is written just after its start, by another runtime: polled.
+        while (row := await leases.call(leases.queue.row, "busy")) is None or row.holder is None:  # noqa: ASYNC110
+            await trio.sleep(0.01)
+
+    agent = Agent("payer", ScriptedModel(SOURCE_SCRIPT), [tool(lookup)])
+    with trio.fail_after(30):
+        async with Runtime(url) as driving, Runtime(url) as forking, trio.open_nursery() as n:
+            n.start_soon(partial(driving.run, agent, "refund A-1", invocation_id="busy"))
+            await started.wait()
+            await held_row(forking)
+            with pytest.raises(LeaseHeldError) as held:
+                await forking.fork("busy", at_step=0, by="ops", reason="x", run=False)
+            taken = await forking.fork(
+                "busy", at_step=0, by="ops", reason="x", run=False, take_over=True
+            )
+            release.set()
+    assert held.value.holder == driving.holder_id
+    assert "--take-over" in str(held.value)
+    assert taken.outcome is None
+    assert taken.at_step == 0

@@ -47,6 +47,7 @@ from loop_actors import (
     ToolError,
     tool,
 )
+from loop_actors.cli import main
 from tests.support.cli import run_in_process
 
 CHARGED: list[tuple[int, str]] = []
@@ -236,8 +237,6 @@ def check_cut(db: Path, history: History, kept: int) -> None:
 
 def audit_reports_broken(db: Path) -> bool:
     """Whether ``audit verify`` finds a broken chain in the store (read through the public CLI)."""
-    from loop_actors.cli.main import main
-
     return main(["audit", "verify", "--db", f"sqlite:///{db}"]) != 0
 
 
