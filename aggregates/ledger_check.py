@@ -13,11 +13,15 @@ with what follows it (the batch's dispatch, a pause, the end), or, when a verifi
 checks an answer, with what the verifier said; none of those commits leaves the
 decision alone at the end. A history that ends so was cut by hand (its ``Terminated``
 deleted, say), and no run can go on from it: that resume is refused too.
+
+The other way round, a write of a batch that waits for its results has its ledger entry
+(prepared and dispatched in the batch's commit): one that is missing was deleted by hand,
+and whether the write ran is unknown; that resume is refused as well.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from aggregates.audit_coverage import dispatched_effect_keys
 from aggregates.effect import Effect
@@ -71,3 +75,26 @@ def cut_decision_problem(invocation: Invocation) -> str | None:
         "(the batch's dispatch, a pause or the end), and nothing follows it; nothing was "
         "run (check the store with: loop-actors audit verify)"
     )
+
+
+def missing_effects_problem(
+    invocation: Invocation, effects: Mapping[str, Effect | None]
+) -> str | None:
+    """Why the ledger lacks a write of the batch that waits for its results, or None.
+
+    ``effects`` are the ledger entries read for the pending batch's effect keys (None
+    for a key the ledger does not hold). A write a fork reuses from its source
+    (``--writes dedupe``) has its source's entry, read by the same key.
+    """
+    batch = invocation.pending_batch
+    if batch is None:
+        return None
+    for call in batch.calls:
+        if call.effect_key is not None and effects.get(call.effect_key) is None:
+            return (
+                f"invocation {invocation.id}'s history was cut: the write {call.effect_key} "
+                f"(step {batch.step}, call {call.call_id}, tool {call.name}) of its dispatched "
+                "batch has no entry in the effect ledger, so whether it ran is unknown; "
+                "nothing was run (check the store with: loop-actors audit verify)"
+            )
+    return None

@@ -637,7 +637,7 @@ class TurnCore:
             if call.effect_key is None:
                 continue
             effect = effects.get(call.effect_key)
-            if effect is None:  # cannot happen: the ledger entry is saved with the batch
+            if effect is None:  # saved with the batch: the runtime refuses a cut one first
                 raise AggregateError(f"effect {call.effect_key} of call {call.call_id} is missing")
             by_call[call.call_id] = effect
         # An open write is not run again here: it is reconciled with its service first.

@@ -153,10 +153,12 @@ class InconsistentHistoryError(LoopActorsError):
     The ledger holds effects (writes) of the invocation that none of its stored
     dispatched batches names: its history was cut (events deleted from the
     store). Resuming would ask the model again for steps already taken, and a
-    write could run twice. Or its history ends with a decision that is always
-    stored with what follows it (its ``Terminated`` deleted, say), or its stored
-    events cannot be replayed at all (a row deleted from the middle, or its first;
-    an event its transitions refuse): no run can go on from it. Or a stored
+    write could run twice. Or a write of the batch that waits for its results has no
+    ledger entry (deleted by hand): whether it ran is unknown. Or its history ends
+    with a decision that is always stored with what follows it (its ``Terminated``
+    deleted, say), or its stored events cannot be replayed at all (a row deleted from
+    the middle, or its first; an event its transitions refuse): no run can go on from
+    it. Or a stored
     snapshot of the invocation differs from the replay of its events (forged), and
     the invocation would be read from it. ``loop-actors audit verify`` checks the
     store; the CLI exits 4, as that command does when it finds a break.

@@ -24,6 +24,7 @@ from aggregates.decisions import ToolCalls, ToolResult, built
 from aggregates.effect import Effect
 from aggregates.invocation import DispatchedCall, Invocation, Turn
 from aggregates.lease import stop_for_lost_lease
+from aggregates.ledger_check import missing_effects_problem
 from aggregates.results import Interruption, split_unrevealed
 from aggregates.settings import RunSettings
 from aggregates.standing import stopped
@@ -49,6 +50,7 @@ from aggregates.turn import (
     record_outside_cancellation,
     stop_after_failed_commit,
 )
+from loop_actors._errors import InconsistentHistoryError
 from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._guard import is_cancellation
 from loop_actors._messages import (
@@ -414,7 +416,16 @@ class Controller:
     # ----------------------------------------------------------------- the ledger
 
     async def _load_effects(self, action: LoadEffects) -> dict[str, Effect | None]:
-        return await self.reads.effects(action.keys)
+        """The ledger entries of the resumed batch's writes.
+
+        Raises:
+            InconsistentHistoryError: one of them is missing (deleted by hand).
+        """
+        effects = await self.reads.effects(action.keys)
+        problem = missing_effects_problem(self.invocation, effects)
+        if problem is not None:
+            raise InconsistentHistoryError(self.invocation.id, problem)
+        return effects
 
     async def _reconcile(self, action: Reconcile) -> Mapping[str, EffectObservation]:
         """Ask the EffectReconciler about each open write (started on first use)."""

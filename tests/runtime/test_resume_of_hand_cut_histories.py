@@ -348,3 +348,36 @@ def test_the_reported_cut_exits_4_from_the_cli(
     assert "internal error" not in done.stderr
     assert "history was cut" in done.stderr
     assert "loop-actors audit verify" in done.stderr
+
+
+def test_a_dispatched_write_whose_ledger_entry_was_deleted_is_refused_typed(
+    stores: dict[str, Path], tmp_path: Path
+) -> None:
+    """The cut hypothesis found: rows 6-11 of the approval pause deleted.
+
+    What is left is the approved batch dispatched and nothing after it, and no ledger
+    entry for its write: resume raised a bare ``AggregateError`` ("effect ... is
+    missing") from the turn core. Whether the write ran is unknown, so it is refused.
+    """
+    db = tmp_path / "cut.db"
+    shutil.copyfile(stores["an approval pause"], db)
+    stored = rows(db)
+    connection = sqlite3.connect(db)
+    try:
+        topics = dict(
+            connection.execute("SELECT rowid, topic FROM stored_events ORDER BY rowid").fetchall()
+        )
+    finally:
+        connection.close()
+    dispatched = next(r for r, a, _ in stored if a == INVOCATION and "BatchDispatched" in topics[r])
+    after_dispatch = [r for r, a, _ in stored if a == INVOCATION and r > dispatched]
+    ledger = [r for r, a, _ in stored if a != INVOCATION and "Effect" in topics[r]]
+    assert after_dispatch
+    assert ledger
+    delete(db, after_dispatch + ledger)
+    CHARGED.clear()
+    result = resume(db, HISTORIES[1])
+    assert isinstance(result, InconsistentHistoryError), result
+    assert "has no entry in the effect ledger" in result.problem
+    assert "audit verify" in result.problem
+    assert not CHARGED
