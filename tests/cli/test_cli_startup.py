@@ -236,3 +236,20 @@ def test_the_module_entry_points_print_the_version(command: list[str]) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("loop-actors ")
     assert result.stderr == ""  # no runpy warning of a module imported twice
+
+
+def test_the_entry_point_works_after_the_main_module_was_imported(tmp_path: Path) -> None:
+    """Importing ``loop_actors.cli.main`` rebinds the package's ``main`` to that module.
+
+    A test module that imported it made every later ``from loop_actors.cli import main``
+    get a module ("'module' object is not callable" in the hand-cut history test, in CI).
+    """
+    code = (
+        "import sys\nimport loop_actors.cli.main\nfrom loop_actors.cli import main\n"
+        f"sys.exit(main(['list', '--db', 'sqlite:///{tmp_path}/none.db']) + 40)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 42, done.stderr  # list's usage error (no such store): 2
+    assert "no database" in done.stderr

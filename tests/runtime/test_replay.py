@@ -24,7 +24,7 @@ import trio
 from aggregates.replay import DivergenceKind
 from loop_actors import Agent, Budget, Runtime, ScriptedModel, UsageError, tool
 from loop_actors.agent.tools import Tool
-from loop_actors.cli.main import main
+from loop_actors.cli import main
 from loop_actors.runtime.replay import ReplayFilter, ReplayReport
 from tests.support.fixture_stores import restore_sqlite
 
