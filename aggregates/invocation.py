@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from aggregates.children import Allotment, ParentLink, Spent
 from aggregates.decisions import (
     Budget,
     CannotContinue,
@@ -51,6 +52,8 @@ from aggregates.invocation_events import (
     ApprovalDenied,
     ApprovalGranted,
     BatchDispatched,
+    BudgetReserved,
+    BudgetReturned,
     ClarificationProvided,
     ContextCompacted,
     DecisionProposed,
@@ -78,6 +81,8 @@ __all__ = [
     "ApprovalDenied",
     "ApprovalGranted",
     "BatchDispatched",
+    "BudgetReserved",
+    "BudgetReturned",
     "ClarificationProvided",
     "ContextCompacted",
     "DecisionProposed",
@@ -159,6 +164,8 @@ TRANSITIONS: dict[Phase, dict[type[InvocationEvent], frozenset[Phase]]] = {
         DecisionProposed: frozenset({Phase.CALLS_PROPOSED, Phase.DECIDED, Phase.READY}),
         ContextCompacted: _READY,
         Terminated: _ENDED,
+        # What a child of the batch just settled did not use (committed with the results).
+        BudgetReturned: _READY,
         **_stays(Phase.READY),
     },
     Phase.CALLS_PROPOSED: {
@@ -175,6 +182,8 @@ TRANSITIONS: dict[Phase, dict[type[InvocationEvent], frozenset[Phase]]] = {
     },
     Phase.DISPATCHED: {
         ResultsCommitted: _READY,
+        # A child's share of the budget (committed with the batch that starts it).
+        BudgetReserved: frozenset({Phase.DISPATCHED}),
         Paused: frozenset({Phase.AWAITING_RECONCILIATION}),
         **_stays(Phase.DISPATCHED),
     },
@@ -224,6 +233,14 @@ class Invocation(ChainedAggregate):
         self.tenant: str | None = None
         self.forked_from: ForkOrigin | None = None
         """For a fork: where it was copied from (its start's ``forked_from``)."""
+        self.parent: ParentLink | None = None
+        """For a child invocation: its parent (its start's ``parent``)."""
+        self.children_started = 0
+        """How many calls started (or may have started) a child, in all batches."""
+        self.reservations: dict[str, BudgetReserved] = {}
+        """The budget set aside for children whose calls have no settled result, by call id."""
+        self.children_spent = Spent()
+        """What the children whose budget came back used (their own children's included)."""
         self.phase = Phase.NEW
         self.step = 0
         self.tool_calls = 0
@@ -249,6 +266,8 @@ class Invocation(ChainedAggregate):
         self.lease_holder: str | None = None
         """The worker of the latest ``LeaseAcquired`` (None: never taken over)."""
         self.lease_epoch = 0
+        self.lease_taken_from: str | None = None
+        """The holder the latest ``LeaseAcquired`` took the invocation from (if one was known)."""
 
     # ----------------------------------------------------------------- commands
 
@@ -269,8 +288,12 @@ class Invocation(ChainedAggregate):
         actor: str | None = None,
         tenant: str | None = None,
         forked_from: ForkOrigin | None = None,
+        parent: ParentLink | None = None,
     ) -> Invocation:
-        """Create an invocation (records ``InvocationStarted``; a fork's says where from)."""
+        """Create an invocation (records ``InvocationStarted``).
+
+        A fork's says where it was copied from, a child's who its parent is.
+        """
         problem = invocation_id_problem(invocation_id)
         if problem is not None:
             raise IllegalTransitionError(problem)
@@ -289,6 +312,7 @@ class Invocation(ChainedAggregate):
             actor=actor,
             tenant=tenant,
             forked_from=forked_from,
+            parent=parent,
         )
 
     def propose(
@@ -450,6 +474,33 @@ class Invocation(ChainedAggregate):
             tool_calls=self.tool_calls,
         )
 
+    def reserve_budget(
+        self, call_id: str, child_id: str, allotment: Allotment, *, at: datetime
+    ) -> None:
+        """Set a share of the budget aside for the child a dispatched call starts."""
+        self.trigger_event(
+            BudgetReserved,
+            timestamp=at,
+            step=self.step,
+            call_id=call_id,
+            child_id=child_id,
+            allotment=allotment,
+        )
+
+    def return_budget(
+        self, call_id: str, child_id: str, spent: Spent, returned: Spent, *, at: datetime
+    ) -> None:
+        """Count what a settled child used; the rest of its share comes back."""
+        self.trigger_event(
+            BudgetReturned,
+            timestamp=at,
+            step=self.step,
+            call_id=call_id,
+            child_id=child_id,
+            spent=spent,
+            returned=returned,
+        )
+
     def take_events(self) -> list[InvocationEvent]:
         """Remove and return the events not yet saved (typed ``collect_events``)."""
         return cast("list[InvocationEvent]", self.collect_events())
@@ -510,6 +561,10 @@ class Invocation(ChainedAggregate):
                 self._on_dispatch(event)
             case ResultsCommitted():
                 self._on_results(event)
+            case BudgetReserved():
+                self._on_reserved(event)
+            case BudgetReturned():
+                self._on_returned(event)
             case Paused():
                 self._on_pause(event)
             case ApprovalGranted() | ApprovalDenied():
@@ -534,6 +589,7 @@ class Invocation(ChainedAggregate):
                     raise self._refuse(event, "a lease needs a worker id")
                 self.lease_holder = event.worker_id
                 self.lease_epoch = event.epoch
+                self.lease_taken_from = event.taken_from
             case Terminated():
                 self._on_terminate(event)
             case _:
@@ -556,6 +612,7 @@ class Invocation(ChainedAggregate):
         self.actor = event.actor
         self.tenant = event.tenant
         self.forked_from = event.forked_from
+        self.parent = event.parent
         self.started_at = event.timestamp
         self.phase = Phase.READY
 
@@ -619,6 +676,7 @@ class Invocation(ChainedAggregate):
         self.repeat_streak = streak
         self.approved_calls = None
         self.tool_calls += len(event.calls)
+        self.children_started += sum(1 for call in event.calls if call.child_id is not None)
         self.pending_batch = event
         self.phase = Phase.DISPATCHED
 
@@ -650,6 +708,38 @@ class Invocation(ChainedAggregate):
         self.paused = None
         self.approval = None
         self.phase = Phase.READY
+
+    def _on_reserved(self, event: BudgetReserved) -> None:
+        batch = self.pending_batch
+        assert batch is not None  # guaranteed by Phase.DISPATCHED
+        call = next((c for c in batch.calls if c.call_id == event.call_id), None)
+        if call is None or call.child_id != event.child_id or call.denied is not None:
+            raise self._refuse(event, "a reservation is for a child call of the dispatched batch")
+        if event.call_id in self.reservations:
+            raise self._refuse(event, f"call {event.call_id} already has a reservation")
+        self.reservations = {**self.reservations, event.call_id: event}
+
+    def _on_returned(self, event: BudgetReturned) -> None:
+        reserved = self.reservations.get(event.call_id)
+        if reserved is None or reserved.child_id != event.child_id:
+            raise self._refuse(event, f"call {event.call_id} has no reservation to return")
+        if event.returned != reserved.allotment.reserved.minus(event.spent):
+            raise self._refuse(event, "what comes back is the allotment less what was used")
+        self.reservations = {k: v for k, v in self.reservations.items() if k != event.call_id}
+        self.children_spent = self.children_spent.plus(event.spent)
+
+    @property
+    def depth(self) -> int:
+        """How deep in a tree of invocations this one is (a root: 0)."""
+        return self.parent.depth if self.parent is not None else 0
+
+    @property
+    def reserved(self) -> Spent:
+        """The budget set aside for children still running (or whose outcome is unknown)."""
+        total = Spent()
+        for reservation in self.reservations.values():
+            total = total.plus(reservation.allotment.reserved)
+        return total
 
     def _on_pause(self, event: Paused) -> None:
         if not event.reason.pauses:
@@ -758,6 +848,10 @@ class InvocationState(Frozen):
     actor: str | None = None
     tenant: str | None = None
     forked_from: ForkOrigin | None = None
+    parent: ParentLink | None = None
+    children_started: int = 0
+    reservations: dict[str, BudgetReserved] = {}
+    children_spent: Spent = Spent()
     phase: Phase
     step: int
     tool_calls: int
@@ -780,6 +874,7 @@ class InvocationState(Frozen):
     invalid_streak: int = 0
     lease_holder: str | None = None
     lease_epoch: int = 0
+    lease_taken_from: str | None = None
     last_hash: str
     created_on: datetime
     modified_on: datetime

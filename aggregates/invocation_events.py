@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from eventsourcing.domain import CanInitAggregate
 
+from aggregates.children import Allotment, ParentLink, Spent
 from aggregates.decisions import (
     Budget,
     Decision,
@@ -62,6 +63,8 @@ class InvocationStarted(InvocationEvent, CanInitAggregate[str]):
     """The rest of what decides the run's course (None in invocations recorded before it was)."""
     forked_from: ForkOrigin | None = None
     """For a fork: the invocation and step it was copied from, by whom and why (from 0.2)."""
+    parent: ParentLink | None = None
+    """For a child invocation: its parent, the call that started it, its depth (from 0.3)."""
 
 
 class SettingsChanged(InvocationEvent):
@@ -98,6 +101,8 @@ class DispatchedCall(Frozen):
     """For a write: its effect key (stable across retries, restarts and workers)."""
     denied: str | None = None
     """Why the call was denied (by a person or the policy): it is dispatched, never run."""
+    child_id: str | None = None
+    """For a call that starts a child invocation: its id, derived from the effect key."""
 
 
 class BatchDispatched(InvocationEvent):
@@ -118,6 +123,36 @@ class ResultsCommitted(InvocationEvent):
 
     step: int
     results: list[ToolResult]
+
+
+class BudgetReserved(InvocationEvent):
+    """A share of the budget was set aside for a child the dispatched batch starts.
+
+    Committed with the batch, before the child starts: parallel children cannot
+    spend more than their parent has, since each reservation is an append on the
+    parent's stream.
+    """
+
+    TOPIC: ClassVar[str] = "aggregates.invocation:BudgetReserved"
+
+    step: int
+    call_id: str
+    child_id: str
+    allotment: Allotment
+
+
+class BudgetReturned(InvocationEvent):
+    """A child's call has its result: what it used is counted, the rest comes back once."""
+
+    TOPIC: ClassVar[str] = "aggregates.invocation:BudgetReturned"
+
+    step: int
+    call_id: str
+    child_id: str
+    spent: Spent
+    """What the child (and its own children) used."""
+    returned: Spent
+    """What it did not use of its allotment."""
 
 
 class Paused(InvocationEvent):
@@ -225,6 +260,8 @@ EVENT_TYPES: tuple[type[InvocationEvent], ...] = (
     DecisionProposed,
     BatchDispatched,
     ResultsCommitted,
+    BudgetReserved,
+    BudgetReturned,
     Paused,
     ApprovalGranted,
     ApprovalDenied,

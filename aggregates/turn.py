@@ -31,6 +31,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any, assert_never
 
 from aggregates.call_secrets import CallSecrets
+from aggregates.children import (
+    Allotment,
+    ChildOutcome,
+    Left,
+    Spent,
+    allot,
+    child_id_of,
+    depth_problem,
+    fan_out_problem,
+    unspent_share,
+)
 from aggregates.context import compact
 from aggregates.decisions import (
     Budget,
@@ -252,10 +263,9 @@ class TurnCore:
             return self._cancelled(moment, "cancel requested")
         if self._deadline_passed(moment):
             return self._end(TerminalReason.DEADLINE_EXCEEDED, moment)
-        if inv.step >= budget.max_steps:
-            return self._end(
-                TerminalReason.MAX_STEPS, moment, detail=f"{budget.max_steps} steps taken"
-            )
+        children = self._children_used()
+        if inv.step + children.steps >= budget.max_steps:
+            return self._end(TerminalReason.MAX_STEPS, moment, detail=self._steps_detail(children))
         exhausted = self._usage_exhausted(reserving=True)
         if exhausted is not None:
             return self._end(exhausted[0], moment, detail=exhausted[1])
@@ -413,12 +423,14 @@ class TurnCore:
         """The stop that comes before a batch would run, if any."""
         inv = self.invocation
         budget = self.budget
-        if inv.tool_calls + len(planned) > budget.max_tool_calls:
+        children = self._children_used().tool_calls
+        if inv.tool_calls + children + len(planned) > budget.max_tool_calls:
+            by_children = f" ({children} by children)" if children else ""
             return self._end(
                 TerminalReason.TOOL_BUDGET_EXHAUSTED,
                 moment,
-                detail=f"{len(planned)} call(s) proposed, {inv.tool_calls} of "
-                f"{budget.max_tool_calls} used",
+                detail=f"{len(planned)} call(s) proposed, {inv.tool_calls + children}"
+                f"{by_children} of {budget.max_tool_calls} used",
             )
         # Repetition is judged on the calls as they would be dispatched: normalised
         # (defaults filled in) and redacted, as the aggregate checks them.
@@ -567,6 +579,8 @@ class TurnCore:
         dispatched: list[DispatchedCall] = []
         effects: dict[str, Effect] = {}
         self._reused = {}
+        denied = dict(denied)
+        children = self._allot_children(planned, denied, reused, moment)
         for call in planned:
             if call.call_id in denied:
                 # Recorded with the batch, so that a resumed batch does not run it either.
@@ -591,9 +605,17 @@ class TurnCore:
                 )
                 effect.dispatch(at=moment.at)
                 effects[call.call_id] = effect
-                call = call.model_copy(update={"effect_key": effect.key})  # noqa: PLW2901
+                update: dict[str, Any] = {"effect_key": effect.key}
+                if call.call_id in children:
+                    update["child_id"] = child_id_of(effect.key)
+                call = call.model_copy(update=update)  # noqa: PLW2901
             dispatched.append(call)
         inv.dispatch(dispatched, self.catalogue.plan(dispatched), at=moment.at)
+        for call in dispatched:
+            if call.child_id is not None:
+                inv.reserve_budget(
+                    call.call_id, call.child_id, children[call.call_id], at=moment.at
+                )
         self._planned, self._arguments = [], {}
         return self._settle(dispatched, effects, moment, first_dispatch=True)
 
@@ -683,7 +705,7 @@ class TurnCore:
             for call in batch.calls:
                 if call.call_id not in self._results:
                     self._results[call.call_id] = unreported_result(call)
-            inv.commit_results([self._results[c.call_id] for c in batch.calls], at=moment.at)
+            self._commit(moment)
             if interruption is Interruption.DEADLINE:
                 return self._end(
                     TerminalReason.DEADLINE_EXCEEDED,
@@ -837,7 +859,7 @@ class TurnCore:
                     EffectStatus.PREPARED,
                     rejected="not dispatched again: the invocation was cancelled",
                 )
-            inv.commit_results([self._results[c.call_id] for c in batch.calls], at=moment.at)
+            self._commit(moment)
             return self._cancelled(moment, "cancel requested while a write was being settled")
         if not again:
             return self._commit_results(moment)
@@ -858,7 +880,7 @@ class TurnCore:
         inv = self.invocation
         batch = inv.pending_batch
         assert batch is not None
-        inv.commit_results([self._results[c.call_id] for c in batch.calls], at=moment.at)
+        self._commit(moment)
         failing = [c for c in batch.calls if self._results[c.call_id].error is not None]
         if failing:
             limit = self.settings.failure_limit(failing[-1].name)
@@ -926,7 +948,9 @@ class TurnCore:
         """The exhausted token or cost budget, if any: before a call, with its reservation."""
         inv = self.invocation
         budget = self.budget
-        tokens = inv.input_tokens + inv.output_tokens
+        children = self._children_used()
+        tokens = inv.input_tokens + inv.output_tokens + children.tokens
+        cost = inv.cost + children.cost
         if budget.max_tokens is not None:
             reserve = (budget.reserve_tokens or 0) if reserving else 0
             if tokens + reserve > budget.max_tokens or (reserving and tokens >= budget.max_tokens):
@@ -937,15 +961,111 @@ class TurnCore:
                 )
         if budget.max_cost is not None:
             reserve_cost = (budget.reserve_cost or 0.0) if reserving else 0.0
-            if inv.cost + reserve_cost > budget.max_cost or (
-                reserving and inv.cost >= budget.max_cost
-            ):
+            if cost + reserve_cost > budget.max_cost or (reserving and cost >= budget.max_cost):
                 return (
                     TerminalReason.COST_BUDGET_EXHAUSTED,
-                    f"{inv.cost:.6f} of {budget.max_cost:.6f} spent"
+                    f"{cost:.6f} of {budget.max_cost:.6f} spent"
                     + (f", {reserve_cost:.6f} reserved for the next call" if reserve_cost else ""),
                 )
         return None
+
+    def _children_used(self) -> Spent:
+        """What children used of this invocation's budget, and what is set aside for them."""
+        inv = self.invocation
+        if not inv.reservations and inv.children_started == 0:
+            return Spent()
+        return inv.children_spent.plus(inv.reserved)
+
+    def _steps_detail(self, children: Spent) -> str:
+        if not children.steps:
+            return f"{self.budget.max_steps} steps taken"
+        return (
+            f"{self.budget.max_steps} steps taken ({children.steps} by children, "
+            f"{self.invocation.step} by this invocation)"
+        )
+
+    def _left_for_children(self, batch_calls: int, moment: Moment) -> Left:
+        """What this invocation has left to share among the children of a batch.
+
+        It keeps one step of its own: the one that reads the children's results.
+        """
+        inv = self.invocation
+        budget = self.budget
+        used = self._children_used()
+        tokens = None
+        if budget.max_tokens is not None:
+            tokens = budget.max_tokens - inv.input_tokens - inv.output_tokens - used.tokens
+        cost = None if budget.max_cost is None else budget.max_cost - inv.cost - used.cost
+        deadline = self.seconds_left(moment)
+        return Left(
+            steps=max(0, budget.max_steps - inv.step - used.steps - 1),
+            tool_calls=max(
+                0, budget.max_tool_calls - inv.tool_calls - batch_calls - used.tool_calls
+            ),
+            tokens=None if tokens is None else max(0, tokens),
+            cost=None if cost is None else max(0.0, cost),
+            deadline_s=deadline if deadline is not None and deadline > 0 else None,
+        )
+
+    def _allot_children(
+        self,
+        planned: list[DispatchedCall],
+        denied: dict[str, str],
+        reused: Mapping[str, SourceWrite],
+        moment: Moment,
+    ) -> dict[str, Allotment]:
+        """The batch's calls that start a child, with each one's share of the budget.
+
+        A child call that may not start (too deep, too many children, no step left to
+        give it) is added to ``denied``: its result says why, and the model sees it.
+        """
+        asking = [
+            (call, spec)
+            for call in planned
+            if call.call_id not in denied
+            and call.call_id not in reused
+            and call.effect is ToolEffect.WRITE
+            and (spec := self.catalogue.child_spec(call.name)) is not None
+        ]
+        if not asking:
+            return {}
+        inv = self.invocation
+        problem = depth_problem(inv.depth) or fan_out_problem(inv.children_started, len(asking))
+        if problem is not None:
+            denied.update((call.call_id, problem) for call, _ in asking)
+            return {}
+        shares = allot(
+            self._left_for_children(len(planned), moment), [spec.budget for _, spec in asking]
+        )
+        allotted: dict[str, Allotment] = {}
+        for (call, _), share in zip(asking, shares, strict=True):
+            if share is None:
+                denied[call.call_id] = (
+                    "not started: this invocation has no step left to give a child "
+                    f"({self._steps_detail(self._children_used())} of its budget)"
+                )
+            else:
+                allotted[call.call_id] = share
+        return allotted
+
+    def _commit(self, moment: Moment) -> None:
+        """Commit the batch's results; a settled child's unused share comes back with them."""
+        inv = self.invocation
+        batch = inv.pending_batch
+        assert batch is not None
+        results = [self._results[c.call_id] for c in batch.calls]
+        inv.commit_results(results, at=moment.at)
+        for result in results:
+            reservation = inv.reservations.get(result.call_id)
+            if reservation is None or result.effect_status is EffectStatus.OUTCOME_UNKNOWN:
+                continue  # the child may still run: its share stays set aside
+            if result.effect_status is EffectStatus.REJECTED and result.output is None:
+                # It certainly did not start: all of its share comes back.
+                spent, returned = Spent(), reservation.allotment.reserved
+            else:
+                outcome = ChildOutcome.read(result.output)
+                spent, returned = unspent_share(reservation.allotment, outcome)
+            inv.return_budget(result.call_id, reservation.child_id, spent, returned, at=moment.at)
 
     def _effect_of(self, name: str) -> ToolEffect:
         effect = self.catalogue.effect_of(name)

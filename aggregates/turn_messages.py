@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Literal, Protocol
 
 from pydantic import JsonValue
 
+from aggregates.children import ChildSpec
 from aggregates.decisions import (
     Frozen,
     ToolCall,
@@ -68,6 +69,9 @@ class Catalogue(Protocol):
 
     def plan(self, calls: Sequence[DispatchedCall]) -> list[list[str]]:
         """Execution groups of call ids."""
+
+    def child_spec(self, name: str) -> ChildSpec | None:
+        """For a tool that starts a child invocation: its budget and edge policy; else None."""
 
 
 class KeptValues(Protocol):

@@ -58,7 +58,9 @@ def stop_after_failed_commit(*, conflict: bool, error: str) -> tuple[TerminalRea
     )
 
 
-def record_outside_cancellation(invocation: Invocation, *, at: datetime) -> bool:
+def record_outside_cancellation(
+    invocation: Invocation, *, at: datetime, detail: str | None = None
+) -> bool:
     """The caller's scope was cancelled: record ``cancelled`` in the reloaded invocation.
 
     A running batch gets results first (writes among them stay open in the ledger:
@@ -71,7 +73,7 @@ def record_outside_cancellation(invocation: Invocation, *, at: datetime) -> bool
         )
     if stopped(invocation.phase) is not None:
         return bool(invocation.pending_events)
-    invocation.terminate(TerminalReason.CANCELLED, detail="the caller cancelled", at=at)
+    invocation.terminate(TerminalReason.CANCELLED, detail=detail or "the caller cancelled", at=at)
     return True
 
 

@@ -7,6 +7,7 @@ import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from aggregates.children import ChildSpec, ParentEnd
 from aggregates.decisions import Budget, Price
 from aggregates.invocation import ToolSpec, Turn
 from aggregates.settings import DEFAULT_WIND_DOWN_NOTICE, MIN_SIZE_LIMIT, RunSettings
@@ -21,7 +22,14 @@ from loop_actors._guard import in_child_task, is_cancellation
 from loop_actors.agent.adapters import model_from_name
 from loop_actors.agent.model import Model
 from loop_actors.agent.policy import Policy
-from loop_actors.agent.tools import DEFAULT_TOOL_TIMEOUT_S, Tool, Toolbox
+from loop_actors.agent.tools import (
+    DEFAULT_TOOL_TIMEOUT_S,
+    Reconciled,
+    Tool,
+    Toolbox,
+    ToolContext,
+    child_runs,
+)
 
 T = TypeVar("T")
 
@@ -125,6 +133,13 @@ def approval_rules(toolbox: Toolbox) -> dict[str, str]:
             qualname = getattr(rule, "__qualname__", type(rule).__qualname__)
             rules[name] = f"rule {getattr(rule, '__module__', '?')}.{qualname}"
     return rules
+
+
+DEFAULT_CHILD_TIMEOUT_S = 3600.0
+"""How long a call of ``Agent.as_tool`` waits for its child when neither has a deadline."""
+
+CHILD_TIMEOUT_MARGIN_S = 60.0
+"""What a call of ``Agent.as_tool`` waits past its child's deadline (for its last commit)."""
 
 
 class Agent:
@@ -324,6 +339,78 @@ class Agent:
     def wind_down_notice(self) -> str:
         """What the model is told when few steps are left."""
         return self.settings.wind_down_notice
+
+    def as_tool(
+        self,
+        name: str | None = None,
+        description: str | None = None,
+        budget: Budget | None = None,
+        on_parent_end: ParentEnd | str = ParentEnd.CANCEL,
+    ) -> Tool:
+        """This agent as a tool another agent offers: each call runs it as a child invocation.
+
+        The model calls the tool with ``{"goal": "..."}``. The child is an invocation of
+        its own (its own history, audit chain and clean context); its outcome (its
+        terminal reason, answer, detail, and what it spent) is the call's result.
+        Starting it is a write in the parent's effect ledger: the child's id derives
+        from the call's effect key and is recorded in the parent's ``BatchDispatched``
+        before it starts, and a parent resumed after a crash asks the store for the
+        child instead of starting a second one (docs/explanation/child-invocations.md).
+
+        Args:
+            name: the tool's name (default: the agent's name, if it is an identifier).
+            description: what the parent's model is told (default: names the agent).
+            budget: the child's share of the parent's budget (``BudgetReserved``);
+                default: ``floor(left / children in the batch)`` of each limit. The
+                child's own budget applies within it.
+            on_parent_end: what becomes of the child if the parent ends first:
+                ``cancel`` (the default: it ends ``cancelled``, naming the parent) or
+                ``let_finish`` / ``detach`` (it is not cancelled with the parent).
+
+        Raises:
+            UsageError: a malformed argument (a name that is not an identifier, a
+                budget that is not a Budget, an unknown ``on_parent_end``).
+        """
+        tool_name = name if name is not None else self.name
+        if not isinstance(tool_name, str) or not tool_name.isidentifier():
+            raise UsageError(
+                f"agent {self.name}: as_tool() needs a name that is an identifier "
+                f"(got {tool_name!r}); pass name=..."
+            )
+        if budget is not None and not isinstance(budget, Budget):
+            raise UsageError(f"agent {self.name}: as_tool(budget=...) must be a Budget")
+        try:
+            edge = ParentEnd(on_parent_end)
+        except ValueError:
+            choices = ", ".join(e.value for e in ParentEnd)
+            raise UsageError(
+                f"agent {self.name}: on_parent_end must be one of {choices}, got {on_parent_end!r}"
+            ) from None
+        spec = ChildSpec(budget=budget, on_parent_end=edge)
+        agent = self
+
+        async def start_child(goal: str, context: ToolContext) -> dict[str, Any]:
+            outcome = await child_runs().run(agent, goal, context, key=None, spec=spec)
+            return outcome.model_dump(mode="json")
+
+        async def ask_child(effect_key: str) -> Reconciled:
+            return await child_runs().ask(agent, effect_key)
+
+        start_child.__doc__ = description or (
+            f"Give a goal to the agent {self.name!r}, which works on it on its own and "
+            "answers with its conclusion."
+        )
+        deadline = (budget.deadline_s if budget else None) or self.budget.deadline_s
+        tool_ = Tool(
+            start_child,
+            name=tool_name,
+            effect="write",
+            reconcile=ask_child,
+            commutes=True,  # children are invocations of their own: those of a batch run at once
+            timeout_s=deadline + CHILD_TIMEOUT_MARGIN_S if deadline else DEFAULT_CHILD_TIMEOUT_S,
+        )
+        tool_.child = spec
+        return tool_
 
     def with_model(self, model: Model | str) -> Agent:
         """The same agent with another model (``"openai:gpt-4.1"`` or an adapter)."""

@@ -10,14 +10,18 @@ from __future__ import annotations
 import inspect
 import math
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Literal, cast, overload
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Literal, Protocol, cast, overload
 
 import trio
 from pydantic import BaseModel, ConfigDict, SkipValidation, create_model
 from pydantic_core import to_jsonable_python
 
+from aggregates.children import ChildOutcome, ChildSpec
 from aggregates.decisions import (
+    ErrorClass,
     Frozen,
     ToolCall,
     ToolEffect,
@@ -27,7 +31,7 @@ from aggregates.effect import Resolution
 from aggregates.invocation import DispatchedCall, ToolSpec
 from aggregates.redaction import redact_paths
 from aggregates.values import check_json, describe_error
-from loop_actors._errors import ToolDefinitionError
+from loop_actors._errors import ToolDefinitionError, ToolError
 from loop_actors._guard import is_cancellation
 from loop_actors._messages import ToolSchema
 
@@ -57,6 +61,90 @@ class ToolContext(Frozen):
     """The effect key of a write (None for a read)."""
     attempt: int
     """1 for the first dispatch; higher when the service said "not found" and it runs again."""
+
+    async def run_agent(self, agent: object, goal: str, *, key: str | None = None) -> ChildOutcome:
+        """Run ``agent`` on ``goal`` as a child invocation of this call's invocation.
+
+        For orchestration in code: a write tool's body may run several children, one
+        after another or at once in a trio nursery. Each child's id derives from this
+        call's effect key and ``key`` (give each child of one call its own key), so a
+        call dispatched again after a crash finds the children it started: one that
+        ended gives its recorded outcome, one that did not is driven on, none is
+        started twice. The child's budget is its agent's, within what is left of the
+        parent's deadline.
+
+        Raises:
+            ToolError: the child cannot start (not a write tool, not an Agent, too
+                deep, too many children, the parent was cancelled); no child started.
+            ChildPausedError: the child paused for a person; the call stays open and
+                its invocation pauses until the child is settled.
+        """
+        return await child_runs().run(agent, goal, self, key=key, spec=None)
+
+
+class ChildPausedError(Exception):
+    """A child invocation paused (approval, clarification, reconciliation): its call stays open.
+
+    The call's write is left ``outcome_unknown``; its invocation pauses
+    ``reconciliation_required`` with this message, and a resume after the child is
+    settled asks the store again (the child's outcome becomes the call's result).
+    """
+
+    def __init__(self, child_id: str, reason: str, detail: str | None) -> None:
+        self.child_id = child_id
+        self.reason = reason
+        why = f": {detail}" if detail else ""
+        super().__init__(
+            f"child invocation {child_id} is paused ({reason}{why}); settle it "
+            f"(loop-actors approve / deny / clarify {child_id}), then resume this invocation"
+        )
+
+
+class ChildRuns(Protocol):
+    """How tools start and find child invocations: the runtime drives them (one per run)."""
+
+    async def run(
+        self,
+        agent: object,
+        goal: str,
+        context: ToolContext,
+        *,
+        key: str | None,
+        spec: ChildSpec | None,
+    ) -> ChildOutcome:
+        """Start the child (or find the one started before) and drive it to its end."""
+
+    async def ask(self, agent: object, effect_key: str) -> Reconciled:
+        """What became of the child the write ``effect_key`` started (reconciliation)."""
+
+
+_current_child_runs: ContextVar[ChildRuns | None] = ContextVar("child_runs", default=None)
+
+
+@contextmanager
+def using_child_runs(runs: ChildRuns) -> Iterator[None]:
+    """Make ``runs`` the one that tools of this task (and its children) start children with."""
+    token = _current_child_runs.set(runs)
+    try:
+        yield
+    finally:
+        _current_child_runs.reset(token)
+
+
+def child_runs() -> ChildRuns:
+    """The child runs of the invocation whose tool calls this.
+
+    Raises:
+        ToolError: called outside a run of the runtime (a tool called as a function).
+    """
+    runs = _current_child_runs.get()
+    if runs is None:
+        raise ToolError(
+            "a child invocation starts only inside a run of the runtime (Runtime.run, "
+            "loop-actors run), not from a tool called directly",
+            error_class=ErrorClass.INVALID_ARGUMENTS,
+        )
+    return runs
 
 
 class Reconciled(Frozen):
@@ -179,6 +267,8 @@ class Tool:
         self._fields = tuple(self.arguments_model.model_fields)
         self.schema: dict[str, Any] = self.arguments_model.model_json_schema()
         self.schema_digest = schema_digest(self.name, self.effect, self.schema)
+        self.child: ChildSpec | None = None
+        """For a tool that starts a child invocation (``Agent.as_tool``): its budget and policy."""
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r}, effect={self.effect.value!r})"
@@ -527,6 +617,11 @@ class Toolbox:
         """
         validated = self.tools[call.name].validate(call.arguments)
         return validated.model_dump(mode="json")
+
+    def child_spec(self, name: str) -> ChildSpec | None:
+        """The child spec of a tool that starts a child invocation (None for any other)."""
+        tool_ = self.tools.get(name)
+        return None if tool_ is None else tool_.child
 
     def plan(self, calls: Sequence[DispatchedCall]) -> list[list[str]]:
         """Execution groups, run one after another.

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aggregates.children import ParentLink
+from aggregates.decisions import Budget
 from aggregates.ids import invocation_id_problem
 from aggregates.values import check_text
 from loop_actors._errors import UsageError
@@ -58,6 +60,10 @@ class StartRequest:
     tenant: str | None = None
     agent_ref: str | None = None
     """``submit`` only: the ``MODULE:ATTR`` the agent is loaded from, kept with the queue row."""
+    parent: ParentLink | None = None
+    """For a child invocation (started by the runtime, never by a caller): its parent."""
+    budget: Budget | None = None
+    """For a child invocation: its budget within its share of the parent's (None: the agent's)."""
 
     def check(self, caller: str) -> None:
         """Refuse a malformed request of ``caller`` (``run``, ``submit``): nothing is written.

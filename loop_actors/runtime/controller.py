@@ -153,6 +153,10 @@ class Controller:
         """The invocation as the core holds it."""
         return self.core.invocation
 
+    def seconds_left(self) -> float | None:
+        """Seconds until the recorded deadline (None without one)."""
+        return self.core.seconds_left(self._moment())
+
     def request_cancel(self, detail: str | None = None) -> None:
         """Ask the loop to stop: it starts no new call and ends ``cancelled``.
 
@@ -543,7 +547,11 @@ class Controller:
         """The caller's scope was cancelled: record ``cancelled`` (shielded by the caller)."""
         self.invocation.take_events()  # drop anything not yet sent: it was never committed
         reloaded = await self._reload()
-        if reloaded is not None and record_outside_cancellation(reloaded, at=self.now()):
+        # A cancel requested of this run (its parent's, say) says who asked; else the caller.
+        detail = self.cancel_detail if self.cancel_requested else None
+        if reloaded is not None and record_outside_cancellation(
+            reloaded, at=self.now(), detail=detail
+        ):
             await self.journal.commit(reloaded.take_events(), abandon_on_cancel=True)
 
     # ----------------------------------------------------------------- secrets

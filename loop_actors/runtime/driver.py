@@ -19,6 +19,7 @@ from uuid import uuid4
 
 import trio
 
+from aggregates.children import ParentEnd
 from aggregates.decisions import TerminalReason
 from aggregates.invocation import Invocation, Phase
 from aggregates.lease import DRAINED, QueueStatus, Refuse, Release, lease_is_live, release_after
@@ -37,7 +38,9 @@ from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._messages import CommitFailed, Committed
 from loop_actors.agent.agent import Agent, SettingsChangedError, check_catalogue
 from loop_actors.agent.mcp import McpSessions, using_mcp_sessions
+from loop_actors.agent.tools import using_child_runs
 from loop_actors.runtime.arguments import StartRequest, requested_by
+from loop_actors.runtime.children import ChildRunner
 from loop_actors.runtime.controller import Controller
 from loop_actors.runtime.leases import HeldLease, LeaseDrained, LeaseKeeper
 from loop_actors.runtime.outcome import Outcome
@@ -120,12 +123,13 @@ class Driver:
             agent_version=agent.version,
             catalogue_digest=agent.toolbox.catalogue_digest,
             tools=agent.toolbox.specs,
-            budget=agent.budget,
+            budget=request.budget if request.budget is not None else agent.budget,
             settings=agent.settings,
             task_class=request.task_class if request.task_class is not None else agent.task_class,
             actor=request.actor,
             tenant=request.tenant,
             at=self.now(),
+            parent=request.parent,
         )
 
     async def start(self, *, request: StartRequest) -> Outcome:
@@ -279,7 +283,29 @@ class Driver:
         if controller is None:
             return False
         controller.request_cancel(detail)
+        # Its children driven here end with it (those whose edge says so), and theirs.
+        for child in list(self.running.values()):
+            link = child.invocation.parent
+            if (
+                link is not None
+                and link.parent_id == invocation_id
+                and link.on_parent_end is ParentEnd.CANCEL
+            ):
+                self.cancel(child.invocation.id, detail=parent_cancelled(invocation_id, detail))
         return True
+
+    def inherit_cancel(self, controller: Controller) -> None:
+        """A child registered after its parent's cancel request starts cancelled.
+
+        Called as the child's run is registered, with no checkpoint between: a cancel
+        of the parent either finds the child in ``running`` or is seen here.
+        """
+        link = controller.invocation.parent
+        if link is None or link.on_parent_end is not ParentEnd.CANCEL:
+            return
+        parent = self.running.get(link.parent_id)
+        if parent is not None and parent.cancel_requested:
+            controller.request_cancel(parent_cancelled(link.parent_id, parent.cancel_detail))
 
     async def run_cancel_watcher(
         self,
@@ -379,6 +405,7 @@ class Driver:
         if not fresh and before is None:
             request = await self.reads.cancel_request(invocation.id)
         self.running[invocation.id] = controller
+        self.inherit_cancel(controller)
         try:
             if before is not None:
                 request = before.cancel_request
@@ -389,7 +416,7 @@ class Driver:
             if request is not None:
                 controller.request_cancel(requested_by(request.by, request.reason))
             assert self.mcp is not None
-            with using_mcp_sessions(self.mcp):
+            with using_mcp_sessions(self.mcp), using_child_runs(ChildRunner(self, controller)):
                 outcome = await controller.run()
         finally:
             del self.running[invocation.id]
@@ -622,6 +649,11 @@ class Driver:
             "exists and has not stopped, and no process holds its lease: resume it "
             "(loop-actors resume ID --agent MODULE:ATTR)",
         )
+
+
+def parent_cancelled(parent_id: str, detail: str | None) -> str:
+    """The detail a child cancelled with its parent ends with."""
+    return f"its parent {parent_id} was cancelled" + (f" ({detail})" if detail else "")
 
 
 class DriverSource(Protocol):

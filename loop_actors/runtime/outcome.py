@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from aggregates.children import Spent
 from aggregates.decisions import Frozen, TerminalReason
 from aggregates.invocation import Invocation
 from aggregates.standing import Stop, stopped
@@ -23,6 +24,11 @@ class Outcome(Frozen):
     """For ``approval_required``: the digest to approve (``loop-actors approve --digest``)."""
     pending_calls: list[dict[str, Any]] | None = None
     """For ``approval_required``: the exact calls that wait, and which need approval."""
+    parent_id: str | None = None
+    """For a child invocation: its parent's id (None for a root)."""
+    children: Spent | None = None
+    """For an invocation that started children: what they used (their own children's
+    included), apart from its own ``steps`` and ``tool_calls``; None when it started none."""
 
     @property
     def paused(self) -> bool:
@@ -53,6 +59,7 @@ class Outcome(Frozen):
                 steps=ended.steps,
                 tool_calls=ended.tool_calls,
                 detail=ended.detail,
+                **_tree(invocation),
             )
         if stop is Stop.PAUSED and invocation.paused is not None:
             paused = invocation.paused
@@ -78,5 +85,14 @@ class Outcome(Frozen):
                 detail=paused.question or paused.proposal_digest,
                 digest=paused.proposal_digest,
                 pending_calls=pending,
+                **_tree(invocation),
             )
         raise ValueError(f"invocation {invocation.id} has not stopped (phase {invocation.phase})")
+
+
+def _tree(invocation: Invocation) -> dict[str, Any]:
+    """Where an invocation is in a tree: its parent, what its children used."""
+    return {
+        "parent_id": invocation.parent.parent_id if invocation.parent is not None else None,
+        "children": invocation.children_spent if invocation.children_started else None,
+    }

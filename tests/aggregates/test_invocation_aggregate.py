@@ -25,12 +25,15 @@ from aggregates import (
     ToolEffect,
     Usage,
 )
+from aggregates.children import Allotment, Spent
 from aggregates.invocation import (
     EVENT_TYPES,
     TRANSITIONS,
     ApprovalDenied,
     ApprovalGranted,
     BatchDispatched,
+    BudgetReserved,
+    BudgetReturned,
     ClarificationProvided,
     ContextCompacted,
     DecisionProposed,
@@ -263,11 +266,26 @@ def _fire(inv: Invocation, event_type: type[InvocationEvent]) -> None:
         inv.acquire_lease("worker-b", inv.lease_epoch + 1, at=AT)
     elif event_type is Terminated:
         inv.terminate(TerminalReason.CANCELLED, at=AT)
+    elif event_type is BudgetReserved:
+        pending = inv.pending_batch
+        call = pending.calls[0] if pending else None
+        child_id = call.child_id if call and call.child_id else "child-9"
+        call_id = call.call_id if call else "c9"
+        inv.reserve_budget(call_id, child_id, Allotment(steps=1, tool_calls=0), at=AT)
+    elif event_type is BudgetReturned:
+        reserved = next(iter(inv.reservations.values()), None)
+        call_id, child_id = (reserved.call_id, reserved.child_id) if reserved else ("c9", "child-9")
+        share = reserved.allotment.reserved if reserved else Spent()
+        inv.return_budget(call_id, child_id, Spent(steps=1), share.minus(Spent(steps=1)), at=AT)
     else:
         raise AssertionError(f"no builder for {event_type.__name__}")
 
 
-_VARIANTS = {Phase.DECIDED: ["final", "question"]}
+_VARIANTS = {
+    Phase.DECIDED: ["final", "question"],
+    Phase.READY: ["", "child"],
+    Phase.DISPATCHED: ["", "child"],
+}
 _CELLS = [
     (phase, event_type) for phase in Phase if phase is not Phase.NEW for event_type in EVENT_TYPES
 ]

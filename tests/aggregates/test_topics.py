@@ -26,6 +26,8 @@ FROZEN = [
     "aggregates.invocation:DecisionProposed",
     "aggregates.invocation:BatchDispatched",
     "aggregates.invocation:ResultsCommitted",
+    "aggregates.invocation:BudgetReserved",
+    "aggregates.invocation:BudgetReturned",
     "aggregates.invocation:Paused",
     "aggregates.invocation:ApprovalGranted",
     "aggregates.invocation:ApprovalDenied",

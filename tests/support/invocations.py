@@ -24,6 +24,7 @@ from aggregates import (
     ToolResult,
     Usage,
 )
+from aggregates.children import Allotment
 from aggregates.settings import RunSettings
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -49,6 +50,21 @@ def batch(*ids: str, key: str = "k") -> ToolCalls:
 def dispatched(decision: ToolCalls) -> list[DispatchedCall]:
     return [
         DispatchedCall(call_id=c.id, name=c.name, arguments=c.arguments, effect=ToolEffect.READ)
+        for c in decision.calls
+    ]
+
+
+def child_dispatched(decision: ToolCalls) -> list[DispatchedCall]:
+    """Each call dispatched as one that starts a child invocation (a write with a child id)."""
+    return [
+        DispatchedCall(
+            call_id=c.id,
+            name=c.name,
+            arguments=c.arguments,
+            effect=ToolEffect.WRITE,
+            effect_key=f"eff-{c.id}",
+            child_id=f"child-{c.id[1:]}",
+        )
         for c in decision.calls
     ]
 
@@ -101,6 +117,13 @@ def in_phase(phase: Phase, variant: str = "") -> Invocation:
     inv = new()
     decision = batch("c1")
     match phase:
+        case Phase.READY if variant == "child":
+            # A child's call has its result; its share of the budget is not back yet.
+            child = ToolCalls(calls=[ToolCall(id="c1", name="delegate", arguments={"goal": "g"})])
+            inv.propose(child, usage=Usage(), at=AT)
+            inv.dispatch(child_dispatched(child), [["c1"]], at=AT)
+            inv.reserve_budget("c1", "child-1", Allotment(steps=2, tool_calls=2), at=AT)
+            inv.commit_results([ToolResult(call_id="c1", name="delegate", output={})], at=AT)
         case Phase.READY:
             pass
         case Phase.CALLS_PROPOSED:
@@ -110,6 +133,10 @@ def in_phase(phase: Phase, variant: str = "") -> Invocation:
                 inv.propose(Final(answer="x"), usage=Usage(), at=AT)
             else:
                 inv.propose(Clarification(question="which?"), usage=Usage(), at=AT)
+        case Phase.DISPATCHED if variant == "child":
+            child = ToolCalls(calls=[ToolCall(id="c1", name="delegate", arguments={"goal": "g"})])
+            inv.propose(child, usage=Usage(), at=AT)
+            inv.dispatch(child_dispatched(child), [["c1"]], at=AT)
         case Phase.DISPATCHED | Phase.AWAITING_RECONCILIATION:
             inv.propose(decision, usage=Usage(), at=AT)
             inv.dispatch(dispatched(decision), [["c1"]], at=AT)

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from aggregates.children import ChildSpec
 from aggregates.decisions import (
     Budget,
     EffectStatus,
@@ -102,6 +103,8 @@ class FakeTool:
     effect: ToolEffect
     arguments: type[BaseModel]
     needs_approval: bool = False
+    child: ChildSpec | None = None
+    """For a tool that starts a child invocation."""
     sensitive_arguments: frozenset[str] = frozenset()
     sensitive_output: frozenset[str] = frozenset()
 
@@ -156,6 +159,10 @@ class FakeCatalogue:
 
     def needs_approval(self, name: str, arguments: dict[str, Any]) -> bool:
         return self.tools[name].needs_approval
+
+    def child_spec(self, name: str) -> ChildSpec | None:
+        tool = self.tools.get(name)
+        return None if tool is None else tool.child
 
     def plan(self, calls: Sequence[DispatchedCall]) -> list[list[str]]:
         """Consecutive reads run together; each write alone (as the Toolbox plans)."""
