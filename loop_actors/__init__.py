@@ -17,6 +17,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from aggregates.children import ChildOutcome as ChildOutcome
+    from aggregates.children import ParentEnd as ParentEnd
+    from aggregates.children import Spent as Spent
     from aggregates.decisions import Budget as Budget
     from aggregates.decisions import CannotContinue as CannotContinue
     from aggregates.decisions import Clarification as Clarification
@@ -84,6 +87,7 @@ if TYPE_CHECKING:
     from loop_actors.agent.model import ScriptedModel as ScriptedModel
     from loop_actors.agent.policy import AccessRequest as AccessRequest
     from loop_actors.agent.policy import Deny as Deny
+    from loop_actors.agent.tools import ChildPausedError as ChildPausedError
     from loop_actors.agent.tools import Reconciled as Reconciled
     from loop_actors.agent.tools import Tool as Tool
     from loop_actors.agent.tools import ToolContext as ToolContext
@@ -127,6 +131,10 @@ _EXPORTS: dict[str, str] = {
     "ToolResult": "aggregates.decisions",
     "Usage": "aggregates.decisions",
     "Resolution": "aggregates.effect",
+    "ChildOutcome": "aggregates.children",
+    "ParentEnd": "aggregates.children",
+    "Spent": "aggregates.children",
+    "ChildPausedError": "loop_actors.agent.tools",
     "ForkRefusal": "aggregates.fork",
     "ForkOrigin": "aggregates.fork_origin",
     "ForkWrites": "aggregates.fork_origin",
@@ -211,6 +219,8 @@ __all__ = [
     "CancelResult",
     "CannotContinue",
     "CatalogueChangedError",
+    "ChildOutcome",
+    "ChildPausedError",
     "Clarification",
     "Decision",
     "Deny",
@@ -246,6 +256,7 @@ __all__ = [
     "NotWaitingError",
     "OpenAIModel",
     "Outcome",
+    "ParentEnd",
     "Price",
     "ProviderErrorClass",
     "ReadModelsStatus",
@@ -266,6 +277,7 @@ __all__ = [
     "ScriptedModel",
     "SettingsChangedError",
     "SourceWrite",
+    "Spent",
     "StdioServer",
     "StoreCipherError",
     "StoreReadOnlyError",

@@ -79,7 +79,7 @@ class TrajectoryProjection(ReadModel):
     """
 
     name = "trajectory"
-    version = 5
+    version = 6
 
     CACHE_STEPS: ClassVar[int] = 20_000
     """How many trajectories' steps (plus one per trajectory) the cache may hold."""
@@ -92,7 +92,9 @@ class TrajectoryProjection(ReadModel):
             "goal TEXT, status TEXT, reason TEXT, answer TEXT, detail TEXT, steps BIGINT, "
             "tool_calls BIGINT, input_tokens BIGINT, output_tokens BIGINT, "
             "cost DOUBLE PRECISION, started_at TEXT, ended_at TEXT, started_position BIGINT, "
-            "events BIGINT)",
+            "events BIGINT, parent_id TEXT, forked_from TEXT)",
+            "CREATE INDEX IF NOT EXISTS trajectory_invocations_parent "
+            "ON trajectory_invocations (parent_id)",
             "CREATE INDEX IF NOT EXISTS trajectory_invocations_order "
             "ON trajectory_invocations (started_position)",
             "CREATE TABLE IF NOT EXISTS trajectory_steps ("
@@ -335,6 +337,8 @@ def _head_row(trajectory: Trajectory, *, started_position: int | None = None) ->
         t["ended_at"],
         started_position,
         t["events"],
+        t["parent_id"],
+        t["forked_from"],
     )
 
 
@@ -456,7 +460,7 @@ class _Rows:
                 if _same_fields(before, after, _HEAD_FIXED):  # what only its start sets: kept
                     self.heads.append((*head[5:14], head[15], head[17], invocation_id))
                 else:  # not done by today's fold
-                    self.changed_heads.append((*head[1:16], head[17], invocation_id))
+                    self.changed_heads.append((*head[1:16], *head[17:], invocation_id))
         # The fold keeps the steps it does not change, in place, and appends new ones.
         held = len(old_steps)
         for index, step in enumerate(a["steps"]):
@@ -513,10 +517,12 @@ class _Rows:
 _HEAD_TABLE = (
     "invocation_id", "agent", "agent_version", "task_class", "goal", "status", "reason",
     "answer", "detail", "steps", "tool_calls", "input_tokens", "output_tokens", "cost",
-    "started_at", "ended_at", "started_position", "events",
+    "started_at", "ended_at", "started_position", "events", "parent_id", "forked_from",
 )  # fmt: skip
 _HEAD_UPDATE = tuple(c for c in _HEAD_TABLE if c not in ("invocation_id", "started_position"))
-_HEAD_FIXED = ("agent_name", "agent_version", "task_class", "goal", "started_at")
+_HEAD_FIXED = (
+    "agent_name", "agent_version", "task_class", "goal", "started_at", "parent_id", "forked_from",
+)  # fmt: skip
 """The fields of the head that only ``InvocationStarted`` sets."""
 _HEAD_MOVES = (*_HEAD_TABLE[5:14], _HEAD_TABLE[15], _HEAD_TABLE[17])
 """The head's columns that the events after the start change: status ... cost, ended_at, events."""
@@ -595,6 +601,8 @@ def _from_rows(
         goal=head["goal"],
         agent_name=head["agent"],
         agent_version=head["agent_version"],
+        parent_id=head["parent_id"],
+        forked_from=head["forked_from"],
         steps=[
             StepView(
                 step=s["step"],
@@ -639,9 +647,27 @@ def list_invocations(
     reason: str | None = None,
     agent: str | None = None,
     limit: int = 100,
+    roots_only: bool = False,
+    parent_id: str | None = None,
+    forked_from: str | None = None,
+    originals_only: bool = False,
 ) -> list[dict[str, Any]]:
-    """Invocations from the trajectory read model, newest first, optionally filtered."""
+    """Invocations from the trajectory read model, newest first, optionally filtered.
+
+    ``roots_only``: no child invocation; ``parent_id``: the children of that one;
+    ``forked_from``: the forks of that one; ``originals_only``: no fork.
+    """
     clauses, params = [], []
+    if roots_only:
+        clauses.append("parent_id IS NULL")
+    if parent_id is not None:
+        clauses.append("parent_id = ?")
+        params.append(parent_id)
+    if forked_from is not None:
+        clauses.append("forked_from = ?")
+        params.append(forked_from)
+    if originals_only:
+        clauses.append("forked_from IS NULL")
     if reason is not None:
         clauses.append("reason = ?")
         params.append(reason)
@@ -651,7 +677,7 @@ def list_invocations(
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
     return runner.query(
         "SELECT invocation_id, agent, task_class, status, reason, steps, tool_calls, "
-        f"started_at, ended_at, goal FROM trajectory_invocations {where} "
+        f"started_at, ended_at, goal, parent_id, forked_from FROM trajectory_invocations {where} "
         "ORDER BY started_position DESC LIMIT ?",
         [*params, limit],
     )

@@ -116,6 +116,10 @@ class Trajectory(Frozen):
     input_tokens: int = 0
     output_tokens: int = 0
     cost: float = 0.0
+    parent_id: str | None = None
+    """For a child invocation: its parent's id (None for a root)."""
+    forked_from: str | None = None
+    """For a fork: the id of the invocation it was copied from."""
 
 
 def _summary(decision: Decision | None, rejection: Rejection | None) -> tuple[str, str]:
@@ -177,6 +181,10 @@ def evolve_trajectory(trajectory: Trajectory | None, event: DomainEvent) -> Traj
                 "input_tokens": 0,
                 "output_tokens": 0,
                 "cost": 0.0,
+                "parent_id": event.parent.parent_id if event.parent is not None else None,
+                "forked_from": (
+                    event.forked_from.source_id if event.forked_from is not None else None
+                ),
             },
         )
     cls = type(event)

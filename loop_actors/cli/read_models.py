@@ -105,6 +105,8 @@ def _read_model_command(
                 print(trajectory.model_dump_json())
             else:
                 out.print(render_tree(trajectory, width=out.width))
+                for line in _lineage(runner, trajectory):
+                    out.print(line, markup=False, highlight=False)
             if mine:
                 for unread in mine:
                     note(f"{_described(unread)}: this trajectory lacks it and what follows it")
@@ -115,9 +117,7 @@ def _read_model_command(
                 return ExitCode.TAMPERED
         case "list":
             if queue is None:
-                rows = list_invocations(
-                    runner, reason=args.reason, agent=args.agent, limit=args.limit
-                )
+                rows = list_invocations(runner, limit=args.limit, **_list_filters(args))
             else:
                 rows = _with_status(runner, args, *queue)
             if args.json:
@@ -216,12 +216,49 @@ def _note_skipped(rows: list[SkippedRow], *, every: bool) -> None:
     note("the store was changed by hand or damaged: check it with loop-actors audit verify")
 
 
+def _lineage(runner: ProjectionRunner, trajectory: Trajectory) -> list[str]:
+    """``show``: where the invocation comes from, and the tree of its children below it."""
+    lines = []
+    if trajectory.parent_id is not None:
+        lines.append(f"parent: {trajectory.parent_id}")
+    if trajectory.forked_from is not None:
+        lines.append(f"forked from: {trajectory.forked_from}")
+    tree: list[str] = []
+
+    def below(invocation_id: str, depth: int) -> None:
+        for row in reversed(list_invocations(runner, parent_id=invocation_id, limit=2**62)):
+            outcome = row["reason"] or row["status"]
+            tree.append(
+                f"{'  ' * depth}└─ {row['invocation_id']} {row['agent']} {outcome} "
+                f"steps={row['steps']} tool_calls={row['tool_calls']}: "
+                f"{terminal_safe(row['goal'])}"
+            )
+            below(row["invocation_id"], depth + 1)
+
+    below(trajectory.invocation_id, 0)
+    if tree:
+        lines.extend(["children:", *tree])
+    return lines
+
+
+def _list_filters(args: argparse.Namespace) -> dict[str, Any]:
+    """``list``'s filters, as ``list_invocations`` takes them."""
+    return {
+        "reason": args.reason,
+        "agent": args.agent,
+        "roots_only": args.root,
+        "parent_id": args.parent,
+        "forked_from": args.forked_from,
+        "originals_only": args.originals,
+    }
+
+
 def _with_status(
     runner: ProjectionRunner, args: argparse.Namespace, rows: dict[str, QueueRow], now: float
 ) -> list[dict[str, Any]]:
     """``list --status``: the invocations in that queue state, newest first, with it."""
     found: list[dict[str, Any]] = []
-    for row in list_invocations(runner, reason=args.reason, agent=args.agent, limit=2**62):
+    for row in list_invocations(runner, limit=2**62, **_list_filters(args)):
         status = status_of(rows.get(row["invocation_id"]), row["status"], now)
         if status == args.status:
             found.append({**row, "queue_status": status})

@@ -1133,3 +1133,24 @@ def test_fork_example_repeats_the_refund_only_when_told_live(tmp_path: Path) -> 
         "writes=live: completed, changed ['budget.max_steps'], refunds 2",
         "refunds sent: 2, under 2 different keys",
     ]
+
+
+TESTED_EXAMPLES.add("sub_agents.py")
+
+SUB_AGENTS_OUTPUT = [
+    "trip: completed: a flight booked for Lisbon, 3 May; a room booked for Lisbon, 3-5 May",
+    "trip's own steps=2 tool_calls=2",
+    "its children's steps=4 tool_calls=2",
+    "quotes: completed: quote from acme: 120 EUR | quote from globex: 120 EUR | "
+    "quote from initech: 120 EUR",
+    "bookings: 2, under 2 different keys",
+]
+
+
+def test_sub_agents_example_delegates_and_lists_only_the_roots(tmp_path: Path) -> None:
+    lines = _lines(_run_example("sub_agents.py", tmp_path))
+    assert lines[:5] == SUB_AGENTS_OUTPUT
+    table = "\n".join(lines[5:])
+    assert "│ quotes │ orchestrator │ completed │" in table
+    assert "│ trip   │ travel       │ completed │" in table
+    assert "child-" not in table  # list --root leaves the children out

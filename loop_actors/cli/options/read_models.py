@@ -61,6 +61,12 @@ def _add_list(listing: argparse.ArgumentParser) -> None:
         help="only invocations in this state of the work queue (runnable, claimed, paused, ended)",
     )
     listing.add_argument(
+        "--root", action="store_true", help="only top-level invocations (no child invocation)"
+    )
+    listing.add_argument("--parent", metavar="ID", help="only the child invocations of ID")
+    listing.add_argument("--forked-from", metavar="ID", help="only the forks of ID")
+    listing.add_argument("--originals", action="store_true", help="only invocations not forked")
+    listing.add_argument(
         "--limit", type=positive_int, default=50, help="at most this many (default 50)"
     )
     listing.add_argument("--json", action="store_true", help="one JSON object a line")
