@@ -215,6 +215,7 @@ _UNSETTLED: dict[Phase, str] = {
     "waits for approval)",
     Phase.DISPATCHED: "has no committed results for its batch of step {step}",
     Phase.AWAITING_RECONCILIATION: "has no committed results for its batch of step {step}",
+    Phase.AWAITING_CHILD: "has no committed results for its batch of step {step}",
     Phase.AWAITING_APPROVAL: "waits for a person's approval at step {step}",
     Phase.AWAITING_CLARIFICATION: "waits for a person's answer at step {step}",
 }

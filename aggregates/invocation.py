@@ -129,6 +129,9 @@ class Phase(StrEnum):
     """Paused: a person answers the model's question."""
     AWAITING_RECONCILIATION = "awaiting_reconciliation"
     """Paused with the batch still dispatched: a write's service must say what became of it."""
+    AWAITING_CHILD = "awaiting_child"
+    """Paused with the batch still dispatched: a child invocation it started waits for a
+    person (an approval or an answer, given to the child)."""
     TERMINATED = "terminated"
 
     @property
@@ -138,7 +141,12 @@ class Phase(StrEnum):
 
 
 _PAUSED_PHASES = frozenset(
-    {Phase.AWAITING_APPROVAL, Phase.AWAITING_CLARIFICATION, Phase.AWAITING_RECONCILIATION}
+    {
+        Phase.AWAITING_APPROVAL,
+        Phase.AWAITING_CLARIFICATION,
+        Phase.AWAITING_RECONCILIATION,
+        Phase.AWAITING_CHILD,
+    }
 )
 
 PAUSED_PHASE: dict[TerminalReason, Phase] = {
@@ -184,7 +192,7 @@ TRANSITIONS: dict[Phase, dict[type[InvocationEvent], frozenset[Phase]]] = {
         ResultsCommitted: _READY,
         # A child's share of the budget (committed with the batch that starts it).
         BudgetReserved: frozenset({Phase.DISPATCHED}),
-        Paused: frozenset({Phase.AWAITING_RECONCILIATION}),
+        Paused: frozenset({Phase.AWAITING_RECONCILIATION, Phase.AWAITING_CHILD}),
         **_stays(Phase.DISPATCHED),
     },
     Phase.AWAITING_APPROVAL: {
@@ -203,7 +211,17 @@ TRANSITIONS: dict[Phase, dict[type[InvocationEvent], frozenset[Phase]]] = {
     # The batch is still dispatched: it ends with its results, never with a bare stop.
     Phase.AWAITING_RECONCILIATION: {
         ResultsCommitted: _READY,
+        # Asked again, the write's service is a child that waits for a person.
+        Paused: frozenset({Phase.AWAITING_CHILD}),
         **_stays(Phase.AWAITING_RECONCILIATION),
+    },
+    # The same: the batch ends with its results (the child's outcome among them).
+    Phase.AWAITING_CHILD: {
+        ResultsCommitted: _READY,
+        # The child (or one below it) now waits for something else, or its service can't
+        # be asked.
+        Paused: frozenset({Phase.AWAITING_CHILD, Phase.AWAITING_RECONCILIATION}),
+        **_stays(Phase.AWAITING_CHILD),
     },
     Phase.TERMINATED: {},
 }
@@ -368,6 +386,7 @@ class Invocation(ChainedAggregate):
         proposal_digest: str | None = None,
         calls: list[DispatchedCall] | None = None,
         needs_approval: list[str] | None = None,
+        child_path: list[str] | None = None,
     ) -> None:
         """Pause for a person or a service (a pausing reason only)."""
         self.trigger_event(
@@ -379,6 +398,7 @@ class Invocation(ChainedAggregate):
             proposal_digest=proposal_digest,
             calls=calls,
             needs_approval=needs_approval,
+            child_path=child_path,
         )
 
     def grant_approval(
@@ -747,9 +767,15 @@ class Invocation(ChainedAggregate):
         # Which pause each phase allows is where the table lets it lead: a running batch
         # waits only for a service; a proposed batch only for an approval; another
         # decision for a person.
-        if PAUSED_PHASE[event.reason] not in TRANSITIONS[self.phase][Paused]:
+        phase = PAUSED_PHASE[event.reason]
+        if event.child_path is not None:
+            # A child's pause: the batch that started it stays dispatched.
+            if not event.child_path or event.reason is TerminalReason.RECONCILIATION_REQUIRED:
+                raise self._refuse(event, "a child's pause names the child and its person's wait")
+            phase = Phase.AWAITING_CHILD
+        if phase not in TRANSITIONS[self.phase][Paused]:
             raise self._refuse(event, f"{event.reason.value} is not a pause of this phase")
-        if event.calls is not None:
+        if event.calls is not None and event.child_path is None:
             decision = self.last_decision
             proposed = (
                 [(c.id, c.name) for c in decision.calls] if isinstance(decision, ToolCalls) else []
@@ -759,7 +785,7 @@ class Invocation(ChainedAggregate):
         if event.step != self.step:
             raise self._refuse(event, f"step must be {self.step}, got {event.step}")
         self.paused = event
-        self.phase = PAUSED_PHASE[event.reason]
+        self.phase = phase
 
     def _on_approval(self, event: ApprovalGranted | ApprovalDenied) -> None:
         paused = self.paused

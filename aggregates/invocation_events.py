@@ -168,6 +168,10 @@ class Paused(InvocationEvent):
     """For an approval: the exact batch that waits, as it would be dispatched."""
     needs_approval: list[str] | None = None
     """For an approval: the ids of the calls that require it."""
+    child_path: list[str] | None = None
+    """For the pause of a child invocation the dispatched batch started (from 0.3): the
+    ids from that child down to the invocation that waits; the pause's other fields
+    are that one's (its question, the digest to approve, its waiting calls)."""
 
 
 class ApprovalGranted(InvocationEvent):

@@ -95,6 +95,11 @@ def approval_refusal(invocation: Invocation, digest: str | None) -> ApprovalRefu
     return None
 
 
+def waits_for_person(invocation: Invocation) -> bool:
+    """True when the invocation itself waits for an approval or an answer."""
+    return invocation.phase in (Phase.AWAITING_APPROVAL, Phase.AWAITING_CLARIFICATION)
+
+
 def waits_for_answer(invocation: Invocation) -> bool:
     """True when the invocation paused with a question only a person can answer."""
     return invocation.phase is Phase.AWAITING_CLARIFICATION

@@ -89,6 +89,7 @@ from aggregates.turn_messages import (
     AttemptStillRunning,
     Authorise,
     Catalogue,
+    ChildWaits,
     Continue,
     EffectAnswered,
     EffectObservation,
@@ -139,6 +140,7 @@ __all__ = [
     "AttemptStillRunning",
     "Authorise",
     "Catalogue",
+    "ChildWaits",
     "Continue",
     "EffectAnswered",
     "EffectObservation",
@@ -780,11 +782,14 @@ class TurnCore:
         by_id = {call.call_id: call for call in batch.calls}
         unreachable: list[str] = []
         still_running: list[str] = []
+        waiting: list[ChildWaits] = []
         for call_id, effect in self._effects.items():
             answer = answers.get(effect.key)
             match answer:
                 case None:
                     continue
+                case ChildWaits():
+                    waiting.append(answer)
                 case ServiceUnreachable(error=error):
                     error = self._call_secrets.scrub_call(  # stored scrubbed
                         batch.step, call_id, effect.tool, error, stored=by_id[call_id].arguments
@@ -838,6 +843,8 @@ class TurnCore:
                             assert_never(answer.status)
                 case _:
                     assert_never(answer)
+        if waiting and not unreachable:
+            return self._pause_for_child(waiting[0], moment)
         if unreachable:
             return self._pause_for_reconciliation(
                 "the outcome of a write is unknown and its service cannot be asked: "
@@ -892,6 +899,34 @@ class TurnCore:
                     detail=f"the same call failed the same way {inv.failure_streak} times in a row",
                 )
         return Continue(after_results=True)
+
+    def _pause_for_child(self, waits: ChildWaits, moment: Moment) -> Finished:
+        """A child this batch started waits for a person: pause with its pause (once).
+
+        The parent's pause carries the path down to the invocation that waits, its
+        question, the digest to approve and its waiting calls, so that whoever looks at
+        the parent (or the root) sees what to decide, and for which invocation.
+        """
+        inv = self.invocation
+        paused = inv.paused
+        if (
+            inv.phase is Phase.AWAITING_CHILD
+            and paused is not None
+            and paused.child_path == waits.path
+            and paused.reason is waits.reason
+            and paused.proposal_digest == waits.proposal_digest
+        ):
+            return Finished(detail=paused.question)
+        inv.pause(
+            waits.reason,
+            question=waits.question,
+            proposal_digest=waits.proposal_digest,
+            calls=waits.calls,
+            needs_approval=waits.needs_approval,
+            child_path=waits.path,
+            at=moment.at,
+        )
+        return Finished()
 
     def _pause_for_reconciliation(self, why: str, moment: Moment) -> Finished:
         """Wait for the service: pause (once), keeping what the ledger learnt meanwhile."""

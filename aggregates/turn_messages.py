@@ -18,6 +18,7 @@ from pydantic import JsonValue
 from aggregates.children import ChildSpec
 from aggregates.decisions import (
     Frozen,
+    TerminalReason,
     ToolCall,
     ToolEffect,
     Usage,
@@ -151,7 +152,24 @@ class ServiceUnreachable(Frozen):
     error: str
 
 
-ReconcileOutcome = EffectAnswered | ServiceUnreachable
+class ChildWaits(Frozen):
+    """The write started a child invocation that waits for a person: the call stays open.
+
+    ``path`` runs from the child this call started down to the invocation that waits
+    (itself a child of the one before); the rest is that one's pause, for the parent's.
+    """
+
+    kind: Literal["child_waits"] = "child_waits"
+    effect_key: str
+    path: list[str]
+    reason: TerminalReason
+    question: str | None = None
+    proposal_digest: str | None = None
+    calls: list[DispatchedCall] | None = None
+    needs_approval: list[str] | None = None
+
+
+ReconcileOutcome = EffectAnswered | ServiceUnreachable | ChildWaits
 
 
 class AttemptStillRunning(Frozen):
@@ -166,7 +184,7 @@ class AttemptStillRunning(Frozen):
     waited_s: float
 
 
-EffectObservation = EffectAnswered | ServiceUnreachable | AttemptStillRunning
+EffectObservation = EffectAnswered | ServiceUnreachable | AttemptStillRunning | ChildWaits
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from aggregates.digest import digest_of, sha256_hex
 from aggregates.effect import Resolution
 from aggregates.invocation import DispatchedCall, ToolSpec
 from aggregates.redaction import redact_paths
+from aggregates.turn_messages import ChildWaits
 from aggregates.values import check_json, describe_error
 from loop_actors._errors import ToolDefinitionError, ToolError
 from loop_actors._guard import is_cancellation
@@ -83,20 +84,30 @@ class ToolContext(Frozen):
 
 
 class ChildPausedError(Exception):
-    """A child invocation paused (approval, clarification, reconciliation): its call stays open.
+    """A child invocation paused: its call stays open, and its invocation pauses too.
 
-    The call's write is left ``outcome_unknown``; its invocation pauses
-    ``reconciliation_required`` with this message, and a resume after the child is
-    settled asks the store again (the child's outcome becomes the call's result).
+    The call's write is left ``outcome_unknown``. A child that waits for a person pauses
+    the parent with the child's reason (``approval_required``, ``clarification_required``),
+    its question, digest and waiting calls, and ``path``: the ids from this child down to
+    the invocation that waits. A child that waits for a service pauses the parent
+    ``reconciliation_required``. A resume of the parent once the child was settled asks
+    the store again: the child's outcome becomes the call's result.
     """
 
-    def __init__(self, child_id: str, reason: str, detail: str | None) -> None:
-        self.child_id = child_id
-        self.reason = reason
-        why = f": {detail}" if detail else ""
+    def __init__(self, waits: ChildWaits) -> None:
+        self.waits = waits
+        self.child_id = waits.path[0]
+        self.reason = waits.reason.value
+        waiting = waits.path[-1]
+        why = (
+            f": {waits.question or waits.proposal_digest}"
+            if (waits.question or waits.proposal_digest)
+            else ""
+        )
         super().__init__(
-            f"child invocation {child_id} is paused ({reason}{why}); settle it "
-            f"(loop-actors approve / deny / clarify {child_id}), then resume this invocation"
+            f"child invocation {waiting} is paused ({self.reason}{why}); settle it "
+            f"(loop-actors approve / deny / clarify {waiting}, or the root's id), then "
+            "resume this invocation"
         )
 
 

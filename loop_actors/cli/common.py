@@ -90,6 +90,8 @@ def outcome_json(outcome: Outcome) -> str:
     if outcome.digest is not None:
         record["digest"] = outcome.digest
         record["pending_calls"] = outcome.pending_calls
+    if outcome.path is not None:
+        record["path"] = outcome.path
     if outcome.parent_id is not None:
         record["parent_id"] = outcome.parent_id
     if outcome.children is not None:

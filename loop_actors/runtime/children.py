@@ -29,7 +29,8 @@ from aggregates.children import (
 from aggregates.decisions import ErrorClass
 from aggregates.effect import Resolution
 from aggregates.invocation import Invocation
-from aggregates.standing import Standing, standing
+from aggregates.standing import Standing
+from aggregates.turn_messages import ChildWaits
 from loop_actors._errors import (
     InvocationExistsError,
     InvocationNotFoundError,
@@ -52,6 +53,9 @@ class ChildDriver(Protocol):
 
     reads: StoreReader
     running: dict[str, Controller]
+
+    async def standing(self, invocation: Invocation) -> Standing:
+        """What can happen next to an invocation, looking at the child it waits for."""
 
     async def start(self, *, request: StartRequest) -> Outcome:
         """Record a new invocation and drive it."""
@@ -129,7 +133,7 @@ class ChildRunner:
         else:
             self._check_link(existing, effect_key, key)
             outcome = await self._attach(agent, existing)
-        return await self._settled(child_id, outcome)
+        return await self._settled(effect_key, child_id, outcome)
 
     # ----------------------------------------------------------------- reconciliation
 
@@ -151,7 +155,7 @@ class ChildRunner:
             return Reconciled(status=Resolution.NOT_FOUND)
         self._check_link(existing, effect_key, None)
         outcome = await self._attach(agent, existing)
-        settled = await self._settled(child_id, outcome)
+        settled = await self._settled(effect_key, child_id, outcome)
         return Reconciled(status=Resolution.COMMITTED, receipt=settled.model_dump(mode="json"))
 
     # ----------------------------------------------------------------- helpers
@@ -230,7 +234,7 @@ class ChildRunner:
         """Drive a recorded child on to its end or pause, or wait while another drives it."""
         take_over = False
         while True:
-            if standing(child) is not Standing.DRIVABLE:
+            if await self.driver.standing(child) is not Standing.DRIVABLE:
                 return Outcome.of(child)
             if child.id not in self.driver.running:
                 try:
@@ -251,11 +255,27 @@ class ChildRunner:
             await trio.sleep(HELD_POLL_S)
             child = await self.driver.reads.invocation(child.id)
 
-    async def _settled(self, child_id: str, outcome: Outcome) -> ChildOutcome:
-        """The child's outcome as the parent's call gives it (what it spent included)."""
-        if outcome.paused:
-            raise ChildPausedError(child_id, outcome.reason.value, outcome.detail)
+    async def _settled(self, effect_key: str, child_id: str, outcome: Outcome) -> ChildOutcome:
+        """The child's outcome as the parent's call gives it (what it spent included).
+
+        Raises:
+            ChildPausedError: the child paused (its pause, and the path down to the
+                invocation that waits, for the parent's).
+        """
         child = await self.driver.reads.invocation(child_id)
+        paused = child.paused
+        if outcome.paused and paused is not None:
+            raise ChildPausedError(
+                ChildWaits(
+                    effect_key=effect_key,
+                    path=[child_id, *(paused.child_path or [])],
+                    reason=paused.reason,
+                    question=paused.question,
+                    proposal_digest=paused.proposal_digest,
+                    calls=paused.calls,
+                    needs_approval=paused.needs_approval,
+                )
+            )
         own = Spent(
             steps=child.step,
             tool_calls=child.tool_calls,

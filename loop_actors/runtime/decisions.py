@@ -281,16 +281,22 @@ class HumanDecisions:
     async def _record_open(
         self, invocation_id: str, apply: Callable[[Invocation], None], driver: Driver
     ) -> None:
-        invocation = await driver.reads.invocation(invocation_id)
+        top = await driver.reads.invocation(invocation_id)
+        invocation = top
+        paused = top.paused
+        if top.phase is Phase.AWAITING_CHILD and paused is not None and paused.child_path:
+            # It waits for a child (or one below it): the decision is that one's.
+            invocation = await driver.reads.invocation(paused.child_path[-1])
         apply(invocation)
         outcome = await driver.journal.commit(invocation.take_events())
         if isinstance(outcome, CommitFailed):
             if outcome.conflict:
                 raise ApprovalRefusedError(
-                    f"invocation {invocation_id} changed meanwhile; look at it again"
+                    f"invocation {invocation.id} changed meanwhile; look at it again"
                 )
             raise StoreUnavailableError(f"{outcome.error_type}: {outcome.message}")
-        # A worker may take it now.
-        await driver.queue_status(
-            invocation_id, QueueStatus.RUNNABLE, [QueueStatus.PAUSED], invocation.agent_name
-        )
+        # A worker may take it now (and the tree from the top, which drives it on).
+        for ready in {invocation.id: invocation, top.id: top}.values():
+            await driver.queue_status(
+                ready.id, QueueStatus.RUNNABLE, [QueueStatus.PAUSED], ready.agent_name
+            )

@@ -25,11 +25,19 @@ from aggregates.invocation import Invocation, Phase
 from aggregates.lease import DRAINED, QueueStatus, Refuse, Release, lease_is_live, release_after
 from aggregates.ledger_check import cut_decision_problem
 from aggregates.requests import CancelRequest
-from aggregates.standing import Standing, Stop, resting_status, standing, stopped
+from aggregates.standing import (
+    Standing,
+    Stop,
+    resting_status,
+    standing,
+    stopped,
+    waits_for_person,
+)
 from aggregates.turn import cancel_paused
 from loop_actors._errors import (
     InconsistentHistoryError,
     InvocationExistsError,
+    InvocationNotFoundError,
     LeaseHeldError,
     StoreUnavailableError,
     UsageError,
@@ -178,7 +186,7 @@ class Driver:
                 f"invocation {invocation_id} was started by agent {invocation.agent_name!r}, "
                 f"not {agent.name!r}"
             )
-        if standing(invocation) is not Standing.DRIVABLE:
+        if await self.standing(invocation) is not Standing.DRIVABLE:
             return Outcome.of(invocation)
         if not allow_catalogue_change:
             check_catalogue(invocation.tools, agent.toolbox)
@@ -293,6 +301,24 @@ class Driver:
             ):
                 self.cancel(child.invocation.id, detail=parent_cancelled(invocation_id, detail))
         return True
+
+    async def standing(self, invocation: Invocation) -> Standing:
+        """What can happen next to ``invocation``, looking at the child it waits for.
+
+        An invocation paused for a child (``awaiting_child``) waits for a person while
+        the invocation at the end of its path does; once that one was settled (approved,
+        denied, answered), a run drives the tree on from the top.
+        """
+        found = standing(invocation)
+        paused = invocation.paused
+        if invocation.phase is not Phase.AWAITING_CHILD or paused is None:
+            return found
+        path = paused.child_path or []
+        try:
+            waiting = await self.reads.invocation(path[-1])
+        except InvocationNotFoundError:
+            return Standing.DRIVABLE  # its reconciliation says what became of it
+        return Standing.WAITS_FOR_PERSON if waits_for_person(waiting) else Standing.DRIVABLE
 
     def inherit_cancel(self, controller: Controller) -> None:
         """A child registered after its parent's cancel request starts cancelled.
@@ -542,7 +568,7 @@ class Driver:
     ) -> Outcome:
         """Drive an invocation under a held lease, and leave the queue row as the run ended."""
         leases = self.leases
-        match standing(invocation):
+        match await self.standing(invocation):
             case Standing.ENDED:
                 leases.release_soon(lease, Release(status=QueueStatus.ENDED))
                 return Outcome.of(invocation)

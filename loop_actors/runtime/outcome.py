@@ -24,6 +24,9 @@ class Outcome(Frozen):
     """For ``approval_required``: the digest to approve (``loop-actors approve --digest``)."""
     pending_calls: list[dict[str, Any]] | None = None
     """For ``approval_required``: the exact calls that wait, and which need approval."""
+    path: list[str] | None = None
+    """For a pause of a child's: the ids from this invocation down to the one that waits
+    (whose ``digest`` and ``pending_calls`` these are; approve it by either id)."""
     parent_id: str | None = None
     """For a child invocation: its parent's id (None for a root)."""
     children: Spent | None = None
@@ -85,6 +88,7 @@ class Outcome(Frozen):
                 detail=paused.question or paused.proposal_digest,
                 digest=paused.proposal_digest,
                 pending_calls=pending,
+                path=[invocation.id, *paused.child_path] if paused.child_path else None,
                 **_tree(invocation),
             )
         raise ValueError(f"invocation {invocation.id} has not stopped (phase {invocation.phase})")

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import trio
 
+from aggregates.decisions import TerminalReason
 from aggregates.turn import EffectAnswered, ReconcileOutcome, ServiceUnreachable
 from aggregates.values import check_text, describe_error
 from loop_actors._guard import is_cancellation
 from loop_actors._messages import ReconcileEffect
-from loop_actors.agent.tools import Toolbox, ask_service, json_value
+from loop_actors.agent.tools import ChildPausedError, Toolbox, ask_service, json_value
 
 
 async def reconcile_effect(toolbox: Toolbox, message: ReconcileEffect) -> ReconcileOutcome:
@@ -34,6 +35,12 @@ async def reconcile_effect(toolbox: Toolbox, message: ReconcileEffect) -> Reconc
     with trio.move_on_after(timeout_s):
         try:
             answer = await ask_service(tool_, message.effect_key)
+        except ChildPausedError as paused:
+            # A child waits: for a person (the parent pauses with its pause), or for a
+            # service of its own (the parent waits for it as for any service).
+            if paused.waits.reason is TerminalReason.RECONCILIATION_REQUIRED:
+                return ServiceUnreachable(effect_key=message.effect_key, error=str(paused))
+            return paused.waits.model_copy(update={"effect_key": message.effect_key})
         except BaseException as error:  # the service could not be asked: data, not a crash
             if is_cancellation(error):
                 raise

@@ -23,6 +23,7 @@ from aggregates import (
     ToolCall,
     ToolCalls,
     ToolEffect,
+    ToolResult,
     Usage,
 )
 from aggregates.children import Allotment, Spent
@@ -236,11 +237,21 @@ def _fire(inv: Invocation, event_type: type[InvocationEvent]) -> None:
         inv.dispatch(dispatched(calls), [[c.id for c in calls.calls]], at=AT)
     elif event_type is ResultsCommitted:
         pending = inv.pending_batch
-        ids = [c.call_id for c in pending.calls] if pending else ["c9"]
-        inv.commit_results([ok(i) for i in ids], at=AT)
+        named = [(c.call_id, c.name) for c in pending.calls] if pending else [("c9", "lookup")]
+        inv.commit_results(
+            [ToolResult(call_id=i, name=name, output={"v": 1}) for i, name in named], at=AT
+        )
     elif event_type is Paused:
         if inv.phase is Phase.DISPATCHED:
             inv.pause(TerminalReason.RECONCILIATION_REQUIRED, question="?", at=AT)
+        elif inv.phase in (Phase.AWAITING_RECONCILIATION, Phase.AWAITING_CHILD):
+            # A child of the batch waits for a person (again, or now for another answer).
+            inv.pause(
+                TerminalReason.CLARIFICATION_REQUIRED,
+                question="which?",
+                child_path=["child-1", "child-2"],
+                at=AT,
+            )
         elif isinstance(decision, ToolCalls):
             inv.pause(
                 TerminalReason.APPROVAL_REQUIRED,

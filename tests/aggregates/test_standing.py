@@ -1,7 +1,7 @@
 """The core's answers the shell used to spell out: stopped, standing, approval refusals...
 
 And unrevealed calls. Bad inputs tried: every phase (each answer is checked against all
-nine), a digest of another batch and no digest at all, a redacted value nested in a
+ten), a digest of another batch and no digest at all, a redacted value nested in a
 list inside the arguments.
 """
 
@@ -32,6 +32,8 @@ EXPECTED_STANDING = {
     Phase.TERMINATED: Standing.ENDED,
     Phase.AWAITING_APPROVAL: Standing.WAITS_FOR_PERSON,
     Phase.AWAITING_CLARIFICATION: Standing.WAITS_FOR_PERSON,
+    # As the core alone sees it; the Driver looks at the child (Driver.standing).
+    Phase.AWAITING_CHILD: Standing.WAITS_FOR_PERSON,
 }
 
 
@@ -40,6 +42,7 @@ EXPECTED_STOP = {
     Phase.AWAITING_APPROVAL: Stop.PAUSED,
     Phase.AWAITING_CLARIFICATION: Stop.PAUSED,
     Phase.AWAITING_RECONCILIATION: Stop.PAUSED,
+    Phase.AWAITING_CHILD: Stop.PAUSED,
 }
 """Finished or paused: every other phase (new, ready, proposed, decided, dispatched) is neither."""
 

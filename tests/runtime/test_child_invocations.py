@@ -374,45 +374,128 @@ async def test_a_child_registered_after_the_parents_cancel_starts_cancelled(
     assert "its parent root was cancelled (raced)" in (child.terminated.detail or "")
 
 
-async def test_a_paused_child_pauses_its_parent_until_it_is_settled(db: str) -> None:
-    @tool(effect="write", requires_approval=True)
-    def big_charge(amount: int, context: ToolContext) -> dict[str, Any]:
-        """Charge a large amount."""
-        assert context.effect_key is not None
-        CHARGED.append((context.effect_key, amount))
-        return {"charged": amount}
+@tool(effect="write", requires_approval=True)
+def big_charge(amount: int, context: ToolContext) -> dict[str, Any]:
+    """Charge a large amount (a person approves it first)."""
+    assert context.effect_key is not None
+    CHARGED.append((context.effect_key, amount))
+    return {"charged": amount}
 
-    def asks(request: ModelRequest) -> dict[str, Any]:
-        if request.step == 1:
-            return {
-                "kind": "tool_calls",
-                "calls": [{"id": "b", "name": "big_charge", "arguments": {"amount": 900}}],
-            }
-        return {"kind": "final", "answer": "paid 900"}
 
-    approver = Agent("approver", ScriptedModel(asks), [big_charge])
-    parent = boss(calls("pay 900", tool_name="approver"), tools=[approver.as_tool()])
+def _asks_approval(request: ModelRequest) -> dict[str, Any]:
+    if request.step == 1:
+        return {
+            "kind": "tool_calls",
+            "calls": [{"id": "b", "name": "big_charge", "arguments": {"amount": 900}}],
+        }
+    return {"kind": "final", "answer": "paid 900"}
+
+
+APPROVER = Agent("approver", ScriptedModel(_asks_approval), [big_charge])
+
+
+def _counting(agent: Agent, asked: Counter[str]) -> Agent:
+    """``agent`` whose model counts the steps it is asked for, by step."""
+    model = agent.model
+
+    class Counting:
+        async def decide(self, request: ModelRequest) -> Any:
+            asked[f"{agent.name}:{request.step}"] += 1
+            return await model.decide(request)
+
+    return agent.with_model(Counting())
+
+
+async def test_a_grandchilds_approval_surfaces_at_the_root_and_resumes_each_once(
+    db: str,
+) -> None:
+    asked: Counter[str] = Counter()
+    approver = _counting(APPROVER, asked)
+    delegating = boss(calls("pay 900", tool_name="approver"), tools=[approver.as_tool()])
+    middle = _counting(Agent("middle", delegating.model, [approver.as_tool()]), asked)
+    root = _counting(
+        boss(calls("get it paid", tool_name="middle"), tools=[middle.as_tool()]), asked
+    )
     with trio.fail_after(30):
         async with Runtime(db) as runtime:
-            paused = await runtime.run(parent, "pay big", invocation_id="root")
-            assert paused.reason is TerminalReason.RECONCILIATION_REQUIRED
-            events = await history_of(runtime, "root")
-            (reserved,) = [e for e in events if isinstance(e, BudgetReserved)]
-            assert paused.detail is not None
-            assert f"child invocation {reserved.child_id} is paused (approval_required" in (
-                paused.detail
-            )
-            child = await runtime.load(reserved.child_id)
-            assert child.paused is not None
-            assert child.paused.proposal_digest is not None
+            paused = await runtime.run(root, "pay big", invocation_id="root")
+            assert paused.reason is TerminalReason.APPROVAL_REQUIRED
+            assert paused.path is not None
+            assert paused.path[0] == "root"
+            assert len(paused.path) == 3  # root -> middle -> approver
+            waiting = await runtime.load(paused.path[-1])
+            assert waiting.paused is not None
+            assert paused.digest is not None
+            assert paused.digest == waiting.paused.proposal_digest
+            assert paused.pending_calls is not None
+            assert [c["name"] for c in paused.pending_calls] == ["big_charge"]
+            assert paused.pending_calls[0]["needs_approval"] is True
             assert not CHARGED
-            # A resume before the child is settled finds it still paused: nothing runs.
-            again = await runtime.resume("root", parent)
-            assert again.reason is TerminalReason.RECONCILIATION_REQUIRED
-            await runtime.approve(reserved.child_id, digest=child.paused.proposal_digest, by="ops")
+            # A resume before anyone decided drives nothing: the tree still waits.
+            again = await runtime.resume("root", root)
+            assert again.reason is TerminalReason.APPROVAL_REQUIRED
+            # Approved by the root's id: the decision is the grandchild's.
+            await runtime.approve("root", digest=paused.digest, by="ops")
+            done = await runtime.resume("root", root)
+            assert (await runtime.load(paused.path[1])).terminated is not None
+    assert done.reason is TerminalReason.COMPLETED
+    assert [amount for _, amount in CHARGED] == [900]
+    # Each was asked for each of its steps exactly once: nothing ran twice.
+    assert asked == Counter(
+        {"boss:1": 1, "boss:2": 1, "middle:1": 1, "middle:2": 1, "approver:1": 1, "approver:2": 1}
+    )
+
+
+async def test_a_childs_approval_survives_a_new_runtime_and_a_json_round_trip(
+    tmp_path: Path,
+) -> None:
+    """The pause read back in another runtime (as another process would) and approved there."""
+    db = f"sqlite:///{tmp_path / 'events.db'}"
+    parent = boss(calls("pay 900", tool_name="approver"), tools=[APPROVER.as_tool()])
+    CHARGED.clear()
+    with trio.fail_after(30):
+        async with Runtime(db) as runtime:
+            first = await runtime.run(parent, "pay big", invocation_id="root")
+        carried = Outcome.model_validate_json(first.model_dump_json())
+        assert carried == first
+        assert carried.digest is not None
+        async with Runtime(db) as runtime:
+            await runtime.approve("root", digest=carried.digest, by="ops")
+            with pytest.raises(Exception, match="does not wait for an approval"):
+                await runtime.approve("root", digest=carried.digest, by="someone else")
             done = await runtime.resume("root", parent)
     assert done.reason is TerminalReason.COMPLETED
     assert [amount for _, amount in CHARGED] == [900]
+
+
+async def test_a_child_that_waits_for_a_service_pauses_its_parent_for_reconciliation(
+    db: str,
+) -> None:
+    def unreachable(effect_key: str) -> Any:
+        raise ConnectionError("the service is down")
+
+    @tool(effect="write", reconcile=unreachable)
+    def flaky_charge(amount: int) -> dict[str, Any]:
+        """Charge, but the reply never comes."""
+        raise TimeoutError("no reply")
+
+    def charges(request: ModelRequest) -> dict[str, Any]:
+        if request.step == 1:
+            return {
+                "kind": "tool_calls",
+                "calls": [{"id": "f", "name": "flaky_charge", "arguments": {"amount": 5}}],
+            }
+        return {"kind": "final", "answer": "done"}
+
+    flaky = Agent("flaky", ScriptedModel(charges), [flaky_charge])
+    parent = boss(calls("pay 5", tool_name="flaky"), tools=[flaky.as_tool()])
+    with trio.fail_after(30):
+        async with Runtime(db) as runtime:
+            paused = await runtime.run(parent, "pay", invocation_id="root")
+    assert paused.reason is TerminalReason.RECONCILIATION_REQUIRED
+    assert paused.path is None
+    assert paused.detail is not None
+    assert "is paused (reconciliation_required" in paused.detail
 
 
 async def test_children_run_from_code_in_a_nursery_each_once(

@@ -142,6 +142,16 @@ def in_phase(phase: Phase, variant: str = "") -> Invocation:
             inv.dispatch(dispatched(decision), [["c1"]], at=AT)
             if phase is Phase.AWAITING_RECONCILIATION:
                 inv.pause(TerminalReason.RECONCILIATION_REQUIRED, question="?", at=AT)
+        case Phase.AWAITING_CHILD:
+            child = ToolCalls(calls=[ToolCall(id="c1", name="delegate", arguments={"goal": "g"})])
+            inv.propose(child, usage=Usage(), at=AT)
+            inv.dispatch(child_dispatched(child), [["c1"]], at=AT)
+            inv.pause(
+                TerminalReason.APPROVAL_REQUIRED,
+                proposal_digest="child-digest",
+                child_path=["child-1"],
+                at=AT,
+            )
         case Phase.AWAITING_APPROVAL:
             inv.propose(decision, usage=Usage(), at=AT)
             inv.pause(
