@@ -28,6 +28,9 @@ DEFAULT_LEASE_S = 30.0
 CHECKPOINT_RETRY_S = 5.0
 """How long an invocation whose commit failed waits before a worker tries it again."""
 
+CLAIM_RETRY_MAX_S = 5.0
+"""The longest a worker waits between two claims while its store cannot be used."""
+
 
 class QueueStatus(StrEnum):
     """Where an invocation stands in the work queue."""
@@ -124,6 +127,19 @@ def write_margin(lease_s: float) -> float:
     return lease_s / 6
 
 
+def claim_retry_s(failures: int, *, poll_s: float) -> float:
+    """How long a worker waits before its next claim after ``failures`` in a row (at least 1).
+
+    Twice its poll interval after the first, doubled after each further failure, never
+    more than :data:`CLAIM_RETRY_MAX_S` (nor less than the poll interval): a worker whose
+    store is gone keeps trying without hammering it, and claims within a few seconds of
+    its return.
+    """
+    if failures < 1:
+        raise ValueError("a retry follows at least one failure")
+    return max(poll_s, min(CLAIM_RETRY_MAX_S, poll_s * 2.0 ** min(failures, 62)))
+
+
 def may_start_calls(*, now: float, valid_until: float, lease_s: float) -> bool:
     """Whether a holder whose lease was last renewed to ``valid_until`` may start a call now.
 
@@ -210,11 +226,14 @@ def release_after(reason: TerminalReason) -> Release | None:
     if reason.pauses:
         return Release(status=QueueStatus.PAUSED)
     if reason is TerminalReason.CHECKPOINT_FAILED:
-        return Release(status=QueueStatus.RUNNABLE, delay_s=CHECKPOINT_RETRY_S)
+        return RETRY_LATER
     if reason is TerminalReason.LEASE_LOST:
         return None
     return Release(status=QueueStatus.ENDED)
 
+
+RETRY_LATER = Release(status=QueueStatus.RUNNABLE, delay_s=CHECKPOINT_RETRY_S)
+"""A holder whose store failed (a commit, a read): any worker may try again a little later."""
 
 DRAINED = Release(status=QueueStatus.RUNNABLE)
 """A holder that stopped at a commit (shutting down): any worker may take it at once."""

@@ -13,11 +13,13 @@ from typing import Any
 import trio
 from rich.console import Console
 
+from aggregates.decisions import TerminalReason
 from loop_actors._errors import AgentLoadError
 from loop_actors._render import terminal_safe
 from loop_actors.agent.agent import Agent
 from loop_actors.audit.checkpoint import load_signing_key
 from loop_actors.cli.exit_codes import ExitCode
+from loop_actors.runtime.outage import is_outage
 from loop_actors.runtime.outcome import Outcome
 from loop_actors.runtime.runtime import Runtime
 from loop_actors.store.store import EventStore
@@ -99,21 +101,43 @@ def outcome_json(outcome: Outcome) -> str:
     return json.dumps(record)
 
 
-def outcome_lines(outcome: Outcome, events: int) -> list[str]:
-    """The readable outcome; model and tool text escaped for the terminal."""
+async def stored_events(runtime: Runtime, outcome: Outcome) -> int | None:
+    """How many events the invocation of ``outcome`` has in the store; None if it cannot say.
+
+    A run that stopped ``checkpoint_failed`` because its database went away (or filled
+    up) is reported all the same: the count is what the store cannot give then (not
+    even asked, when the runtime's tasks found the store gone: it would wait as long
+    again for a connection).
+    """
+    if outcome.reason is TerminalReason.CHECKPOINT_FAILED and runtime.driver.leases.outages.down:
+        return None
+    try:
+        return len(await runtime.history(outcome.invocation_id))
+    except Exception as error:
+        if not is_outage(error):
+            raise
+        return None
+
+
+def outcome_lines(outcome: Outcome, events: int | None) -> list[str]:
+    """The readable outcome; model and tool text escaped for the terminal.
+
+    ``events``: the invocation's stored events (``events=?`` when the store could not say).
+    """
     lines = [outcome.reason.value]
     if outcome.answer is not None:
         lines.append(terminal_safe(outcome.answer))
     elif outcome.detail:
         lines.append(terminal_safe(outcome.detail))
     lines.append(
-        f"steps={outcome.steps} tool_calls={outcome.tool_calls} events={events} "
+        f"steps={outcome.steps} tool_calls={outcome.tool_calls} "
+        f"events={'?' if events is None else events} "
         f"id={terminal_safe(outcome.invocation_id)}"
     )
     return lines
 
 
-def report(outcome: Outcome, event_count: int, *, as_json: bool) -> ExitCode:
+def report(outcome: Outcome, event_count: int | None, *, as_json: bool) -> ExitCode:
     """Print an outcome (one JSON object, or the readable lines); return its exit code."""
     if as_json:
         print(outcome_json(outcome))

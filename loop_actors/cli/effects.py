@@ -13,7 +13,7 @@ from aggregates.values import check_json_depth
 from loop_actors._errors import EffectResolutionError
 from loop_actors.agent.agent import Agent
 from loop_actors.cli import read_models
-from loop_actors.cli.common import load_agent, report, runtime_for
+from loop_actors.cli.common import load_agent, report, runtime_for, stored_events
 from loop_actors.cli.exit_codes import ExitCode
 from loop_actors.runtime.runtime import Runtime
 
@@ -68,10 +68,10 @@ async def _resolve_effect(
         )
         if agent is not None and resolved.resumable:
             outcome = await runtime.resume(resolved.invocation_id, agent)
-            events = await runtime.history(outcome.invocation_id)
+            events = await stored_events(runtime, outcome)
             if not args.json:
                 print(line)
-            return report(outcome, len(events), as_json=args.json)
+            return report(outcome, events, as_json=args.json)
     if args.json:
         print(resolved.model_dump_json())
         return ExitCode.OK

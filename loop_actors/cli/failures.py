@@ -11,6 +11,7 @@ from loop_actors._render import terminal_safe
 from loop_actors.cli.exit_codes import ExitCode
 from loop_actors.cli.parser import command_group
 from loop_actors.runtime.controller import single_exception
+from loop_actors.runtime.outage import is_outage, one_line
 from loop_actors.store.url import redacted_url
 
 
@@ -43,5 +44,8 @@ def run_command(args: argparse.Namespace) -> int:
         print("loop-actors: interrupted", file=sys.stderr)
         return ExitCode.INTERRUPTED
     except Exception as error:  # the last line of defence: one line, exit 1
+        if is_outage(error):  # the database went away before the command could finish
+            _error(f"the store cannot be used: {one_line(error)}")
+            return ExitCode.USAGE_ERROR
         _error(describe_error(error), internal=True)
         return ExitCode.INTERNAL_ERROR

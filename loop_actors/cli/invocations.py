@@ -17,6 +17,7 @@ from loop_actors.cli.common import (
     load_agent,
     report,
     runtime_for,
+    stored_events,
     trio_run,
 )
 from loop_actors.cli.exit_codes import ExitCode
@@ -33,8 +34,8 @@ async def _run_agent(runtime: Runtime, agent: Agent, args: argparse.Namespace) -
             actor=args.actor,
             tenant=args.tenant,
         )
-        events = await runtime.history(outcome.invocation_id)
-    return report(outcome, len(events), as_json=args.json)
+        events = await stored_events(runtime, outcome)
+    return report(outcome, events, as_json=args.json)
 
 
 async def _resume(runtime: Runtime, agent: Agent, args: argparse.Namespace) -> ExitCode:
@@ -46,8 +47,8 @@ async def _resume(runtime: Runtime, agent: Agent, args: argparse.Namespace) -> E
             allow_settings_change=args.allow_settings_change,
             take_over=args.take_over,
         )
-        events = await runtime.history(outcome.invocation_id)
-    return report(outcome, len(events), as_json=args.json)
+        events = await stored_events(runtime, outcome)
+    return report(outcome, events, as_json=args.json)
 
 
 async def _reconcile(runtime: Runtime, agent: Agent, args: argparse.Namespace) -> ExitCode:
@@ -99,8 +100,8 @@ async def _decide(runtime: Runtime, agent: Agent | None, args: argparse.Namespac
             )
             return ExitCode.OK
         outcome = await runtime.resume(args.invocation_id, agent)
-        events = await runtime.history(outcome.invocation_id)
-    return report(outcome, len(events), as_json=args.json)
+        events = await stored_events(runtime, outcome)
+    return report(outcome, events, as_json=args.json)
 
 
 async def _cancel(runtime: Runtime, args: argparse.Namespace) -> ExitCode:

@@ -23,7 +23,7 @@ import trio
 from aggregates.decisions import ToolCalls, ToolResult, built
 from aggregates.effect import Effect
 from aggregates.invocation import DispatchedCall, Invocation, Turn
-from aggregates.lease import stop_for_lost_lease
+from aggregates.lease import DEFAULT_LEASE_S, stop_for_lost_lease
 from aggregates.ledger_check import missing_effects_problem
 from aggregates.results import Interruption, split_unrevealed
 from aggregates.settings import RunSettings
@@ -65,6 +65,7 @@ from loop_actors.agent.batch import BatchRun
 from loop_actors.agent.model import RequestDigests, model_answer, model_failure
 from loop_actors.agent.policy import AccessRequest, check_access
 from loop_actors.runtime.leases import HeldLease, LeaseDrained
+from loop_actors.runtime.outage import StoreOutages
 from loop_actors.runtime.outcome import Outcome
 from loop_actors.runtime.reconciler import run_effect_reconciler
 from loop_actors.runtime.slots import Slot
@@ -102,6 +103,7 @@ class Controller:
         now: Callable[[], datetime],
         lease: HeldLease | None = None,
         slot: Slot | None = None,
+        outages: StoreOutages | None = None,
     ) -> None:
         """Prepare a controller for an invocation loaded from (or just saved to) the store.
 
@@ -111,7 +113,9 @@ class Controller:
         one that could not be renewed starts no call, and a draining one stops the run
         after its next commit (:class:`LeaseDrained`). ``slot`` is its hold on the
         runtime's work slots: held while it works, given back while it waits for its
-        model or its tools (``loop_actors.runtime.slots``).
+        model or its tools (``loop_actors.runtime.slots``). ``outages``: where a store
+        that cannot be read after a failed commit is reported (the runtime's, logged once
+        per outage; without it, a new one).
         """
         self.core = TurnCore(
             invocation,
@@ -131,6 +135,7 @@ class Controller:
         self.secrets = secrets
         self.now = now
         self.lease = lease
+        self.outages = outages if outages is not None else StoreOutages(lease_s=DEFAULT_LEASE_S)
         self._slot = slot if slot is not None else Slot(None)
         self.cancel_requested = False
         self.cancel_detail: str | None = None
@@ -537,8 +542,11 @@ class Controller:
     async def _reload(self) -> Invocation | None:
         try:
             reloaded = await self.reads.invocation(self.invocation.id)
-        except Exception:  # the store is down: report without recording
-            log.warning("cannot reload %s after a failed commit", self.invocation.id, exc_info=True)
+        except Exception as error:  # the store is down: report without recording
+            if not self.outages.failed(f"reloading {self.invocation.id}", error):
+                log.warning(
+                    "cannot reload %s after a failed commit", self.invocation.id, exc_info=True
+                )
             return None
         self.core.invocation = reloaded
         return reloaded

@@ -22,7 +22,15 @@ import trio
 from aggregates.children import ParentEnd
 from aggregates.decisions import TerminalReason
 from aggregates.invocation import Invocation, Phase
-from aggregates.lease import DRAINED, QueueStatus, Refuse, Release, lease_is_live, release_after
+from aggregates.lease import (
+    DRAINED,
+    RETRY_LATER,
+    QueueStatus,
+    Refuse,
+    Release,
+    lease_is_live,
+    release_after,
+)
 from aggregates.ledger_check import cut_decision_problem
 from aggregates.requests import CancelRequest
 from aggregates.standing import (
@@ -51,6 +59,7 @@ from loop_actors.runtime.arguments import StartRequest, requested_by
 from loop_actors.runtime.children import ChildRunner
 from loop_actors.runtime.controller import Controller
 from loop_actors.runtime.leases import HeldLease, LeaseDrained, LeaseKeeper
+from loop_actors.runtime.outage import is_outage, one_line
 from loop_actors.runtime.outcome import Outcome
 from loop_actors.runtime.slots import Slot, WorkSlots
 from loop_actors.store.journal import Journal
@@ -353,9 +362,10 @@ class Driver:
                     continue
                 try:
                     ids, position = await reads.cancel_requests_after(position)
-                except Exception:
+                except Exception as error:
                     failures += 1
-                    if failures == 1 or failures % 120 == 0:  # at most once a minute
+                    outage = self.leases.outages.failed("looking for cancel requests", error)
+                    if not outage and (failures == 1 or failures % 120 == 0):  # once a minute
                         log.warning(
                             "cannot look for cancel requests (%d failed polls); retrying",
                             failures,
@@ -424,6 +434,7 @@ class Driver:
             now=self.now,
             lease=lease,
             slot=Slot(self.work_slots),
+            outages=self.leases.outages,
         )
         if invocation.id in self.running:
             raise InvocationExistsError(invocation.id, "is already running in this runtime")
@@ -590,6 +601,9 @@ class Driver:
             leases.release_soon(lease, DRAINED if lease.abandoned else ended)
             raise
         except Exception as error:
+            if is_outage(error):  # the store failed before the run began: tried again later
+                leases.release_soon(lease, RETRY_LATER, note=one_line(error))
+                raise
             # A person must look (a cut history, a bug): no worker takes it again by itself.
             note = f"{type(error).__name__}: {error}"
             leases.release_soon(lease, Release(status=QueueStatus.PAUSED), note=note)
@@ -613,6 +627,10 @@ class Driver:
         ``before``: what the worker read for it with the other claims of its batch (or
         the exception that read raised for it); None, or a claim whose lease must be
         recorded first, reads it here.
+
+        Raises:
+            Exception: the store failed (``is_outage``) before or while it drove: the row
+                is left runnable for a later try (``RETRY_LATER``), not paused for a person.
         """
         leases = self.leases
         if claim.record:
@@ -638,6 +656,10 @@ class Driver:
                 check_catalogue(invocation.tools, agent.toolbox)
                 self.follow_settings(invocation, agent, allow_change=False)
         except Exception as error:
+            if is_outage(error):
+                # The store failed right after the claim: nothing ran; tried again later.
+                await leases.release(lease, RETRY_LATER, note=one_line(error))
+                raise
             log.warning("cannot drive %s: %s", claim.invocation_id, error)
             note = f"{type(error).__name__}: {error}"
             await leases.release(lease, Release(status=QueueStatus.PAUSED), note=note)

@@ -36,6 +36,7 @@ from aggregates.lease import (
     holder_gone,
     may_start_calls,
 )
+from loop_actors.runtime.outage import StoreOutages
 from loop_actors.store.queue import Claimed, NewRow, WorkQueue
 
 log = logging.getLogger(__name__)
@@ -262,10 +263,13 @@ class LeaseKeeper:
     _pending_releases: dict[str, HeldLease] = field(default_factory=dict)
     """The last lease of each invocation given back in the background, until it is written."""
     _enqueues: _Grouped[NewRow, bool] = field(init=False)
+    outages: StoreOutages = field(init=False)
+    """What this runtime's tasks found of its store (an outage is logged once, here)."""
 
     def __post_init__(self) -> None:
         """Group the rows of submits that come together into shared transactions."""
         self._enqueues = _Grouped(self, self.queue.enqueue_many)
+        self.outages = StoreOutages(lease_s=self.lease_s)
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a queue operation in the queue's one thread."""
@@ -293,17 +297,35 @@ class LeaseKeeper:
         self._registered = True
 
     async def aclose(self) -> None:
-        """Give back what could not be released yet, then deregister (bounded, shielded)."""
+        """Give back what could not be released yet, then deregister (bounded, shielded).
+
+        Never raises: what cannot be written now is logged, and runs out by itself (a
+        lease within ``lease_s``; a holder's row once its heartbeat is that old).
+        """
         if self._unreleased:
+            left = list(self._unreleased)
             with trio.move_on_after(10, shield=True):
-                await self._retry_releases()
+                try:
+                    await self._retry_releases()
+                except Exception as error:
+                    doing = f"giving back {len(left)} lease(s) at close (the first: {left[0]})"
+                    if not self.outages.failed(doing, error):
+                        log.warning(
+                            "cannot give back %d lease(s) at close (the first: %s); they run "
+                            "out within %g s",
+                            len(left),
+                            left[0],
+                            self.lease_s,
+                            exc_info=True,
+                        )
         if not self._registered:
             return
         with trio.move_on_after(5, shield=True):
             try:
                 await self.call(self.queue.deregister, self.holder)
-            except Exception:
-                log.warning("cannot deregister holder %s", self.holder, exc_info=True)
+            except Exception as error:
+                if not self.outages.failed(f"deregistering holder {self.holder}", error):
+                    log.warning("cannot deregister holder %s", self.holder, exc_info=True)
         self._registered = False
 
     async def enqueue(
@@ -362,18 +384,19 @@ class LeaseKeeper:
                 try:
                     await self.register()
                     await self._insert_rows(batch)
-                except Exception:
+                except Exception as error:
                     # Not lost: whoever finds no row takes the lease and records it, which
                     # fences these runs off; the heartbeat writes the rows once the store answers.
                     for lease in batch:
                         lease.row_missing = True
-                    log.warning(
-                        "cannot write the queue rows of %d new run(s) yet (the first: %s); "
-                        "the heartbeat tries again",
-                        len(batch),
-                        batch[0].invocation_id,
-                        exc_info=True,
-                    )
+                    if not self.outages.failed("writing the queue rows of new runs", error):
+                        log.warning(
+                            "cannot write the queue rows of %d new run(s) yet (the first: %s); "
+                            "the heartbeat tries again",
+                            len(batch),
+                            batch[0].invocation_id,
+                            exc_info=True,
+                        )
                 finally:
                     for lease in batch:
                         assert lease.row_written is not None
@@ -518,18 +541,20 @@ class LeaseKeeper:
                     await lease.row_written.wait()  # the release comes after the row
             try:
                 released = await self._give_back(batch)
-            except Exception:
-                log.warning(
-                    "cannot release %d lease(s) (the first: %s); tried again at the next "
-                    "heartbeat (else they expire in %g s)",
-                    len(batch),
-                    batch[0][0].invocation_id,
-                    self.lease_s,
-                    exc_info=True,
-                )
+            except Exception as error:
+                if not self.outages.failed("giving back leases", error):
+                    log.warning(
+                        "cannot release %d lease(s) (the first: %s); tried again at the next "
+                        "heartbeat (else they expire in %g s)",
+                        len(batch),
+                        batch[0][0].invocation_id,
+                        self.lease_s,
+                        exc_info=True,
+                    )
                 for item in batch:
                     self._unreleased[item[0].invocation_id] = item
                 return
+            self.outages.answered()
             for lease, _, _ in batch:
                 if lease.invocation_id not in released:
                     log.info("the lease of %s was no longer held at release", lease.invocation_id)
@@ -624,9 +649,10 @@ class LeaseKeeper:
                 reaped = await self.call(self.queue.reap, is_gone)
                 if reaped:
                     log.warning("holders gone, their leases expired: %s", ", ".join(reaped))
-        except Exception:
+        except Exception as error:
             self._failures += 1
-            if self._failures == 1 or self._failures % 30 == 0:
+            outage = self.outages.failed("renewing leases", error)
+            if not outage and (self._failures == 1 or self._failures % 30 == 0):
                 log.warning(
                     "cannot renew %d lease(s) (%d failed heartbeats); no call starts on a "
                     "lease that may have run out",
@@ -636,6 +662,7 @@ class LeaseKeeper:
                 )
             return
         self._failures = 0
+        self.outages.answered()
         for lease in leases:
             if lease.invocation_id in kept:
                 lease.valid_until = sent + self.lease_s

@@ -12,8 +12,8 @@ from datetime import datetime
 
 import trio
 
-from aggregates.decisions import Frozen
-from aggregates.lease import DEFAULT_LEASE_S, HolderKind, QueueStatus, Release
+from aggregates.decisions import Frozen, TerminalReason
+from aggregates.lease import DEFAULT_LEASE_S, HolderKind, QueueStatus, Release, claim_retry_s
 from loop_actors._errors import StoreUnavailableError, UsageError
 from loop_actors.agent.agent import Agent
 from loop_actors.runtime.gc_policy import GcPolicy
@@ -220,13 +220,16 @@ class Worker:
             if free > 0:
                 try:
                     claims = await keeper.claim(names, free)
-                    failures = 0
-                except StoreUnavailableError:
+                except StoreUnavailableError as error:
                     failures += 1
-                    if failures == 1 or failures % 100 == 0:
+                    outage = keeper.outages.failed("claiming work", error)
+                    if not outage and (failures == 1 or failures % 100 == 0):
                         log.warning(
                             "cannot claim (%d failed polls); retrying", failures, exc_info=True
                         )
+                else:
+                    failures = 0
+                    keeper.outages.answered()
             fresh: list[tuple[HeldLease, Claimed]] = []
             for lease, claim in claims:
                 self._claimed += 1
@@ -243,11 +246,13 @@ class Worker:
             if claims and len(self._active) < self.concurrency:
                 await trio.lowlevel.checkpoint()
                 continue  # more may be waiting
-            if until_idle and not claims and not self._active:
-                break
+            if until_idle and not claims and not self._active and not failures:
+                break  # idle: nothing left (a store that failed to answer may have some)
             self._wake = trio.Event()
             jitter = random.uniform(0.8, 1.2)  # noqa: S311 - spreads polls, nothing secret
-            with trio.move_on_after(self.poll_s * jitter):
+            # While the store cannot be used, the claims back off (a stop still wakes it).
+            wait_s = claim_retry_s(failures, poll_s=self.poll_s) if failures else self.poll_s
+            with trio.move_on_after(wait_s * jitter):
                 await self._wake.wait()
         self.stop()
 
@@ -322,9 +327,13 @@ class Worker:
         except trio.Cancelled:
             self._abandoned += 1
             raise
-        except Exception:
-            self._failed += 1
-            log.exception("the run of %s failed; its row is left paused", claim.invocation_id)
+        except Exception as error:
+            if self.runtime.driver.leases.outages.failed(f"driving {claim.invocation_id}", error):
+                # Nothing was recorded; its row is left runnable, for a later claim.
+                self._outcomes[TerminalReason.CHECKPOINT_FAILED.value] += 1
+            else:
+                self._failed += 1
+                log.exception("the run of %s failed; its row is left paused", claim.invocation_id)
         finally:
             if self._active.get(claim.invocation_id) is lease:
                 del self._active[claim.invocation_id]

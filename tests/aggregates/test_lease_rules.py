@@ -1,7 +1,8 @@
 """The pure rules of leases (aggregates.lease), driven directly.
 
 Bad inputs tried: lease durations of 0, 0.5, NaN, infinity, True and a string; an
-acquire of a live lease without a take-over.
+acquire of a live lease without a take-over; a claim backoff after no failure, and
+with a poll interval above its bound.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pytest
 from aggregates.decisions import TerminalReason
 from aggregates.lease import (
     CHECKPOINT_RETRY_S,
+    CLAIM_RETRY_MAX_S,
     HolderKind,
     HolderRow,
     QueueRow,
@@ -20,6 +22,7 @@ from aggregates.lease import (
     Refuse,
     Take,
     check_lease_s,
+    claim_retry_s,
     claimable,
     decide_acquire,
     effective_status,
@@ -147,3 +150,20 @@ def test_a_lease_duration_must_be_a_finite_number_of_seconds_of_at_least_one(bad
     assert check_lease_s(bad) is not None
     assert check_lease_s(1) is None
     assert check_lease_s(30.5) is None
+
+
+def test_the_claim_backoff_doubles_from_the_poll_interval_up_to_a_bound() -> None:
+    """Bad inputs: no failure yet (refused), a poll interval above the bound."""
+    assert [claim_retry_s(n, poll_s=0.1) for n in range(1, 8)] == [
+        0.2,
+        0.4,
+        0.8,
+        1.6,
+        3.2,
+        5.0,
+        5.0,
+    ]
+    assert claim_retry_s(10_000, poll_s=0.1) == CLAIM_RETRY_MAX_S
+    assert claim_retry_s(3, poll_s=60) == 60  # never shorter than the worker's own poll
+    with pytest.raises(ValueError, match="at least one failure"):
+        claim_retry_s(0, poll_s=0.1)
