@@ -26,6 +26,7 @@ from aggregates.audit_coverage import (
 from aggregates.decisions import Frozen
 from aggregates.effect import EffectPrepared
 from aggregates.events import DomainEvent
+from aggregates.invocation import BatchDispatched
 from aggregates.requests import CancelRequested
 from loop_actors._errors import InvocationNotFoundError
 from loop_actors.store.store import EventStore
@@ -207,6 +208,44 @@ def verify_invocation(store: EventStore, invocation_id: str) -> list[ChainReport
                 report = report.model_copy(update={"problem": problem})
         reports.append(report)
     return reports
+
+
+def verify_tree(store: EventStore, root_id: str) -> list[ChainReport]:
+    """Check an invocation as :func:`verify_invocation` does, and every child below it.
+
+    The children are the ones its dispatched batches name (``DispatchedCall.child_id``,
+    the calls of ``Agent.as_tool``), theirs, and so on. A child a batch names that was
+    never started (its parent died before it) is not there to check.
+
+    Raises:
+        InvocationNotFoundError: no invocation ``root_id``.
+    """
+    reports: list[ChainReport] = []
+    seen: set[str] = set()
+    waiting = [root_id]
+    while waiting:
+        invocation_id = waiting.pop(0)
+        if invocation_id in seen:
+            continue
+        seen.add(invocation_id)
+        try:
+            reports.extend(verify_invocation(store, invocation_id))
+        except InvocationNotFoundError:
+            if invocation_id == root_id:
+                raise
+            continue
+        waiting.extend(_named_children(store.stored_entries(invocation_id)))
+    return reports
+
+
+def _named_children(entries: Entries) -> list[str]:
+    return [
+        call.child_id
+        for _, event in entries
+        if isinstance(event, BatchDispatched)
+        for call in event.calls
+        if call.child_id
+    ]
 
 
 def _named_keys(entries: Entries) -> list[str]:

@@ -35,7 +35,7 @@ from loop_actors.audit.verified_state import (
     next_state,
     save_state,
 )
-from loop_actors.audit.verify import Coverage, verify_all, verify_invocation
+from loop_actors.audit.verify import Coverage, verify_all, verify_tree
 from loop_actors.cli.common import open_for_reading
 from loop_actors.cli.exit_codes import ExitCode
 
@@ -172,7 +172,7 @@ def _audit_verify(args: argparse.Namespace) -> int:
                     )
                 )
         if args.invocation_id:
-            reports = verify_invocation(store, args.invocation_id)
+            reports = verify_tree(store, args.invocation_id)
         else:
             reports, coverage = verify_all(store)
         if whole or commitments:

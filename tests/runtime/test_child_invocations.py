@@ -15,6 +15,7 @@ function outside a run.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from loop_actors import (
     UsageError,
     tool,
 )
+from loop_actors.cli import main
 from tests.support.children_app import ORCHESTRATOR, charges
 
 CHARGED: list[tuple[str, int]] = []
@@ -576,3 +578,24 @@ async def test_a_child_tool_called_outside_a_run_says_so() -> None:
     context = ToolContext(invocation_id="x", call_id="c", effect_key="eff-1", attempt=1)
     with pytest.raises(Exception, match="only inside a run of the runtime"):
         await child_tool.fn(goal="pay 1", context=context)
+
+
+def test_audit_verify_of_a_root_verifies_its_children_too(
+    db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def run() -> list[str]:
+        with trio.fail_after(30):
+            async with Runtime(db) as runtime:
+                await runtime.run(boss(calls("pay 10", "pay 20")), "pay", invocation_id="root")
+                events = await history_of(runtime, "root")
+        return [e.child_id for e in events if isinstance(e, BudgetReserved)]
+
+    children = trio.run(run)
+    capsys.readouterr()
+    assert main(["audit", "verify", "root", "--no-state", "--json", "--db", db]) == 0
+    reports = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    checked = {r["id"] for r in reports if r["kind"] == "invocation"}
+    assert checked == {"root", *children}
+    assert all(r["intact"] for r in reports)
+    # The children's writes are checked with them.
+    assert sum(1 for r in reports if r["kind"] == "effect") == 2 + 2  # 2 child calls, 2 charges
