@@ -239,14 +239,46 @@ Decision = Annotated[
 DECISION_ADAPTER: TypeAdapter[Decision] = TypeAdapter(Decision)
 
 
+_DECISION_CLASSES: tuple[type[BaseModel], ...] = (
+    Final,
+    ToolCalls,
+    RequestApproval,
+    Clarification,
+    CannotContinue,
+)
+_DECISION_FIELDS = {cls: set(cls.model_fields) for cls in _DECISION_CLASSES}
+
+
+def decision_fields(model: BaseModel) -> dict[str, Any]:
+    """What a model given as a proposal holds, as plain data to validate as a decision.
+
+    An instance of a decision class is never trusted for its class: one built with
+    ``model_construct`` (or ``model_copy(update=...)``) was not validated and may hold
+    anything. Its fields (the decision class's: a subclass's own are left out) are
+    dumped as they are, without pydantic's warnings, nested calls as dicts, so that
+    validating them checks everything again. Any other model is dumped whole.
+
+    Raises:
+        Exception: the model cannot be dumped (a cycle, a serialiser that raises).
+    """
+    for cls in _DECISION_CLASSES:
+        if isinstance(model, cls):
+            return model.model_dump(include=_DECISION_FIELDS[cls], warnings=False)
+    return model.model_dump(warnings=False)
+
+
 def parse_decision(raw: object) -> Decision:
     """Validate an untrusted model output (a decision model or its JSON shape).
 
+    A decision model is validated again (see :func:`decision_fields`): a valid one
+    gives an equal decision, a constructed one is checked like any dict.
+
     Raises:
         pydantic.ValidationError: when ``raw`` is not a decision of this schema.
+        Exception: ``raw`` is a model that cannot be dumped (see :func:`decision_fields`).
     """
-    if isinstance(raw, Final | ToolCalls | RequestApproval | Clarification | CannotContinue):
-        return raw
+    if isinstance(raw, BaseModel):
+        raw = decision_fields(raw)
     if isinstance(raw, str | bytes):
         return DECISION_ADAPTER.validate_json(raw)
     return DECISION_ADAPTER.validate_python(raw)

@@ -19,12 +19,14 @@ from aggregates.decisions import (
     Rejection,
     RejectionClass,
     ToolCalls,
+    decision_fields,
     parse_decision,
 )
 from aggregates.redaction import (
     redact_proposal,
     scrub,
 )
+from aggregates.revalidation import validation_problems
 from aggregates.settings import RunSettings
 from aggregates.turn_messages import Catalogue
 from aggregates.values import (
@@ -61,11 +63,8 @@ def validate_proposal(
             proposal,
             catalogue=catalogue,
             problems=[
-                (
-                    RejectionClass.SCHEMA_INVALID,
-                    f"{'.'.join(str(p) for p in item['loc']) or 'decision'}: {item['msg']}",
-                )
-                for item in error.errors()
+                (RejectionClass.SCHEMA_INVALID, problem)
+                for problem in validation_problems(error, whole="decision")
             ],
         )
     arguments: dict[str, dict[str, Any]] = {}
@@ -94,10 +93,7 @@ def validate_proposal(
                 try:
                     checked = catalogue.check_arguments(call)
                 except ValidationError as error:
-                    details = "; ".join(
-                        f"{'.'.join(str(p) for p in item['loc']) or 'arguments'}: {item['msg']}"
-                        for item in error.errors()
-                    )
+                    details = "; ".join(validation_problems(error, whole="arguments"))
                     problems.append(
                         (
                             RejectionClass.INVALID_ARGUMENTS,
@@ -146,7 +142,7 @@ def _rejection(
 
 
 def _admit(proposal: object, catalogue: Catalogue, settings: RunSettings) -> Any:
-    """The proposal as a storable value (JSON text parsed), or its rejection.
+    """The proposal as a storable value (JSON text parsed, a model dumped), or its rejection.
 
     A value that cannot be stored faithfully is refused ``value_invalid`` and one
     over ``max_proposal_bytes`` ``too_large``; either is recorded as a stand-in
@@ -174,8 +170,10 @@ def _admit(proposal: object, catalogue: Catalogue, settings: RunSettings) -> Any
     problem: str | None = None
     bound: int | None = None
     if isinstance(proposal, BaseModel):
+        # Validated from what it holds, as a dict would be: a decision model built
+        # without validation (model_construct) may hold anything.
         try:
-            value: Any = proposal.model_dump()
+            value: Any = decision_fields(proposal)
         except Exception as error:  # a model built without validation may not dump
             value = error
             problem = f"it cannot be read: {safe_text(error)}"
@@ -192,7 +190,7 @@ def _admit(proposal: object, catalogue: Catalogue, settings: RunSettings) -> Any
         redacted, show = _try_redact(value, catalogue)
         return _refused(RejectionClass.VALUE_INVALID, why, unstorable(redacted, why, show=show))
     if bound is not None and bound <= limit:
-        return proposal
+        return value
     size = json_size(value)
     if size > limit:
         redacted, show = _try_redact(value, catalogue)
@@ -201,7 +199,7 @@ def _admit(proposal: object, catalogue: Catalogue, settings: RunSettings) -> Any
             f"the proposal is {size} bytes, over the limit of {limit}",
             truncated(json_text(redacted), max_bytes=limit, head=show),
         )
-    return proposal
+    return value
 
 
 def _try_redact(value: Any, catalogue: Catalogue) -> tuple[Any, bool]:
@@ -218,8 +216,7 @@ def _refused(rejection_class: RejectionClass, problem: str, raw: Any) -> Rejecti
 
 
 def _jsonable(proposal: object) -> Any:
-    if isinstance(proposal, BaseModel):
-        return proposal.model_dump(mode="json")
+    # What _admit admitted: plain data (a model was dumped there), or text that is not JSON.
     try:
         return to_jsonable_python(proposal)
     except Exception:

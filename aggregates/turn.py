@@ -80,6 +80,7 @@ from aggregates.results import (
     unreported_result,
     write_result,
 )
+from aggregates.revalidation import admitted_usage
 from aggregates.settings import RunSettings
 from aggregates.standing import Stop, stopped
 from aggregates.turn_messages import (
@@ -324,12 +325,16 @@ class TurnCore:
             case _:
                 assert_never(observation)
         # The usage is the provider's report, not the model's proposal: one that cannot
-        # be recorded (NaN, negative, absurd) is a model error, decided before anything.
-        problem = usage_problem(usage)
+        # be recorded (NaN, negative, absurd, not a Usage) is a model error, decided
+        # before anything.
+        admitted = admitted_usage(usage)
+        problem = admitted if isinstance(admitted, str) else None
         price = self.settings.price
-        if problem is None and price is not None and not usage.cost:
-            usage = usage.model_copy(update={"cost": price.cost(usage)})
-            problem = usage_problem(usage)
+        if isinstance(admitted, Usage):
+            usage = admitted
+            if price is not None and not usage.cost:
+                usage = usage.model_copy(update={"cost": price.cost(usage)})
+                problem = usage_problem(usage)
         if problem is not None:
             return self._end(
                 TerminalReason.MODEL_ERROR,

@@ -107,7 +107,8 @@ class ModelAnswered:
     """The model proposed something (untrusted until the core validated it)."""
 
     proposal: Any
-    usage: Usage = field(default_factory=Usage)
+    usage: Any = field(default_factory=Usage)
+    """What the model reported it cost: untrusted too (the core admits it as a ``Usage``)."""
     model_input: ModelInput | None = None
     """The digests of the request the model answered (recorded with the decision)."""
 

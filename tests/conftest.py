@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -14,6 +15,21 @@ import trio.testing
 def db_url(tmp_path: Path) -> str:
     """A fresh SQLite file for one test."""
     return f"sqlite:///{tmp_path / 'test.db'}"
+
+
+@pytest.fixture(params=["warnings-as-errors", "as-users-run"])
+def shown_warnings(request: pytest.FixtureRequest) -> Iterator[list[warnings.WarningMessage]]:
+    """Run a test twice: warnings raised as errors (the tests' setting), then as a user runs.
+
+    As a user runs, a warning is shown, not raised: the list holds those shown, which a
+    test checks is empty (pydantic's serializer warnings once hid a crash from the tests).
+    """
+    if request.param == "warnings-as-errors":
+        yield []
+        return
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        yield shown
 
 
 @pytest.fixture(autouse=True)

@@ -7,9 +7,12 @@ import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from pydantic import BaseModel
+
 from aggregates.children import ChildSpec, ParentEnd
 from aggregates.decisions import Budget, Price
 from aggregates.invocation import ToolSpec, Turn
+from aggregates.revalidation import MalformedValueError, revalidated
 from aggregates.settings import DEFAULT_WIND_DOWN_NOTICE, MIN_SIZE_LIMIT, RunSettings
 from aggregates.values import (
     DEFAULT_MAX_OUTPUT_BYTES,
@@ -32,6 +35,7 @@ from loop_actors.agent.tools import (
 )
 
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 
 Verifier = Callable[[str, list[Turn]], Any]
 """``verifier(answer, turns)``: True (or None) passes; False or a text (the evidence) refuses.
@@ -62,6 +66,20 @@ async def run_verifier(verifier: Verifier, answer: str, turns: list[Turn]) -> st
 
 async def _awaited(awaitable: Awaitable[T]) -> T:
     return await awaitable
+
+
+def _checked(agent: str, setting: str, cls: type[M], value: object) -> M:
+    """A setting that must be a ``cls``, validated again (one built with model_construct).
+
+    Raises:
+        UsageError: it is not a ``cls``, or not a valid one.
+    """
+    if not isinstance(value, cls):
+        raise UsageError(f"agent {agent}: {setting} must be a {cls.__name__}")
+    try:
+        return revalidated(cls, value)
+    except MalformedValueError as error:
+        raise UsageError(f"agent {agent}: {setting} is {error}") from None
 
 
 def _tool_list(agent: str, tools: object) -> list[Tool | Callable[..., Any]]:
@@ -239,9 +257,7 @@ class Agent:
             raise UsageError(f"agent {name}: model must have an async decide(request) method")
         if not (tool_timeout_s > 0 and math.isfinite(tool_timeout_s)):
             raise UsageError(f"agent {name}: tool_timeout_s must be a positive number")
-        budget = budget if budget is not None else Budget()
-        if not isinstance(budget, Budget):
-            raise UsageError(f"agent {name}: budget must be a Budget")
+        budget = _checked(name, "budget", Budget, budget if budget is not None else Budget())
         if verifier is not None and not callable(verifier):
             raise UsageError(f"agent {name}: verifier must be callable")
         if max_verification_attempts < 1 or max_repeated_failures < 1:
@@ -256,8 +272,8 @@ class Agent:
             raise UsageError(f"agent {name}: max_invalid_proposals must be >= 0")
         if keep_recent_turns < 0:
             raise UsageError(f"agent {name}: keep_recent_turns must be >= 0")
-        if price is not None and not isinstance(price, Price):
-            raise UsageError(f"agent {name}: price must be a Price")
+        if price is not None:
+            price = _checked(name, "price", Price, price)
         for setting, limit in (
             ("max_output_bytes", max_output_bytes),
             ("max_proposal_bytes", max_proposal_bytes),
@@ -369,7 +385,7 @@ class Agent:
 
         Raises:
             UsageError: a malformed argument (a name that is not an identifier, a
-                budget that is not a Budget, an unknown ``on_parent_end``).
+                budget that is not a valid Budget, an unknown ``on_parent_end``).
         """
         tool_name = name if name is not None else self.name
         if not isinstance(tool_name, str) or not tool_name.isidentifier():
@@ -377,8 +393,8 @@ class Agent:
                 f"agent {self.name}: as_tool() needs a name that is an identifier "
                 f"(got {tool_name!r}); pass name=..."
             )
-        if budget is not None and not isinstance(budget, Budget):
-            raise UsageError(f"agent {self.name}: as_tool(budget=...) must be a Budget")
+        if budget is not None:
+            budget = _checked(self.name, "as_tool(budget=...)", Budget, budget)
         try:
             edge = ParentEnd(on_parent_end)
         except ValueError:

@@ -18,6 +18,7 @@ from aggregates.decisions import EffectStatus, ErrorClass, ErrorInfo, Frozen, To
 from aggregates.invocation import DispatchedCall
 from aggregates.pydantic_slots import built
 from aggregates.results import Interruption, interrupted_result, unreported_result
+from aggregates.revalidation import tool_error_fields, validation_problems
 from aggregates.values import describe_error, safe_text
 from loop_actors._errors import ToolError
 from loop_actors._faults import CrashPoint, fault_point
@@ -41,14 +42,6 @@ class _Ending(Frozen):
 _UNKNOWN_CLASSES = frozenset(
     {ErrorClass.TIMEOUT, ErrorClass.OUTCOME_UNKNOWN, ErrorClass.UNAVAILABLE}
 )
-
-
-def validation_problems(error: ValidationError) -> str:
-    """A validation error as text, without the input values (they may be secrets)."""
-    return "; ".join(
-        f"{'.'.join(str(part) for part in item['loc']) or 'arguments'}: {item['msg']}"
-        for item in error.errors()
-    )
 
 
 def _classify_write(ending: _Ending | None) -> tuple[EffectStatus, _Ending | None]:
@@ -79,22 +72,40 @@ def _failure(error: BaseException) -> _Ending:
     if isinstance(error, ValidationError):
         return _Ending(
             error_class=ErrorClass.INVALID_ARGUMENTS,
-            message=validation_problems(error),
+            message="; ".join(validation_problems(error, whole="arguments")),
             retryable=False,
             ran=False,
         )
     if isinstance(error, ToolError):
+        said = _tool_error(error)
+        if not isinstance(said, str):
+            error_class, retryable, message = said
+            return _Ending(
+                error_class=error_class, message=message, retryable=retryable, deliberate=True
+            )
+        # A ToolError that does not say what happened in the runtime's terms is an
+        # unexpected failure: not deliberate, so a write's outcome is unknown.
         return _Ending(
-            error_class=error.error_class,
-            message=safe_text(error.message),
-            retryable=error.retryable,
-            deliberate=True,
+            error_class=ErrorClass.TOOL_FAILED,
+            message=f"{describe_error(error)} (a malformed ToolError: {said})",
+            retryable=False,
         )
     # A tool's own failure becomes its result, never a crash: KeyboardInterrupt,
     # SystemExit and the like included.
     return _Ending(
         error_class=ErrorClass.TOOL_FAILED, message=describe_error(error), retryable=False
     )
+
+
+def _tool_error(error: ToolError) -> tuple[ErrorClass, bool, str] | str:
+    """What a ``ToolError`` says (class, retryable, message), or why it is malformed."""
+    try:  # its attributes are the tool's: a subclass may not set them, or compute them
+        error_class, retryable = error.error_class, error.retryable
+        message = safe_text(error.message)
+    except Exception as broken:
+        return f"its attributes cannot be read: {describe_error(broken)}"
+    fields = tool_error_fields(error_class, retryable)
+    return fields if isinstance(fields, str) else (*fields, message)
 
 
 def _output(returned: Any) -> tuple[Any, _Ending | None]:
@@ -425,4 +436,4 @@ class BatchRun:
             trio.lowlevel.reschedule(task)
 
 
-__all__ = ["BatchRun", "validation_problems"]
+__all__ = ["BatchRun"]

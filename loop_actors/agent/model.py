@@ -123,7 +123,13 @@ def model_answer(
             error_type="TypeError",
             message=f"decide() must return a ModelReply, got {safe_text(type(reply).__name__)}",
         )
-    return ModelAnswered(proposal=reply.proposal, usage=reply.usage, model_input=model_input)
+    # Read as data, never trusted for its class: a reply built with model_construct may
+    # lack its proposal (a missing one is None: rejected) or hold any usage (the core
+    # admits it, aggregates.revalidation.admitted_usage).
+    fields = vars(reply)
+    return ModelAnswered(
+        proposal=fields.get("proposal"), usage=fields.get("usage"), model_input=model_input
+    )
 
 
 def model_identity(model: object) -> str:

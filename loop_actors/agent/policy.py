@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from aggregates.decisions import Frozen
+from aggregates.revalidation import MalformedValueError, revalidated
 from aggregates.values import describe_error, safe_text
 from loop_actors._guard import in_child_task, is_cancellation
 
@@ -37,7 +38,8 @@ class Deny(Frozen):
 Policy = Callable[[AccessRequest], Any]
 """``policy(request)``: True allows; False or ``Deny(...)`` refuses. Plain or async.
 
-A policy that raises refuses (the safe side).
+A policy that raises refuses (the safe side), and so does one that answers a malformed
+``Deny`` (built with ``model_construct``: it is validated again).
 """
 
 
@@ -58,7 +60,12 @@ async def check_access(policy: Policy, request: AccessRequest) -> Deny | None:
     if verdict is True:
         return None
     if isinstance(verdict, Deny):
-        return verdict.model_copy(update={"reason": safe_text(verdict.reason)})
+        try:
+            # Validated again: one built with model_construct may hold anything.
+            deny = revalidated(Deny, verdict)
+        except MalformedValueError as error:  # refuses, as a policy that raises does
+            return Deny(reason=f"the policy answered {error}")
+        return deny.model_copy(update={"reason": safe_text(deny.reason)})
     return Deny(reason=f"{request.actor or 'this actor'} may not {request.operation}")
 
 

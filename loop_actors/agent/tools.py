@@ -30,6 +30,7 @@ from aggregates.digest import digest_of, sha256_hex
 from aggregates.effect import Resolution
 from aggregates.invocation import DispatchedCall, ToolSpec
 from aggregates.redaction import redact_paths
+from aggregates.revalidation import MalformedValueError, revalidated
 from aggregates.turn_messages import ChildWaits
 from aggregates.values import check_json, describe_error
 from loop_actors._errors import ToolDefinitionError, ToolError
@@ -368,7 +369,10 @@ async def ask_service(tool_: Tool, key: str) -> Reconciled:
 
     Raises:
         Exception: whatever ``reconcile`` raised (the service could not be reached).
-        ToolDefinitionError: the tool has no ``reconcile`` or it answered something else.
+        ToolDefinitionError: the tool has no ``reconcile``, or it answered something else
+            or a malformed ``Reconciled`` (one built with ``model_construct`` is
+            validated again: a status that is not a ``Resolution``, a reason that is
+            not text).
 
     Cancellation: a checkpoint; a plain function's worker thread is abandoned.
     """
@@ -383,7 +387,11 @@ async def ask_service(tool_: Tool, key: str) -> Reconciled:
         raise ToolDefinitionError(
             f"tool {tool_.name}: reconcile() must return Reconciled, got {type(answer).__name__}"
         )
-    return answer
+    try:
+        # Validated again: one built with model_construct may hold any status.
+        return revalidated(Reconciled, answer)
+    except MalformedValueError as error:
+        raise ToolDefinitionError(f"tool {tool_.name}: reconcile() returned {error}") from None
 
 
 def _arguments_model(name: str, fn: Callable[..., Any]) -> tuple[type[BaseModel], str | None]:

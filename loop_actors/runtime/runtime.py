@@ -17,6 +17,7 @@ from pydantic import JsonValue
 from aggregates.fork import ForkPoint, ForkWrites
 from aggregates.invocation import Invocation, InvocationEvent
 from aggregates.lease import DEFAULT_LEASE_S, HolderKind, check_lease_s
+from aggregates.revalidation import MalformedValueError, revalidated
 from loop_actors._errors import UsageError
 from loop_actors.agent.agent import Agent
 from loop_actors.agent.mcp import open_mcp_sessions
@@ -612,7 +613,7 @@ class Runtime:
 
         Raises:
             UsageError: no invocation named and not ``every``; ``into`` already holds
-                an invocation being replayed; a malformed ``match``.
+                an invocation being replayed; a malformed ``match`` or ``where``.
             InvocationNotFoundError: a named invocation is not in this store.
 
         Cancellation: a checkpoint; the replay store is closed (a ``memory://`` one is gone).
@@ -625,6 +626,13 @@ class Runtime:
             raise UsageError(f"match must be strict or lenient, got {match!r}") from None
         if not every and not invocation_ids:
             raise UsageError("name the invocations to replay, or replay every one")
+        if where is not None:
+            if not isinstance(where, ReplayFilter):
+                raise UsageError(f"where must be a ReplayFilter, got {type(where).__name__}")
+            try:  # validated again: one built with model_construct may hold any reason
+                where = revalidated(ReplayFilter, where)
+            except MalformedValueError as error:
+                raise UsageError(f"where is {error}") from None
         ids = list(invocation_ids)
         if every:
             ids = await self.with_driver(

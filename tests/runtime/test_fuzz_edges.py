@@ -15,8 +15,14 @@ values that once broke the store. Inputs tried:
 * replies: final answers, questions, tool batches (known, unknown and duplicate ids),
   whole proposals as JSON text or bytes, a decide() that raises KeyboardInterrupt,
   SystemExit or a custom BaseException;
-* tools that return any of the above or raise those exceptions; a write whose reply is
-  lost and whose ``reconcile`` answers a drawn receipt or raises.
+* decision models built with ``model_construct`` (every variant, any drawn value or
+  none in its field, a ``kind`` of another variant, ``schema_version`` 7, constructed
+  ``ToolCall`` s), a ``ModelReply`` without a proposal, a usage that is not a ``Usage``;
+* tools that return any of the above or raise those exceptions, or a ``ToolError``
+  whose class is none of the runtime's; a write whose reply is lost and whose
+  ``reconcile`` answers a drawn receipt, a ``Reconciled`` built with ``model_construct``
+  (a bogus, missing or int status, an int or nasty reason), or raises;
+* a policy that allows, denies, or answers a ``Deny`` built with ``model_construct``.
 
 Every run ends with a typed outcome; every invocation loads, its history reads and its
 chains verify; afterwards ``history``, ``show``, ``list``, ``metrics`` and
@@ -31,6 +37,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 from uuid import uuid4
 
@@ -38,21 +45,31 @@ import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
 from loop_actors import (
     Agent,
     Budget,
+    CannotContinue,
+    Clarification,
+    Deny,
+    Final,
     ModelReply,
     ModelRequest,
     Reconciled,
+    RequestApproval,
     Runtime,
     TerminalReason,
+    ToolCall,
+    ToolCalls,
+    ToolError,
     Usage,
     tool,
 )
 from loop_actors.audit.verify import verify_invocation
 from loop_actors.store.store import EventStore
 from tests.support.cli import CLI, cli_env
+from tests.support.constructed import constructed
 
 pytestmark = pytest.mark.slow
 
@@ -139,7 +156,9 @@ JSON_TEXT = st.one_of(
     ),
     st.sampled_from([100, 1_000, 50_000]).map(lambda n: '{"value": ' + "[" * n + "]" * n + "}"),
 )
-RAISING = st.sampled_from(["KeyboardInterrupt", "SystemExit", "Custom", "BrokenStr", "ValueError"])
+RAISING = st.sampled_from(
+    ["KeyboardInterrupt", "SystemExit", "Custom", "BrokenStr", "ValueError", "BadToolError"]
+)
 USAGE_FIGURES: st.SearchStrategy[Any] = st.one_of(
     st.just(0), st.integers(min_value=-1_000, max_value=1_000), NUMBERS
 )
@@ -156,6 +175,7 @@ def raise_named(name: str) -> None:
         "Custom": Custom("mine"),
         "BrokenStr": BrokenStr(),
         "ValueError": ValueError("bad \udc80"),
+        "BadToolError": ToolError("classless", error_class="bogus"),  # type: ignore[arg-type]
     }
     raise errors[name]
 
@@ -179,7 +199,38 @@ def calls(draw: st.DrawFn) -> dict[str, Any]:
     return {"kind": "tool_calls", "calls": batch}
 
 
-REPLIES = st.integers(min_value=0, max_value=11).flatmap(
+DECISION_FIELDS: dict[type[BaseModel], str] = {
+    Final: "answer",
+    ToolCalls: "calls",
+    RequestApproval: "proposal_digest",
+    Clarification: "question",
+    CannotContinue: "reason",
+}
+FIELD_VALUES = st.one_of(SCALARS, TREES, st.just("valid"))
+
+
+@st.composite
+def constructed_decisions(draw: st.DrawFn) -> Any:
+    """A decision model built with ``model_construct``: any value in its field, or none."""
+    cls = draw(st.sampled_from(list(DECISION_FIELDS)))
+    fields: dict[str, Any] = {}
+    if draw(st.integers(min_value=0, max_value=5)):  # else the field is missing
+        value = draw(FIELD_VALUES)
+        if cls is ToolCalls and draw(st.booleans()):
+            value = [
+                constructed(
+                    ToolCall,
+                    id=draw(st.one_of(st.just("c1"), SCALARS)),
+                    name=draw(st.sampled_from(["produce", "pay", 5])),
+                    arguments=draw(st.one_of(st.just({"i": 1}), VALUES, JSON_TEXT)),
+                )
+            ]
+        fields[DECISION_FIELDS[cls]] = value
+    fields.update(draw(st.sampled_from([{}, {}, {"kind": "final"}, {"schema_version": 7}])))
+    return constructed(cls, **fields)
+
+
+REPLIES = st.integers(min_value=0, max_value=13).flatmap(
     lambda kind: {
         6: st.builds(lambda a: {"kind": "final", "answer": a}, st.one_of(NASTY_TEXT, HUGE_TEXT)),
         7: st.builds(lambda q: {"kind": "clarification", "question": q}, NASTY_TEXT),
@@ -187,14 +238,28 @@ REPLIES = st.integers(min_value=0, max_value=11).flatmap(
         9: st.sampled_from([b'{"kind": "final", "answer": "\xff"}', b"[" * 3000]),
         10: TREES,
         11: RAISING.map(lambda name: ("raise", name)),
+        12: constructed_decisions(),
+        13: st.just(("no-proposal", "")),
     }.get(kind, calls())
 )
 
 
 @st.composite
-def usages(draw: st.DrawFn) -> Usage:
-    if draw(st.integers(min_value=0, max_value=9)):
+def usages(draw: st.DrawFn) -> Any:
+    odd = draw(st.integers(min_value=0, max_value=19))
+    if odd > 1:
         return Usage(input_tokens=10, output_tokens=5)
+    if odd == 1:  # not a Usage at all, though it has every figure, or text
+        return draw(
+            st.sampled_from(
+                [
+                    SimpleNamespace(
+                        input_tokens=1, output_tokens=1, cost=0.0, latency_ms=0.0, attempts=None
+                    ),
+                    "usage",
+                ]
+            )
+        )
     return Usage.model_construct(
         input_tokens=draw(USAGE_FIGURES),
         output_tokens=draw(USAGE_FIGURES),
@@ -209,9 +274,10 @@ class Case:
     """One drawn run: the model's replies and usages, the tools' outputs, the receipts."""
 
     replies: list[Any]
-    usages: list[Usage]
+    usages: list[Any]
     outputs: list[Any]
     receipt: Any
+    verdict: Any = True
 
 
 CASES = st.builds(
@@ -223,7 +289,27 @@ CASES = st.builds(
         min_size=1,
         max_size=4,
     ),
-    receipt=st.one_of(VALUES, RAISING.map(lambda name: ("raise", name))),
+    receipt=st.one_of(
+        VALUES,
+        RAISING.map(lambda name: ("raise", name)),
+        st.builds(
+            lambda status, reason, receipt: ("constructed", status, reason, receipt),
+            st.sampled_from(["committed", "rejected", "not_found", "bogus", None, 5]),
+            st.one_of(st.none(), st.just(5), NASTY_TEXT),
+            VALUES,
+        ),
+    ),
+    verdict=st.integers(min_value=0, max_value=5).flatmap(
+        lambda odd: {
+            3: st.just(Deny(reason="not today")),
+            4: st.builds(
+                lambda reason, stop: constructed(Deny, reason=reason, stop=stop),
+                st.one_of(st.none(), st.just(5), NASTY_TEXT),
+                st.sampled_from([True, False, "maybe", None]),
+            ),
+            5: st.just(constructed(Deny)),
+        }.get(odd, st.just(True))
+    ),
 )
 
 
@@ -238,10 +324,12 @@ class DrawnModel:
         reply = self.case.replies[index] if index < len(self.case.replies) else None
         usage = self.case.usages[index % len(self.case.usages)]
         if isinstance(reply, tuple):
+            if reply[0] == "no-proposal":
+                return constructed(ModelReply, usage=usage)
             raise_named(reply[1])
         if reply is None:
             reply = {"kind": "final", "answer": "done"}
-        return ModelReply.model_construct(proposal=reply, usage=usage)
+        return constructed(ModelReply, proposal=reply, usage=usage)
 
 
 def agent_for(case: Case) -> Agent:
@@ -258,6 +346,9 @@ def agent_for(case: Case) -> Agent:
 
     def reconcile(key: str) -> Reconciled:
         if isinstance(case.receipt, tuple):
+            if case.receipt[0] == "constructed":
+                _, status, reason, receipt = case.receipt
+                return constructed(Reconciled, status=status, reason=reason, receipt=receipt)
             raise_named(case.receipt[1])
         return Reconciled(status="committed", receipt=case.receipt)
 
@@ -269,7 +360,12 @@ def agent_for(case: Case) -> Agent:
         return output(i)
 
     return Agent(
-        "fuzzed", DrawnModel(case), [produce, pay], Budget(max_steps=5), max_invalid_proposals=2
+        "fuzzed",
+        DrawnModel(case),
+        [produce, pay],
+        Budget(max_steps=5),
+        max_invalid_proposals=2,
+        policy=lambda request: case.verdict,
     )
 
 
