@@ -234,6 +234,7 @@ class Driver:
         if self.cancel(invocation_id, detail=requested_by(by, reason)):
             return CancelResult.SIGNALLED
         if stop is Stop.PAUSED:
+            children = children_waited_for(invocation)
             who = f" by {by}" if by else ""
             cancel_paused(
                 invocation,
@@ -249,6 +250,7 @@ class Driver:
                     [QueueStatus.PAUSED, QueueStatus.RUNNABLE],
                     invocation.agent_name,
                 )
+                await self.cancel_children(invocation_id, children, by=by, reason=reason)
                 return CancelResult.ENDED
             if not ended.conflict:
                 raise StoreUnavailableError(
@@ -310,6 +312,28 @@ class Driver:
             ):
                 self.cancel(child.invocation.id, detail=parent_cancelled(invocation_id, detail))
         return True
+
+    async def cancel_children(
+        self, parent_id: str, children: list[str], *, by: str | None, reason: str | None
+    ) -> None:
+        """Cancel the children a paused parent that just ended waited for (and theirs).
+
+        Those whose edge says ``cancel``; a child that ended, or that is not there
+        (never started), is left as it is.
+        """
+        for child_id in children:
+            try:
+                child = await self.reads.invocation(child_id)
+            except InvocationNotFoundError:
+                continue
+            link = child.parent
+            if link is None or link.on_parent_end is not ParentEnd.CANCEL:
+                continue
+            await self.request_cancel(
+                invocation_id=child_id,
+                by=by,
+                reason=parent_cancelled(parent_id, reason),
+            )
 
     async def standing(self, invocation: Invocation) -> Standing:
         """What can happen next to ``invocation``, looking at the child it waits for.
@@ -697,6 +721,16 @@ class Driver:
             "exists and has not stopped, and no process holds its lease: resume it "
             "(loop-actors resume ID --agent MODULE:ATTR)",
         )
+
+
+def children_waited_for(invocation: Invocation) -> list[str]:
+    """The children an invocation's pending batch started (and the one its pause names)."""
+    batch = invocation.pending_batch
+    found = [c.child_id for c in batch.calls if c.child_id] if batch is not None else []
+    paused = invocation.paused
+    if paused is not None and paused.child_path and paused.child_path[0] not in found:
+        found.append(paused.child_path[0])
+    return found
 
 
 def parent_cancelled(parent_id: str, detail: str | None) -> str:

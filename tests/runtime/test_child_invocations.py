@@ -599,3 +599,26 @@ def test_audit_verify_of_a_root_verifies_its_children_too(
     assert all(r["intact"] for r in reports)
     # The children's writes are checked with them.
     assert sum(1 for r in reports if r["kind"] == "effect") == 2 + 2  # 2 child calls, 2 charges
+
+
+async def test_cancelling_a_paused_root_cancels_the_tree_below_it(db: str) -> None:
+    delegating = boss(calls("pay 900", tool_name="approver"), tools=[APPROVER.as_tool()])
+    middle = Agent("middle", delegating.model, [APPROVER.as_tool()])
+    root = boss(calls("get it paid", tool_name="middle"), tools=[middle.as_tool()])
+    with trio.fail_after(30):
+        async with Runtime(db) as runtime:
+            paused = await runtime.run(root, "pay big", invocation_id="root")
+            assert paused.path is not None
+            await runtime.request_cancel("root", by="ops", reason="not today")
+            tree = [await runtime.load(invocation_id) for invocation_id in paused.path]
+            # Nothing of it runs again: a resume gives the recorded end.
+            again = await runtime.resume("root", root)
+    assert [inv.terminated.reason if inv.terminated else None for inv in tree] == [
+        TerminalReason.CANCELLED
+    ] * 3
+    details = [inv.terminated.detail or "" for inv in tree if inv.terminated]
+    assert "not today" in details[0]
+    assert "its parent root was cancelled" in details[1]
+    assert f"its parent {paused.path[1]} was cancelled" in details[2]
+    assert again.reason is TerminalReason.CANCELLED
+    assert not CHARGED
