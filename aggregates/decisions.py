@@ -60,6 +60,8 @@ class TerminalReason(StrEnum):
     CHECKPOINT_FAILED = "checkpoint_failed"
     LEASE_LOST = "lease_lost"
     RECONCILIATION_REQUIRED = "reconciliation_required"
+    HANDED_OFF = "handed_off"
+    """The model handed the conversation to another agent, which goes on as a new invocation."""
 
     @property
     def pauses(self) -> bool:
@@ -101,6 +103,8 @@ class RejectionClass(StrEnum):
     EMPTY_BATCH = "empty_batch"
     EMPTY_ANSWER = "empty_answer"
     UNSUPPORTED_VERSION = "unsupported_version"
+    UNKNOWN_HANDOFF = "unknown_handoff"
+    """A handoff to an agent that is not one of the agent's ``handoffs`` (or one too many)."""
     VALUE_INVALID = "value_invalid"
     """It holds a value that cannot be stored faithfully (NaN, a lone surrogate, too deep...)."""
     TOO_LARGE = "too_large"
@@ -230,8 +234,25 @@ class CannotContinue(_DecisionBase):
     reason: str
 
 
+class Handoff(Frozen):
+    """The model hands the conversation to another agent of its agent's ``handoffs``.
+
+    New in version 2 of the decision schema (the other decisions are version 1, which
+    version 2 still accepts): a store written before it holds none.
+    """
+
+    schema_version: Literal[2] = 2
+    kind: Literal["handoff"] = "handoff"
+    to: str
+    """The target agent's name."""
+    reason: str
+    """Why (recorded, and told to the target)."""
+    summary: str | None = None
+    """What the target should know (passed on when the handoff's history is ``summary``)."""
+
+
 Decision = Annotated[
-    Final | ToolCalls | RequestApproval | Clarification | CannotContinue,
+    Final | ToolCalls | RequestApproval | Clarification | CannotContinue | Handoff,
     Field(discriminator="kind"),
 ]
 """The closed decision union a model may return."""
@@ -245,6 +266,7 @@ _DECISION_CLASSES: tuple[type[BaseModel], ...] = (
     RequestApproval,
     Clarification,
     CannotContinue,
+    Handoff,
 )
 _DECISION_FIELDS = {cls: set(cls.model_fields) for cls in _DECISION_CLASSES}
 

@@ -34,6 +34,7 @@ from aggregates.decisions import (
     Decision,
     Final,
     Frozen,
+    Handoff,
     Rejection,
     RequestApproval,
     TerminalReason,
@@ -46,6 +47,7 @@ from aggregates.digest import canonical_json, digest_of
 from aggregates.errors import IllegalTransitionError
 from aggregates.events import ChainedAggregate, fold
 from aggregates.fork_origin import ForkOrigin
+from aggregates.handoffs import HandoffOrigin
 from aggregates.ids import invocation_id_problem
 from aggregates.invocation_events import (
     EVENT_TYPES,
@@ -253,6 +255,8 @@ class Invocation(ChainedAggregate):
         """For a fork: where it was copied from (its start's ``forked_from``)."""
         self.parent: ParentLink | None = None
         """For a child invocation: its parent (its start's ``parent``)."""
+        self.handed_off_from: HandoffOrigin | None = None
+        """For the target of a handoff: where it comes from (its start's ``handed_off_from``)."""
         self.children_started = 0
         """How many calls started (or may have started) a child, in all batches."""
         self.reservations: dict[str, BudgetReserved] = {}
@@ -307,6 +311,7 @@ class Invocation(ChainedAggregate):
         tenant: str | None = None,
         forked_from: ForkOrigin | None = None,
         parent: ParentLink | None = None,
+        handed_off_from: HandoffOrigin | None = None,
     ) -> Invocation:
         """Create an invocation (records ``InvocationStarted``).
 
@@ -331,6 +336,7 @@ class Invocation(ChainedAggregate):
             tenant=tenant,
             forked_from=forked_from,
             parent=parent,
+            handed_off_from=handed_off_from,
         )
 
     def propose(
@@ -633,6 +639,7 @@ class Invocation(ChainedAggregate):
         self.tenant = event.tenant
         self.forked_from = event.forked_from
         self.parent = event.parent
+        self.handed_off_from = event.handed_off_from
         self.started_at = event.timestamp
         self.phase = Phase.READY
 
@@ -661,7 +668,7 @@ class Invocation(ChainedAggregate):
                 if not answer.strip():
                     raise self._refuse(event, "a final answer must not be empty")
                 phase = Phase.DECIDED
-            case RequestApproval() | Clarification() | CannotContinue():
+            case RequestApproval() | Clarification() | CannotContinue() | Handoff():
                 phase = Phase.DECIDED
             case _:
                 assert_never(decision)
@@ -875,6 +882,7 @@ class InvocationState(Frozen):
     tenant: str | None = None
     forked_from: ForkOrigin | None = None
     parent: ParentLink | None = None
+    handed_off_from: HandoffOrigin | None = None
     children_started: int = 0
     reservations: dict[str, BudgetReserved] = {}
     children_spent: Spent = Spent()

@@ -26,6 +26,7 @@ from aggregates.decisions import (
 )
 from aggregates.events import DomainEvent
 from aggregates.fork_origin import ForkOrigin
+from aggregates.handoffs import HandoffOrigin
 from aggregates.model_input import ModelInput
 from aggregates.settings import RunSettings
 
@@ -65,6 +66,8 @@ class InvocationStarted(InvocationEvent, CanInitAggregate[str]):
     """For a fork: the invocation and step it was copied from, by whom and why (from 0.2)."""
     parent: ParentLink | None = None
     """For a child invocation: its parent, the call that started it, its depth (from 0.3)."""
+    handed_off_from: HandoffOrigin | None = None
+    """For the target of a handoff: the source, why, and what it is told (from 0.3)."""
 
 
 class SettingsChanged(InvocationEvent):

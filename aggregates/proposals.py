@@ -16,12 +16,14 @@ from pydantic_core import to_jsonable_python
 from aggregates.decisions import (
     Decision,
     Final,
+    Handoff,
     Rejection,
     RejectionClass,
     ToolCalls,
     decision_fields,
     parse_decision,
 )
+from aggregates.handoffs import handoff_problem
 from aggregates.redaction import (
     redact_proposal,
     scrub,
@@ -45,12 +47,13 @@ from aggregates.values import (
 
 
 def validate_proposal(
-    proposal: object, catalogue: Catalogue, settings: RunSettings
+    proposal: object, catalogue: Catalogue, settings: RunSettings, *, handoffs_made: int = 0
 ) -> tuple[Decision, dict[str, dict[str, Any]]] | Rejection:
     """Check a proposal against the decision schema and the tool catalogue.
 
     Returns the decision and each call's checked arguments (by call id), or the
-    proposal's rejection as it is stored.
+    proposal's rejection as it is stored. ``handoffs_made``: how many handoffs led to
+    this invocation (a handoff past ``MAX_HANDOFFS`` is refused).
     """
     admitted = _admit(proposal, catalogue, settings)
     if isinstance(admitted, Rejection):
@@ -72,6 +75,12 @@ def validate_proposal(
     match decision:
         case Final(answer=answer) if not answer.strip():
             problems.append((RejectionClass.EMPTY_ANSWER, "the final answer is empty"))
+        case Handoff(to=to, reason=reason):
+            problem = handoff_problem(to, list(settings.handoffs or {}), handoffs_made)
+            if problem is not None:
+                problems.append((RejectionClass.UNKNOWN_HANDOFF, problem))
+            elif not reason.strip():
+                problems.append((RejectionClass.SCHEMA_INVALID, "a handoff needs a reason"))
         case ToolCalls(calls=calls):
             if not calls:
                 problems.append((RejectionClass.EMPTY_BATCH, "the tool batch is empty"))

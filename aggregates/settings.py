@@ -55,6 +55,9 @@ class RunSettings(Frozen):
     max_proposal_bytes: Annotated[int, Field(ge=MIN_SIZE_LIMIT)] | None = None
     """The largest model proposal accepted (JSON bytes); a larger one is rejected
     ``too_large`` and stored as its truncated stand-in (None: ``DEFAULT_MAX_PROPOSAL_BYTES``)."""
+    handoffs: dict[str, str] | None = None
+    """The agents the model may hand off to, by name → the handoff's history policy
+    (``full``, ``summary``, ``none``); None without handoffs (and before they existed)."""
 
     @property
     def output_limit(self) -> int:

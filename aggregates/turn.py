@@ -52,6 +52,7 @@ from aggregates.decisions import (
     ErrorClass,
     ErrorInfo,
     Final,
+    Handoff,
     Rejection,
     RequestApproval,
     TerminalReason,
@@ -341,7 +342,13 @@ class TurnCore:
                 moment,
                 detail=f"the model reported a usage that cannot be recorded: {problem}",
             )
-        verdict = validate_proposal(proposal, self.catalogue, self.settings)
+        origin = self.invocation.handed_off_from
+        verdict = validate_proposal(
+            proposal,
+            self.catalogue,
+            self.settings,
+            handoffs_made=origin.hops if origin is not None else 0,
+        )
         if isinstance(verdict, Rejection):
             inv = self.invocation
             inv.reject(verdict, usage=usage, at=moment.at, model_input=model_input)
@@ -395,6 +402,13 @@ class TurnCore:
                 return self._end(TerminalReason.COMPLETED, moment, answer=answer)
             case CannotContinue(reason=reason):
                 return self._end(TerminalReason.CANNOT_CONTINUE, moment, detail=reason)
+            case Handoff(to=to, reason=reason):
+                # The runtime starts the target from the recorded decision.
+                return self._end(
+                    TerminalReason.HANDED_OFF,
+                    moment,
+                    detail=f"handed off to {to}: {reason}",
+                )
             case Clarification(question=question):
                 inv.pause(TerminalReason.CLARIFICATION_REQUIRED, question=question, at=moment.at)
                 return Finished()

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from aggregates.decisions import ErrorClass as ErrorClass
     from aggregates.decisions import ErrorInfo as ErrorInfo
     from aggregates.decisions import Final as Final
+    from aggregates.decisions import Handoff as Handoff
     from aggregates.decisions import Price as Price
     from aggregates.decisions import RejectionClass as RejectionClass
     from aggregates.decisions import RequestApproval as RequestApproval
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
     from aggregates.fork_origin import ForkOrigin as ForkOrigin
     from aggregates.fork_origin import ForkWrites as ForkWrites
     from aggregates.fork_origin import SourceWrite as SourceWrite
+    from aggregates.handoffs import HandoffHistory as HandoffHistory
+    from aggregates.handoffs import HandoffOrigin as HandoffOrigin
     from aggregates.replay import Divergence as Divergence
     from aggregates.replay import DivergenceKind as DivergenceKind
     from aggregates.settings import RunSettings as RunSettings
@@ -76,6 +79,7 @@ if TYPE_CHECKING:
     from loop_actors.agent.adapters import model_from_name as model_from_name
     from loop_actors.agent.agent import Agent as Agent
     from loop_actors.agent.agent import CatalogueChangedError as CatalogueChangedError
+    from loop_actors.agent.agent import HandoffTo as HandoffTo
     from loop_actors.agent.agent import SettingsChangedError as SettingsChangedError
     from loop_actors.agent.mcp import HttpServer as HttpServer
     from loop_actors.agent.mcp import McpServer as McpServer
@@ -136,6 +140,10 @@ _EXPORTS: dict[str, str] = {
     "Spent": "aggregates.children",
     "ChildPausedError": "loop_actors.agent.tools",
     "ForkRefusal": "aggregates.fork",
+    "Handoff": "aggregates.decisions",
+    "HandoffHistory": "aggregates.handoffs",
+    "HandoffOrigin": "aggregates.handoffs",
+    "HandoffTo": "loop_actors.agent.agent",
     "ForkOrigin": "aggregates.fork_origin",
     "ForkWrites": "aggregates.fork_origin",
     "SourceWrite": "aggregates.fork_origin",
@@ -240,6 +248,10 @@ __all__ = [
     "ForkWrites",
     "Forked",
     "GcPolicy",
+    "Handoff",
+    "HandoffHistory",
+    "HandoffOrigin",
+    "HandoffTo",
     "HttpServer",
     "InconsistentHistoryError",
     "InvocationExistsError",

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from aggregates.decisions import ToolResult, Usage
+from aggregates.handoffs import HandoffOrigin
 from aggregates.invocation import Turn
 from aggregates.results import Interruption
 
@@ -43,6 +44,10 @@ class ModelRequest(Message):
     tools: list[ToolSchema]
     notices: list[str] = []
     """What trusted code tells the model about its budget (e.g. steps left)."""
+    handoffs: list[str] = []
+    """The agents the model may hand the conversation to (a ``handoff`` decision)."""
+    handed_off_from: HandoffOrigin | None = None
+    """For the target of a handoff: the agent it takes over from, why, and what it is told."""
 
     @property
     def results(self) -> list[ToolResult]:

@@ -139,6 +139,8 @@ def _summary(decision: Decision | None, rejection: Rejection | None) -> tuple[st
             return "request_approval", d["proposal_digest"]
         case "cannot_continue":
             return "cannot_continue", d["reason"]
+        case "handoff":
+            return "handoff", f"to {d['to']}: {d['reason']}"
     return kind, ""
 
 

@@ -38,7 +38,7 @@ from aggregates.decisions import (
 )
 from aggregates.invocation import Turn
 from loop_actors._errors import LoopActorsError, UsageError
-from loop_actors._messages import ModelReply, ModelRequest
+from loop_actors._messages import ModelReply, ModelRequest, ToolSchema
 
 T = TypeVar("T")
 
@@ -225,8 +225,81 @@ def system_prompt(request: ModelRequest) -> str:
         "Call tools when you need facts or actions; several independent calls may go in "
         "one turn. When you are done, answer in plain text. If you cannot go on, say why.",
     ]
+    origin = request.handed_off_from
+    if origin is not None:
+        lines.append(f"You take over from the agent {origin.source_agent!r}: {origin.reason}")
+        if origin.seed:
+            lines.append(f"What you are told of its work:\n{origin.seed}")
+    if request.handoffs:
+        lines.append(
+            "You may hand the conversation to another agent instead of answering: call "
+            + ", ".join(handoff_tool_name(name) for name in request.handoffs)
+            + " (alone in its turn) with the reason, and a summary of what it should know."
+        )
     lines.extend(request.notices)
     return "\n".join(lines)
+
+
+HANDOFF_PREFIX = "transfer_to_"
+"""The tools a model hands off with: ``transfer_to_<agent>`` (reason, summary)."""
+
+HANDOFF_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "reason": {"type": "string", "description": "why this agent should take over"},
+        "summary": {"type": "string", "description": "what it should know"},
+    },
+    "required": ["reason"],
+}
+
+
+def handoff_tool_name(agent_name: str) -> str:
+    """The tool a model calls to hand off to ``agent_name``."""
+    return HANDOFF_PREFIX + "".join(c if c.isalnum() or c in "_-" else "_" for c in agent_name)
+
+
+def handoff_schemas(request: ModelRequest) -> list[ToolSchema]:
+    """The handoff tools of a request, as tools a provider shows its model."""
+    return [
+        ToolSchema(
+            name=handoff_tool_name(name),
+            description=f"Hand the conversation over to the agent {name!r}.",
+            parameters=HANDOFF_PARAMETERS,
+        )
+        for name in request.handoffs
+    ]
+
+
+def as_handoff(proposal: Any, request: ModelRequest) -> Any:
+    """A proposal of one call of a handoff tool, as the ``handoff`` decision it means.
+
+    Any other proposal as it is (a handoff call among others is an unknown tool: the
+    core rejects it, and the model is told).
+    """
+    if not request.handoffs or not isinstance(proposal, dict):
+        return proposal
+    calls = proposal.get("calls")
+    if proposal.get("kind") != "tool_calls" or not isinstance(calls, list) or len(calls) != 1:
+        return proposal
+    targets = {handoff_tool_name(name): name for name in request.handoffs}
+    call = calls[0]
+    to = targets.get(call.get("name"))
+    if to is None:
+        return proposal
+    arguments = call.get("arguments")
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments or "{}")
+        except ValueError:
+            return proposal  # malformed: the core says so
+    if not isinstance(arguments, dict):
+        return proposal
+    return {
+        "kind": "handoff",
+        "to": to,
+        "reason": arguments.get("reason", ""),
+        "summary": arguments.get("summary"),
+    }
 
 
 def malformed_calls(calls: list[tuple[str, str, str]], tools: set[str]) -> list[tuple[str, str]]:
@@ -378,7 +451,7 @@ class _Adapter:
         started = time.perf_counter()
         messages = self.messages(request)
         tools = self.tools(request)
-        names = {tool_.name for tool_ in request.tools}
+        names = {tool_.name for tool_ in [*request.tools, *handoff_schemas(request)]}
         tokens_in = tokens_out = attempts = 0
         async with self._client() as client:
             for round_ in range(self.reprompt_malformed + 1):
@@ -398,7 +471,7 @@ class _Adapter:
                     continue
                 break
         usage = self._usage(tokens_in, tokens_out, started, attempts)
-        return ModelReply(proposal=self._proposal(reply, calls), usage=usage)
+        return ModelReply(proposal=as_handoff(self._proposal(reply, calls), request), usage=usage)
 
 
 class OpenAIModel(_Adapter):
@@ -470,7 +543,7 @@ class OpenAIModel(_Adapter):
                     "parameters": tool_.parameters,
                 },
             }
-            for tool_ in request.tools
+            for tool_ in [*request.tools, *handoff_schemas(request)]
         ]
 
     async def _create(
@@ -597,7 +670,7 @@ class AnthropicModel(_Adapter):
         """The tools, as JSON Schema from the pydantic models that validate them."""
         return [
             {"name": t.name, "description": t.description, "input_schema": t.parameters}
-            for t in request.tools
+            for t in [*request.tools, *handoff_schemas(request)]
         ]
 
     async def _create(

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from aggregates.children import ChildSpec, ParentEnd
 from aggregates.decisions import Budget, Price
+from aggregates.handoffs import HandoffHistory
 from aggregates.invocation import ToolSpec, Turn
 from aggregates.revalidation import MalformedValueError, revalidated
 from aggregates.settings import DEFAULT_WIND_DOWN_NOTICE, MIN_SIZE_LIMIT, RunSettings
@@ -153,6 +154,47 @@ def approval_rules(toolbox: Toolbox) -> dict[str, str]:
     return rules
 
 
+class HandoffTo:
+    """A handoff target of an agent, and what it is told of the source's work."""
+
+    __slots__ = ("agent", "history")
+
+    def __init__(self, agent: Agent, history: HandoffHistory | str = HandoffHistory.FULL) -> None:
+        """``agent`` takes over; ``history`` says what it is told of the source's work.
+
+        ``full``: the source's steps; ``summary``: the summary its model wrote; ``none``.
+
+        Raises:
+            UsageError: ``agent`` is not an Agent, or an unknown ``history``.
+        """
+        if not isinstance(agent, Agent):
+            raise UsageError(f"a handoff target must be an Agent, got {type(agent).__name__}")
+        try:
+            self.history = HandoffHistory(history)
+        except ValueError:
+            choices = ", ".join(h.value for h in HandoffHistory)
+            raise UsageError(
+                f"a handoff's history must be one of {choices}, got {history!r}"
+            ) from None
+        self.agent = agent
+
+    def __repr__(self) -> str:
+        return f"HandoffTo({self.agent.name!r}, history={self.history.value!r})"
+
+
+def _handoff_routes(name: str, handoffs: Iterable[object]) -> dict[str, HandoffTo]:
+    if isinstance(handoffs, str | bytes | Mapping) or not isinstance(handoffs, Iterable):
+        raise UsageError(f"agent {name}: handoffs must be a list of agents")
+    routes: dict[str, HandoffTo] = {}
+    for item in handoffs:
+        route = item if isinstance(item, HandoffTo) else HandoffTo(item)  # type: ignore[arg-type]
+        target = route.agent.name
+        if target in routes:
+            raise UsageError(f"agent {name}: two handoffs to agents named {target!r}")
+        routes[target] = route
+    return routes
+
+
 DEFAULT_CHILD_TIMEOUT_S = 3600.0
 """How long a call of ``Agent.as_tool`` waits for its child when neither has a deadline."""
 
@@ -165,6 +207,7 @@ class Agent:
 
     __slots__ = (
         "budget",
+        "handoffs",
         "model",
         "name",
         "policy",
@@ -196,6 +239,7 @@ class Agent:
         keep_recent_turns: int = 4,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
         max_proposal_bytes: int = DEFAULT_MAX_PROPOSAL_BYTES,
+        handoffs: Iterable[Agent | HandoffTo] = (),
     ) -> None:
         """Describe an agent.
 
@@ -238,6 +282,9 @@ class Agent:
             max_proposal_bytes: the largest model proposal accepted, in bytes of its
                 JSON (default 256 KB); a larger one is rejected ``too_large`` (the model
                 is told, as for any invalid proposal) and stored as its truncated stand-in.
+            handoffs: the agents the model may hand the conversation to (an Agent, or
+                ``HandoffTo(agent, history=...)``: what the target is told of this
+                run's work, ``full`` by default); see docs/how-to/hand-off-to-another-agent.md.
 
         The budget and the settings (``max_verification_attempts``,
         ``max_repeated_failures`` and each tool's own, ``max_invalid_proposals``,
@@ -281,6 +328,7 @@ class Agent:
             if type(limit) is not int or limit < MIN_SIZE_LIMIT:
                 raise UsageError(f"agent {name}: {setting} must be an integer >= {MIN_SIZE_LIMIT}")
         toolbox = Toolbox(_tool_list(name, tools), default_timeout_s=tool_timeout_s)
+        routes = _handoff_routes(name, handoffs)
         settings = RunSettings(
             max_invalid_proposals=max_invalid_proposals,
             max_verification_attempts=max_verification_attempts,
@@ -297,6 +345,7 @@ class Agent:
             approval_rules=approval_rules(toolbox),
             max_output_bytes=max_output_bytes,
             max_proposal_bytes=max_proposal_bytes,
+            handoffs={n: route.history.value for n, route in routes.items()} or None,
         )
         for attribute, value in (
             ("name", name),
@@ -308,6 +357,7 @@ class Agent:
             ("policy", policy),
             ("toolbox", toolbox),
             ("settings", settings),
+            ("handoffs", routes),
         ):
             object.__setattr__(self, attribute, value)
 
@@ -321,6 +371,8 @@ class Agent:
     toolbox: Toolbox
     settings: RunSettings
     """What is recorded with each run besides the budget (see :class:`RunSettings`)."""
+    handoffs: dict[str, HandoffTo]
+    """The agents the model may hand off to, by name."""
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"an Agent is frozen: build a new one to change {name!r}")

@@ -96,6 +96,8 @@ def outcome_json(outcome: Outcome) -> str:
         record["path"] = outcome.path
     if outcome.parent_id is not None:
         record["parent_id"] = outcome.parent_id
+    if outcome.chain is not None:
+        record["chain"] = outcome.chain
     if outcome.children is not None:
         record["children"] = outcome.children.model_dump(mode="json")
     return json.dumps(record)

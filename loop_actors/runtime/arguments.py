@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from aggregates.children import ParentLink
 from aggregates.decisions import Budget
+from aggregates.handoffs import HandoffOrigin
 from aggregates.ids import invocation_id_problem
 from aggregates.values import check_text
 from loop_actors._errors import UsageError
@@ -64,6 +65,8 @@ class StartRequest:
     """For a child invocation (started by the runtime, never by a caller): its parent."""
     budget: Budget | None = None
     """For a child invocation: its budget within its share of the parent's (None: the agent's)."""
+    handed_off_from: HandoffOrigin | None = None
+    """For the target of a handoff (started by the runtime): where it comes from."""
 
     def check(self, caller: str) -> None:
         """Refuse a malformed request of ``caller`` (``run``, ``submit``): nothing is written.

@@ -310,6 +310,8 @@ class Controller:
                 "turns": self._reveal_turns(action.turns),
                 "tools": self.agent.toolbox.schemas,
                 "notices": action.notices,
+                "handoffs": list(self.agent.handoffs),
+                "handed_off_from": inv.handed_off_from,
             },
         )
         deadline = self._deadline()

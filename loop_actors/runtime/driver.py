@@ -147,6 +147,7 @@ class Driver:
             tenant=request.tenant,
             at=self.now(),
             parent=request.parent,
+            handed_off_from=request.handed_off_from,
         )
 
     async def start(self, *, request: StartRequest) -> Outcome:

@@ -29,6 +29,9 @@ class Outcome(Frozen):
     (whose ``digest`` and ``pending_calls`` these are; approve it by either id)."""
     parent_id: str | None = None
     """For a child invocation: its parent's id (None for a root)."""
+    chain: list[str] | None = None
+    """When ``run`` or ``resume`` followed handoffs: the ids of the chain, first to last
+    (this outcome is the last one's); None when there was no handoff."""
     children: Spent | None = None
     """For an invocation that started children: what they used (their own children's
     included), apart from its own ``steps`` and ``tool_calls``; None when it started none."""

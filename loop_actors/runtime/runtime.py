@@ -29,6 +29,7 @@ from loop_actors.runtime.driver import CancelResult, Driver
 from loop_actors.runtime.fork import Forked, check_fork_arguments, parse_writes
 from loop_actors.runtime.fork import fork as fork_invocation
 from loop_actors.runtime.gc_policy import GcHold, GcPolicy
+from loop_actors.runtime.handoffs import follow_handoffs
 from loop_actors.runtime.leases import LeaseHolder, LeaseKeeper, new_holder_id
 from loop_actors.runtime.outcome import Outcome
 from loop_actors.runtime.reconcile_sweep import (
@@ -350,7 +351,12 @@ class Runtime:
             tenant=tenant,
         )
         request.check("run")
-        return await self.with_driver(partial(Driver.start, request=request))
+
+        async def start(driver: Driver) -> Outcome:
+            outcome = await driver.start(request=request)
+            return await follow_handoffs(driver, outcome, agent)
+
+        return await self.with_driver(start)
 
     async def resume(
         self,
@@ -418,7 +424,11 @@ class Runtime:
             allow_settings_change=allow_settings_change,
             take_over=take_over,
         )
-        return await self.with_driver(resume)
+
+        async def resume_and_follow(driver: Driver) -> Outcome:
+            return await follow_handoffs(driver, await resume(driver), agent)
+
+        return await self.with_driver(resume_and_follow)
 
     async def approve(
         self, invocation_id: str, *, digest: str, by: str, note: str | None = None

@@ -1154,3 +1154,16 @@ def test_sub_agents_example_delegates_and_lists_only_the_roots(tmp_path: Path) -
     assert "│ quotes │ orchestrator │ completed │" in table
     assert "│ trip   │ travel       │ completed │" in table
     assert "child-" not in table  # list --root leaves the children out
+
+
+TESTED_EXAMPLES.add("handoff.py")
+
+HANDOFF_OUTPUT = [
+    "completed: refund of 40 issued (took over from triage, told its steps)",
+    "chain: 2 invocations, from ticket-7",
+    "ticket-7: handed_off: handed off to billing: the customer wants a refund",
+]
+
+
+def test_handoff_example_follows_the_chain_to_billing(tmp_path: Path) -> None:
+    assert _lines(_run_example("handoff.py", tmp_path)) == HANDOFF_OUTPUT

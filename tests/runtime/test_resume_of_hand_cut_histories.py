@@ -6,9 +6,10 @@ AggregateError ... cannot go on from phase decided", exit 1), its last N rows, a
 the middle or its first, a row of a write's ledger entry. Whatever is cut, ``resume``
 either refuses with ``InconsistentHistoryError`` (the CLI exits 4, naming ``audit
 verify``) or resumes correctly: no write ever runs under a second effect key. The one
-exception is a cut no resume can see: every row of the invocation after its start and
-the first rows of its write's ledger entry deleted together (the store then looks like a
-run that crashed right after starting); ``audit verify`` must report that store broken.
+exception is a cut no resume can see: the batch that dispatched a write and the first row
+of the write's ledger entry deleted together, with every row of the invocation after the
+batch (the store then looks like a run that crashed before that batch); ``audit verify``,
+with the last-verified state of the store before the cut, must report that store broken.
 
 Bad inputs tried, on three real histories (a paying run: a read, a write, an answer; an
 approval pause: a write paused for approval, approved, resumed, answered; a failed tool
@@ -206,10 +207,11 @@ def resume(db: Path, history: History) -> Outcome | Exception:
         return error
 
 
-def check_cut(db: Path, history: History, kept: int) -> None:
+def check_cut(db: Path, history: History, kept: int, *, hidden: bool) -> None:
     """Resume after a cut: a typed refusal, or a resume that charges no write twice.
 
-    ``kept`` is how many of the invocation's own rows are left.
+    ``kept`` is how many of the invocation's own rows are left; ``hidden``: the cut
+    deleted a write's first ledger row together with the batch that dispatched it.
     """
     CHARGED.clear()
     result = resume(db, history)
@@ -222,22 +224,57 @@ def check_cut(db: Path, history: History, kept: int) -> None:
         return
     assert isinstance(result, Outcome)
     # No write of the history runs under another effect key than the one it ran under,
-    # unless the cut left nothing the resume can see: every row of the invocation after
-    # its start and the first rows of the write's ledger entry deleted together. Such a
-    # store looks like a run that crashed after its start; only the audit (which reads
-    # every row) sees the ledger entry cut from its first row, and it must say so.
+    # unless the cut left nothing the resume can see: the batch that dispatched the write
+    # and the first row of its ledger entry deleted together (with every row of the
+    # invocation after that batch, or its history would not replay). Such a store looks
+    # like a run that crashed before that batch; only the audit (which reads every row)
+    # sees the ledger entry cut from its first row, and it must say so.
     original = ORIGINAL_KEYS[history.name]
     for amount, key in CHARGED:
         if key != original[amount]:
-            assert kept == 1, f"{amount} charged again under {key}, first under {original[amount]}"
-            assert audit_reports_broken(db), (
+            assert hidden, f"{amount} charged again under {key}, first under {original[amount]}"
+            assert audit_reports_broken(db, history), (
                 f"{amount} charged again under {key} and the audit found nothing wrong"
             )
 
 
-def audit_reports_broken(db: Path) -> bool:
-    """Whether ``audit verify`` finds a broken chain in the store (read through the public CLI)."""
-    return main(["audit", "verify", "--db", f"sqlite:///{db}"]) != 0
+def hides_a_write(db: Path, deleted: list[int]) -> bool:
+    """Whether ``deleted`` holds a write's first ledger row and the batch that dispatched it.
+
+    The two are in one transaction: the batch's row is the invocation's row just before
+    the ledger entry's first one.
+    """
+    connection = sqlite3.connect(db)
+    try:
+        stored = connection.execute(
+            "SELECT rowid, originator_id, topic FROM stored_events ORDER BY rowid"
+        ).fetchall()
+    finally:
+        connection.close()
+    for rowid, _, topic in stored:
+        if not topic.endswith(":EffectPrepared"):
+            continue
+        batch = max(
+            r for r, a, t in stored if a == INVOCATION and r < rowid and t.endswith("Dispatched")
+        )
+        if rowid in deleted and batch in deleted:
+            return True
+    return False
+
+
+def audit_reports_broken(db: Path, history: History) -> bool:
+    """Whether ``audit verify`` reports the cut store broken (read through the public CLI).
+
+    Against the last-verified state of the store before the cut, as a verifier that
+    checked it then keeps: a cut that deleted every trace of a write (its batch, its
+    ledger entry, what followed) leaves a store consistent in itself, which only what
+    was verified before (or a checkpoint outside the store) can tell apart.
+    """
+    state = db.parent / f"{db.name}.verified.json"
+    state.unlink(missing_ok=True)
+    source = _written[history.name]
+    assert main(["audit", "verify", "--state", str(state), "--db", f"sqlite:///{source}"]) == 0
+    return main(["audit", "verify", "--state", str(state), "--db", f"sqlite:///{db}"]) != 0
 
 
 ORIGINAL_KEYS: dict[str, dict[int, str]] = {}
@@ -277,7 +314,7 @@ def test_every_truncation_and_every_single_deletion_resumes_or_is_refused_typed(
         shutil.copyfile(source, db)
         delete(db, deleted)
         try:
-            check_cut(db, history, kept)
+            check_cut(db, history, kept, hidden=hides_a_write(source, deleted))
         except AssertionError as failure:
             raise AssertionError(f"{history.name}, {label}: {failure}") from failure
         except Exception as error:  # what this test is about: say which cut raised it
@@ -310,7 +347,7 @@ def test_any_set_of_deleted_rows_resumes_or_is_refused_typed(
     shutil.copyfile(source, db)
     delete(db, deleted)
     try:
-        check_cut(db, history, kept)
+        check_cut(db, history, kept, hidden=hides_a_write(source, deleted))
     except AssertionError:
         raise
     except Exception as error:  # reported with the cut, which hypothesis shrinks
@@ -381,3 +418,22 @@ def test_a_dispatched_write_whose_ledger_entry_was_deleted_is_refused_typed(
     assert "has no entry in the effect ledger" in result.problem
     assert "audit verify" in result.problem
     assert not CHARGED
+
+
+def test_a_write_hidden_with_the_batch_before_it_is_reported_by_the_audit(
+    stores: dict[str, Path], tmp_path: Path
+) -> None:
+    """The cut hypothesis found: a paying run cut back to its lookup's dispatch, with the
+    charge's first ledger row deleted (its later ledger rows kept). No resume can tell it
+    from a run that crashed after dispatching the lookup; the audit must."""
+    source = stores["a paying run"]
+    stored = rows(source)
+    own = [rowid for rowid, aggregate, version in stored if aggregate == INVOCATION and version > 3]
+    prepared = next(rowid for rowid, aggregate, version in stored if aggregate != INVOCATION)
+    deleted = [*own, prepared]
+    assert hides_a_write(source, deleted)
+    db = tmp_path / "cut.db"
+    shutil.copyfile(source, db)
+    delete(db, deleted)
+    check_cut(db, HISTORIES[0], 3, hidden=True)
+    assert audit_reports_broken(db, HISTORIES[0])

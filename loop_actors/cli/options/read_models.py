@@ -31,6 +31,7 @@ TERMINAL_REASONS = [
     "checkpoint_failed",
     "lease_lost",
     "reconciliation_required",
+    "handed_off",
 ]
 """The values of ``aggregates.decisions.TerminalReason``, in its order (``list --reason``)."""
 

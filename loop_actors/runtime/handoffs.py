@@ -1,0 +1,106 @@
+"""Following handoffs: the target of an invocation that ended ``handed_off`` starts (once).
+
+The rules (the target's id, what it is told, the chain's bound) are in
+:mod:`aggregates.handoffs`; this module starts or finds each target and drives it, for
+``Runtime.run`` and ``Runtime.resume``, until an invocation of the chain ends otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aggregates.decisions import Handoff, TerminalReason
+from aggregates.handoffs import HandoffHistory, HandoffOrigin, handoff_id_of, seed_of
+from aggregates.invocation import Invocation
+from loop_actors._errors import InvocationExistsError, InvocationNotFoundError
+from loop_actors.agent.agent import Agent
+from loop_actors.runtime.arguments import StartRequest
+from loop_actors.runtime.driver import Driver
+from loop_actors.runtime.outcome import Outcome
+
+log = logging.getLogger(__name__)
+
+
+async def follow_handoffs(driver: Driver, outcome: Outcome, agent: Agent) -> Outcome:
+    """The last outcome of the chain ``outcome`` starts, with the chain of ids.
+
+    ``agent`` is the agent of ``outcome``'s invocation: its ``handoffs`` name the
+    targets. A target that exists (started before a crash, or driven by another
+    process) is driven on or read, never started twice.
+
+    Raises:
+        As ``Runtime.resume`` (for a target that exists), ``Runtime.run`` (for one
+        that starts).
+    """
+    chain = [outcome.invocation_id]
+    while outcome.reason is TerminalReason.HANDED_OFF:
+        source = await driver.reads.invocation(outcome.invocation_id)
+        decision = source.last_decision
+        if not isinstance(decision, Handoff):  # pragma: no cover - the core ends so only after one
+            break
+        route = agent.handoffs.get(decision.to)
+        if route is None:
+            log.warning(
+                "invocation %s handed off to %r, which agent %s no longer hands off to; "
+                "the chain stops there",
+                source.id,
+                decision.to,
+                agent.name,
+            )
+            break
+        agent = route.agent
+        outcome = await _target_outcome(driver, source, decision, route.agent, route.history)
+        chain.append(outcome.invocation_id)
+    if len(chain) == 1:
+        return outcome
+    return outcome.model_copy(update={"chain": chain})
+
+
+async def _target_outcome(
+    driver: Driver,
+    source: Invocation,
+    decision: Handoff,
+    target: Agent,
+    history: HandoffHistory,
+) -> Outcome:
+    target_id = handoff_id_of(source.id)
+    try:
+        await driver.reads.invocation(target_id)
+    except InvocationNotFoundError:
+        pass
+    else:
+        return await _drive_existing(driver, target_id, target)
+    came = source.handed_off_from
+    origin = HandoffOrigin(
+        source_id=source.id,
+        source_agent=source.agent_name,
+        reason=decision.reason,
+        history=history,
+        seed=seed_of(history, list(source.turns)[:-1], decision.summary),
+        hops=(came.hops + 1) if came is not None else 1,
+        chain_root=came.chain_root if came is not None else source.id,
+    )
+    request = StartRequest(
+        agent=target,
+        goal=source.goal,
+        invocation_id=target_id,
+        task_class=source.task_class,
+        actor=source.actor,
+        tenant=source.tenant,
+        handed_off_from=origin,
+    )
+    try:
+        return await driver.start(request=request)
+    except InvocationExistsError:
+        # Started meanwhile by another follower of this chain: that one is the target.
+        return await _drive_existing(driver, target_id, target)
+
+
+async def _drive_existing(driver: Driver, target_id: str, target: Agent) -> Outcome:
+    return await driver.resume(
+        invocation_id=target_id,
+        agent=target,
+        allow_catalogue_change=False,
+        allow_settings_change=False,
+        take_over=False,
+    )
