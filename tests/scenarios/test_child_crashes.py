@@ -160,3 +160,23 @@ def test_an_orchestration_tool_killed_mid_fan_out_starts_each_child_once(tmp_pat
     for history in trio.run(kids):
         assert [type(e).__name__ for e in history].count("InvocationStarted") == 1
         assert history[-1].reason.value == "completed"
+
+
+@pytest.mark.parametrize("crash_at", ["after_start_commit:2", "after_write_returned:1"])
+def test_a_handoff_killed_as_its_target_starts_or_writes_is_followed_once(
+    tmp_path: Path, crash_at: str
+) -> None:
+    """``run`` SIGKILLed as the target's start is committed, or as its refund returned."""
+    folder, env = workspace(tmp_path)
+    crashed = run_cli(
+        "run", "children_app:TRIAGE", "--goal", "refund me", "--id", "root", "--json",
+        cwd=folder, db="sqlite:///run.db", env={**env, "LOOP_ACTORS_CRASH_AT": crash_at},
+    )  # fmt: skip
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    outcome = resume(folder, env, "root", "children_app:TRIAGE")
+    assert (outcome["reason"], outcome["answer"]) == ("completed", "refunded 40")
+    assert outcome["chain"][0] == "root"
+    assert len(outcome["chain"]) == 2
+    assert [amount for _, amount in charges(folder)] == [-40]  # refunded once
+    again = resume(folder, env, "root", "children_app:TRIAGE")
+    assert again == outcome

@@ -125,3 +125,23 @@ def _orchestrates(request: ModelRequest) -> dict[str, Any]:
 
 
 ORCHESTRATOR = Agent("orchestrator", ScriptedModel(_orchestrates), [fan_out])
+
+
+def _bills(request: ModelRequest) -> dict[str, Any]:
+    if request.step == 1:
+        return {
+            "kind": "tool_calls",
+            "calls": [{"id": "r", "name": "charge", "arguments": {"amount": -40}}],
+        }
+    return {"kind": "final", "answer": "refunded 40"}
+
+
+BILLING = Agent("billing", ScriptedModel(_bills), [charge])
+
+
+def _triages(request: ModelRequest) -> dict[str, Any]:
+    return {"kind": "handoff", "to": "billing", "reason": "a refund", "summary": "refund 40"}
+
+
+TRIAGE = Agent("triage", ScriptedModel(_triages), [], handoffs=[BILLING])
+"""Hands every goal to ``BILLING``, which refunds 40 (a charge of -40) and answers."""
