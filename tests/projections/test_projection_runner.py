@@ -355,6 +355,26 @@ def rows_of(tables: dict[str, list[Any]]) -> dict[str, Counter[tuple[Any, ...]]]
     return {table: Counter(tuple(row) for row in rows) for table, rows in tables.items()}
 
 
+def as_earlier(
+    tables: dict[str, list[Any]], expected: dict[str, list[Any]]
+) -> dict[str, list[Any]]:
+    """The rows with only the columns the earlier code wrote.
+
+    Columns added since are at the end of a table (the trajectory's ``parent_id`` and
+    ``forked_from``, version 6): a store the earlier code read holds no child and no fork,
+    so they must be empty.
+    """
+    found: dict[str, list[Any]] = {}
+    for table, rows in tables.items():
+        width = len(expected[table][0]) if expected[table] else None
+        kept = []
+        for row in rows:
+            assert width is None or all(value is None for value in row[width:]), (table, row)
+            kept.append(row[:width] if width is not None else row)
+        found[table] = kept
+    return found
+
+
 @pytest.mark.parametrize("batch_size", [1, 500, DEFAULT_BATCH_SIZE])
 def test_the_read_models_of_a_fixed_store_hold_the_rows_the_earlier_code_wrote(
     fixed_store: EventStore, views: ReadModelDatabases, batch_size: int
@@ -363,7 +383,9 @@ def test_the_read_models_of_a_fixed_store_hold_the_rows_the_earlier_code_wrote(
     runner = views.open(fixed_store, f"views-{batch_size}", batch_size=batch_size)
     try:
         runner.catch_up()
-        assert rows_of(dump_tables(runner, list(expected))) == rows_of(expected)
+        assert rows_of(as_earlier(dump_tables(runner, list(expected)), expected)) == rows_of(
+            expected
+        )
     finally:
         runner.close()
 
@@ -380,7 +402,9 @@ def test_a_batch_ends_once_its_stored_events_add_up_to_the_bound(
     runner.after_batch = lambda name, position: reached.append(position)
     try:
         reports = runner.catch_up()
-        assert rows_of(dump_tables(runner, list(expected))) == rows_of(expected)
+        assert rows_of(as_earlier(dump_tables(runner, list(expected)), expected)) == rows_of(
+            expected
+        )
         head = runner.head()
         assert [r.position for r in reports] == [head] * 3
         assert [r.events for r in reports] == [head] * 3

@@ -19,6 +19,7 @@ from loop_actors import (
     Agent,
     Budget,
     Final,
+    Handoff,
     ModelRequest,
     Runtime,
     ScriptedModel,
@@ -243,8 +244,25 @@ COMPACTED = Agent(
 )
 
 
+def answers_at_once(request: ModelRequest) -> Final:
+    return Final(answer=f"done: {request.goal}")
+
+
+def delegates(request: ModelRequest) -> Final | ToolCalls | Handoff:
+    """Gives a goal to a child, then hands the conversation to another agent."""
+    if request.step == 1:
+        return ToolCalls(calls=[ToolCall(id="d", name="helper", arguments={"goal": "help"})])
+    return Handoff(to="closer", reason="it closes tickets")
+
+
+HELPER = Agent("helper", ScriptedModel(answers_at_once), [])
+CLOSER = Agent("closer", ScriptedModel(answers_at_once), [])
+DELEGATING = Agent("delegating", ScriptedModel(delegates), [HELPER.as_tool()], handoffs=[CLOSER])
+
+
 async def every_kind_of_history(url: str) -> None:
-    """The six kinds of `populate`, and approvals, answers, verification, compaction, cancel."""
+    """The six kinds of `populate`, and approvals, answers, verification, compaction, cancel,
+    a child invocation (its budget reserved and returned) and a handoff."""
     await populate(url, 0, 6)
     async with Runtime(url) as runtime:
         paused = await runtime.run(REFUNDS, "refund", invocation_id="approval-waits")
@@ -265,6 +283,7 @@ async def every_kind_of_history(url: str) -> None:
         await runtime.resume("answered", ASKING)
         await runtime.run(VERIFIED, "key", invocation_id="verified")
         await runtime.run(COMPACTED, "read", invocation_id="compacted")
+        await runtime.run(DELEGATING, "ticket", invocation_id="delegating")
 
 
 def notification_log(store: EventStore) -> list[DomainEvent]:
