@@ -33,6 +33,7 @@ from aggregates.audit import (
     unpack_state,
 )
 from aggregates.audit_coverage import EFFECT, INVOCATION, AggregateKind, sequence_problem
+from aggregates.decisions import TerminalReason
 from aggregates.effect import Effect, EffectPrepared
 from aggregates.errors import AggregateError
 from aggregates.events import DomainEvent, fold
@@ -42,6 +43,7 @@ from aggregates.invocation import (
     InvocationEvent,
     InvocationSnapshot,
     InvocationStarted,
+    Paused,
 )
 from aggregates.requests import (
     CancelRequest,
@@ -613,6 +615,32 @@ class EventStore:
             if len(notifications) < 500:
                 return ids
             position = notifications[-1].id
+
+    def paused_for_reconciliation(self) -> list[Invocation]:
+        """Every invocation paused ``reconciliation_required`` now, in the order it paused first.
+
+        Found from the ``Paused`` rows that say so (whatever became of their effects: a
+        write the service did not know after its last dispatch is ``prepared``, not
+        open), each invocation read as it stands now.
+        """
+        candidates: dict[str, None] = {}
+        position = 0
+        while True:
+            notifications = self._recorder.select_notifications(
+                start=position, limit=500, topics=[topic_of(Paused)], inclusive_of_start=False
+            )
+            for notification in notifications:
+                paused = self.app.mapper.to_domain_event(notification)
+                if (
+                    isinstance(paused, Paused)
+                    and paused.reason is TerminalReason.RECONCILIATION_REQUIRED
+                ):
+                    candidates[str(notification.originator_id)] = None
+            if len(notifications) < 500:
+                break
+            position = notifications[-1].id
+        found = [self.get(invocation_id) for invocation_id in candidates]
+        return [invocation for invocation in found if invocation.paused_for_reconciliation]
 
     def cancel_request(self, invocation_id: str) -> CancelRequest | None:
         """The invocation's cancel request, if someone made one."""
