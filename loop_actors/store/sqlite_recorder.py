@@ -256,13 +256,18 @@ class LeanSQLiteRecorder(StoreTables, SQLiteApplicationRecorder):
     def _writing(self, *, creates: bool = False) -> Iterator[Cursor]:
         """The insert's own connection, in autocommit (each statement its own transaction).
 
-        ``creates`` needs nothing more: SQLite's write lock orders processes that create
-        tables at once.
+        ``creates``: the statements are one transaction (``BEGIN IMMEDIATE``: SQLite's
+        write lock orders processes that create tables at once), so that tables and
+        indexes made together are there together, with one write to the disk.
         """
         with self._writer_slot():
             cursor = self._connection.cursor()
             try:
-                yield cursor
+                if creates:
+                    with self._immediate_transaction():
+                        yield cursor
+                else:
+                    yield cursor
             except sqlite3.IntegrityError as error:
                 raise IntegrityError(error) from error
             except sqlite3.OperationalError as error:
