@@ -70,7 +70,6 @@ from machine_speed import describe as describe_machine  # noqa: E402
 from turn_overhead import K, T, db_bytes, decide, lookup, lookup_value  # noqa: E402
 
 import loop_actors.store.journal as journal_module  # noqa: E402
-from aggregates.events import DomainEvent  # noqa: E402
 from loop_actors import (  # noqa: E402
     Agent,
     Budget,
@@ -99,7 +98,7 @@ class CommitCounter:
 
     def install(self) -> None:
         def counting(
-            store: journal_module.Appender, group: list[Sequence[DomainEvent]], **options: Any
+            store: journal_module.Appender, group: list[journal_module.Commit], **options: Any
         ) -> list[CommitOutcome]:
             # Counted once it returns: a commit tried inline that found the store
             # locked leaves it raising, and is written (and counted) by the thread.

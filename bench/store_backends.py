@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -47,9 +47,9 @@ def counting_transactions() -> Iterator[list[tuple[int, int]]]:
     seen: list[tuple[int, int]] = []
     original = journal_module.commit_group
 
-    def counting(store: Any, group: list[Sequence[Any]], **options: Any) -> list[Any]:
+    def counting(store: Any, group: list[journal_module.Commit], **options: Any) -> list[Any]:
         results = original(store, group, **options)  # counted once written
-        seen.append((len(group), sum(len(events) for events in group)))
+        seen.append((len(group), sum(len(commit.events) for commit in group)))
         return results
 
     journal_module.commit_group = counting

@@ -70,15 +70,20 @@ async def _reconcile(runtime: Runtime, agent: Agent, args: argparse.Namespace) -
                 f"{terminal_safe(stuck.why)}; loop-actors effects resolve {stuck.effect_key} "
                 "--committed [--receipt JSON] | --rejected --reason TEXT --by NAME"
             )
-        print(f"effects settled={reconciled.effects_settled} open={reconciled.effects_open}")
+        print(
+            f"effects settled={reconciled.effects_settled} open={reconciled.effects_open} "
+            f"invocations waiting={reconciled.invocations_waiting}"
+        )
     if reconciled.needs_person:
         return ExitCode.NEEDS_PERSON
-    # A resumed invocation paused for reconciliation has its open effects counted above.
+    # An invocation still paused for reconciliation is counted in invocations_waiting.
     paused_again = any(
         o.paused and o.reason is not TerminalReason.RECONCILIATION_REQUIRED
         for o in reconciled.resumed
     )
-    return ExitCode.PAUSED if reconciled.effects_waiting > 0 or paused_again else ExitCode.OK
+    if reconciled.effects_waiting > 0 or reconciled.invocations_waiting > 0 or paused_again:
+        return ExitCode.PAUSED
+    return ExitCode.OK
 
 
 async def _decide(runtime: Runtime, agent: Agent | None, args: argparse.Namespace) -> ExitCode:

@@ -28,7 +28,7 @@ from loop_actors.cli.common import console, load_agent, open_for_reading, trio_r
 from loop_actors.cli.exit_codes import ExitCode
 from loop_actors.runtime.leases import is_gone
 from loop_actors.runtime.runtime import Runtime, check_invocation_id
-from loop_actors.store.queue import WorkQueue, open_queue
+from loop_actors.store.queue import WorkQueue
 from loop_actors.store.store import EventStore
 from loop_actors.store.url import redacted_url
 from loop_actors.workers.worker import Worker, WorkerReport
@@ -140,13 +140,10 @@ def _note(text: str) -> None:
 
 
 def read_queue(store: EventStore) -> WorkQueue:
-    """The work queue of a store opened for reading (nothing is created)."""
-    if store.url.kind == "sqlite":
-        assert store.url.path is not None
-        return open_queue("sqlite", str(store.url.path), read_only=True)
+    """The work queue of a store opened for reading (its SQLite queue read-only, as it)."""
     if store.url.kind == "memory":
         raise UsageError("a memory:// store has no queue another process can read")
-    return open_queue(store.url.kind, store.url.url)
+    return store.open_queue()
 
 
 def queue_statuses(store: EventStore) -> tuple[dict[str, QueueRow], float]:

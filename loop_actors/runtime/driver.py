@@ -11,6 +11,7 @@ never through the Runtime's private members.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -25,6 +26,7 @@ from aggregates.invocation import Invocation, Phase
 from aggregates.lease import (
     DRAINED,
     RETRY_LATER,
+    QueueRow,
     QueueStatus,
     Refuse,
     Release,
@@ -58,12 +60,12 @@ from loop_actors.agent.tools import using_child_runs
 from loop_actors.runtime.arguments import StartRequest, requested_by
 from loop_actors.runtime.children import ChildRunner
 from loop_actors.runtime.controller import Controller
-from loop_actors.runtime.leases import HeldLease, LeaseDrained, LeaseKeeper
+from loop_actors.runtime.leases import HeldLease, LeaseDrained, LeaseKeeper, is_gone
 from loop_actors.runtime.outage import is_outage, one_line
 from loop_actors.runtime.outcome import Outcome
 from loop_actors.runtime.slots import Slot, WorkSlots
 from loop_actors.store.journal import Journal
-from loop_actors.store.queue import Claimed
+from loop_actors.store.queue import Claimed, NewRow
 from loop_actors.store.reader import DriveReads, StoreReader
 from loop_actors.store.secrets import SecretStore
 from loop_actors.store.store import EventStore
@@ -161,16 +163,33 @@ class Driver:
         Cancellation: as ``Runtime.run``.
         """
         invocation = self.new_invocation(request)
-        created = await self.journal.commit(invocation.take_events())
-        if isinstance(created, CommitFailed):
-            return await self.existing_outcome(invocation, created)
-
-        fault_point(CrashPoint.AFTER_START_COMMIT)
         agent = request.agent
-        lease = self.leases.hold_new(invocation.id, agent.name)
+        lease = await self.commit_held_start(invocation, agent.name)
+        if isinstance(lease, CommitFailed):
+            return await self.existing_outcome(invocation, lease)
+        fault_point(CrashPoint.AFTER_START_COMMIT)
         # A new invocation has no earlier cancel request; a later one reaches it through
         # this runtime's watcher.
         return await self.drive_leased(invocation, agent, lease, fresh=True)
+
+    async def commit_held_start(
+        self, invocation: Invocation, agent_name: str
+    ) -> HeldLease | CommitFailed:
+        """Commit a new invocation with its queue row, claimed by this runtime; hold its lease.
+
+        The row (and this process's registration as a holder, if it has none yet) is in
+        the transaction of ``InvocationStarted``: a process that dies at any moment after
+        leaves a row a worker takes over (``LeaseKeeper.new_row``).
+
+        Cancellation: as ``Journal.commit``: once handed over, the commit is waited for.
+        """
+        leases = self.leases
+        row = leases.new_row(invocation.id, agent_name)
+        sent = time.monotonic()
+        created = await self.journal.commit(invocation.take_events(), queue_rows=[row])
+        if isinstance(created, CommitFailed):
+            return created
+        return leases.hold_new(row, sent=sent)
 
     async def resume(
         self,
@@ -271,31 +290,33 @@ class Driver:
         """
         agent = request.agent
         invocation = self.new_invocation(request)
-        created = await self.journal.commit(invocation.take_events())
-        if isinstance(created, CommitFailed):
-            if not created.conflict:
-                raise StoreUnavailableError(
-                    f"cannot record the invocation: {created.error_type}: {created.message}; "
-                    "nothing was recorded, submit again"
-                )
-            existing = await self.reads.invocation(invocation.id)
-            if existing.goal != request.goal or existing.agent_name != agent.name:
-                raise InvocationExistsError(
-                    invocation.id, "already exists for another goal or agent"
-                )
-            invocation = existing  # its row (added if a crash lost it) rests as it stands
-        status = resting_status(invocation.phase)  # a new one: runnable
-        leases = self.leases
+        row = NewRow(invocation.id, agent.name, request.agent_ref)  # runnable, with its start
+        created = await self.journal.commit(invocation.take_events(), queue_rows=[row])
+        if isinstance(created, Committed):
+            return invocation.id
+        if not created.conflict:
+            raise StoreUnavailableError(
+                f"cannot record the invocation: {created.error_type}: {created.message}; "
+                "nothing was recorded, submit again"
+            )
+        existing = await self.reads.invocation(invocation.id)
+        if existing.goal != request.goal or existing.agent_name != agent.name:
+            raise InvocationExistsError(invocation.id, "already exists for another goal or agent")
+        # Submitted before: its row rests as it stands. A store written before rows were
+        # committed with the start may have lost it in a crash: it is added now.
         try:
-            await leases.enqueue(
-                invocation.id, agent.name, agent_ref=request.agent_ref, status=status
+            await self.leases.enqueue(
+                existing.id,
+                agent.name,
+                agent_ref=request.agent_ref,
+                status=resting_status(existing.phase),
             )
         except StoreUnavailableError as error:
             raise StoreUnavailableError(
-                f"invocation {invocation.id} is recorded but not queued ({error}); submit it "
+                f"invocation {existing.id} is recorded but not queued ({error}); submit it "
                 "again with the same id"
             ) from error
-        return invocation.id
+        return existing.id
 
     def cancel(self, invocation_id: str, *, detail: str | None = None) -> bool:
         """Ask a run driven here to stop (``Runtime.cancel``); False when none of that id is."""
@@ -691,6 +712,27 @@ class Driver:
             return None
         return await self.drive_leased(invocation, agent, lease, before=before)
 
+    async def live_lease(self, invocation_id: str) -> tuple[QueueRow, float] | None:
+        """The queue row of an invocation whose lease a live process holds, and the queue's time.
+
+        None when nobody holds it, its lease ran out, or its holder is gone (its process
+        died on this machine, or it stopped beating): a resume would take it at once.
+
+        Raises:
+            StoreUnavailableError: the queue cannot be read.
+
+        Cancellation: a checkpoint; nothing is written.
+        """
+        leases = self.leases
+        queue = leases.queue
+        row = await leases.call(queue.row, invocation_id)
+        now = await leases.call(queue.now)
+        if row is None or row.holder is None or not lease_is_live(row, now):
+            return None
+        if is_gone(await leases.call(queue.holder, row.holder), now):
+            return None
+        return row, now
+
     async def existing_outcome(self, requested: Invocation, failure: CommitFailed) -> Outcome:
         """The outcome of an invocation whose start was refused (``failure``): it exists.
 
@@ -710,10 +752,10 @@ class Driver:
             return Outcome.of(existing)
         except ValueError:
             pass
-        queue = self.leases.queue
-        row = await self.leases.call(queue.row, requested.id)
-        now = await self.leases.call(queue.now)
-        if row is not None and row.holder is not None and lease_is_live(row, now):
+        held = await self.live_lease(requested.id)
+        if held is not None:
+            row, now = held
+            assert row.holder is not None
             raise LeaseHeldError(
                 requested.id, row.holder, datetime.fromtimestamp(row.due_at, UTC), row.due_at - now
             )

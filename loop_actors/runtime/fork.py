@@ -27,7 +27,6 @@ from aggregates.fork import (
     write_keys,
 )
 from aggregates.invocation_events import InvocationEvent, InvocationStarted
-from aggregates.lease import lease_is_live
 from aggregates.settings import RunSettings
 from aggregates.standing import resting_status
 from loop_actors._errors import (
@@ -38,11 +37,13 @@ from loop_actors._errors import (
     StoreUnavailableError,
     UsageError,
 )
-from loop_actors._messages import CommitFailed
+from loop_actors._messages import CommitFailed, CommitOutcome
 from loop_actors.agent.agent import Agent
 from loop_actors.runtime.arguments import check_invocation_id, check_texts
 from loop_actors.runtime.driver import Driver
+from loop_actors.runtime.leases import HeldLease
 from loop_actors.runtime.outcome import Outcome
+from loop_actors.store.queue import NewRow
 from loop_actors.store.reader import history_problem_of
 
 
@@ -206,7 +207,15 @@ async def fork(
     if isinstance(made, ForkRefused):
         raise ForkRefusedError(made.refusal, made.message)
     invocation = made
-    recorded = await driver.journal.commit(invocation.take_events())
+    # Its queue row is committed with it: runnable (or as it rests) for a worker, or
+    # claimed by this runtime, which drives it now.
+    recorded: HeldLease | CommitOutcome
+    if run:
+        assert agent is not None  # checked by check_fork_arguments
+        recorded = await driver.commit_held_start(invocation, agent.name)
+    else:
+        row = NewRow(invocation.id, name, agent_ref, resting_status(invocation.phase))
+        recorded = await driver.journal.commit(invocation.take_events(), queue_rows=[row])
     if isinstance(recorded, CommitFailed):
         if recorded.conflict:
             raise InvocationExistsError(invocation.id, "already exists: choose another fork id")
@@ -222,20 +231,10 @@ async def fork(
         changed=origin.changed,
         source_writes=len(origin.source_writes),
     )
-    if not run:
-        try:
-            await driver.leases.enqueue(
-                invocation.id, name, agent_ref=agent_ref, status=resting_status(invocation.phase)
-            )
-        except StoreUnavailableError as error:
-            raise StoreUnavailableError(
-                f"fork {invocation.id} is recorded but not queued ({error}): resume it "
-                f"(loop-actors resume {invocation.id} --agent MODULE:ATTR)"
-            ) from error
-        return forked
-    assert agent is not None  # checked by check_fork_arguments
-    lease = driver.leases.hold_new(invocation.id, agent.name)
-    outcome = await driver.drive_leased(invocation, agent, lease, fresh=True)
+    if not isinstance(recorded, HeldLease):
+        return forked  # queued
+    assert agent is not None
+    outcome = await driver.drive_leased(invocation, agent, recorded, fresh=True)
     return forked.model_copy(update={"outcome": outcome})
 
 
@@ -256,25 +255,22 @@ async def _refuse_live_lease(driver: Driver, source_id: str, *, take_over: bool)
     if take_over:
         return
     leases = driver.leases
-    queue = leases.queue
     # A run of this runtime that just ended gives its lease back in the background.
     await leases.wait_released(source_id)
-    row = await leases.call(queue.row, source_id)
-    now = await leases.call(queue.now)
-    held_elsewhere = (
-        row is not None
-        and row.holder is not None
-        and row.holder != leases.holder
-        and lease_is_live(row, now)
+    held = await driver.live_lease(source_id)
+    if held is not None and held[0].holder != leases.holder:
+        row, now = held
+        holder, due = row.holder, row.due_at
+    elif source_id in driver.running:
+        now = await leases.call(leases.queue.now)
+        holder, due = leases.holder, now
+    else:
+        return
+    raise LeaseHeldError(
+        source_id,
+        holder or "this runtime",
+        datetime.fromtimestamp(due, UTC),
+        due - now,
+        instead="fork with --take-over (take_over=True) to copy what it committed so far "
+        "(its holder goes on, untouched)",
     )
-    if source_id in driver.running or held_elsewhere:
-        holder = row.holder if row is not None and row.holder else leases.holder
-        due = row.due_at if row is not None else now
-        raise LeaseHeldError(
-            source_id,
-            holder or "this runtime",
-            datetime.fromtimestamp(due, UTC),
-            due - now,
-            instead="fork with --take-over (take_over=True) to copy what it committed so far "
-            "(its holder goes on, untouched)",
-        )

@@ -45,11 +45,12 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 MAX_BATCH = 2_000
-"""The most queue rows written or released in one transaction.
+"""The most leases released in one transaction.
 
-With thousands of runs starting or ending at once, a transaction per row queued them
-on the queue's one thread, and the heartbeat's renewal waited behind them until the
-leases were too old to start a call (every run ended ``lease_lost``)."""
+With thousands of runs ending at once, a transaction per row queued them on the queue's
+one thread, and the heartbeat's renewal waited behind them until the leases were too
+old to start a call (every run ended ``lease_lost``). (A new run's row is written with
+its start, in the Journal's transaction.)"""
 
 
 class LeaseDrained(Exception):
@@ -76,11 +77,6 @@ class HeldLease:
     """The holder shuts down: stop after the next commit."""
     abandoned: bool = False
     """The holder stops at once: a cancelled run records nothing (another takes it over)."""
-    row_written: trio.Event | None = None
-    """For a new invocation: set once its queue row was written (or could not be)."""
-    row_missing: bool = False
-    """Its queue row could not be written yet (the store failed): the heartbeat tries again."""
-    agent_name: str = ""
     released: trio.Event | None = None
     """Given back in the background: set once that release was written (or failed, and
     waits for the next heartbeat)."""
@@ -254,9 +250,8 @@ class LeaseKeeper:
     """Releases that failed (the store did not answer): tried again at each heartbeat, at close."""
     _limiter: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(1))
     _failures: int = 0
-    _new_rows: list[HeldLease] = field(default_factory=list)
-    """New runs whose queue row is still to be written: one transaction for all of them."""
-    _writing_rows: bool = False
+    _registration: HolderRow | None = None
+    """This process's registration, made once (every start carries it until one commits)."""
     _releases: list[_Release] = field(default_factory=list)
     """Leases to give back in the background: one transaction for all of them."""
     _releasing: bool = False
@@ -275,12 +270,15 @@ class LeaseKeeper:
         """Run a queue operation in the queue's one thread."""
         return await trio.to_thread.run_sync(partial(fn, *args, **kwargs), limiter=self._limiter)
 
-    async def register(self) -> None:
-        """Register this process as a holder (once)."""
-        if self._registered:
-            return
+    def registration(self) -> HolderRow:
+        """This process's row as a holder (the queue sets its times when it writes it)."""
+        if self._registration is None:
+            self._registration = self._make_registration()
+        return self._registration
+
+    def _make_registration(self) -> HolderRow:
         pid = os.getpid()
-        row = HolderRow(
+        return HolderRow(
             holder=self.holder,
             kind=self.kind,
             host=socket.gethostname(),
@@ -293,7 +291,12 @@ class LeaseKeeper:
             agents=self.agents,
             concurrency=self.concurrency,
         )
-        await self.call(self.queue.register, row)
+
+    async def register(self) -> None:
+        """Register this process as a holder (once)."""
+        if self._registered:
+            return
+        await self.call(self.queue.register, self.registration())
         self._registered = True
 
     async def aclose(self) -> None:
@@ -356,79 +359,32 @@ class LeaseKeeper:
         self.held[invocation_id] = lease
         return lease
 
-    def hold_new(self, invocation_id: str, agent_name: str) -> HeldLease:
-        """Hold the lease of an invocation this process just started; its row is written soon.
+    def new_row(self, invocation_id: str, agent_name: str) -> NewRow:
+        """The queue row of an invocation this process starts and drives: claimed by it.
 
-        The run goes on at once. It is safe before the row exists: a process that finds
-        no row takes the lease and records ``LeaseAcquired``, which fences this run off
-        (its next append is refused). If the row cannot be written (another process
-        wrote one first), the lease is lost: the run commits nothing more. The rows of
-        runs started meanwhile are written together, in one transaction.
+        Committed with the invocation's ``InvocationStarted`` (``Journal.commit``), with
+        this process's registration as a holder until it is registered: a process that
+        dies at any moment after the start leaves a row that a worker on its machine
+        takes over at once (it sees the holder gone), and any worker once the lease ran out.
         """
-        lease = self._hold(invocation_id, 0, time.monotonic())
-        lease.row_written = trio.Event()
-        lease.agent_name = agent_name
-        self._new_rows.append(lease)
-        if not self._writing_rows:
-            self._writing_rows = True
-            assert self.nursery is not None
-            self.nursery.start_soon(self._write_new_rows)
-        return lease
-
-    async def _write_new_rows(self) -> None:
-        """Write the rows of the new runs waiting for theirs, many in one transaction."""
-        batch: list[HeldLease] = []
-        try:
-            while self._new_rows:
-                batch, self._new_rows = self._new_rows[:MAX_BATCH], self._new_rows[MAX_BATCH:]
-                try:
-                    await self.register()
-                    await self._insert_rows(batch)
-                except Exception as error:
-                    # Not lost: whoever finds no row takes the lease and records it, which
-                    # fences these runs off; the heartbeat writes the rows once the store answers.
-                    for lease in batch:
-                        lease.row_missing = True
-                    if not self.outages.failed("writing the queue rows of new runs", error):
-                        log.warning(
-                            "cannot write the queue rows of %d new run(s) yet (the first: %s); "
-                            "the heartbeat tries again",
-                            len(batch),
-                            batch[0].invocation_id,
-                            exc_info=True,
-                        )
-                finally:
-                    for lease in batch:
-                        assert lease.row_written is not None
-                        lease.row_written.set()
-        finally:
-            self._writing_rows = False
-            # Cancelled (the runtime closes): nobody waits for the rows not written.
-            for lease in self._new_rows:
-                assert lease.row_written is not None
-                lease.row_written.set()
-            self._new_rows = []
-
-    async def _insert_rows(self, leases: list[HeldLease]) -> None:
-        """Write new invocations' rows; a row that exists already means that lease is lost.
-
-        A row written is a lease until its write plus ``lease_s``: counted from when the
-        write was sent, as a renewal is (the runs may start calls that much longer).
-        """
-        sent = time.monotonic()
-        made = await self.call(
-            self.queue.hold_new_many,
-            [(lease.invocation_id, lease.agent_name) for lease in leases],
+        return NewRow.held(
+            invocation_id,
+            agent_name,
             holder=self.holder,
             lease_s=self.lease_s,
+            registration=None if self._registered else self.registration(),
         )
-        for lease in leases:
-            lease.row_missing = False
-            if lease.invocation_id in made:
-                lease.valid_until = max(lease.valid_until, sent + self.lease_s)
-            else:
-                lease.lost = True
-                self._drop(lease)
+
+    def hold_new(self, row: NewRow, *, sent: float) -> HeldLease:
+        """Hold the lease of an invocation whose start committed ``row`` (:meth:`new_row`).
+
+        ``sent``: when the start's commit was sent (this process's monotonic clock); the
+        row's lease runs from its write, later, so the lease surely runs until ``sent``
+        plus ``lease_s``. A registration written with the row registered this process.
+        """
+        if row.registration is not None:
+            self._registered = True
+        return self._hold(row.invocation_id, 0, sent)
 
     async def acquire(
         self, invocation_id: str, agent_name: str, *, take_over: bool
@@ -536,9 +492,6 @@ class LeaseKeeper:
     async def _release_all(self, batch: list[_Release]) -> None:
         """Give leases back (bounded, shielded); those that fail wait for the next heartbeat."""
         with trio.move_on_after(10, shield=True):
-            for lease, _, _ in batch:
-                if lease.row_written is not None:
-                    await lease.row_written.wait()  # the release comes after the row
             try:
                 released = await self._give_back(batch)
             except Exception as error:
@@ -560,30 +513,12 @@ class LeaseKeeper:
                     log.info("the lease of %s was no longer held at release", lease.invocation_id)
 
     async def _give_back(self, batch: list[_Release]) -> set[str]:
-        """Release the leases (one transaction for those whose row exists); the ids released."""
-        # A row never written is written now, held (epoch 0, as its lease), and released
-        # with the others: with its release's status, delay and note, and nobody needs
-        # to fence off a run that has stopped. One that another process wrote meanwhile
-        # is not this run's to release.
-        missing = [lease for lease, _, _ in batch if lease.row_missing]
-        made: set[str] = set()
-        if missing:
-            made = await self.call(
-                self.queue.hold_new_many,
-                [(lease.invocation_id, lease.agent_name) for lease in missing],
-                holder=self.holder,
-                lease_s=self.lease_s,
-            )
-        written: list[tuple[str, int, Release, str | None]] = []
-        for lease, release, note in batch:
-            if lease.row_missing:
-                lease.row_missing = False
-                if lease.invocation_id not in made:
-                    continue
-            written.append((lease.invocation_id, lease.epoch, release, note))
-        if not written:
-            return set()
-        released: set[str] = await self.call(self.queue.release_many, written, holder=self.holder)
+        """Release the leases, in one transaction; the ids released."""
+        released: set[str] = await self.call(
+            self.queue.release_many,
+            [(lease.invocation_id, lease.epoch, release, note) for lease, release, note in batch],
+            holder=self.holder,
+        )
         return released
 
     async def _retry_releases(self) -> None:
@@ -628,17 +563,7 @@ class LeaseKeeper:
         try:
             await self.register()
             await self._retry_releases()
-            missing = [lease for lease in self.held.values() if lease.row_missing]
-            if missing:
-                await self._insert_rows(missing)
-            # A new run whose row is still being written is not renewed (nothing to renew
-            # yet): renewing it would find no row and take the lease for lost.
-            leases = [
-                lease
-                for lease in self.held.values()
-                if not lease.row_missing
-                and (lease.row_written is None or lease.row_written.is_set())
-            ]
+            leases = list(self.held.values())
             kept = await self.call(
                 self.queue.renew,
                 holder=self.holder,

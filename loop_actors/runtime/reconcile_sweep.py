@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from functools import partial
 
-from aggregates.decisions import Frozen
+from aggregates.decisions import Frozen, TerminalReason
 from aggregates.effect import Effect, Settler, who_settles
 from aggregates.invocation import Invocation, Phase
 from aggregates.turn import EffectAnswered, settle_ended_effect
@@ -44,6 +44,10 @@ class ReconcileReport(Frozen):
     effects_waiting: int = 0
     """Open effects of this agent's invocations that a later sweep or resume may settle
     (the service was unreachable, or the invocation may still be running)."""
+    invocations_waiting: int = 0
+    """This agent's invocations still paused ``reconciliation_required`` after the sweep
+    (resumed and paused again, or being resumed by another process): a later sweep
+    resumes them again."""
 
 
 def unaskable_reason(agent: Agent, tool_name: str) -> str | None:
@@ -66,11 +70,14 @@ class ReconcileSweep:
     async def run(self, agent: Agent) -> ReconcileReport:
         """Sweep the effect ledger: settle the open effects of ``agent``'s invocations.
 
-        Invocations paused with ``reconciliation_required`` are resumed (their
-        effects are reconciled, then the loop continues). Open effects of
-        invocations that already ended are reconciled and recorded. Effects of an
-        invocation that may still be running elsewhere (dispatched, not paused)
-        are left alone: resume that invocation to settle them.
+        Every invocation of ``agent`` paused with ``reconciliation_required`` is
+        resumed (its effects are reconciled, a write its service did not know is
+        dispatched again with its key, then the loop continues), whether or not an
+        effect of it is still open: a write dispatched again until the pause's bound
+        ends ``prepared``, and one settled by hand is no longer open either. Open
+        effects of invocations that already ended are reconciled and recorded.
+        Effects of an invocation that may still be running elsewhere (dispatched, not
+        paused) are left alone: resume that invocation to settle them.
 
         Cancellation: as :meth:`resume`, for the invocation being resumed.
         """
@@ -81,15 +88,21 @@ class ReconcileSweep:
         by_invocation: dict[str, list[Effect]] = {}
         for effect in open_effects:
             by_invocation.setdefault(effect.invocation_id, []).append(effect)
+        paused = {i.id: i for i in await driver.reads.paused_for_reconciliation()}
         outcomes: list[Outcome] = []
         settled = 0
         left_alone: list[str] = []
+        waiting: set[str] = set()
         swept: set[str] = set()
         ended: set[str] = set()
-        for invocation_id, effects in by_invocation.items():
-            invocation = await driver.reads.invocation(invocation_id)
+        for invocation_id in dict.fromkeys([*by_invocation, *paused]):
+            effects = by_invocation.get(invocation_id, [])
+            if invocation_id in paused:
+                invocation = paused[invocation_id]
+            else:
+                invocation = await driver.reads.invocation(invocation_id)
             if invocation.agent_name != agent.name:
-                continue
+                continue  # another agent's: its own sweep resumes it
             swept.add(invocation_id)
             if invocation.phase is Phase.TERMINATED:
                 ended.add(invocation_id)
@@ -98,10 +111,13 @@ class ReconcileSweep:
                     invocation, lease = await driver.take_lease(invocation, take_over=False)
                 except LeaseHeldError:
                     left_alone.append(invocation_id)  # another process is resuming it
+                    waiting.add(invocation_id)
                     continue
                 outcome = await driver.drive_leased(invocation, agent, lease)
                 outcomes.append(outcome)
-                if not outcome.paused:
+                if outcome.reason is TerminalReason.RECONCILIATION_REQUIRED:
+                    waiting.add(invocation_id)
+                elif not outcome.paused:
                     settled += len(effects)
             elif invocation.phase is Phase.TERMINATED:
                 settled += await self._settle_ended(invocation, effects, agent, driver)
@@ -109,19 +125,19 @@ class ReconcileSweep:
                 left_alone.append(invocation_id)
         still_open = await driver.reads.open_effects()
         needs_person: list[NeedsPerson] = []
-        waiting = 0
+        effects_waiting = 0
         for effect in still_open:
             if effect.invocation_id not in swept:
                 continue  # another agent's: its own sweep reports it
             if effect.invocation_id in left_alone:
-                waiting += 1  # it may still be running: resume it to settle
+                effects_waiting += 1  # it may still be running: resume it to settle
                 continue
             why = unaskable_reason(agent, effect.tool)
             settler = who_settles(
                 invocation_ended=effect.invocation_id in ended, service_can_be_asked=why is None
             )
             if settler is Settler.SWEEPER or why is None:
-                waiting += 1
+                effects_waiting += 1
                 continue
             needs_person.append(
                 NeedsPerson(
@@ -137,7 +153,8 @@ class ReconcileSweep:
             effects_open=len(still_open),
             left_running=left_alone,
             needs_person=needs_person,
-            effects_waiting=waiting,
+            effects_waiting=effects_waiting,
+            invocations_waiting=len(waiting),
         )
 
     async def _settle_ended(

@@ -46,7 +46,6 @@ from loop_actors.runtime.replay import (
 )
 from loop_actors.runtime.slots import DEFAULT_WORK_SLOTS, WorkSlots
 from loop_actors.store.journal import Journal
-from loop_actors.store.queue import open_queue
 from loop_actors.store.reader import StoreReader
 from loop_actors.store.secrets import SecretStore
 from loop_actors.store.store import EventStore
@@ -74,16 +73,6 @@ async def _close_checkpointer(checkpointer: Checkpointer) -> None:
     """Write the last checkpoint and stop its thread (shielded: it always finishes)."""
     with trio.CancelScope(shield=True):
         await trio.to_thread.run_sync(checkpointer.close)
-
-
-def _queue_target(store: EventStore) -> str:
-    """Where a store's work queue lives: its SQLite file, a private in-memory database, its URL."""
-    if store.url.kind == "sqlite":
-        assert store.url.path is not None
-        return str(store.url.path)
-    if store.url.kind == "memory":
-        return ":memory:"  # only this process sees a memory:// store, and its queue
-    return store.url.url
 
 
 class Runtime:
@@ -204,14 +193,7 @@ class Runtime:
             if self.follow_projections:
                 runner = await trio.to_thread.run_sync(open_runner, store, self.views)
                 stack.callback(runner.close)  # after the nursery: the follower has stopped
-            queue = await trio.to_thread.run_sync(
-                partial(
-                    open_queue,
-                    store.url.kind,
-                    _queue_target(store),
-                    lock_wait_s=store.url.lock_wait_s,
-                )
-            )
+            queue = await trio.to_thread.run_sync(store.open_queue)
             stack.callback(queue.close)  # after the nursery: the heartbeat has stopped
             nursery = await stack.enter_async_context(trio.open_nursery())
             leases = LeaseKeeper(

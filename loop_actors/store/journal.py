@@ -25,6 +25,7 @@ from eventsourcing.persistence import IntegrityError, OperationalError, Persiste
 
 from aggregates.events import DomainEvent
 from loop_actors._messages import CommitFailed, CommitOutcome, Committed
+from loop_actors.store.queue import NewRow
 from loop_actors.store.store import EventStore
 from loop_actors.store.url import DEFAULT_LOCK_RETRY_S, StoreUrl
 
@@ -73,7 +74,18 @@ class _Waiter:
         return trio.lowlevel.Abort.SUCCEEDED
 
 
-_Pending = tuple[Sequence[DomainEvent], _Waiter]
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """What one caller commits: events, and the work queue's rows of the invocations they start.
+
+    The rows are written in the transaction of the events (``EventStore.append``).
+    """
+
+    events: Sequence[DomainEvent]
+    queue_rows: Sequence[NewRow] = ()
+
+
+_Pending = tuple[Commit, _Waiter]
 
 
 class _Refused(enum.Enum):
@@ -98,9 +110,15 @@ class _NoLockWait:
     def __init__(self, store: EventStore) -> None:
         self._store = store
 
-    def append(self, events: Sequence[DomainEvent], *, lock_wait_s: float | None = None) -> int:
+    def append(
+        self,
+        events: Sequence[DomainEvent],
+        *,
+        lock_wait_s: float | None = None,
+        queue_rows: Sequence[NewRow] = (),
+    ) -> int:
         try:
-            return self._store.append(events, lock_wait_s=0.0)
+            return self._store.append(events, lock_wait_s=0.0, queue_rows=queue_rows)
         except Exception as error:
             if is_lock_failure(error):
                 raise _Locked from error
@@ -132,8 +150,14 @@ def _loop_idle() -> bool:
 class Appender(Protocol):
     """What group commit needs of a store: :meth:`EventStore.append`."""
 
-    def append(self, events: Sequence[DomainEvent], *, lock_wait_s: float | None = None) -> int:
-        """Append atomically; ``lock_wait_s`` bounds the wait for a lock."""
+    def append(
+        self,
+        events: Sequence[DomainEvent],
+        *,
+        lock_wait_s: float | None = None,
+        queue_rows: Sequence[NewRow] = (),
+    ) -> int:
+        """Append atomically, with ``queue_rows``; ``lock_wait_s`` bounds the wait for a lock."""
 
 
 @dataclass(frozen=True)
@@ -195,15 +219,17 @@ def _failed(error: BaseException, *, conflict: bool = False, note: str = "") -> 
 
 def commit_group(
     store: Appender,
-    group: list[Sequence[DomainEvent]],
+    group: list[Commit],
     *,
     retry: LockRetry | None = None,
-    take_more: Callable[[], list[Sequence[DomainEvent]]] | None = None,
+    take_more: Callable[[], list[Commit]] | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     polls: Sequence[float] = (),
 ) -> list[CommitOutcome]:
     """Commit a group of commits in one transaction; answer each, within one bounded wait.
+
+    A transaction writes the events of its commits and their queue rows together.
 
     With ``polls`` (a group that found the store locked a moment ago), the group is
     first tried without waiting for the lock, once after each of these pauses:
@@ -238,9 +264,7 @@ def commit_group(
     for pause in polls:
         sleep(pause)
         try:
-            position = store.append(
-                [event for events in commits for event in events], lock_wait_s=0
-            )
+            position = _append(store, commits, lock_wait_s=0)
         except Exception as error:  # answered below, by the attempts that follow
             if is_lock_failure(error):
                 continue
@@ -280,9 +304,7 @@ def commit_group(
             batch, locked = locked, []
         wait = None if deadline is None else max(0.0, deadline - clock())
         try:
-            position = store.append(
-                [event for index in batch for event in commits[index]], lock_wait_s=wait
-            )
+            position = _append(store, [commits[index] for index in batch], lock_wait_s=wait)
         except IntegrityError as error:
             if len(batch) == 1:
                 results[batch[0]] = _failed(error, conflict=True)
@@ -311,6 +333,15 @@ def commit_group(
             for index in batch:
                 results[index] = done
     return [results[index] for index in range(len(commits))]
+
+
+def _append(store: Appender, commits: Sequence[Commit], *, lock_wait_s: float | None) -> int:
+    """Append the events of ``commits``, with their queue rows, in one transaction."""
+    return store.append(
+        [event for commit in commits for event in commit.events],
+        lock_wait_s=lock_wait_s,
+        queue_rows=[row for commit in commits for row in commit.queue_rows],
+    )
 
 
 class Journal:
@@ -395,9 +426,16 @@ class Journal:
         await self.aclose()
 
     async def commit(
-        self, events: Sequence[DomainEvent], *, abandon_on_cancel: bool = False
+        self,
+        events: Sequence[DomainEvent],
+        *,
+        queue_rows: Sequence[NewRow] = (),
+        abandon_on_cancel: bool = False,
     ) -> CommitOutcome:
         """Append ``events`` atomically and wait until they are durable (or refused).
+
+        ``queue_rows``: the work queue's rows of the invocations ``events`` start,
+        written in the same transaction (refused with them, durable with them).
 
         Cancellation: by default not a cancellation point once handed over: a
         commit that was handed to the thread is waited for (on a locked store, at
@@ -424,13 +462,13 @@ class Journal:
             and not self._store.snapshots_due(events)
             and self._may_inline(task)
         ):
-            done = self._commit_inline(events)
+            done = self._commit_inline(Commit(events, queue_rows))
             if not isinstance(done, _Refused):
                 return done
             found_locked = done is _Refused.LOCKED
         waiter = _Waiter(task, abandon_on_cancel=abandon_on_cancel, found_locked=found_locked)
         self._outstanding += 1
-        self._queue.put((events, waiter))
+        self._queue.put((Commit(events, queue_rows), waiter))
         return await trio.lowlevel.wait_task_rescheduled(waiter.abort)  # type: ignore[no-any-return]
 
     def _may_inline(self, task: trio.lowlevel.Task) -> bool:
@@ -450,19 +488,19 @@ class Journal:
         return True
 
     @trio.lowlevel.enable_ki_protection
-    def _commit_inline(self, events: Sequence[DomainEvent]) -> CommitOutcome | _Refused:
+    def _commit_inline(self, commit: Commit) -> CommitOutcome | _Refused:
         """Commit on the trio thread, if the store can be written at once."""
         if not self._writing.acquire(blocking=False):
             return _Refused.BUSY  # the thread is writing
         try:
             try:
-                [result] = commit_group(_NoLockWait(self._store), [events])
+                [result] = commit_group(_NoLockWait(self._store), [commit])
             except _Locked:
                 return _Refused.LOCKED
         finally:
             self._writing.release()
         self._poke()
-        self._after([events], [result])
+        self._after([commit], [result])
         return result
 
     async def aclose(self) -> None:
@@ -499,7 +537,7 @@ class Journal:
                     found_locked = any(waiter.found_locked for _, waiter in group)
                     results = commit_group(
                         self._store,
-                        [events for events, _ in group],
+                        [commit for commit, _ in group],
                         retry=retry,
                         take_more=partial(self._take, group),
                         polls=LOCKED_POLLS_S if found_locked else (),
@@ -512,15 +550,15 @@ class Journal:
                     results = [failed] * len(group)
             # Released first: the woken tasks may commit inline at once.
             self._token.run_sync_soon(self._deliver, group, results)
-            self._after([events for events, _ in group], results)
+            self._after([commit for commit, _ in group], results)
 
-    def _after(self, commits: list[Sequence[DomainEvent]], results: list[CommitOutcome]) -> None:
-        """Call the after-commit hook with the commits that were written."""
+    def _after(self, commits: list[Commit], results: list[CommitOutcome]) -> None:
+        """Call the after-commit hook with the events of the commits that were written."""
         if self._after_commit is None:
             return
         written = [
-            events
-            for events, result in zip(commits, results, strict=True)
+            commit.events
+            for commit, result in zip(commits, results, strict=True)
             if isinstance(result, Committed)
         ]
         if written:
@@ -529,13 +567,13 @@ class Journal:
             except Exception:  # the commits are durable and answered: only log it
                 log.exception("the after-commit hook failed")
 
-    def _take(self, group: list[_Pending]) -> list[Sequence[DomainEvent]]:
+    def _take(self, group: list[_Pending]) -> list[Commit]:
         """Move queued commits into ``group`` (up to ``MAX_GROUP``); return their events.
 
         Called again while the group waits for a lock: commits queued behind it
         join its wait. Notes the stop mark, after which nothing else is queued.
         """
-        taken: list[Sequence[DomainEvent]] = []
+        taken: list[Commit] = []
         while not self._stop_seen and len(group) < MAX_GROUP:
             try:
                 pending = self._queue.get_nowait()

@@ -40,6 +40,7 @@ from psycopg.rows import DictRow, TupleRow, tuple_row
 from psycopg.sql import Composable
 
 from loop_actors._errors import StoreUnavailableError
+from loop_actors.store.queue import NewRow, write_start_rows
 from loop_actors.store.recorder import CopiedRow, StoreTables
 from loop_actors.store.schema import SECRETS_TABLE
 from loop_actors.store.secrets import SealedRows
@@ -282,12 +283,16 @@ class LeanPostgresRecorder(
         stored_events: Sequence[StoredEvent],
         *,
         lock_wait_s: float | None = None,
+        queue_rows: Sequence[NewRow] = (),
         **kwargs: Any,
     ) -> Sequence[int] | None:
         """Insert the rows in one transaction; return their notification ids, in order.
 
         ``lock_wait_s`` bounds the wait for the events table's lock (default: the
-        URL's ``lock_timeout``).
+        URL's ``lock_timeout``). ``queue_rows`` (the work queue's rows of the
+        invocations these rows start, with their holders' registrations) are written in
+        the same transaction, at the server's time (the queue's clock); a row whose
+        invocation has one already is left as it is.
 
         Raises:
             eventsourcing.persistence.IntegrityError: a position is already taken.
@@ -306,7 +311,7 @@ class LeanPostgresRecorder(
             self._call.lock_wait_ms = max(1, int(wait * 1000))
             self._call.reached_commit = False
             try:
-                ids = insert(self, stored_events, **kwargs)
+                ids = insert(self, stored_events, queue_rows=queue_rows, **kwargs)
             except OperationalError as error:
                 if self._call.reached_commit or not self._stale_connection(error, attempt):
                     raise self._explained(error) from error.__cause__
@@ -325,13 +330,28 @@ class LeanPostgresRecorder(
             curs.execute(statement, prepare=True)
 
     def _fetch_ids_after_insert_events(
-        self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent], **kwargs: Any
+        self,
+        curs: Cursor[DictRow],
+        stored_events: Sequence[StoredEvent],
+        *,
+        queue_rows: Sequence[NewRow] = (),
+        **kwargs: Any,
     ) -> Sequence[int] | None:
         ids = super()._fetch_ids_after_insert_events(curs, stored_events, **kwargs)
+        if queue_rows:
+            self._insert_queue_rows(curs, queue_rows)
         # Every row is in; only COMMIT is left to send. A failure from here on is
         # ambiguous (written or not): it must not be retried blindly.
         self._call.reached_commit = True
         return ids
+
+    def _insert_queue_rows(self, curs: Cursor[DictRow], rows: Sequence[NewRow]) -> None:
+        """Write the queue's rows of the invocations just inserted, in their transaction."""
+        with curs.connection.cursor(row_factory=tuple_row) as own:
+            cursor = PlaceholderCursor(own, self.dialect)
+            cursor.execute("SELECT extract(epoch FROM clock_timestamp())::float8")
+            now = float(cursor.fetchone()[0])
+            write_start_rows(cursor, rows, now, name=self._table, can_return=True)
 
     # ----------------------------------------------------------------- reads
 

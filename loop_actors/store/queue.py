@@ -7,6 +7,10 @@ Two tables in the store's own database, next to the events:
 - ``loop_actors_holders``: the processes holding leases (workers and plain runs),
   with host, pid and last heartbeat.
 
+A new invocation's row (and, for a run, its holder's registration) is written in the
+transaction of its ``InvocationStarted``, by the store's recorder
+(:func:`write_start_rows`): an invocation never exists without its row.
+
 One interface, two implementations: :class:`SQLiteQueue` (claims under SQLite's
 write lock, ``BEGIN IMMEDIATE``) and :class:`PostgresQueue` (psycopg 3, sync API;
 claims lock a fixed candidate set with ``FOR UPDATE SKIP LOCKED``). Both hand
@@ -84,12 +88,155 @@ class Claimed(Take):
 
 
 class NewRow(NamedTuple):
-    """A row to add (:meth:`WorkQueue.enqueue_many`)."""
+    """A row to add: runnable (or resting as ``status``), or claimed from the start.
+
+    Written by :meth:`WorkQueue.enqueue_many`, or in the transaction of the events that
+    start its invocation (``EventStore.append``): whoever finds the invocation finds
+    its row, even if the process that started it dies at once.
+    """
 
     invocation_id: str
     agent_name: str
     agent_ref: str | None = None
     status: QueueStatus = QueueStatus.RUNNABLE
+    holder: str | None = None
+    """The holder that drives it from the start (its status is then ``claimed``, epoch 0)."""
+    lease_s: float = 0.0
+    """How long that holder's lease runs from the write."""
+    registration: HolderRow | None = None
+    """The holder's registration, written with the row unless the holder has one already
+    (so that a worker sees the holder gone as soon as its process is)."""
+
+    @classmethod
+    def held(
+        cls,
+        invocation_id: str,
+        agent_name: str,
+        *,
+        holder: str,
+        lease_s: float,
+        registration: HolderRow | None = None,
+    ) -> NewRow:
+        """The row of an invocation ``holder`` starts and drives, leased for ``lease_s``."""
+        return cls(
+            invocation_id, agent_name, None, QueueStatus.CLAIMED, holder, lease_s, registration
+        )
+
+    def values(self, now: float) -> tuple[Any, ...]:
+        """Its values for :func:`new_row_statement`, written at ``now`` (the queue's clock)."""
+        due = now + self.lease_s if self.holder is not None else now
+        return (
+            self.invocation_id,
+            self.agent_name,
+            self.agent_ref,
+            self.status.value,
+            self.holder,
+            due,
+            now,
+            now,
+        )
+
+
+def new_row_statement(table: str = QUEUE_TABLE) -> tuple[str, str, str]:
+    """The insert of new rows into ``table`` (as a statement names it), for :func:`write_rows`.
+
+    A row whose invocation has one already is left as it is.
+    """
+    return (
+        f"INSERT INTO {table} ({_QUEUE_COLUMNS}) VALUES ",  # noqa: S608 - our table
+        "(?, ?, ?, ?, ?, 0, ?, ?, ?, NULL)",
+        " ON CONFLICT DO NOTHING",
+    )
+
+
+def holder_values(row: HolderRow, now: float) -> tuple[Any, ...]:
+    """A registration's values in ``_HOLDER_COLUMNS`` order, registered (and beating) at ``now``."""
+    return (
+        row.holder,
+        row.kind.value,
+        row.host,
+        row.machine,
+        row.pid,
+        row.pid_start,
+        now,
+        now,
+        row.lease_s,
+        json.dumps(row.agents),
+        row.concurrency,
+    )
+
+
+def write_start_rows(
+    cursor: Cursor,
+    rows: Sequence[NewRow],
+    now: float,
+    *,
+    name: Callable[[str], str] = str,
+    can_return: bool,
+) -> None:
+    """Write new invocations' rows, and their holders' registrations, in the caller's transaction.
+
+    For the store's recorders, in the transaction of the events that start the
+    invocations. A row (or a registration) that exists already is left as it is.
+    ``name`` turns a table's name into what a statement writes.
+    """
+    write_rows(
+        cursor,
+        new_row_statement(name(QUEUE_TABLE)),
+        (),
+        [row.values(now) for row in rows],
+        None,
+        can_return=can_return,
+    )
+    registrations = {row.registration.holder: row.registration for row in rows if row.registration}
+    if registrations:
+        write_rows(
+            cursor,
+            (
+                f"INSERT INTO {name(HOLDERS_TABLE)} ({_HOLDER_COLUMNS}) VALUES ",  # noqa: S608
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " ON CONFLICT DO NOTHING",
+            ),
+            (),
+            [holder_values(row, now) for row in registrations.values()],
+            None,
+            can_return=can_return,
+        )
+
+
+def write_rows(
+    cursor: Cursor,
+    statement: tuple[str, str, str],
+    fixed: Sequence[Any],
+    rows: Sequence[Sequence[Any]],
+    returning: str | None,
+    *,
+    can_return: bool,
+) -> set[tuple[Any, ...]]:
+    """Run ``head + row, row, ... + tail`` over ``rows``; the keys of the rows it wrote.
+
+    ``returning`` names the key columns, which are the first values of each row (None:
+    nothing is read back, and the answer is empty). Without ``RETURNING``
+    (``can_return`` false: SQLite before 3.35) each row is one statement.
+    """
+    head, each, tail = statement
+    written: set[tuple[Any, ...]] = set()
+    if returning is not None and not can_return:
+        width = len(returning.split(","))
+        for row in rows:
+            cursor.execute(head + each + tail, (*fixed, *row))
+            if cursor.rowcount == 1:
+                written.add(tuple(row[:width]))
+        return written
+    back = "" if returning is None else " RETURNING " + returning
+    for chunk in _chunks(rows):
+        cursor.execute(
+            head + ",".join([each] * len(chunk)) + tail + back,
+            (*fixed, *[value for row in chunk for value in row]),
+        )
+        if returning is not None:
+            written.update(tuple(found) for found in cursor.fetchall())
+    return written
 
 
 def _chunks(items: Sequence[Any], size: int = ROWS_PER_STATEMENT) -> Iterator[Sequence[Any]]:
@@ -194,27 +341,8 @@ class WorkQueue:
         rows: Sequence[Sequence[Any]],
         returning: str,
     ) -> set[tuple[Any, ...]]:
-        """Run ``head + row, row, ... + tail`` over ``rows``; the keys of the rows it wrote.
-
-        ``returning`` names the key columns, which are the first values of each row.
-        Without ``RETURNING`` (SQLite before 3.35) each row is one statement.
-        """
-        head, each, tail = statement
-        written: set[tuple[Any, ...]] = set()
-        width = len(returning.split(","))
-        if not self.returning:
-            for row in rows:
-                cursor.execute(head + each + tail, (*fixed, *row))
-                if cursor.rowcount == 1:
-                    written.add(tuple(row[:width]))
-            return written
-        for chunk in _chunks(rows):
-            cursor.execute(
-                head + ",".join([each] * len(chunk)) + tail + " RETURNING " + returning,
-                (*fixed, *[value for row in chunk for value in row]),
-            )
-            written.update(tuple(found) for found in cursor.fetchall())
-        return written
+        """:func:`write_rows` on this queue's engine."""
+        return write_rows(cursor, statement, fixed, rows, returning, can_return=self.returning)
 
     def _get(self, cursor: Cursor, invocation_id: str, *, lock: bool) -> QueueRow | None:
         cursor.execute(
@@ -255,68 +383,9 @@ class WorkQueue:
         """Add rows in one transaction; for each, False when its invocation already had one."""
         with self._tx() as (cursor, now):
             made = self._write_rows(
-                cursor,
-                (
-                    f"INSERT INTO {QUEUE_TABLE} ({_QUEUE_COLUMNS}) VALUES ",  # noqa: S608
-                    "(?, ?, ?, ?, NULL, 0, ?, ?, ?, NULL)",
-                    " ON CONFLICT DO NOTHING",
-                ),
-                (),
-                [
-                    (
-                        row.invocation_id,
-                        row.agent_name,
-                        row.agent_ref,
-                        row.status.value,
-                        now,
-                        now,
-                        now,
-                    )
-                    for row in rows
-                ],
-                "invocation_id",
+                cursor, new_row_statement(), (), [row.values(now) for row in rows], "invocation_id"
             )
         return _first_only([(row.invocation_id,) for row in rows], made)
-
-    def hold_new(self, invocation_id: str, agent_name: str, *, holder: str, lease_s: float) -> bool:
-        """Add the row of an invocation this holder just started, claimed (epoch 0).
-
-        Returns False when a row exists already (another holder took it meanwhile).
-        """
-        made = self.hold_new_many([(invocation_id, agent_name)], holder=holder, lease_s=lease_s)
-        return invocation_id in made
-
-    def hold_new_many(
-        self, rows: Sequence[tuple[str, str]], *, holder: str, lease_s: float
-    ) -> set[str]:
-        """:meth:`hold_new` for many ``(invocation_id, agent_name)`` in one transaction.
-
-        Returns the ids whose row was added (not those that had one already).
-        """
-        with self._tx() as (cursor, now):
-            made = self._write_rows(
-                cursor,
-                (
-                    f"INSERT INTO {QUEUE_TABLE} ({_QUEUE_COLUMNS}) VALUES ",  # noqa: S608
-                    "(?, ?, NULL, ?, ?, 0, ?, ?, ?, NULL)",
-                    " ON CONFLICT DO NOTHING",
-                ),
-                (),
-                [
-                    (
-                        name_id[0],
-                        name_id[1],
-                        QueueStatus.CLAIMED.value,
-                        holder,
-                        now + lease_s,
-                        now,
-                        now,
-                    )
-                    for name_id in rows
-                ],
-                "invocation_id",
-            )
-        return {str(found[0]) for found in made}
 
     def acquire(
         self,
@@ -553,21 +622,14 @@ class WorkQueue:
             cursor.execute(
                 f"INSERT INTO {HOLDERS_TABLE} ({_HOLDER_COLUMNS}) "  # noqa: S608
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    row.holder,
-                    row.kind.value,
-                    row.host,
-                    row.machine,
-                    row.pid,
-                    row.pid_start,
-                    now,
-                    now,
-                    row.lease_s,
-                    json.dumps(row.agents),
-                    row.concurrency,
-                ),
+                holder_values(row, now),
             )
             return now
+
+    def holder(self, holder: str) -> HolderRow | None:
+        """A holder's registration (None: it never registered, or deregistered)."""
+        with self._tx(write=False) as (cursor, _):
+            return self._holder(cursor, holder)
 
     def deregister(self, holder: str) -> None:
         """Remove a holder's registration (its leases are released by their runs)."""
@@ -612,8 +674,12 @@ class WorkQueue:
             return [row.holder for row in dead]
 
 
+Slot = Callable[[], contextlib.AbstractContextManager[object]]
+"""What a queue on a shared connection holds around each transaction (``SQLiteQueue.sharing``)."""
+
+
 class SQLiteQueue(WorkQueue):
-    """The queue in a SQLite file (the store's own), or in a private in-memory database.
+    """The queue in a SQLite file (the store's own), or in an in-memory store's database.
 
     Writes take SQLite's write lock first (``BEGIN IMMEDIATE``): two claims never
     read the same free rows, whichever process they come from.
@@ -622,13 +688,15 @@ class SQLiteQueue(WorkQueue):
     returning = sqlite3.sqlite_version_info >= (3, 35, 0)
 
     def __init__(self, path: str, *, timeout_s: float = 5.0, read_only: bool = False) -> None:
-        """Open ``path`` (``:memory:`` for a store only this process sees).
+        """Open ``path`` (``:memory:``: a private in-memory database).
 
         Raises:
             StoreUnavailableError: the database cannot be opened.
         """
         super().__init__()
         self._read_only = read_only
+        self._slot: Slot = contextlib.nullcontext
+        self._owns_connection = True
         try:
             if read_only:
                 self._connection = sqlite3.connect(
@@ -644,8 +712,30 @@ class SQLiteQueue(WorkQueue):
         if read_only:
             self._ready = True  # nothing is created: a missing table reads as empty
 
+    @classmethod
+    def sharing(cls, connection: sqlite3.Connection, slot: Slot) -> SQLiteQueue:
+        """The queue in a database another owner has open, on that owner's connection.
+
+        For an in-memory store (``memory://``): its queue is in its own database, so that
+        a start's row is written with its events. Each transaction runs inside
+        ``slot()``, which keeps the owner's other readers and writers out meanwhile (in
+        a shared in-memory database, a table another connection is writing cannot be
+        read at all). The connection stays the owner's: :meth:`close` leaves it open.
+        """
+        queue = cls.__new__(cls)
+        WorkQueue.__init__(queue)
+        queue._read_only = False
+        queue._slot = slot
+        queue._owns_connection = False
+        queue._connection = connection
+        return queue
+
     @contextlib.contextmanager
     def _transaction(self, *, write: bool) -> Iterator[Cursor]:
+        with self._slot():
+            yield from self._transaction_in_slot(write=write)
+
+    def _transaction_in_slot(self, *, write: bool) -> Iterator[Cursor]:
         cursor = self._connection.cursor()
         try:
             cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
@@ -684,8 +774,9 @@ class SQLiteQueue(WorkQueue):
             return [], time.time()
 
     def close(self) -> None:
-        """Close the connection."""
-        self._connection.close()
+        """Close the connection (unless it is another owner's)."""
+        if self._owns_connection:
+            self._connection.close()
 
 
 class _NoQueue(Exception):
@@ -780,16 +871,3 @@ def libpq_url(url: str) -> str:
     query = parse_qsl(parts.query, keep_blank_values=True)
     kept = [(key, value) for key, value in query if key not in LOOP_ACTORS_URL_OPTIONS]
     return urlunsplit(parts._replace(query=urlencode(kept)))
-
-
-def open_queue(
-    url_kind: str, target: str, *, read_only: bool = False, lock_wait_s: float = 5.0
-) -> WorkQueue:
-    """The queue of a store: its SQLite file (``:memory:`` for memory://) or its PostgreSQL URL.
-
-    ``lock_wait_s``: how long a SQLite write waits for the database's lock (the
-    store's ``lock_timeout``).
-    """
-    if url_kind == "postgresql":
-        return PostgresQueue(target)
-    return SQLiteQueue(target, read_only=read_only, timeout_s=lock_wait_s)

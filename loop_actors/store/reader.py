@@ -227,6 +227,13 @@ class StoreReader:
         """
         return await self.call(self.store.open_effects)
 
+    async def paused_for_reconciliation(self) -> list[Invocation]:
+        """Every invocation paused ``reconciliation_required`` now (``EventStore``'s answer).
+
+        Cancellation: as :meth:`call`.
+        """
+        return await self.call(self.store.paused_for_reconciliation)
+
     async def cancel_request(self, invocation_id: str) -> CancelRequest | None:
         """The invocation's cancel request, if someone made one.
 

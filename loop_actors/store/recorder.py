@@ -18,7 +18,14 @@ from uuid import uuid4
 
 from eventsourcing.persistence import Notification, StoredEvent
 
-from loop_actors.store.schema import SECRETS_TABLE, STORE_TABLE, store_table_definition
+from loop_actors.store.queue import NewRow
+from loop_actors.store.schema import (
+    HOLDERS_TABLE,
+    SECRETS_TABLE,
+    STORE_TABLE,
+    queue_definitions,
+    store_table_definition,
+)
 from loop_actors.store.sql import Cursor
 from projections.dialect import Dialect
 
@@ -41,9 +48,16 @@ class StoreRecorder(Protocol):
     events_table_name: str
 
     def insert_events(
-        self, stored_events: Sequence[StoredEvent], *, lock_wait_s: float | None = None
+        self,
+        stored_events: Sequence[StoredEvent],
+        *,
+        lock_wait_s: float | None = None,
+        queue_rows: Sequence[NewRow] = (),
     ) -> Sequence[int] | None:
-        """Insert rows in one transaction; return their notification ids."""
+        """Insert rows (and the work queue's ``queue_rows``) in one transaction; their ids."""
+
+    def create_queue_tables(self) -> None:
+        """Create the work queue's tables, if the store has none yet."""
 
     def select_events(self, originator_id: str) -> Sequence[StoredEvent]:
         """An aggregate's rows, in version order."""
@@ -187,6 +201,25 @@ class StoreTables:
         """Give the store another's identity (a copy of that store takes it over)."""
         with self._writing() as cursor:
             cursor.execute(f"UPDATE {self._table(STORE_TABLE)} SET store_id = ?", (store_id,))  # noqa: S608
+
+    # ----------------------------------------------------------------- the work queue
+
+    def create_queue_tables(self) -> None:
+        """Create the work queue's tables (and indexes), unless the store has them.
+
+        When the store is opened: a start's queue row is written in the transaction of
+        its ``InvocationStarted`` (``insert_events``), so the table must exist before
+        any invocation does. The last table created is looked for first: creating what
+        exists would wait, on PostgreSQL, for a writer's lock on the table.
+
+        Raises:
+            eventsourcing.persistence.OperationalError: the database is locked or broken.
+        """
+        if self.has_table(HOLDERS_TABLE):
+            return
+        with self._writing(creates=True) as cursor:
+            for statement in queue_definitions(self._table):
+                cursor.execute(statement)
 
     # ----------------------------------------------------------------- the audit's rows
 

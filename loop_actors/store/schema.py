@@ -13,6 +13,8 @@ tables under these names, and renaming one would orphan it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from projections.dialect import Dialect
 
 STORE_TABLE = "loop_actors_store"
@@ -50,18 +52,29 @@ def secrets_table_definition(dialect: Dialect, table: str) -> str:
     )
 
 
-QUEUE_DEFINITIONS = (
-    f"CREATE TABLE IF NOT EXISTS {QUEUE_TABLE} ("
-    "invocation_id TEXT PRIMARY KEY, agent_name TEXT NOT NULL, agent_ref TEXT, "
-    "status TEXT NOT NULL, holder TEXT, epoch INTEGER NOT NULL DEFAULT 0, "
-    "due_at DOUBLE PRECISION NOT NULL, submitted_at DOUBLE PRECISION NOT NULL, "
-    "updated_at DOUBLE PRECISION NOT NULL, note TEXT)",
-    f"CREATE INDEX IF NOT EXISTS {QUEUE_TABLE}_due ON {QUEUE_TABLE} (status, due_at)",
-    f"CREATE INDEX IF NOT EXISTS {QUEUE_TABLE}_holder ON {QUEUE_TABLE} (holder)",
-    f"CREATE TABLE IF NOT EXISTS {HOLDERS_TABLE} ("
-    "holder TEXT PRIMARY KEY, kind TEXT NOT NULL, host TEXT NOT NULL, machine TEXT NOT NULL, "
-    "pid INTEGER NOT NULL, pid_start TEXT, started_at DOUBLE PRECISION NOT NULL, "
-    "heartbeat_at DOUBLE PRECISION NOT NULL, lease_s DOUBLE PRECISION NOT NULL, "
-    "agents TEXT NOT NULL, concurrency INTEGER NOT NULL)",
-)
-"""The queue's tables and indexes, in the order they are created (the same on both engines)."""
+def queue_definitions(name: Callable[[str], str] = str) -> tuple[str, ...]:
+    """The queue's tables and indexes, in the order they are created (the same on both engines).
+
+    ``name`` turns a table's name into what a statement writes (schema-qualified and
+    quoted on a PostgreSQL store); an index takes the table's schema.
+    """
+    queue, holders = name(QUEUE_TABLE), name(HOLDERS_TABLE)
+    return (
+        f"CREATE TABLE IF NOT EXISTS {queue} ("
+        "invocation_id TEXT PRIMARY KEY, agent_name TEXT NOT NULL, agent_ref TEXT, "
+        "status TEXT NOT NULL, holder TEXT, epoch INTEGER NOT NULL DEFAULT 0, "
+        "due_at DOUBLE PRECISION NOT NULL, submitted_at DOUBLE PRECISION NOT NULL, "
+        "updated_at DOUBLE PRECISION NOT NULL, note TEXT)",
+        f"CREATE INDEX IF NOT EXISTS {QUEUE_TABLE}_due ON {queue} (status, due_at)",
+        f"CREATE INDEX IF NOT EXISTS {QUEUE_TABLE}_holder ON {queue} (holder)",
+        # Last: a store that has this table has the others (they are created in this order).
+        f"CREATE TABLE IF NOT EXISTS {holders} ("
+        "holder TEXT PRIMARY KEY, kind TEXT NOT NULL, host TEXT NOT NULL, machine TEXT NOT NULL, "
+        "pid INTEGER NOT NULL, pid_start TEXT, started_at DOUBLE PRECISION NOT NULL, "
+        "heartbeat_at DOUBLE PRECISION NOT NULL, lease_s DOUBLE PRECISION NOT NULL, "
+        "agents TEXT NOT NULL, concurrency INTEGER NOT NULL)",
+    )
+
+
+QUEUE_DEFINITIONS = queue_definitions()
+"""The queue's definitions with the tables' plain names (the queue's own connection)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
 from typing import Any, cast
@@ -35,6 +36,7 @@ from loop_actors.store._eventsourcing_internals import (
     keep_journal_mode,
     notification,
 )
+from loop_actors.store.queue import NewRow, SQLiteQueue, write_start_rows
 from loop_actors.store.recorder import ROWS_OF_CHUNK, CopiedRow, StoreTables
 from loop_actors.store.schema import EFFECT_INDEX
 from loop_actors.store.sql import Cursor
@@ -152,6 +154,7 @@ class LeanSQLiteRecorder(StoreTables, SQLiteApplicationRecorder):
         stored_events: Sequence[StoredEvent],
         *,
         lock_wait_s: float | None = None,
+        queue_rows: Sequence[NewRow] = (),
         **kwargs: Any,
     ) -> Sequence[int] | None:
         """Insert the rows in one transaction; return their notification ids, in order.
@@ -159,6 +162,11 @@ class LeanSQLiteRecorder(StoreTables, SQLiteApplicationRecorder):
         ``lock_wait_s`` shortens the wait for SQLite's write lock for this insert
         (default: the connection's busy timeout, the URL's ``lock_timeout``); the
         Journal uses it so that its retries end when its retry window does.
+
+        ``queue_rows`` (the work queue's rows of the invocations these rows start, with
+        their holders' registrations) are written in the same transaction, at this
+        machine's time (the queue's clock on SQLite); a row whose invocation has one
+        already is left as it is.
 
         Raises:
             eventsourcing.persistence.IntegrityError: a position is already taken.
@@ -169,11 +177,11 @@ class LeanSQLiteRecorder(StoreTables, SQLiteApplicationRecorder):
             return []
         with self._writer_slot():
             if lock_wait_s is None:
-                last = self._append(stored_events)
+                last = self._append(stored_events, queue_rows)
             else:
                 self._set_busy_timeout(min(self._busy_timeout_ms, int(lock_wait_s * 1000)))
                 try:
-                    last = self._append(stored_events)
+                    last = self._append(stored_events, queue_rows)
                 finally:
                     self._set_busy_timeout(self._busy_timeout_ms)
         # SQLite writes one transaction at a time and gives each new row the
@@ -248,13 +256,18 @@ class LeanSQLiteRecorder(StoreTables, SQLiteApplicationRecorder):
     def _writing(self, *, creates: bool = False) -> Iterator[Cursor]:
         """The insert's own connection, in autocommit (each statement its own transaction).
 
-        ``creates`` needs nothing more: SQLite's write lock orders processes that create
-        tables at once.
+        ``creates``: the statements are one transaction (``BEGIN IMMEDIATE``: SQLite's
+        write lock orders processes that create tables at once), so that tables and
+        indexes made together are there together, with one write to the disk.
         """
         with self._writer_slot():
             cursor = self._connection.cursor()
             try:
-                yield cursor
+                if creates:
+                    with self._immediate_transaction():
+                        yield cursor
+                else:
+                    yield cursor
             except sqlite3.IntegrityError as error:
                 raise IntegrityError(error) from error
             except sqlite3.OperationalError as error:
@@ -270,17 +283,19 @@ class LeanSQLiteRecorder(StoreTables, SQLiteApplicationRecorder):
         except sqlite3.Error as error:
             raise OperationalError(error) from error
 
-    def _append(self, stored: Sequence[StoredEvent]) -> int:
+    def _append(self, stored: Sequence[StoredEvent], queue_rows: Sequence[NewRow]) -> int:
         cursor = self._cursor
         try:
-            if len(stored) <= self.rows_per_insert:
+            if len(stored) <= self.rows_per_insert and not queue_rows:
                 self._insert(stored)
                 position = cursor.lastrowid
             else:
                 with self._immediate_transaction():
                     for start in range(0, len(stored), self.rows_per_insert):
                         self._insert(stored[start : start + self.rows_per_insert])
-                position = cursor.lastrowid
+                    position = cursor.lastrowid  # the events' last (not the queue's)
+                    if queue_rows:
+                        self._insert_queue_rows(queue_rows)
         except sqlite3.IntegrityError as error:
             raise IntegrityError(error) from error
         except sqlite3.OperationalError as error:
@@ -289,6 +304,20 @@ class LeanSQLiteRecorder(StoreTables, SQLiteApplicationRecorder):
             raise DatabaseError(error) from error
         assert position is not None  # an INSERT that succeeded sets it
         return position
+
+    def _insert_queue_rows(self, rows: Sequence[NewRow]) -> None:
+        """Write the queue's rows of the invocations being inserted, in their transaction.
+
+        Raises:
+            eventsourcing.persistence.DatabaseError: the queue refused them (a constraint
+                of its table: not a position taken, which only the events' rows can be).
+        """
+        try:
+            write_start_rows(self._cursor, rows, time.time(), can_return=SQLiteQueue.returning)
+        except sqlite3.IntegrityError as error:
+            raise DatabaseError(
+                f"the work queue refused the rows of new invocations: {error}"
+            ) from error
 
     @contextlib.contextmanager
     def _immediate_transaction(self) -> Iterator[None]:
@@ -397,6 +426,15 @@ class LeanSQLiteRecorder(StoreTables, SQLiteApplicationRecorder):
         )
         with self._writing(), self._immediate_transaction():
             self._cursor.executemany(statement, rows)
+
+    def memory_queue(self) -> SQLiteQueue:
+        """The work queue of an in-memory store: in its own database, on the insert's connection.
+
+        Its transactions hold the insert's slot (the pool's writer slot, in memory),
+        which keeps the store's readers and writers out of the shared database meanwhile.
+        """
+        assert self._memory  # a file's queue opens the file itself (``SQLiteQueue``)
+        return SQLiteQueue.sharing(self._connection, self._writer_slot)
 
     def close(self) -> None:
         """Close the insert's connection (the pool's close with eventsourcing's factory)."""

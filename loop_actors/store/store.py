@@ -33,6 +33,7 @@ from aggregates.audit import (
     unpack_state,
 )
 from aggregates.audit_coverage import EFFECT, INVOCATION, AggregateKind, sequence_problem
+from aggregates.decisions import TerminalReason
 from aggregates.effect import Effect, EffectPrepared
 from aggregates.errors import AggregateError
 from aggregates.events import DomainEvent, fold
@@ -42,6 +43,7 @@ from aggregates.invocation import (
     InvocationEvent,
     InvocationSnapshot,
     InvocationStarted,
+    Paused,
 )
 from aggregates.requests import (
     CancelRequest,
@@ -61,6 +63,7 @@ from loop_actors.store.mapper import (
     UnusedTranscoder,
     event_topics,
 )
+from loop_actors.store.queue import NewRow, PostgresQueue, SQLiteQueue, WorkQueue
 from loop_actors.store.recorder import StoreRecorder
 from loop_actors.store.secrets import SealedTable, SqliteSealedTable
 from loop_actors.store.sqlite_recorder import LeanSQLiteRecorder
@@ -229,8 +232,10 @@ class EventStore:
                     f"{where} is not a loop-actors store: it has no events table"
                 )
             self.store_id = recorder.store_identity(create=not self.read_only)
-            if not self.read_only and hasattr(recorder, "create_effect_index"):
-                recorder.create_effect_index(topic_of(EffectPrepared))
+            if not self.read_only:
+                recorder.create_queue_tables()
+                if hasattr(recorder, "create_effect_index"):
+                    recorder.create_effect_index(topic_of(EffectPrepared))
             self._check_cipher()
         except (PersistenceError, sqlite3.Error) as error:
             self.close()
@@ -377,6 +382,25 @@ class EventStore:
             shutil.rmtree(self._copy, ignore_errors=True)
             self._copy = None
 
+    def open_queue(self) -> WorkQueue:
+        """The store's work queue, in its own database (its tables were created with the store).
+
+        On SQLite its own connection to the file; in memory the store's own database,
+        on the store's connection; on PostgreSQL its own connection to the server.
+
+        Raises:
+            StoreUnavailableError: the queue's database cannot be opened.
+        """
+        if self.url.kind == "postgresql":
+            return PostgresQueue(self.url.url)
+        if self.url.kind == "memory":
+            assert isinstance(self._recorder, LeanSQLiteRecorder)
+            return self._recorder.memory_queue()
+        assert self.url.path is not None
+        return SQLiteQueue(
+            str(self.url.path), timeout_s=self.url.lock_wait_s, read_only=self.read_only
+        )
+
     def close(self) -> None:
         """Close the connections (and remove a read-only open's copy)."""
         self._recorder.close()
@@ -385,11 +409,22 @@ class EventStore:
 
     # ----------------------------------------------------------------- writes
 
-    def append(self, events: Sequence[DomainEvent], *, lock_wait_s: float | None = None) -> int:
+    def append(
+        self,
+        events: Sequence[DomainEvent],
+        *,
+        lock_wait_s: float | None = None,
+        queue_rows: Sequence[NewRow] = (),
+    ) -> int:
         """Append events atomically (one transaction); return the last notification id.
 
         ``lock_wait_s``: wait at most this long (and never longer than the URL's
         ``lock_timeout``) for a database another connection has locked.
+
+        ``queue_rows``: the work queue's rows of the invocations these events start,
+        written in the same transaction (a row whose invocation has one is left as it
+        is). An invocation started so is never without its row, however soon the
+        process that started it dies.
 
         Raises:
             eventsourcing.persistence.IntegrityError: a position is already taken
@@ -405,7 +440,7 @@ class EventStore:
         # checks, which cost more than the mapping itself.
         to_stored = self.app.mapper.to_stored_event
         ids = self._recorder.insert_events(
-            [to_stored(event) for event in events], lock_wait_s=lock_wait_s
+            [to_stored(event) for event in events], lock_wait_s=lock_wait_s, queue_rows=queue_rows
         )
         self._snapshot_long_histories(events)
         return ids[-1] if ids else 0
@@ -580,6 +615,32 @@ class EventStore:
             if len(notifications) < 500:
                 return ids
             position = notifications[-1].id
+
+    def paused_for_reconciliation(self) -> list[Invocation]:
+        """Every invocation paused ``reconciliation_required`` now, in the order it paused first.
+
+        Found from the ``Paused`` rows that say so (whatever became of their effects: a
+        write the service did not know after its last dispatch is ``prepared``, not
+        open), each invocation read as it stands now.
+        """
+        candidates: dict[str, None] = {}
+        position = 0
+        while True:
+            notifications = self._recorder.select_notifications(
+                start=position, limit=500, topics=[topic_of(Paused)], inclusive_of_start=False
+            )
+            for notification in notifications:
+                paused = self.app.mapper.to_domain_event(notification)
+                if (
+                    isinstance(paused, Paused)
+                    and paused.reason is TerminalReason.RECONCILIATION_REQUIRED
+                ):
+                    candidates[str(notification.originator_id)] = None
+            if len(notifications) < 500:
+                break
+            position = notifications[-1].id
+        found = [self.get(invocation_id) for invocation_id in candidates]
+        return [invocation for invocation in found if invocation.paused_for_reconciliation]
 
     def cancel_request(self, invocation_id: str) -> CancelRequest | None:
         """The invocation's cancel request, if someone made one."""

@@ -408,12 +408,12 @@ def test_cli_resume_pauses_while_the_service_is_down_and_the_sweeper_finishes(
     assert still_down.returncode == 3, still_down.stderr
     assert still_down.stdout.splitlines() == [
         "resumed pay-2: reconciliation_required",
-        "effects settled=0 open=2",
+        "effects settled=0 open=2 invocations waiting=1",
     ]
 
     assert _lines(_cli(*sweep, tmp_path=tmp_path, cwd=EXAMPLES)) == [
         "resumed pay-2: completed",
-        "effects settled=2 open=0",
+        "effects settled=2 open=0 invocations waiting=0",
     ]
     assert _service(tmp_path) == [("dave", 40, 1)]
     report = json.loads(_lines(_cli(*sweep, "--json", tmp_path=tmp_path, cwd=EXAMPLES))[0])
@@ -424,6 +424,7 @@ def test_cli_resume_pauses_while_the_service_is_down_and_the_sweeper_finishes(
         "left_running": [],
         "needs_person": [],
         "effects_waiting": 0,
+        "invocations_waiting": 0,
     }
 
 
@@ -433,7 +434,7 @@ def test_cli_reconcile_leaves_alone_an_invocation_that_may_be_running(tmp_path: 
     assert sweep.returncode == 3, sweep.stderr
     assert sweep.stdout.splitlines() == [
         "left alone pay-4: not paused (it may be running); resume it",
-        "effects settled=0 open=1",
+        "effects settled=0 open=1 invocations waiting=0",
     ]
     resume = _cli(
         "resume", "pay-4", "--agent", "payments_agent:agent", tmp_path=tmp_path, cwd=EXAMPLES

@@ -239,7 +239,7 @@ def test_reconcile_exits_5_for_an_effect_only_a_person_can_settle_and_0_once_it_
         f"needs a person {KEY} (invocation {INVOCATION}): tool write_file has no reconcile "
         f"function; loop-actors effects resolve {KEY} --committed [--receipt JSON] | "
         "--rejected --reason TEXT --by NAME",
-        "effects settled=0 open=1",
+        "effects settled=0 open=1 invocations waiting=1",
     ]
     report = json.loads(cli(project, "reconcile", "--agent", "agents:writer", "--json").stdout)
     assert report["needs_person"] == [
@@ -254,9 +254,11 @@ def test_reconcile_exits_5_for_an_effect_only_a_person_can_settle_and_0_once_it_
 
     assert cli(project, "effects", "resolve", KEY, "--committed", "--by", "a").returncode == 0
     swept = cli(project, "reconcile", "--agent", "agents:writer")
-    assert (swept.returncode, swept.stdout.splitlines()) == (0, ["effects settled=0 open=0"])
-    # The sweeper follows open effects: the resolved invocation is resumed by hand.
-    assert cli(project, "resume", INVOCATION, "--agent", "agents:writer").returncode == 0
+    # Nothing is open now, and the sweeper resumes the invocation it paused.
+    assert (swept.returncode, swept.stdout.splitlines()) == (
+        0,
+        [f"resumed {INVOCATION}: completed", "effects settled=0 open=0 invocations waiting=0"],
+    )
 
 
 def test_a_cancelled_invocations_open_effect_needs_a_person_and_can_be_resolved(
@@ -281,7 +283,10 @@ def test_a_cancelled_invocations_open_effect_needs_a_person_and_can_be_resolved(
     assert resolved.stdout.splitlines()[1] == "its invocation has ended: nothing to resume"
     assert open_effects(project) == []
     swept = cli(project, "reconcile", "--agent", "agents:writer")
-    assert (swept.returncode, swept.stdout.splitlines()) == (0, ["effects settled=0 open=0"])
+    assert (swept.returncode, swept.stdout.splitlines()) == (
+        0,
+        ["effects settled=0 open=0 invocations waiting=0"],
+    )
 
 
 def test_resolving_an_effect_whose_invocation_may_still_be_running_is_refused(

@@ -196,3 +196,54 @@ def test_resuming_with_a_removed_tool_is_refused_unless_allowed(tmp_path: Path) 
     assert refused.returncode == 2
     assert "read_balance" in refused.stderr
     assert "removed" in refused.stderr
+
+
+def test_a_write_its_service_never_saw_in_three_dispatches_is_finished_by_the_sweeper(
+    tmp_path: Path,
+) -> None:
+    """Issue 33 C: the ledger holds the writes ``prepared`` (not open); the sweep resumes anyway.
+
+    Each payment request is lost on its way while ``service.db.lose-request`` exists: the
+    service answers "not found" for its key, the write is dispatched again with it, three
+    times, and the run pauses. Nothing is open then, so a sweep that followed open effects
+    only said "nothing waits" (exit 0) and left it paused for ever.
+    """
+    folder = workspace(tmp_path, "run")
+    lost = folder / "service.db.lose-request"
+    lost.touch()
+    paused = loop_actors(*run_args(), cwd=folder)
+    assert paused.returncode == 3, paused.stderr
+    outcome = json.loads(paused.stdout)
+    assert outcome["reason"] == "reconciliation_required"
+    assert (
+        "a write was dispatched 3 times and its service still does not know its key"
+        in (outcome["detail"])
+    )
+    listed = loop_actors("effects", "list", "--json", cwd=folder)
+    assert (listed.returncode, listed.stdout) == (0, "")  # both writes are `prepared`
+
+    still_lost = loop_actors("reconcile", "--agent", "payments_app:agent", "--json", cwd=folder)
+    assert still_lost.returncode == 3, still_lost.stderr
+    report = json.loads(still_lost.stdout)
+    assert [o["reason"] for o in report["resumed"]] == ["reconciliation_required"]
+    assert (report["effects_open"], report["invocations_waiting"]) == (0, 1)
+
+    lost.unlink()
+    swept = loop_actors("reconcile", "--agent", "payments_app:agent", cwd=folder)
+    assert swept.returncode == 0, swept.stderr
+    assert swept.stdout.splitlines() == [
+        f"resumed {INVOCATION}: completed",
+        "effects settled=0 open=0 invocations waiting=0",
+    ]
+    service = PaymentService(folder / "service.db")
+    assert [(r, a) for _, r, a in service.payments()] == [("bob", 30), ("carol", 20)]
+    # The lost requests never reached it; each key reached it once, when it got through.
+    assert sorted(r for _, r in service.attempts()) == ["bob", "carol"]
+    records = history(folder)
+    assert_history_is_whole(records)
+    assert records[-1]["data"]["reason"] == "completed"
+    again = loop_actors("reconcile", "--agent", "payments_app:agent", cwd=folder)
+    assert (again.returncode, again.stdout.splitlines()) == (
+        0,
+        ["effects settled=0 open=0 invocations waiting=0"],
+    )

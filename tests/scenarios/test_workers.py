@@ -361,3 +361,43 @@ def test_the_workers_command_shows_a_live_worker_and_its_leases(
     ]
     assert work.cli("list", "--status", "runnable").returncode == 0
     assert stop(work, worker, timeout_s=30)[0] == 0
+
+
+@BOTH_STORES
+@pytest.mark.parametrize(
+    "crash_at", ["after_start_commit", "after_dispatch_commit:1", "after_results_commit:1"]
+)
+def test_a_run_killed_in_its_first_moments_on_a_new_store_is_finished_by_a_worker(
+    folder: Callable[[float], Folder], crash_at: str
+) -> None:
+    """``loop-actors run`` SIGKILLed before its queue row could be written apart (issue 33 G).
+
+    The store is new (no queue table yet when the run starts): the row must come with
+    the start, and the run's registration with it, so that a worker sees the run gone.
+    """
+    work = folder(0.0)  # the run asks its model at once: no pause before its first commits
+    killed = run_cli(
+        "run", "payments_app:agent", "--goal", "pay bob and carol", "--id", "run-1",
+        cwd=work.path, db=work.db, env={**work.env, "LOOP_ACTORS_CRASH_AT": crash_at},
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    ((invocation_id, status, run_holder),) = work.queue()
+    assert (invocation_id, status) == ("run-1", "claimed")
+    assert run_holder is not None
+    assert run_holder.startswith("run:")
+    worker = work.start_worker("--concurrency", "2")
+    wait_until(lambda: work.queue()[0][1] == "ended", 30, "a worker to finish the killed run")
+    code, _, err = stop(work, worker)
+    assert code == 0, err
+
+    records = work.history("run-1")
+    assert_history_is_whole(records)
+    assert records[-1]["data"]["reason"] == "completed"
+    (takeover,) = [r["data"] for r in records if r["type"] == "LeaseAcquired"]
+    assert takeover["taken_from"] == run_holder
+    assert_paid_exactly_once(work, ["run-1"])
+    listed = work.cli("list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [
+        (r["invocation_id"], r["reason"]) for r in map(json.loads, listed.stdout.splitlines())
+    ] == [("run-1", "completed")]

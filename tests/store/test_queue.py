@@ -134,8 +134,8 @@ def test_acquiring_a_live_lease_is_refused_naming_its_holder_unless_taken_over(
     make_queue: MakeQueue,
 ) -> None:
     queue = make_queue()
-    assert queue.hold_new("inv-0", "payments", holder="run-a", lease_s=30)
-    assert not queue.hold_new("inv-0", "payments", holder="run-b", lease_s=30)
+    assert queue.enqueue_many([NewRow.held("inv-0", "payments", holder="run-a", lease_s=30)])[0]
+    assert not queue.enqueue_many([NewRow.held("inv-0", "payments", holder="run-b", lease_s=30)])[0]
     refused = queue.acquire(
         "inv-0", "payments", holder="run-b", lease_s=30, take_over=False, gone=never_gone
     )
@@ -150,7 +150,7 @@ def test_acquiring_a_live_lease_is_refused_naming_its_holder_unless_taken_over(
 
 def test_a_released_lease_is_taken_without_fencing_anyone(make_queue: MakeQueue) -> None:
     queue = make_queue()
-    queue.hold_new("inv-0", "payments", holder="run-a", lease_s=30)
+    queue.enqueue_many([NewRow.held("inv-0", "payments", holder="run-a", lease_s=30)])
     queue.release("inv-0", holder="run-a", epoch=0, release=DRAINED)
     taken = queue.acquire(
         "inv-0", "payments", holder="run-b", lease_s=30, take_over=False, gone=never_gone
@@ -373,13 +373,14 @@ def test_processes_racing_to_create_the_tables_all_succeed(make_queue: MakeQueue
 
 def test_new_rows_written_together_leave_a_row_that_exists_alone(make_queue: MakeQueue) -> None:
     queue = make_queue()
-    assert queue.hold_new("inv-1", "payments", holder="run-a", lease_s=30)
-    made = queue.hold_new_many(
-        [("inv-0", "payments"), ("inv-1", "payments"), ("inv-2", "payments")],
-        holder="run-b",
-        lease_s=30,
+    assert queue.enqueue_many([NewRow.held("inv-1", "payments", holder="run-a", lease_s=30)])[0]
+    made = queue.enqueue_many(
+        [
+            NewRow.held(i, "payments", holder="run-b", lease_s=30)
+            for i in ("inv-0", "inv-1", "inv-2")
+        ]
     )
-    assert made == {"inv-0", "inv-2"}
+    assert made == [True, False, True]
     rows = {i: queue.row(i) for i in ("inv-0", "inv-1", "inv-2")}
     assert {i: row.holder for i, row in rows.items() if row is not None} == {
         "inv-0": "run-b",
@@ -390,7 +391,9 @@ def test_new_rows_written_together_leave_a_row_that_exists_alone(make_queue: Mak
 
 def test_leases_released_together_release_only_those_still_held(make_queue: MakeQueue) -> None:
     queue = make_queue()
-    queue.hold_new_many([("inv-0", "payments"), ("inv-1", "payments")], holder="run-a", lease_s=30)
+    queue.enqueue_many(
+        [NewRow.held(i, "payments", holder="run-a", lease_s=30) for i in ("inv-0", "inv-1")]
+    )
     ended = Release(status=QueueStatus.ENDED)
     released = queue.release_many(
         [("inv-0", 0, ended, None), ("inv-1", 7, ended, None), ("inv-9", 0, ended, None)],

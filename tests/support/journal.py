@@ -11,7 +11,8 @@ from typing import Any
 from eventsourcing.persistence import OperationalError
 
 from aggregates.events import DomainEvent
-from loop_actors.store.journal import is_lock_failure
+from loop_actors.store.journal import Commit, is_lock_failure
+from loop_actors.store.queue import NewRow
 
 
 class FakeClock:
@@ -52,7 +53,13 @@ class FakeStore:
         self.attempts: list[tuple[list[str], float | None]] = []
         self.written: list[str] = []
 
-    def append(self, events: Sequence[DomainEvent], *, lock_wait_s: float | None = None) -> int:
+    def append(
+        self,
+        events: Sequence[DomainEvent],
+        *,
+        lock_wait_s: float | None = None,
+        queue_rows: Sequence[NewRow] = (),
+    ) -> int:
         ids = [str(event) for event in events]
         self.attempts.append((ids, lock_wait_s))
         error = self.fail(ids)
@@ -64,9 +71,9 @@ class FakeStore:
         return len(self.written)
 
 
-def commits(*names: str) -> list[Sequence[DomainEvent]]:
+def commits(*names: str) -> list[Commit]:
     """Commits of one stand-in event each (the fake store only looks at their text)."""
-    return [[name] for name in names]  # type: ignore[list-item]
+    return [Commit([name]) for name in names]  # type: ignore[list-item]
 
 
 def locked() -> OperationalError:

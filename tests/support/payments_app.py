@@ -14,6 +14,8 @@ Switches, as files (so a test can flip them between processes):
 - ``$PAYMENTS_DB.down``: the service cannot be reached (pay and lookup raise).
 - ``$PAYMENTS_DB.lose-reply``: the next payment is committed, then the reply
   is lost (the tool raises ``TimeoutError``); the file is removed.
+- ``$PAYMENTS_DB.lose-request``: while it exists, every payment is lost on its way
+  (the tool raises ``TimeoutError``; the service never sees it, and does not know its key).
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ class PaymentService:
         return connection
 
     def pay(self, key: str, recipient: str, amount: int) -> dict[str, Any]:
+        if Path(f"{self.path}.lose-request").exists():
+            raise TimeoutError("the payment request was lost before it reached the service")
         connection = self._connect()
         try:
             connection.execute("BEGIN IMMEDIATE")

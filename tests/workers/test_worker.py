@@ -264,31 +264,6 @@ async def test_a_run_whose_lease_cannot_be_renewed_starts_no_write_and_records_n
     assert paid == ["bob"]
 
 
-async def test_a_run_whose_queue_row_could_not_be_written_leaves_it_released_at_its_end(
-    db_url: str,
-) -> None:
-    """Bad input: the queue's database fails just when a new run writes its row."""
-    with trio.fail_after(30):
-        async with Runtime(db_url) as runtime:
-            queue = runtime._lease_keeper().queue
-
-            refused: list[int] = []
-            write_rows = queue.hold_new_many
-
-            def refuse_once(rows: Any, **options: Any) -> Any:
-                if not refused:  # the new run's row; its release writes it later
-                    refused.append(len(rows))
-                    raise StoreUnavailableError("the queue's database does not answer")
-                return write_rows(rows, **options)
-
-            queue.hold_new_many = refuse_once  # type: ignore[method-assign]
-            outcome = await runtime.run(AGENT, "g", invocation_id="rowless")
-        assert refused == [1]  # the write of its row did fail
-        assert outcome.reason is TerminalReason.COMPLETED
-        row = await queue_row(db_url, "rowless")
-    assert (row.status, row.holder) == (QueueStatus.ENDED, None)
-
-
 async def test_a_worker_whose_renewals_come_late_claims_its_own_run_again_and_drives_it_once(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
