@@ -29,7 +29,6 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,6 @@ import trio
 from turn_overhead import AGENT, T
 
 import loop_actors.store.journal as journal_module
-from aggregates.events import DomainEvent
 from loop_actors import Runtime
 from loop_actors._messages import CommitOutcome
 
@@ -67,7 +65,7 @@ class TransactionTimer:
 
     def __enter__(self) -> TransactionTimer:
         def timed(
-            store: journal_module.Appender, group: list[Sequence[DomainEvent]], **options: Any
+            store: journal_module.Appender, group: list[journal_module.Commit], **options: Any
         ) -> list[CommitOutcome]:
             started = time.perf_counter()
             results = self._original(store, group, **options)  # timed once written
