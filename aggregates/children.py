@@ -19,7 +19,6 @@ The values and rules only: the runtime (``loop_actors``) starts and drives child
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Annotated, Any, TypeVar
@@ -97,6 +96,10 @@ class Spent(Frozen):
             tokens=max(0, self.tokens - other.tokens),
             cost=max(0.0, self.cost - other.cost),
         )
+
+
+NOTHING_SPENT = Spent()
+"""Nothing used (shared: a ``Spent`` is frozen), for the hot path of a run without children."""
 
 
 class Allotment(Frozen):
@@ -247,13 +250,6 @@ def fan_out_problem(started: int, asked: int) -> str | None:
             f"invocation starts at most {MAX_FAN_OUT}"
         )
     return None
-
-
-def remaining_share(value: float | None, used: float) -> float | None:
-    """What is left of a limit after ``used`` (None: no limit; never below zero)."""
-    if value is None or math.isinf(value):
-        return None
-    return max(0.0, value - used)
 
 
 class ChildSpec(Frozen):

@@ -32,6 +32,7 @@ from typing import Any, assert_never
 
 from aggregates.call_secrets import CallSecrets
 from aggregates.children import (
+    NOTHING_SPENT,
     Allotment,
     ChildOutcome,
     Left,
@@ -1027,7 +1028,7 @@ class TurnCore:
         """What children used of this invocation's budget, and what is set aside for them."""
         inv = self.invocation
         if not inv.reservations and inv.children_started == 0:
-            return Spent()
+            return NOTHING_SPENT  # every turn of a run without children: no model built
         return inv.children_spent.plus(inv.reserved)
 
     def _steps_detail(self, children: Spent) -> str:
