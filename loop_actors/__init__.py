@@ -109,9 +109,9 @@ if TYPE_CHECKING:
     from loop_actors.runtime.runtime import ReconcileReport as ReconcileReport
     from loop_actors.runtime.runtime import ResolvedEffect as ResolvedEffect
     from loop_actors.runtime.runtime import Runtime as Runtime
+    from loop_actors.store.read_models import open_runner as open_runner
     from loop_actors.store.store import EventStore as EventStore
     from loop_actors.store.views import ReadModelsStatus as ReadModelsStatus
-    from loop_actors.store.views import open_runner as open_runner
     from loop_actors.workers.worker import Worker as Worker
     from loop_actors.workers.worker import WorkerReport as WorkerReport
 
@@ -210,7 +210,7 @@ _EXPORTS: dict[str, str] = {
     "ReplayResult": "loop_actors.runtime.replay",
     "EventStore": "loop_actors.store.store",
     "ReadModelsStatus": "loop_actors.store.views",
-    "open_runner": "loop_actors.store.views",
+    "open_runner": "loop_actors.store.read_models",
     "Worker": "loop_actors.workers.worker",
     "WorkerReport": "loop_actors.workers.worker",
 }

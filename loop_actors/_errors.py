@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from aggregates.decisions import ErrorClass
-from aggregates.fork import ForkRefusal
+from aggregates.vocabulary import ErrorClass
+
+if TYPE_CHECKING:
+    from aggregates.fork import ForkRefusal
 
 
 class LoopActorsError(Exception):
@@ -194,3 +197,15 @@ class UnreadableEventError(InconsistentHistoryError):
         self.position = position
         self.topic = topic
         self.why = problem
+
+
+def single_exception(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one exception a nursery wrapped, or the group itself when there are several.
+
+    A controller's actors only fail by bugs; what the caller should see is the
+    error itself, not trio's wrapper around it.
+    """
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error

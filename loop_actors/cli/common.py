@@ -11,11 +11,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
-from rich.console import Console
 
 from aggregates.decisions import TerminalReason
 from loop_actors._errors import AgentLoadError
-from loop_actors._render import terminal_safe
+from loop_actors._terminal import terminal_safe
 from loop_actors.agent.agent import Agent
 from loop_actors.audit.checkpoint import load_signing_key
 from loop_actors.cli.exit_codes import ExitCode
@@ -146,25 +145,6 @@ def report(outcome: Outcome, event_count: int | None, *, as_json: bool) -> ExitC
     else:
         print("\n".join(outcome_lines(outcome, event_count)))
     return ExitCode(outcome.exit_code)
-
-
-def note(text: str) -> None:
-    """Print ``loop-actors: note: TEXT`` on stderr."""
-    print(f"loop-actors: note: {text}", file=sys.stderr)
-
-
-def open_for_reading(db: str | None) -> EventStore:
-    """The store, opened read-only: the commands that only read never write it."""
-    store = EventStore(resolve_db_url(db), create=False, read_only=True)
-    for text in store.notes:
-        note(text)
-    return store
-
-
-def console() -> Console:
-    """The console the tables and trees are printed to."""
-    # A pipe or a file gets wide lines rather than columns cut to 80 characters.
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 
 
 def trio_run(fn: Callable[..., Awaitable[int]], *args: Any) -> int:

@@ -10,7 +10,7 @@ import json
 
 from aggregates.decisions import TerminalReason
 from loop_actors._errors import UsageError
-from loop_actors._render import terminal_safe
+from loop_actors._terminal import terminal_safe
 from loop_actors.agent.adapters import model_from_name
 from loop_actors.agent.agent import Agent
 from loop_actors.cli.common import (

@@ -21,11 +21,13 @@ from aggregates.lease import (
     lease_is_live,
 )
 from loop_actors._errors import UsageError
-from loop_actors._render import ID, TEXT, print_table, terminal_safe
+from loop_actors._render import ID, TEXT, console, print_table
+from loop_actors._terminal import terminal_safe
 from loop_actors.agent.agent import Agent
 from loop_actors.audit.checkpoint import load_signing_key
-from loop_actors.cli.common import console, load_agent, open_for_reading, trio_run
+from loop_actors.cli.common import load_agent, trio_run
 from loop_actors.cli.exit_codes import ExitCode
+from loop_actors.cli.reading import open_for_reading
 from loop_actors.runtime.leases import is_gone
 from loop_actors.runtime.runtime import Runtime, check_invocation_id
 from loop_actors.store.queue import WorkQueue

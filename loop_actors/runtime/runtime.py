@@ -18,12 +18,11 @@ from aggregates.fork import ForkPoint, ForkWrites
 from aggregates.invocation import Invocation, InvocationEvent
 from aggregates.lease import DEFAULT_LEASE_S, HolderKind, check_lease_s
 from aggregates.revalidation import MalformedValueError, revalidated
-from loop_actors._errors import UsageError
+from loop_actors._errors import UsageError, single_exception
 from loop_actors.agent.agent import Agent
 from loop_actors.agent.mcp import open_mcp_sessions
 from loop_actors.audit.checkpointer import Checkpointer, CheckpointSettings, open_checkpointer
 from loop_actors.runtime.arguments import StartRequest, check_invocation_id, check_texts
-from loop_actors.runtime.controller import single_exception
 from loop_actors.runtime.decisions import HumanDecisions, ResolvedEffect
 from loop_actors.runtime.driver import CancelResult, Driver
 from loop_actors.runtime.fork import Forked, check_fork_arguments, parse_writes
@@ -46,6 +45,7 @@ from loop_actors.runtime.replay import (
 )
 from loop_actors.runtime.slots import DEFAULT_WORK_SLOTS, WorkSlots
 from loop_actors.store.journal import Journal
+from loop_actors.store.read_models import open_runner
 from loop_actors.store.reader import StoreReader
 from loop_actors.store.secrets import SecretStore
 from loop_actors.store.store import EventStore
@@ -55,7 +55,6 @@ from loop_actors.store.views import (
     FOLLOW_RETRY_MAX_S,
     FollowerHealth,
     ReadModelsStatus,
-    open_runner,
     run_projection_follower,
 )
 from projections import ProjectionRunner
