@@ -10,8 +10,9 @@ pydantic model of the domain. The persisted topics are registered by
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from aggregates.lazy_names import lazy_names
 
 if TYPE_CHECKING:
     from aggregates.decisions import DECISION_SCHEMA_VERSION as DECISION_SCHEMA_VERSION
@@ -125,15 +126,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Import a public name's module the first time the name is used."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # the next use finds it without this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(globals(), _EXPORTS)

@@ -6,8 +6,9 @@ of the package (``projections.dialect``) does not import every read model.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from aggregates.lazy_names import lazy_names
 
 # Imported now, not when first used: the function has its module's name, and a module
 # imported later (``import projections.metrics``) would be bound to that name instead.
@@ -106,15 +107,4 @@ def default_projections() -> list[ReadModel]:
     return [TrajectoryProjection(), MetricsProjection(), OpenEffectsProjection()]
 
 
-def __getattr__(name: str) -> Any:
-    """Import a public name's module the first time the name is used."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # the next use finds it without this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(globals(), _EXPORTS)

@@ -20,11 +20,10 @@ from aggregates.model_input import (
     tool_digest,
     turn_digest_of,
 )
-from aggregates.turn import ModelAnswered, ModelFailed
+from aggregates.turn_messages import ModelAnswered, ModelFailed
 from aggregates.values import safe_text
 from loop_actors._errors import ScriptExhaustedError
 from loop_actors._messages import ModelReply, ModelRequest, ToolSchema
-from loop_actors._timers import sleep
 
 ScriptEntry = BaseModel | Mapping[str, Any]
 ScriptFunction = Callable[[ModelRequest], ScriptEntry | Awaitable[ScriptEntry]]
@@ -87,6 +86,9 @@ class ScriptedModel:
         Cancellation: a checkpoint (also while simulating latency).
         """
         if self.delay_s:
+            # Imported here: importing an agent imports no trio (the timers' module does).
+            from loop_actors._timers import sleep  # noqa: PLC0415
+
             await sleep(self.delay_s)
         if callable(self.script):
             proposal = self.script(request)

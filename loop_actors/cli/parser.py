@@ -63,7 +63,12 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
         "run a cases file's cases as invocations and score their trajectories "
         "('eval schema', 'eval compare A B')",
     ),
-    ("submit", "queue", "record a new invocation as runnable, for a worker to run; print its id"),
+    (
+        "submit",
+        "submit",
+        "record new invocations as runnable, for workers to run (--goal, or --goals FILE); "
+        "print their ids",
+    ),
     ("worker", "queue", "claim runnable invocations of these agents and run them, many at once"),
     ("workers", "queue", "live lease holders (workers and runs), their leases, last heartbeat"),
     ("history", "history", "print an invocation's committed events"),

@@ -279,7 +279,7 @@ def _who_settles_with(reference: str, effects: list[dict[str, Any]]) -> None:
     """
     # Imported here: see the module's docstring.
     from aggregates.effect import who_settles  # noqa: PLC0415
-    from loop_actors.cli.common import load_agent  # noqa: PLC0415
+    from loop_actors.cli.agents import load_agent  # noqa: PLC0415
     from loop_actors.runtime.reconcile_sweep import unaskable_reason  # noqa: PLC0415
 
     agent = load_agent(reference)

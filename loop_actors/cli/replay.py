@@ -13,7 +13,8 @@ from loop_actors._errors import UsageError
 from loop_actors._render import console
 from loop_actors._terminal import terminal_safe
 from loop_actors.agent.agent import Agent
-from loop_actors.cli.common import load_agent, trio_run
+from loop_actors.cli.agents import load_agent
+from loop_actors.cli.common import trio_run
 from loop_actors.cli.exit_codes import ExitCode
 from loop_actors.cli.reading import open_for_reading
 from loop_actors.runtime.gc_policy import GcPolicy
