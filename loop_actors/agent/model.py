@@ -20,8 +20,6 @@ from aggregates.model_input import (
     tool_digest,
     turn_digest_of,
 )
-from aggregates.turn_messages import ModelAnswered, ModelFailed
-from aggregates.values import safe_text
 from loop_actors._errors import ScriptExhaustedError
 from loop_actors._messages import ModelReply, ModelRequest, ToolSchema
 
@@ -103,35 +101,6 @@ class ScriptedModel:
         if type(proposal) is dict or isinstance(proposal, Mapping):
             proposal = dict(proposal)
         return ModelReply(proposal=proposal, usage=self.usage)
-
-
-def model_failure(error: BaseException) -> ModelFailed:
-    """A model call that raised (anything but trio's cancellation): data for the core.
-
-    KeyboardInterrupt, SystemExit and the like from the model's code included; the
-    caller lets trio's cancellation pass (a deadline, a cancelled run).
-    """
-    return ModelFailed(
-        error_type=safe_text(type(error).__name__, limit=200), message=safe_text(error)
-    )
-
-
-def model_answer(
-    reply: object, model_input: ModelInput | None = None
-) -> ModelAnswered | ModelFailed:
-    """What ``Model.decide`` returned, as the core's observation (with its request's digests)."""
-    if not isinstance(reply, ModelReply):
-        return ModelFailed(
-            error_type="TypeError",
-            message=f"decide() must return a ModelReply, got {safe_text(type(reply).__name__)}",
-        )
-    # Read as data, never trusted for its class: a reply built with model_construct may
-    # lack its proposal (a missing one is None: rejected) or hold any usage (the core
-    # admits it, aggregates.revalidation.admitted_usage).
-    fields = vars(reply)
-    return ModelAnswered(
-        proposal=fields.get("proposal"), usage=fields.get("usage"), model_input=model_input
-    )
 
 
 def model_identity(model: object) -> str:

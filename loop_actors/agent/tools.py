@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Literal, Protocol, cast, overload
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast, overload
 
 from pydantic import BaseModel, ConfigDict, SkipValidation, create_model
 from pydantic_core import to_jsonable_python
@@ -30,11 +30,13 @@ from aggregates.effect import Resolution
 from aggregates.invocation import DispatchedCall, ToolSpec
 from aggregates.redaction import redact_paths
 from aggregates.revalidation import MalformedValueError, revalidated
-from aggregates.turn_messages import ChildWaits
 from aggregates.values import check_json, describe_error
 from loop_actors._errors import ToolDefinitionError, ToolError
 from loop_actors._guard import in_thread, is_cancellation
 from loop_actors._messages import ToolSchema
+
+if TYPE_CHECKING:
+    from aggregates.turn_messages import ChildWaits
 
 DEFAULT_TOOL_TIMEOUT_S = 30.0
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from loop_actors._errors import SubmissionError, SubmissionProblem
 from loop_actors.runtime.submission import Submission
@@ -25,8 +24,7 @@ STDIN = "-"
 """The file name that reads standard input."""
 
 
-@dataclass(frozen=True, slots=True)
-class GoalsFile:
+class GoalsFile(NamedTuple):
     """The goals of a file, each with the number of its line (from 1; 0: an option's goal)."""
 
     name: str

@@ -112,7 +112,7 @@ def _print(done: list[Submitted], goals: GoalsFile, args: argparse.Namespace) ->
     for goal in done:
         if args.json:
             record = {
-                "line": goals.lines[goal.index],
+                "line": goals.lines[goal.position],
                 "invocation_id": goal.invocation_id,
                 "status": goal.status.value,
             }

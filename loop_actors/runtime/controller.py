@@ -62,8 +62,9 @@ from loop_actors._messages import (
 )
 from loop_actors.agent.agent import run_verifier
 from loop_actors.agent.batch import BatchRun
-from loop_actors.agent.model import RequestDigests, model_answer, model_failure
+from loop_actors.agent.model import RequestDigests
 from loop_actors.agent.policy import AccessRequest, check_access
+from loop_actors.agent.replies import model_answer, model_failure
 from loop_actors.runtime.leases import HeldLease, LeaseDrained
 from loop_actors.runtime.outage import StoreOutages
 from loop_actors.runtime.outcome import Outcome

@@ -17,16 +17,18 @@ recorded again (:attr:`SubmittedStatus.ALREADY_SUBMITTED`); its queue row is add
 it has none (a store written before rows were committed with their starts may have lost
 one in a crash). A goal without an id gets a new random one: submitted again, it is a
 new invocation.
+
+Its records are named tuples, not dataclasses: ``loop-actors submit`` builds each class
+when it starts, and a dataclass costs some five times as much to build.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Generator, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, assert_never
+from typing import Any, NamedTuple, assert_never
 
 from eventsourcing.persistence import IntegrityError, PersistenceError
 
@@ -51,8 +53,7 @@ DEFAULT_SUBMIT_CHUNK = 500
 enough that a transaction stays short (about a megabyte of starts)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Submission:
+class Submission(NamedTuple):
     """A goal for :meth:`Runtime.submit_many`, with what :meth:`Runtime.submit` takes beside it."""
 
     goal: str
@@ -73,11 +74,10 @@ class SubmittedStatus(StrEnum):
     """Its id names an invocation of the same goal and agent: nothing recorded again."""
 
 
-@dataclass(frozen=True, slots=True)
-class Submitted:
+class Submitted(NamedTuple):
     """One goal of a bulk submission, as it went."""
 
-    index: int
+    position: int
     """Its place in the submission, from 0."""
     invocation_id: str
     status: SubmittedStatus
@@ -86,15 +86,13 @@ class Submitted:
 # --------------------------------------------------------------------------- the steps
 
 
-@dataclass(frozen=True, slots=True)
-class ReadInvocations:
+class ReadInvocations(NamedTuple):
     """Answer with ``EventStore.invocations_of(invocation_ids)``."""
 
     invocation_ids: list[str]
 
 
-@dataclass(frozen=True, slots=True)
-class CommitStarts:
+class CommitStarts(NamedTuple):
     """Commit these events and these queue rows in one transaction; answer True.
 
     Answer False when the store refused them as a conflict (an id taken meanwhile):
@@ -105,15 +103,13 @@ class CommitStarts:
     rows: list[NewRow]
 
 
-@dataclass(frozen=True, slots=True)
-class AddRows:
+class AddRows(NamedTuple):
     """Add these queue rows (a row whose invocation has one is left as it is); answer None."""
 
     rows: list[NewRow]
 
 
-@dataclass(frozen=True, slots=True)
-class ChunkDone:
+class ChunkDone(NamedTuple):
     """A chunk is recorded: ``submitted`` says how each of its goals went; answer None."""
 
     submitted: list[Submitted]

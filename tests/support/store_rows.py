@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 from aggregates.lease import QueueRow
-from loop_actors.store.queue import open_queue
 from loop_actors.store.store import EventStore
-from loop_actors.store.url import StoreUrl
 
 
 def queue_rows(db_url: str) -> dict[str, QueueRow]:
     """Every row of the store's queue, by invocation id (SQLite or PostgreSQL)."""
-    url = StoreUrl.parse(db_url)
-    target = str(url.path) if url.kind == "sqlite" else url.url
-    queue = open_queue(url.kind, target)
+    store = EventStore(db_url, create=False)
     try:
-        rows, _ = queue.rows(limit=None)
+        queue = store.open_queue()
+        try:
+            rows, _ = queue.rows(limit=None)
+        finally:
+            queue.close()
     finally:
-        queue.close()
+        store.close()
     return {row.invocation_id: row for row in rows}
 
 
