@@ -1,13 +1,13 @@
 """The typed vocabulary of an agent loop: decisions, calls, results, budgets and reasons.
 
-Everything here is a frozen pydantic model or a ``StrEnum``. These types are
+Everything here is a frozen pydantic model or a ``StrEnum`` (those of
+``aggregates.vocabulary``, re-exported). These types are
 persisted inside events, so their field names and enum values are a contract:
 change them only with a new ``schema_version`` and an upcaster.
 """
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -28,6 +28,14 @@ from aggregates.pydantic_slots import SET_PRIVATE as SET_PRIVATE  # noqa: PLC041
 from aggregates.pydantic_slots import built as built  # noqa: PLC0414
 from aggregates.values import parse_json_text
 
+# The closed vocabularies live in aggregates.vocabulary (no pydantic); re-exported here.
+from aggregates.vocabulary import PAUSING_REASONS as PAUSING_REASONS  # noqa: PLC0414
+from aggregates.vocabulary import EffectStatus as EffectStatus  # noqa: PLC0414
+from aggregates.vocabulary import ErrorClass as ErrorClass  # noqa: PLC0414
+from aggregates.vocabulary import RejectionClass as RejectionClass  # noqa: PLC0414
+from aggregates.vocabulary import TerminalReason as TerminalReason  # noqa: PLC0414
+from aggregates.vocabulary import ToolEffect as ToolEffect  # noqa: PLC0414
+
 DECISION_SCHEMA_VERSION = 1
 """The version of the decision union that this code reads and writes."""
 
@@ -35,98 +43,7 @@ DECISION_SCHEMA_VERSION = 1
 class Frozen(BaseModel):
     """A frozen pydantic model that refuses unknown fields."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class TerminalReason(StrEnum):
-    """Why an invocation stopped: the closed vocabulary of DESIGN.md."""
-
-    COMPLETED = "completed"
-    APPROVAL_REQUIRED = "approval_required"
-    CLARIFICATION_REQUIRED = "clarification_required"
-    CANNOT_CONTINUE = "cannot_continue"
-    CANCELLED = "cancelled"
-    DEADLINE_EXCEEDED = "deadline_exceeded"
-    MAX_STEPS = "max_steps"
-    TOOL_BUDGET_EXHAUSTED = "tool_budget_exhausted"
-    TOKEN_BUDGET_EXHAUSTED = "token_budget_exhausted"  # noqa: S105 - a reason, not a secret
-    COST_BUDGET_EXHAUSTED = "cost_budget_exhausted"
-    NO_PROGRESS = "no_progress"
-    REPEATED_FAILURE = "repeated_failure"
-    INVALID_DECISION = "invalid_decision"
-    MODEL_ERROR = "model_error"
-    TOOL_UNAVAILABLE = "tool_unavailable"
-    VERIFICATION_FAILED = "verification_failed"
-    CHECKPOINT_FAILED = "checkpoint_failed"
-    LEASE_LOST = "lease_lost"
-    RECONCILIATION_REQUIRED = "reconciliation_required"
-    HANDED_OFF = "handed_off"
-    """The model handed the conversation to another agent, which goes on as a new invocation."""
-
-    @property
-    def pauses(self) -> bool:
-        """True for the reasons that pause an invocation instead of ending it."""
-        return self in PAUSING_REASONS
-
-
-PAUSING_REASONS = frozenset(
-    {
-        TerminalReason.APPROVAL_REQUIRED,
-        TerminalReason.CLARIFICATION_REQUIRED,
-        TerminalReason.RECONCILIATION_REQUIRED,
-    }
-)
-
-
-class ErrorClass(StrEnum):
-    """The class of a failed tool call, as the model and the operator see it."""
-
-    INVALID_ARGUMENTS = "invalid_arguments"
-    TOOL_FAILED = "tool_failed"
-    TIMEOUT = "timeout"
-    CANCELLED = "cancelled"
-    DEADLINE_EXCEEDED = "deadline_exceeded"
-    DENIED = "denied"
-    UNAVAILABLE = "unavailable"
-    OUTCOME_UNKNOWN = "outcome_unknown"
-    REJECTED = "rejected"
-    OUTPUT_INVALID = "output_invalid"
-
-
-class RejectionClass(StrEnum):
-    """Why a model's proposal was refused before anything ran."""
-
-    SCHEMA_INVALID = "schema_invalid"
-    UNKNOWN_TOOL = "unknown_tool"
-    DUPLICATE_CALL_ID = "duplicate_call_id"
-    INVALID_ARGUMENTS = "invalid_arguments"
-    EMPTY_BATCH = "empty_batch"
-    EMPTY_ANSWER = "empty_answer"
-    UNSUPPORTED_VERSION = "unsupported_version"
-    UNKNOWN_HANDOFF = "unknown_handoff"
-    """A handoff to an agent that is not one of the agent's ``handoffs`` (or one too many)."""
-    VALUE_INVALID = "value_invalid"
-    """It holds a value that cannot be stored faithfully (NaN, a lone surrogate, too deep...)."""
-    TOO_LARGE = "too_large"
-    """It is larger than the run's ``max_proposal_bytes``."""
-
-
-class EffectStatus(StrEnum):
-    """Where an external write stands in the effect ledger."""
-
-    PREPARED = "prepared"
-    DISPATCHED = "dispatched"
-    COMMITTED = "committed"
-    REJECTED = "rejected"
-    OUTCOME_UNKNOWN = "outcome_unknown"
-    RECONCILED = "reconciled"
-
-
-class ToolEffect(StrEnum):
-    """What a tool does to the world: reads may run concurrently, writes run one at a time."""
-
-    READ = "read"
-    WRITE = "write"
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 # --------------------------------------------------------------------------- calls
@@ -257,7 +174,7 @@ Decision = Annotated[
 ]
 """The closed decision union a model may return."""
 
-DECISION_ADAPTER: TypeAdapter[Decision] = TypeAdapter(Decision)
+DECISION_ADAPTER: TypeAdapter[Decision] = TypeAdapter(Decision, config=ConfigDict(defer_build=True))
 
 
 _DECISION_CLASSES: tuple[type[BaseModel], ...] = (

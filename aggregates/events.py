@@ -18,7 +18,7 @@ from aggregates.pydantic_slots import set_in_place
 class DomainEvent(BaseModel, CanMutateAggregate[str]):
     """A frozen, JSON-able fact about one aggregate, applied by the aggregate's ``_evolve``."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     originator_id: str
     originator_version: int

@@ -927,7 +927,7 @@ class InvocationState(Frozen):
 class InvocationSnapshot(BaseModel, CanSnapshotAggregate[str]):
     """An Invocation's state at a version, so that a long history replays from there."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     originator_id: str
     originator_version: int

@@ -97,8 +97,8 @@ from loop_actors import (
     tool,
 )
 from loop_actors.store.mapper import _IN_COLUMNS
+from loop_actors.store.read_models import open_runner, views_location
 from loop_actors.store.store import EventStore
-from loop_actors.store.views import open_runner, views_location
 from projections import (
     MetricsProjection,
     OpenEffectsProjection,

@@ -13,8 +13,9 @@ checkers and editors; a test checks that it and ``_EXPORTS`` agree with ``__all_
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from aggregates.lazy_names import lazy_names
 
 if TYPE_CHECKING:
     from aggregates.children import ChildOutcome as ChildOutcome
@@ -65,6 +66,8 @@ if TYPE_CHECKING:
     from loop_actors._errors import StoreReadOnlyError as StoreReadOnlyError
     from loop_actors._errors import StoreUnavailableError as StoreUnavailableError
     from loop_actors._errors import StoreUrlError as StoreUrlError
+    from loop_actors._errors import SubmissionError as SubmissionError
+    from loop_actors._errors import SubmissionProblem as SubmissionProblem
     from loop_actors._errors import ToolDefinitionError as ToolDefinitionError
     from loop_actors._errors import ToolError as ToolError
     from loop_actors._errors import UnreadableEventError as UnreadableEventError
@@ -109,9 +112,10 @@ if TYPE_CHECKING:
     from loop_actors.runtime.runtime import ReconcileReport as ReconcileReport
     from loop_actors.runtime.runtime import ResolvedEffect as ResolvedEffect
     from loop_actors.runtime.runtime import Runtime as Runtime
+    from loop_actors.runtime.submission import Submission as Submission
+    from loop_actors.store.read_models import open_runner as open_runner
     from loop_actors.store.store import EventStore as EventStore
     from loop_actors.store.views import ReadModelsStatus as ReadModelsStatus
-    from loop_actors.store.views import open_runner as open_runner
     from loop_actors.workers.worker import Worker as Worker
     from loop_actors.workers.worker import WorkerReport as WorkerReport
 
@@ -164,6 +168,8 @@ _EXPORTS: dict[str, str] = {
     "StoreReadOnlyError": "loop_actors._errors",
     "StoreUnavailableError": "loop_actors._errors",
     "StoreUrlError": "loop_actors._errors",
+    "SubmissionError": "loop_actors._errors",
+    "SubmissionProblem": "loop_actors._errors",
     "ToolDefinitionError": "loop_actors._errors",
     "ToolError": "loop_actors._errors",
     "UnreadableEventError": "loop_actors._errors",
@@ -201,6 +207,7 @@ _EXPORTS: dict[str, str] = {
     "ReconcileReport": "loop_actors.runtime.runtime",
     "ResolvedEffect": "loop_actors.runtime.runtime",
     "Runtime": "loop_actors.runtime.runtime",
+    "Submission": "loop_actors.runtime.submission",
     "Divergence": "aggregates.replay",
     "DivergenceKind": "aggregates.replay",
     "Forked": "loop_actors.runtime.fork",
@@ -210,7 +217,7 @@ _EXPORTS: dict[str, str] = {
     "ReplayResult": "loop_actors.runtime.replay",
     "EventStore": "loop_actors.store.store",
     "ReadModelsStatus": "loop_actors.store.views",
-    "open_runner": "loop_actors.store.views",
+    "open_runner": "loop_actors.store.read_models",
     "Worker": "loop_actors.workers.worker",
     "WorkerReport": "loop_actors.workers.worker",
 }
@@ -295,6 +302,9 @@ __all__ = [
     "StoreReadOnlyError",
     "StoreUnavailableError",
     "StoreUrlError",
+    "Submission",
+    "SubmissionError",
+    "SubmissionProblem",
     "TerminalReason",
     "Tool",
     "ToolCall",
@@ -317,15 +327,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Import a public name's module the first time the name is used."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # the next use finds it without this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(globals(), _EXPORTS)

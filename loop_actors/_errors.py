@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING
 
-from aggregates.decisions import ErrorClass
-from aggregates.fork import ForkRefusal
+from aggregates.vocabulary import ErrorClass
+
+if TYPE_CHECKING:
+    from aggregates.fork import ForkRefusal
 
 
 class LoopActorsError(Exception):
@@ -58,6 +62,53 @@ class InvocationExistsError(UsageError):
 
     def __init__(self, invocation_id: str, why: str = "already exists") -> None:
         super().__init__(f"invocation {invocation_id!r} {why}")
+        self.invocation_id = invocation_id
+
+
+class SubmissionProblem(StrEnum):
+    """What is wrong with a goal of a bulk submission (``submit_many``, ``submit --goals``)."""
+
+    UNREADABLE_FILE = "unreadable_file"
+    """The goals file does not exist, is not a file, cannot be read, or is not UTF-8 text."""
+    BLANK_LINE = "blank_line"
+    """A line of the goals file holds nothing (a goal a line: a blank line is a mistake)."""
+    MALFORMED_LINE = "malformed_line"
+    """A line that starts like a JSON object but is not one with the known fields and types."""
+    MISSING_GOAL = "missing_goal"
+    """No goal, or an empty one."""
+    INVALID_VALUE = "invalid_value"
+    """A value the runtime refuses: an id in its own namespaces, a control character, a
+    lone surrogate, something that is not a goal at all."""
+    DUPLICATE_ID = "duplicate_id"
+    """An id that two goals of the same submission give."""
+    ID_TAKEN = "id_taken"
+    """An id that names an invocation of another goal or agent in the store."""
+
+
+class SubmissionError(UsageError):
+    """Raised when a goal of a bulk submission cannot be submitted.
+
+    ``where`` names the goal (``goals[3]``, ``goals.jsonl:4``); ``problem`` says what
+    is wrong with it (:class:`SubmissionProblem`). A goal found wrong before anything
+    is written (every problem but a race) stops the submission with nothing written;
+    an id taken by another process while the submission runs stops it at that goal's
+    chunk, nothing of which is written (the chunks before it are).
+    """
+
+    def __init__(
+        self,
+        where: str,
+        problem: SubmissionProblem,
+        detail: str,
+        *,
+        index: int | None,
+        invocation_id: str | None = None,
+    ) -> None:
+        super().__init__(f"{where}: {detail}")
+        self.where = where
+        self.problem = problem
+        self.index = index
+        """The goal's place in the submission, from 0 (None: the goals file itself)."""
         self.invocation_id = invocation_id
 
 
@@ -194,3 +245,15 @@ class UnreadableEventError(InconsistentHistoryError):
         self.position = position
         self.topic = topic
         self.why = problem
+
+
+def single_exception(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one exception a nursery wrapped, or the group itself when there are several.
+
+    A controller's actors only fail by bugs; what the caller should see is the
+    error itself, not trio's wrapper around it.
+    """
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error

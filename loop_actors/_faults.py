@@ -32,6 +32,8 @@ class CrashPoint(StrEnum):
     """``ResultsCommitted`` is durable; the model was not asked again yet."""
     BEFORE_FINAL_COMMIT = "before_final_commit"
     """The final answer is decided; ``Terminated`` is not yet committed."""
+    AFTER_SUBMIT_CHUNK_COMMIT = "after_submit_chunk_commit"
+    """A chunk of a bulk submission is durable, with its queue rows; the next is not written."""
     PROJECTION_BATCH_APPLIED = "projection_batch_applied"
     """A read model applied a batch of events; its transaction is not yet committed."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 import json
-import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from loop_actors._terminal import terminal_safe
 from projections import MetricsRow, Trajectory
 
 STATUS_STYLE = {
@@ -37,23 +38,10 @@ STATUS_STYLE = {
 PAUSES = {"approval_required", "clarification_required", "reconciliation_required"}
 
 
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
-
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
-
-
-def terminal_safe(text: object) -> str:
-    r"""Text from a model, a tool or a service as it may reach an operator's terminal.
-
-    C0 and C1 control characters (but newline and tab) and DEL are shown as escapes
-    (``\x1b``), so an answer holding ``\x1b[31m`` cannot drive the terminal; so are
-    lone surrogates (which a terminal cannot be sent at all).
-    """
-    value = text if isinstance(text, str) else str(text)
-    return _CONTROL.sub(_escape, value)
+def console() -> Console:
+    """The console the tables and trees are printed to."""
+    # A pipe or a file gets wide lines rather than columns cut to 80 characters.
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 
 
 def _text(value: object, style: str = "") -> Text:

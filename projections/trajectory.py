@@ -12,8 +12,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, ClassVar, cast, get_args
 
-from pydantic import JsonValue
-from pydantic_core import from_json
+from pydantic import BaseModel, JsonValue
+from pydantic_core import SchemaSerializer, from_json
 
 from aggregates.decisions import (
     DECISION_ADAPTER,
@@ -359,14 +359,22 @@ def _step_row(invocation_id: str, step: StepView) -> tuple[Any, ...]:
     )
 
 
-_DECISION_SERIALIZERS = {
-    cls: cls.__pydantic_serializer__ for cls in get_args(get_args(Decision)[0])
-}
+def _serializer_of(cls: type[BaseModel]) -> SchemaSerializer:
+    """The class's own serializer, built now if its build was deferred to its first use.
+
+    Kept in a table, it must be the real one: a deferred class's placeholder rebuilds
+    (or checks that it is built) on every call.
+    """
+    cls.model_rebuild()
+    return cls.__pydantic_serializer__
+
+
+_DECISION_SERIALIZERS = {cls: _serializer_of(cls) for cls in get_args(get_args(Decision)[0])}
 """Each decision class's own serializer: for a decision of exactly that class it writes what
 ``DECISION_ADAPTER`` writes (the union's serializer picks that class's), without choosing."""
 
 
-_REJECTION = Rejection.__pydantic_serializer__
+_REJECTION = _serializer_of(Rejection)
 """``rejection.model_dump(mode="json")``, without its Python wrapper."""
 
 

@@ -24,8 +24,6 @@ from enum import StrEnum
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-import trio
-
 from aggregates.decisions import (
     CannotContinue,
     Clarification,
@@ -153,6 +151,8 @@ async def call_with_retries(call: Callable[[], Awaitable[T]], policy: RetryPolic
 
     Cancellation: a checkpoint (also while backing off).
     """
+    import trio  # noqa: PLC0415 - imported with the first call: importing an agent imports no trio
+
     attempt = 0
     while True:
         attempt += 1

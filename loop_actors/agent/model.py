@@ -20,11 +20,8 @@ from aggregates.model_input import (
     tool_digest,
     turn_digest_of,
 )
-from aggregates.turn import ModelAnswered, ModelFailed
-from aggregates.values import safe_text
 from loop_actors._errors import ScriptExhaustedError
 from loop_actors._messages import ModelReply, ModelRequest, ToolSchema
-from loop_actors._timers import sleep
 
 ScriptEntry = BaseModel | Mapping[str, Any]
 ScriptFunction = Callable[[ModelRequest], ScriptEntry | Awaitable[ScriptEntry]]
@@ -87,6 +84,9 @@ class ScriptedModel:
         Cancellation: a checkpoint (also while simulating latency).
         """
         if self.delay_s:
+            # Imported here: importing an agent imports no trio (the timers' module does).
+            from loop_actors._timers import sleep  # noqa: PLC0415
+
             await sleep(self.delay_s)
         if callable(self.script):
             proposal = self.script(request)
@@ -101,35 +101,6 @@ class ScriptedModel:
         if type(proposal) is dict or isinstance(proposal, Mapping):
             proposal = dict(proposal)
         return ModelReply(proposal=proposal, usage=self.usage)
-
-
-def model_failure(error: BaseException) -> ModelFailed:
-    """A model call that raised (anything but trio's cancellation): data for the core.
-
-    KeyboardInterrupt, SystemExit and the like from the model's code included; the
-    caller lets trio's cancellation pass (a deadline, a cancelled run).
-    """
-    return ModelFailed(
-        error_type=safe_text(type(error).__name__, limit=200), message=safe_text(error)
-    )
-
-
-def model_answer(
-    reply: object, model_input: ModelInput | None = None
-) -> ModelAnswered | ModelFailed:
-    """What ``Model.decide`` returned, as the core's observation (with its request's digests)."""
-    if not isinstance(reply, ModelReply):
-        return ModelFailed(
-            error_type="TypeError",
-            message=f"decide() must return a ModelReply, got {safe_text(type(reply).__name__)}",
-        )
-    # Read as data, never trusted for its class: a reply built with model_construct may
-    # lack its proposal (a missing one is None: rejected) or hold any usage (the core
-    # admits it, aggregates.revalidation.admitted_usage).
-    fields = vars(reply)
-    return ModelAnswered(
-        proposal=fields.get("proposal"), usage=fields.get("usage"), model_input=model_input
-    )
 
 
 def model_identity(model: object) -> str:

@@ -13,9 +13,8 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Literal, Protocol, cast, overload
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast, overload
 
-import trio
 from pydantic import BaseModel, ConfigDict, SkipValidation, create_model
 from pydantic_core import to_jsonable_python
 
@@ -31,11 +30,13 @@ from aggregates.effect import Resolution
 from aggregates.invocation import DispatchedCall, ToolSpec
 from aggregates.redaction import redact_paths
 from aggregates.revalidation import MalformedValueError, revalidated
-from aggregates.turn_messages import ChildWaits
 from aggregates.values import check_json, describe_error
 from loop_actors._errors import ToolDefinitionError, ToolError
-from loop_actors._guard import is_cancellation
+from loop_actors._guard import in_thread, is_cancellation
 from loop_actors._messages import ToolSchema
+
+if TYPE_CHECKING:
+    from aggregates.turn_messages import ChildWaits
 
 DEFAULT_TOOL_TIMEOUT_S = 30.0
 
@@ -348,20 +349,18 @@ class Tool:
                     return await self.fn(**kwargs)
                 if self.inline:
                     return self.fn(**kwargs)
-                return await trio.to_thread.run_sync(
-                    lambda: self.fn(**kwargs), abandon_on_cancel=True
-                )
+                return await in_thread(lambda: self.fn(**kwargs))
             finally:
                 if running is not None:
                     running.set()
 
-        def in_thread() -> Any:
+        def run_and_say_done() -> Any:
             try:
                 return self.fn(**kwargs)
             finally:
                 running.set()  # the thread is done, whether or not anyone still waits
 
-        return await trio.to_thread.run_sync(in_thread, abandon_on_cancel=True)
+        return await in_thread(run_and_say_done)
 
 
 async def ask_service(tool_: Tool, key: str) -> Reconciled:
@@ -382,7 +381,7 @@ async def ask_service(tool_: Tool, key: str) -> Reconciled:
     if inspect.iscoroutinefunction(reconcile):
         answer = await reconcile(key)
     else:
-        answer = await trio.to_thread.run_sync(reconcile, key, abandon_on_cancel=True)
+        answer = await in_thread(reconcile, key)
     if not isinstance(answer, Reconciled):
         raise ToolDefinitionError(
             f"tool {tool_.name}: reconcile() must return Reconciled, got {type(answer).__name__}"
@@ -576,7 +575,7 @@ class Toolbox:
         running = self._attempts.get(effect_key)
         if running is None:
             return True
-        stopped = await trio.to_thread.run_sync(running.wait, timeout_s, abandon_on_cancel=True)
+        stopped = await in_thread(running.wait, timeout_s)
         return bool(stopped) or not self.attempt_running(effect_key)
 
     def effect_of(self, name: str) -> ToolEffect | None:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from loop_actors._errors import UsageError
-from loop_actors._render import terminal_safe
+from loop_actors._terminal import terminal_safe
 from loop_actors.audit.checkpoint import (
     CheckpointReport,
     Commitment,
@@ -36,8 +36,8 @@ from loop_actors.audit.verified_state import (
     save_state,
 )
 from loop_actors.audit.verify import Coverage, verify_all, verify_tree
-from loop_actors.cli.common import open_for_reading
 from loop_actors.cli.exit_codes import ExitCode
+from loop_actors.cli.reading import open_for_reading
 
 
 def _audit_keygen(args: argparse.Namespace) -> int:

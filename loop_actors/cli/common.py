@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
-import os
-import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
-from rich.console import Console
 
 from aggregates.decisions import TerminalReason
-from loop_actors._errors import AgentLoadError
-from loop_actors._render import terminal_safe
-from loop_actors.agent.agent import Agent
+from loop_actors._terminal import terminal_safe
 from loop_actors.audit.checkpoint import load_signing_key
 from loop_actors.cli.exit_codes import ExitCode
 from loop_actors.runtime.outage import is_outage
@@ -47,36 +41,6 @@ def runtime_for(args: argparse.Namespace, *, existing: bool = False) -> Runtime:
     if existing:
         EventStore(url, create=False).close()
     return runtime
-
-
-def load_agent(reference: str) -> Agent:
-    """Import ``MODULE:ATTR`` (like uvicorn) and check that it is an Agent.
-
-    Raises:
-        AgentLoadError: the module or attribute is missing, or is not an Agent.
-    """
-    module_name, sep, attribute = reference.partition(":")
-    if not sep or not module_name or not attribute:
-        raise AgentLoadError(f"expected MODULE:ATTR, got {reference!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        raise AgentLoadError(f"cannot import module {module_name!r}: {error}") from error
-    except Exception as error:
-        raise AgentLoadError(
-            f"importing {module_name!r} failed: {type(error).__name__}: {error}"
-        ) from error
-    value: Any = module
-    for part in attribute.split("."):
-        try:
-            value = getattr(value, part)
-        except AttributeError:
-            raise AgentLoadError(f"module {module_name!r} has no attribute {attribute!r}") from None
-    if not isinstance(value, Agent):
-        raise AgentLoadError(f"{reference} is a {type(value).__name__}, not a loop_actors.Agent")
-    return value
 
 
 def outcome_json(outcome: Outcome) -> str:
@@ -146,25 +110,6 @@ def report(outcome: Outcome, event_count: int | None, *, as_json: bool) -> ExitC
     else:
         print("\n".join(outcome_lines(outcome, event_count)))
     return ExitCode(outcome.exit_code)
-
-
-def note(text: str) -> None:
-    """Print ``loop-actors: note: TEXT`` on stderr."""
-    print(f"loop-actors: note: {text}", file=sys.stderr)
-
-
-def open_for_reading(db: str | None) -> EventStore:
-    """The store, opened read-only: the commands that only read never write it."""
-    store = EventStore(resolve_db_url(db), create=False, read_only=True)
-    for text in store.notes:
-        note(text)
-    return store
-
-
-def console() -> Console:
-    """The console the tables and trees are printed to."""
-    # A pipe or a file gets wide lines rather than columns cut to 80 characters.
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 
 
 def trio_run(fn: Callable[..., Awaitable[int]], *args: Any) -> int:

@@ -10,11 +10,11 @@ import argparse
 import trio
 
 from loop_actors._messages import ModelRequest
-from loop_actors._render import render_tree
+from loop_actors._render import console, render_tree
 from loop_actors.agent.agent import Agent
 from loop_actors.agent.model import ScriptedModel
 from loop_actors.agent.tools import tool
-from loop_actors.cli.common import console, outcome_lines, runtime_for, trio_run
+from loop_actors.cli.common import outcome_lines, runtime_for, trio_run
 from loop_actors.cli.exit_codes import ExitCode
 from loop_actors.runtime.runtime import Runtime
 from loop_actors.store.url import redacted_url

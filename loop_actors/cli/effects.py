@@ -13,7 +13,8 @@ from aggregates.values import check_json_depth
 from loop_actors._errors import EffectResolutionError
 from loop_actors.agent.agent import Agent
 from loop_actors.cli import read_models
-from loop_actors.cli.common import load_agent, report, runtime_for, stored_events
+from loop_actors.cli.agents import load_agent
+from loop_actors.cli.common import report, runtime_for, stored_events
 from loop_actors.cli.exit_codes import ExitCode
 from loop_actors.runtime.runtime import Runtime
 

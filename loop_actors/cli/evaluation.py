@@ -16,7 +16,8 @@ import trio
 from loop_actors._errors import UsageError
 from loop_actors.agent.adapters import model_from_name
 from loop_actors.agent.agent import Agent
-from loop_actors.cli.common import load_agent, runtime_for
+from loop_actors.cli.agents import load_agent
+from loop_actors.cli.common import runtime_for
 from loop_actors.cli.exit_codes import ExitCode
 from loop_actors.eval import evaluate as evaluation
 from loop_actors.eval.builtin import SUITE_NAME, Fault, builtin_jobs, crash_store_problem

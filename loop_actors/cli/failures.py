@@ -6,12 +6,15 @@ import argparse
 import sys
 
 from aggregates.values import describe_error
-from loop_actors._errors import InconsistentHistoryError, LeaseHeldError, UsageError
-from loop_actors._render import terminal_safe
+from loop_actors._errors import (
+    InconsistentHistoryError,
+    LeaseHeldError,
+    UsageError,
+    single_exception,
+)
+from loop_actors._terminal import terminal_safe
 from loop_actors.cli.exit_codes import ExitCode
 from loop_actors.cli.parser import command_group
-from loop_actors.runtime.controller import single_exception
-from loop_actors.runtime.outage import is_outage, one_line
 from loop_actors.store.url import redacted_url
 
 
@@ -44,6 +47,8 @@ def run_command(args: argparse.Namespace) -> int:
         print("loop-actors: interrupted", file=sys.stderr)
         return ExitCode.INTERRUPTED
     except Exception as error:  # the last line of defence: one line, exit 1
+        from loop_actors.runtime.outage import is_outage, one_line  # noqa: PLC0415 - rare
+
         if is_outage(error):  # the database went away before the command could finish
             _error(f"the store cannot be used: {one_line(error)}")
             return ExitCode.USAGE_ERROR

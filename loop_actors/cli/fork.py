@@ -7,9 +7,10 @@ import json
 
 from aggregates.fork import ForkWrites
 from loop_actors._errors import UsageError
-from loop_actors._render import terminal_safe
+from loop_actors._terminal import terminal_safe
 from loop_actors.agent.agent import Agent
-from loop_actors.cli.common import load_agent, outcome_json, outcome_lines, runtime_for, trio_run
+from loop_actors.cli.agents import load_agent
+from loop_actors.cli.common import outcome_json, outcome_lines, runtime_for, trio_run
 from loop_actors.cli.exit_codes import ExitCode
 from loop_actors.runtime.fork import Forked, check_fork_arguments, parse_fork_point
 from loop_actors.runtime.runtime import Runtime

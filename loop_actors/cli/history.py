@@ -17,9 +17,9 @@ from aggregates.audit import (
     topic_of,
 )
 from aggregates.invocation import InvocationEvent
-from loop_actors._render import terminal_safe
-from loop_actors.cli.common import open_for_reading
+from loop_actors._terminal import terminal_safe
 from loop_actors.cli.exit_codes import ExitCode
+from loop_actors.cli.reading import open_for_reading
 
 
 def event_record(

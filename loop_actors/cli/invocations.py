@@ -10,11 +10,11 @@ import json
 
 from aggregates.decisions import TerminalReason
 from loop_actors._errors import UsageError
-from loop_actors._render import terminal_safe
+from loop_actors._terminal import terminal_safe
 from loop_actors.agent.adapters import model_from_name
 from loop_actors.agent.agent import Agent
+from loop_actors.cli.agents import load_agent
 from loop_actors.cli.common import (
-    load_agent,
     report,
     runtime_for,
     stored_events,

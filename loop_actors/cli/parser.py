@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.metadata
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn, Protocol, cast
 
+from loop_actors._version import __version__
 from loop_actors.cli.exit_codes import ExitCode
 
 DB_HELP = "sqlite:///path.db, postgresql://user:password@host:port/dbname or memory://"
@@ -63,7 +63,12 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
         "run a cases file's cases as invocations and score their trajectories "
         "('eval schema', 'eval compare A B')",
     ),
-    ("submit", "queue", "record a new invocation as runnable, for a worker to run; print its id"),
+    (
+        "submit",
+        "submit",
+        "record new invocations as runnable, for workers to run (--goal, or --goals FILE); "
+        "print their ids",
+    ),
     ("worker", "queue", "claim runnable invocations of these agents and run them, many at once"),
     ("workers", "queue", "live lease holders (workers and runs), their leases, last heartbeat"),
     ("history", "history", "print an invocation's committed events"),
@@ -194,13 +199,6 @@ def checkpoint_options(sub: argparse.ArgumentParser) -> None:
     )
 
 
-def _version() -> str:
-    try:
-        return importlib.metadata.version("loop-actors")
-    except importlib.metadata.PackageNotFoundError:  # run from a source tree never installed
-        return "(not installed)"
-
-
 def _lazy_arguments(group: str, command: str) -> AddArguments:
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         command_options(group).ARGUMENTS[command](parser)
@@ -217,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Exit codes: 0 completed, 3 paused, 4 other terminal reason, 2 bad usage, 1 internal, "
         "6 another process holds the lease; reconcile: 5 an effect needs a person.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=CliParser)
     for name, group, text in COMMANDS:
         sub = commands.add_parser(name, help=text, add_arguments=_lazy_arguments(group, name))

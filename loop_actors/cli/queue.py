@@ -1,4 +1,7 @@
-"""The queue's commands: ``submit``, ``worker``, ``workers``, and ``list --status``'s statuses."""
+"""The queue's commands: ``worker``, ``workers``, and ``list --status``'s statuses.
+
+``submit`` is :mod:`loop_actors.cli.submit` (it imports no trio).
+"""
 
 from __future__ import annotations
 
@@ -21,13 +24,14 @@ from aggregates.lease import (
     lease_is_live,
 )
 from loop_actors._errors import UsageError
-from loop_actors._render import ID, TEXT, print_table, terminal_safe
+from loop_actors._render import ID, TEXT, console, print_table
+from loop_actors._terminal import terminal_safe
 from loop_actors.agent.agent import Agent
 from loop_actors.audit.checkpoint import load_signing_key
-from loop_actors.cli.common import console, load_agent, open_for_reading, trio_run
+from loop_actors.cli.agents import load_agent
 from loop_actors.cli.exit_codes import ExitCode
+from loop_actors.cli.reading import open_for_reading
 from loop_actors.runtime.leases import is_gone
-from loop_actors.runtime.runtime import Runtime, check_invocation_id
 from loop_actors.store.queue import WorkQueue
 from loop_actors.store.store import EventStore
 from loop_actors.store.url import redacted_url
@@ -35,12 +39,8 @@ from loop_actors.workers.worker import Worker, WorkerReport
 
 
 def run(args: argparse.Namespace) -> int:
-    """``submit``, ``worker`` or ``workers``."""
+    """``worker`` or ``workers``."""
     match args.command:
-        case "submit":
-            check_submit(args)
-            agent = load_agent(args.agent)  # before the database: a bad agent writes nothing
-            return trio_run(submit_command, Runtime(args.db), agent, args)
         case "worker":
             worker = make_worker(args, [load_agent(reference) for reference in args.agents])
             checkpoints = worker.runtime.checkpoints
@@ -54,29 +54,6 @@ def run(args: argparse.Namespace) -> int:
                 return workers_command(store, args)
             finally:
                 store.close()
-
-
-async def submit_command(runtime: Runtime, agent: Agent, args: argparse.Namespace) -> ExitCode:
-    """``submit``: print the id (or one JSON object)."""
-    invocation_id = await runtime.submit(
-        agent,
-        args.goal,
-        invocation_id=args.invocation_id,
-        task_class=args.task_class,
-        actor=args.actor,
-        tenant=args.tenant,
-        agent_ref=args.agent,
-    )
-    print(json.dumps({"invocation_id": invocation_id}) if args.json else invocation_id)
-    return ExitCode.OK
-
-
-def check_submit(args: argparse.Namespace) -> None:
-    """Refuse bad ``submit`` arguments before anything is opened."""
-    if not args.goal.strip():
-        raise UsageError("--goal must not be empty")
-    if args.invocation_id is not None:
-        check_invocation_id(args.invocation_id)
 
 
 def make_worker(args: argparse.Namespace, agents: Sequence[Agent]) -> Worker:

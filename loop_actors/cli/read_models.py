@@ -1,4 +1,8 @@
-"""The commands that read the read models: show, list, metrics, projections (and effects)."""
+"""The commands that read the read models: show, list, metrics, projections (and effects).
+
+What only ``effects --agent`` and ``list --status`` need (an agent and the runtime's view
+of its tools; the work queue) is imported when they ask for it, not by ``list``.
+"""
 
 from __future__ import annotations
 
@@ -6,26 +10,23 @@ import argparse
 import json
 from typing import Any
 
-from aggregates.effect import who_settles
 from aggregates.lease import QueueRow
 from loop_actors._errors import InvocationNotFoundError, UnreadableEventError, UsageError
 from loop_actors._render import (
     EFFECTS_FITS,
     INVOCATIONS_FITS,
     METRICS_FITS,
+    console,
     effects_table,
     invocations_table,
     metrics_table,
     print_table,
     render_tree,
-    terminal_safe,
 )
-from loop_actors.agent.agent import Agent
-from loop_actors.cli.common import console, load_agent, note, open_for_reading
+from loop_actors._terminal import terminal_safe
 from loop_actors.cli.exit_codes import ExitCode
-from loop_actors.cli.queue import queue_statuses, status_of
-from loop_actors.runtime.runtime import unaskable_reason
-from loop_actors.store.views import open_read_runner, open_writable_runner
+from loop_actors.cli.reading import note, open_for_reading
+from loop_actors.store.read_models import open_read_runner, open_writable_runner
 from projections import (
     ProjectionRunner,
     list_invocations,
@@ -53,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
             runner = open_read_runner(store, args.views, batch_size=batch_size, note=note)
         queue = None
         if args.command == "list" and args.status is not None:
+            from loop_actors.cli.queue import queue_statuses  # noqa: PLC0415 - see the docstring
+
             queue = queue_statuses(store)
         try:
             return _read_model_command(runner, args, queue)
@@ -137,7 +140,7 @@ def _read_model_command(
         case "effects":
             effects = list_open_effects(runner)
             if args.effects_agent is not None:
-                _who_settles_with(load_agent(args.effects_agent), effects)
+                _who_settles_with(args.effects_agent, effects)
             if args.json:
                 for effect in effects:
                     print(json.dumps(effect))
@@ -257,6 +260,8 @@ def _with_status(
     runner: ProjectionRunner, args: argparse.Namespace, rows: dict[str, QueueRow], now: float
 ) -> list[dict[str, Any]]:
     """``list --status``: the invocations in that queue state, newest first, with it."""
+    from loop_actors.cli.queue import status_of  # noqa: PLC0415 - see the module's docstring
+
     found: list[dict[str, Any]] = []
     for row in list_invocations(runner, limit=2**62, **_list_filters(args)):
         status = status_of(rows.get(row["invocation_id"]), row["status"], now)
@@ -267,8 +272,17 @@ def _with_status(
     return found
 
 
-def _who_settles_with(agent: Agent, effects: list[dict[str, Any]]) -> None:
-    """Say who settles each open effect of ``agent``'s invocations, looking at its tools."""
+def _who_settles_with(reference: str, effects: list[dict[str, Any]]) -> None:
+    """Say who settles each open effect of the invocations of the agent at ``reference``.
+
+    Looking at its tools: whether the owning service can be asked.
+    """
+    # Imported here: see the module's docstring.
+    from aggregates.effect import who_settles  # noqa: PLC0415
+    from loop_actors.cli.agents import load_agent  # noqa: PLC0415
+    from loop_actors.runtime.reconcile_sweep import unaskable_reason  # noqa: PLC0415
+
+    agent = load_agent(reference)
     for row in effects:
         if row["agent"] != agent.name:
             continue  # another agent's tools decide for its effects

@@ -10,10 +10,13 @@ from rich.table import Table
 
 from aggregates.invocation import InvocationEvent
 from loop_actors._errors import UsageError
-from loop_actors._render import terminal_safe
+from loop_actors._render import console
+from loop_actors._terminal import terminal_safe
 from loop_actors.agent.agent import Agent
-from loop_actors.cli.common import console, load_agent, open_for_reading, trio_run
+from loop_actors.cli.agents import load_agent
+from loop_actors.cli.common import trio_run
 from loop_actors.cli.exit_codes import ExitCode
+from loop_actors.cli.reading import open_for_reading
 from loop_actors.runtime.gc_policy import GcPolicy
 from loop_actors.runtime.replay import ReplayFilter, ReplayMatch, ReplayReport, replay_all
 from loop_actors.runtime.runtime import Runtime

@@ -38,8 +38,9 @@ from loop_actors._errors import (
     LoopActorsError,
     UsageError,
 )
-from loop_actors._render import ID, TEXT, WHOLE, Fit, terminal_safe
+from loop_actors._render import ID, TEXT, WHOLE, Fit
 from loop_actors._render import print_table as print_fitted
+from loop_actors._terminal import terminal_safe
 from loop_actors.agent.agent import Agent
 from loop_actors.agent.model import ScriptedModel
 from loop_actors.eval.fakes import ToolFake, unknown_fakes, with_fakes

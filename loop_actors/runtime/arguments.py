@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
+from uuid import uuid4
 
 from aggregates.children import ParentLink
 from aggregates.decisions import Budget
 from aggregates.handoffs import HandoffOrigin
 from aggregates.ids import invocation_id_problem
+from aggregates.invocation import Invocation
 from aggregates.values import check_text
 from loop_actors._errors import UsageError
 from loop_actors.agent.agent import Agent
@@ -90,6 +93,27 @@ class StartRequest:
             tenant=self.tenant,
             agent_ref=self.agent_ref,
         )
+
+
+def new_invocation(request: StartRequest, *, at: datetime) -> Invocation:
+    """A new invocation as ``request`` asks, its ``InvocationStarted`` pending (not committed)."""
+    agent = request.agent
+    return Invocation.start(
+        invocation_id=request.invocation_id or uuid4().hex,
+        goal=request.goal,
+        agent_name=agent.name,
+        agent_version=agent.version,
+        catalogue_digest=agent.toolbox.catalogue_digest,
+        tools=agent.toolbox.specs,
+        budget=request.budget if request.budget is not None else agent.budget,
+        settings=agent.settings,
+        task_class=request.task_class if request.task_class is not None else agent.task_class,
+        actor=request.actor,
+        tenant=request.tenant,
+        at=at,
+        parent=request.parent,
+        handed_off_from=request.handed_off_from,
+    )
 
 
 def requested_by(by: str | None, reason: str | None) -> str:

@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
@@ -42,6 +42,7 @@ from loop_actors._errors import UsageError
 from loop_actors.agent.agent import Agent
 from loop_actors.runtime.outcome import Outcome
 from loop_actors.runtime.runtime import CancelResult, ReconcileReport, Runtime
+from loop_actors.runtime.submission import DEFAULT_SUBMIT_CHUNK, Submission
 from loop_actors.store.url import redacted_url
 
 log = logging.getLogger(__name__)
@@ -421,6 +422,26 @@ class AsyncioRuntime:
                 actor=actor,
                 tenant=tenant,
                 agent_ref=agent_ref,
+            )
+        )
+
+    async def submit_many(
+        self,
+        agent: Agent,
+        goals: Iterable[str | Submission],
+        *,
+        agent_ref: str | None = None,
+        chunk_size: int = DEFAULT_SUBMIT_CHUNK,
+    ) -> list[str]:
+        """:meth:`Runtime.submit_many`, awaited from asyncio.
+
+        Cancellation: cancelled, the chunks before the one in hand are recorded, that one
+        is recorded or not; submitting the same goals again submits none with an id twice.
+        """
+        goals = list(goals)  # read here, in the caller's thread
+        return await self._call(
+            lambda runtime: runtime.submit_many(
+                agent, goals, agent_ref=agent_ref, chunk_size=chunk_size
             )
         )
 

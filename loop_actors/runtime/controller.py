@@ -50,7 +50,7 @@ from aggregates.turn import (
     record_outside_cancellation,
     stop_after_failed_commit,
 )
-from loop_actors._errors import InconsistentHistoryError
+from loop_actors._errors import InconsistentHistoryError, single_exception
 from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._guard import is_cancellation
 from loop_actors._messages import (
@@ -62,8 +62,9 @@ from loop_actors._messages import (
 )
 from loop_actors.agent.agent import run_verifier
 from loop_actors.agent.batch import BatchRun
-from loop_actors.agent.model import RequestDigests, model_answer, model_failure
+from loop_actors.agent.model import RequestDigests
 from loop_actors.agent.policy import AccessRequest, check_access
+from loop_actors.agent.replies import model_answer, model_failure
 from loop_actors.runtime.leases import HeldLease, LeaseDrained
 from loop_actors.runtime.outage import StoreOutages
 from loop_actors.runtime.outcome import Outcome
@@ -601,15 +602,3 @@ def _kept(secrets: SecretStore, invocation_id: str, step: int, call_id: str, kin
     """The real value the secret store holds (for the core's scrubbing), or None."""
     real = secrets.lookup(invocation_id, step, call_id, kind)
     return None if real is MISSING else real
-
-
-def single_exception(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The one exception a nursery wrapped, or the group itself when there are several.
-
-    A controller's actors only fail by bugs; what the caller should see is the
-    error itself, not trio's wrapper around it.
-    """
-    error: BaseException = group
-    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
-        error = error.exceptions[0]
-    return error

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Protocol, TypeVar, assert_never
-from uuid import uuid4
+from functools import partial
+from typing import Any, Protocol, TypeVar, assert_never
 
 import trio
 
@@ -38,7 +38,6 @@ from aggregates.requests import CancelRequest
 from aggregates.standing import (
     Standing,
     Stop,
-    resting_status,
     standing,
     stopped,
     waits_for_person,
@@ -50,6 +49,8 @@ from loop_actors._errors import (
     InvocationNotFoundError,
     LeaseHeldError,
     StoreUnavailableError,
+    SubmissionError,
+    SubmissionProblem,
     UsageError,
 )
 from loop_actors._faults import CrashPoint, fault_point
@@ -57,13 +58,24 @@ from loop_actors._messages import CommitFailed, Committed
 from loop_actors.agent.agent import Agent, SettingsChangedError, check_catalogue
 from loop_actors.agent.mcp import McpSessions, using_mcp_sessions
 from loop_actors.agent.tools import using_child_runs
-from loop_actors.runtime.arguments import StartRequest, requested_by
+from loop_actors.runtime.arguments import StartRequest, new_invocation, requested_by
 from loop_actors.runtime.children import ChildRunner
 from loop_actors.runtime.controller import Controller
 from loop_actors.runtime.leases import HeldLease, LeaseDrained, LeaseKeeper, is_gone
 from loop_actors.runtime.outage import is_outage, one_line
 from loop_actors.runtime.outcome import Outcome
 from loop_actors.runtime.slots import Slot, WorkSlots
+from loop_actors.runtime.submission import (
+    AddRows,
+    ChunkDone,
+    CommitStarts,
+    ReadInvocations,
+    Stepper,
+    SubmissionStep,
+    Submitted,
+    goal_at,
+    submission_steps,
+)
 from loop_actors.store.journal import Journal
 from loop_actors.store.queue import Claimed, NewRow
 from loop_actors.store.reader import DriveReads, StoreReader
@@ -134,23 +146,7 @@ class Driver:
 
     def new_invocation(self, request: StartRequest) -> Invocation:
         """A new invocation as ``request`` asks, its ``InvocationStarted`` pending."""
-        agent = request.agent
-        return Invocation.start(
-            invocation_id=request.invocation_id or uuid4().hex,
-            goal=request.goal,
-            agent_name=agent.name,
-            agent_version=agent.version,
-            catalogue_digest=agent.toolbox.catalogue_digest,
-            tools=agent.toolbox.specs,
-            budget=request.budget if request.budget is not None else agent.budget,
-            settings=agent.settings,
-            task_class=request.task_class if request.task_class is not None else agent.task_class,
-            actor=request.actor,
-            tenant=request.tenant,
-            at=self.now(),
-            parent=request.parent,
-            handed_off_from=request.handed_off_from,
-        )
+        return new_invocation(request, at=self.now())
 
     async def start(self, *, request: StartRequest) -> Outcome:
         """Record a new invocation and drive it under a new lease (``Runtime.run``, checked).
@@ -283,40 +279,90 @@ class Driver:
     async def submit(self, *, request: StartRequest) -> str:
         """Record a new invocation as runnable and queue it (``Runtime.submit``, checked).
 
+        The one goal of a bulk submission (:meth:`submit_many`).
+
         Raises:
             As ``Runtime.submit``.
 
         Cancellation: as ``Runtime.submit``.
         """
-        agent = request.agent
-        invocation = self.new_invocation(request)
-        row = NewRow(invocation.id, agent.name, request.agent_ref)  # runnable, with its start
-        created = await self.journal.commit(invocation.take_events(), queue_rows=[row])
-        if isinstance(created, Committed):
-            return invocation.id
-        if not created.conflict:
-            raise StoreUnavailableError(
-                f"cannot record the invocation: {created.error_type}: {created.message}; "
-                "nothing was recorded, submit again"
-            )
-        existing = await self.reads.invocation(invocation.id)
-        if existing.goal != request.goal or existing.agent_name != agent.name:
-            raise InvocationExistsError(invocation.id, "already exists for another goal or agent")
-        # Submitted before: its row rests as it stands. A store written before rows were
-        # committed with the start may have lost it in a crash: it is added now.
         try:
-            await self.leases.enqueue(
-                existing.id,
-                agent.name,
-                agent_ref=request.agent_ref,
-                status=resting_status(existing.phase),
-            )
+            [submitted] = await self.submit_many([request], chunk_size=1, where=lambda _: "submit")
+        except SubmissionError as error:
+            if error.problem is not SubmissionProblem.ID_TAKEN:
+                raise
+            raise InvocationExistsError(
+                str(request.invocation_id), "already exists for another goal or agent"
+            ) from None
+        return submitted.invocation_id
+
+    async def submit_many(
+        self,
+        requests: Sequence[StartRequest],
+        *,
+        chunk_size: int,
+        where: Callable[[int], str] = goal_at,
+        on_chunk: Callable[[ChunkDone], None] | None = None,
+    ) -> list[Submitted]:
+        """Record checked ``requests`` as runnable, a chunk a transaction (``Runtime.submit_many``).
+
+        The plan is :func:`~loop_actors.runtime.submission.submission_steps`; its reads go
+        to the reader, its commits (with their queue rows) to the Journal, a row of a goal
+        submitted before to the queue.
+
+        Raises:
+            As :func:`~loop_actors.runtime.submission.submission_steps`.
+
+        Cancellation: a checkpoint between steps; a chunk handed to the Journal is waited
+        for. Cancelled, the chunks before are recorded, the one in hand is recorded or
+        not; submitting the same goals again records none of those with an id twice.
+        """
+        stepper = Stepper(
+            submission_steps(requests, chunk_size=chunk_size, now=self.now, where=where)
+        )
+        while (step := stepper.next()) is not None:
+            try:
+                stepper.answered(await self._answer_submission(step, on_chunk))
+            except StoreUnavailableError as error:
+                stepper.failed(error)
+        return stepper.result
+
+    async def _answer_submission(
+        self, step: SubmissionStep, on_chunk: Callable[[ChunkDone], None] | None
+    ) -> Any:
+        """Do what a submission's ``step`` asks, with the open runtime's reader, Journal, queue."""
+        match step:
+            case ReadInvocations(invocation_ids=ids):
+                return await self.reads.call(partial(self.store.invocations_of, ids))
+            case CommitStarts(events=events, rows=rows):
+                created = await self.journal.commit(events, queue_rows=rows)
+                if isinstance(created, CommitFailed):
+                    if created.conflict:
+                        return False
+                    raise StoreUnavailableError(
+                        f"cannot record the invocations: {created.error_type}: {created.message}"
+                    )
+                fault_point(CrashPoint.AFTER_SUBMIT_CHUNK_COMMIT)
+                return True
+            case AddRows(rows=rows):
+                await self._add_rows(rows)
+                return None
+            case ChunkDone():
+                if on_chunk is not None:
+                    on_chunk(step)
+                return None
+            case _:
+                assert_never(step)
+
+    async def _add_rows(self, rows: list[NewRow]) -> None:
+        leases = self.leases
+        try:
+            await leases.call(leases.queue.enqueue_many, rows)
         except StoreUnavailableError as error:
             raise StoreUnavailableError(
-                f"invocation {existing.id} is recorded but not queued ({error}); submit it "
-                "again with the same id"
+                f"the queue rows of goals submitted before cannot be added ({error}); "
+                "submitting them again adds them"
             ) from error
-        return existing.id
 
     def cancel(self, invocation_id: str, *, detail: str | None = None) -> bool:
         """Ask a run driven here to stop (``Runtime.cancel``); False when none of that id is."""

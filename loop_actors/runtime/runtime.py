@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from functools import partial
@@ -18,12 +18,11 @@ from aggregates.fork import ForkPoint, ForkWrites
 from aggregates.invocation import Invocation, InvocationEvent
 from aggregates.lease import DEFAULT_LEASE_S, HolderKind, check_lease_s
 from aggregates.revalidation import MalformedValueError, revalidated
-from loop_actors._errors import UsageError
+from loop_actors._errors import UsageError, single_exception
 from loop_actors.agent.agent import Agent
 from loop_actors.agent.mcp import open_mcp_sessions
 from loop_actors.audit.checkpointer import Checkpointer, CheckpointSettings, open_checkpointer
 from loop_actors.runtime.arguments import StartRequest, check_invocation_id, check_texts
-from loop_actors.runtime.controller import single_exception
 from loop_actors.runtime.decisions import HumanDecisions, ResolvedEffect
 from loop_actors.runtime.driver import CancelResult, Driver
 from loop_actors.runtime.fork import Forked, check_fork_arguments, parse_writes
@@ -45,7 +44,15 @@ from loop_actors.runtime.replay import (
     replay_all,
 )
 from loop_actors.runtime.slots import DEFAULT_WORK_SLOTS, WorkSlots
+from loop_actors.runtime.submission import (
+    DEFAULT_SUBMIT_CHUNK,
+    ChunkDone,
+    Submission,
+    check_chunk_size,
+    submission_requests,
+)
 from loop_actors.store.journal import Journal
+from loop_actors.store.read_models import open_runner
 from loop_actors.store.reader import StoreReader
 from loop_actors.store.secrets import SecretStore
 from loop_actors.store.store import EventStore
@@ -55,7 +62,6 @@ from loop_actors.store.views import (
     FOLLOW_RETRY_MAX_S,
     FollowerHealth,
     ReadModelsStatus,
-    open_runner,
     run_projection_follower,
 )
 from projections import ProjectionRunner
@@ -785,6 +791,51 @@ class Runtime:
         )
         request.check("submit")
         return await self.with_driver(partial(Driver.submit, request=request))
+
+    async def submit_many(
+        self,
+        agent: Agent,
+        goals: Iterable[str | Submission],
+        *,
+        agent_ref: str | None = None,
+        chunk_size: int = DEFAULT_SUBMIT_CHUNK,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> list[str]:
+        """Record many invocations of ``agent`` as runnable; return their ids, in order.
+
+        Each goal is a string or a :class:`Submission` (with its id, task class, actor,
+        tenant). Every goal is checked, and every id given looked up, before anything is
+        written; then each chunk of ``chunk_size`` goals is one transaction (all of its
+        new invocations are recorded, or none). A goal whose id names an invocation of
+        the same goal and agent records nothing again (its id is returned): submitting
+        the same goals again after a crash submits none of those with an id twice. A
+        goal without an id gets a new random one each time. ``on_progress(done,
+        total)`` is called after each chunk.
+
+        Raises:
+            UsageError: ``agent`` is not an Agent; ``chunk_size`` is not at least 1.
+            SubmissionError: a goal is empty or not a goal, holds a value that cannot
+                be stored, gives an id another goal gives, or an id that names an
+                invocation of another goal or agent (``error.problem`` says which,
+                ``error.index`` which goal). Nothing is written, unless the id was
+                taken while the submission ran: the chunks before it are recorded.
+            StoreUnavailableError: the store cannot be written; the error says how many
+                goals were submitted before. Submitting again is safe for goals with ids.
+
+        Cancellation: a checkpoint between chunks; a chunk handed to the Journal is
+        waited for. Cancelled, the chunks before it are recorded.
+        """
+        check_chunk_size(chunk_size)
+        requests = submission_requests(agent, goals, agent_ref=agent_ref)
+
+        def progress(chunk: ChunkDone) -> None:
+            if on_progress is not None:
+                on_progress(chunk.done, chunk.total)
+
+        submitted = await self.with_driver(
+            partial(Driver.submit_many, requests=requests, chunk_size=chunk_size, on_chunk=progress)
+        )
+        return [goal.invocation_id for goal in submitted]
 
     # ----------------------------------------------------------------- the driver
 

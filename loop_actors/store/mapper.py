@@ -10,6 +10,7 @@ from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
 from eventsourcing.utils import get_topic, resolve_topic
 from pydantic import ValidationError
 
+import aggregates.topics  # noqa: F401 - registers the persisted topics before a row is read
 from aggregates.audit import (
     AUDIT_FORMAT,
     event_body,

@@ -28,12 +28,14 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
-from aggregates.turn import KeptSecret
 from loop_actors.store.schema import SECRETS_TABLE, secrets_table_definition
 from loop_actors.store.sql import Cursor
 from projections.dialect import Dialect
+
+if TYPE_CHECKING:
+    from aggregates.turn import KeptSecret
 
 log = logging.getLogger(__name__)
 

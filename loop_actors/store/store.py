@@ -851,6 +851,33 @@ class EventStore:
                 found[invocation_id] = error
         return found
 
+    def invocations_of(self, invocation_ids: Sequence[str]) -> dict[str, Invocation | Exception]:
+        """The invocations these ids name, each folded from its events, read in one transaction.
+
+        An id that names no invocation is left out; one whose rows do not decode, or do
+        not fold into an invocation, gets the exception that says so (the others are
+        not affected). Every event is read (a snapshot is not looked for): for the
+        invocations a submission finds already there, mostly just started.
+        """
+        found: dict[str, Invocation | Exception] = {}
+        for invocation_id, events in self.events_of(invocation_ids).items():
+            if isinstance(events, InvocationNotFoundError):
+                continue
+            if isinstance(events, Exception):
+                found[invocation_id] = events
+                continue
+            try:
+                invocation = fold(None, events)
+            except (EventSourcingError, AggregateError, AssertionError) as error:
+                found[invocation_id] = self._unreplayable(invocation_id, INVOCATION, error)
+                continue
+            found[invocation_id] = (
+                invocation
+                if isinstance(invocation, Invocation)
+                else InvocationNotFoundError(invocation_id)
+            )
+        return found
+
     def _stored_events_of(self, originator_ids: Sequence[str]) -> dict[str, list[StoredEvent]]:
         """The stored rows of these aggregates, by aggregate, in version order (one read)."""
         rows: dict[str, list[StoredEvent]] = {}

@@ -39,8 +39,8 @@ from aggregates.settings import RunSettings
 from aggregates.turn import ModelAnswered, Moment, TurnCore
 from loop_actors import Agent, Budget, Runtime, ScriptedModel, tool
 from loop_actors.agent.tools import Toolbox
+from loop_actors.store.read_models import open_runner
 from loop_actors.store.store import EventStore
-from loop_actors.store.views import open_runner
 from tests.support.cli import run_in_process
 from tests.support.stored_bytes import readable_bytes
 

@@ -38,6 +38,8 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ("timers.py", ["--n", "50", "--sleep", "0.01", "--reps", "1"], "ratio trio.sleep/timers"),
         ("checkpoint_writes.py", ["--n", "20"], "20 in the directory"),
         ("machine_speed.py", [], "reference loop"),
+        ("cli_startup.py", ["--reps", "1"], "loop-actors history ID"),
+        ("bulk_submit.py", ["--goals", "5", "--processes", "1"], "ratio a goal a process"),
         ("eval_report.py", ["--n", "3", "--reps", "1"], "ratio eval_html/report"),
         ("worker_startup.py", ["--n", "20", "--reps", "1"], "median of the last first model call"),
         (

@@ -1,9 +1,10 @@
 """The CLI's start-up: lazy imports, the public names, the entry points and ExitCode.
 
-Bad inputs tried: a name outside ``__all__`` (AttributeError); every command's and
-sub-command's ``--help``, as the parser lists them (none may import trio,
-eventsourcing or pydantic); the options' literal defaults and choices against the
-runtime's values they copy.
+Which modules a command imports is checked here, in a fresh interpreter each (how long
+it takes is ``bench/cli_startup.py``'s). Bad inputs tried: a name outside ``__all__``
+(AttributeError); every command's and sub-command's ``--help``, as the parser lists
+them (none may import trio, eventsourcing or pydantic); the options' literal defaults
+and choices against the runtime's values they copy.
 """
 
 from __future__ import annotations
@@ -11,13 +12,18 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
+import aggregates
 import loop_actors
+import projections
 from aggregates.decisions import TerminalReason
 from aggregates.lease import DEFAULT_LEASE_S, QueueStatus
 from loop_actors.audit import checkpointer
@@ -29,27 +35,120 @@ from loop_actors.eval.builtin import Fault
 from loop_actors.workers import worker
 from projections import default_projections
 from projections.runner import DEFAULT_BATCH_SIZE
-from tests.support.cli import cli_env
+from tests.support.cli import cli_env, run_cli
+
+PAYMENTS_APP = Path(__file__).parents[1] / "support" / "payments_app.py"
 
 HEAVY = ("trio", "eventsourcing", "pydantic")
 """What ``--version`` and ``--help`` must not import."""
 
+UNNEEDED = (
+    "openai",
+    "anthropic",
+    "httpx",
+    "mcp",
+    "anyio",
+    "asyncio",
+    "jinja2",
+    "jsonschema",
+    "psycopg",
+    "cryptography",
+)
+"""What none of ``import loop_actors``, ``--version``, ``history``, ``list`` and ``submit``
+imports on a SQLite store: the provider SDKs, MCP, the asyncio bridge, the eval's pages and
+schemas, PostgreSQL's driver, the cipher."""
 
-def _imported_after(code: str) -> list[str]:
-    """The heavy modules a fresh interpreter has imported after running ``code``."""
+RUNTIME = (
+    "trio",
+    "outcome",
+    "loop_actors.runtime.runtime",
+    "loop_actors.runtime.driver",
+    "loop_actors.store.journal",
+    "loop_actors.workers",
+    "loop_actors.eval",
+    "loop_actors.audit",
+)
+"""The runtime that runs invocations: ``history``, ``list`` and ``submit`` run none."""
+
+
+def _imported_after(
+    code: str, *, looked_for: Sequence[str] = HEAVY, cwd: Path | None = None
+) -> list[str]:
+    """Those of ``looked_for`` that a fresh interpreter has imported after running ``code``."""
     probe = (
-        f"{code}\nimport sys, json\nprint(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+        f"{code}\nimport sys, json\n"
+        f"print(json.dumps([m for m in {list(looked_for)!r} if m in sys.modules]))"
     )
     result = subprocess.run(
         [sys.executable, "-c", probe],
+        cwd=cwd,
         env=cli_env(),
         capture_output=True,
         text=True,
-        check=True,
+        check=False,
         timeout=120,
     )
+    assert result.returncode == 0, result.stderr
     imported: list[str] = json.loads(result.stdout.strip().splitlines()[-1])
     return imported
+
+
+def _imported_by(argv: list[str], *, cwd: Path, looked_for: Sequence[str]) -> list[str]:
+    """Those of ``looked_for`` that a fresh interpreter imported running ``loop-actors ARGV``."""
+    code = (
+        "import contextlib, io\n"
+        "from loop_actors.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n"
+        f"        code = main({argv!r})\n"
+        "    except SystemExit as exit_:  # --version\n"
+        "        code = exit_.code or 0\n"
+        "assert code == 0, code"
+    )
+    return _imported_after(code, looked_for=looked_for, cwd=cwd)
+
+
+def test_importing_loop_actors_and_version_import_neither_the_models_nor_what_commands_skip() -> (
+    None
+):
+    looked_for = [*HEAVY, *UNNEEDED, *RUNTIME, "rich", "importlib.metadata"]
+    assert _imported_after("import loop_actors", looked_for=looked_for) == []
+    assert _imported_by(["--version"], cwd=Path.cwd(), looked_for=looked_for) == []
+
+
+@pytest.fixture(scope="module")
+def submitted_project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A folder with an agent module and a store holding one submitted invocation."""
+    project = tmp_path_factory.mktemp("startup")
+    db = "sqlite:///run.db"
+    shutil.copy(PAYMENTS_APP, project / "payments_app.py")
+    (project / "goals.txt").write_text('pay bob 10\n{"goal": "pay carol", "id": "g-2"}\n', "utf-8")
+    done = run_cli(
+        "submit", "payments_app:agent", "--goal", "pay", "--id", "s-1", cwd=project, db=db
+    )
+    assert done.returncode == 0, done.stderr
+    return project, db
+
+
+@pytest.mark.parametrize(
+    ("argv", "draws"),
+    [
+        (["history", "s-1"], False),
+        (["history", "s-1", "--json"], False),
+        (["list"], True),
+        (["list", "--json"], True),
+        (["submit", "payments_app:agent", "--goal", "pay again"], False),
+        (["submit", "payments_app:agent", "--goals", "goals.txt"], False),
+    ],
+)
+def test_history_list_and_submit_import_no_runtime_provider_sdk_or_postgresql(
+    submitted_project: tuple[Path, str], argv: list[str], draws: bool
+) -> None:
+    """``draws``: the command renders a table with rich (``list``); the others print lines."""
+    project, db = submitted_project
+    looked_for = [*UNNEEDED, *RUNTIME, "rich"]
+    imported = _imported_by([*argv, "--db", db], cwd=project, looked_for=looked_for)
+    assert imported == (["rich"] if draws else [])
 
 
 @pytest.mark.parametrize("argv", [["--version"], ["--help"]])
@@ -169,9 +268,20 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
         loop_actors.Nope  # noqa: B018 - the access is the test
 
 
-def test_the_lazy_table_and_the_type_checking_imports_agree_with_all() -> None:
+@pytest.mark.parametrize(
+    ("package", "eager"),
+    [
+        (loop_actors, set()),
+        (aggregates, set()),
+        (projections, {"metrics", "default_projections"}),  # imported or defined up front
+    ],
+)
+def test_the_lazy_table_and_the_type_checking_imports_agree_with_all(
+    package: ModuleType, eager: set[str]
+) -> None:
     """Each name is in ``__all__``, in ``_EXPORTS`` and in the TYPE_CHECKING block, once."""
-    tree = ast.parse(Path(loop_actors.__file__).read_text(encoding="utf-8"))
+    assert package.__file__ is not None
+    tree = ast.parse(Path(package.__file__).read_text(encoding="utf-8"))
     block = next(
         node
         for node in tree.body
@@ -184,10 +294,22 @@ def test_the_lazy_table_and_the_type_checking_imports_agree_with_all() -> None:
         for alias in statement.names:
             assert alias.asname == alias.name  # a re-export, under its own name
             typed[alias.name] = statement.module
-    exports = loop_actors._EXPORTS
+    exports = package._EXPORTS
     assert typed == exports
-    assert sorted(exports) == sorted(loop_actors.__all__)
-    assert len(loop_actors.__all__) == len(set(loop_actors.__all__))
+    assert sorted([*exports, *eager]) == sorted(package.__all__)
+    assert len(package.__all__) == len(set(package.__all__))
+    for name in package.__all__:
+        assert getattr(package, name) is not None, name
+
+
+def test_importing_a_plain_module_of_the_domain_builds_none_of_its_models() -> None:
+    """``aggregates.values`` and the vocabularies alone: no pydantic, no eventsourcing.
+
+    (``loop_actors._errors`` names the error classes of the vocabulary, and every error
+    message goes through it.)
+    """
+    assert _imported_after("import aggregates.values, aggregates.vocabulary") == []
+    assert _imported_after("import loop_actors._errors") == []
 
 
 def test_every_command_has_its_group_and_its_options() -> None:

@@ -222,7 +222,7 @@ class Shell:
         return (result.stdout + result.stderr).splitlines()
 
 
-EXAMPLE_FILES = (".py", ".json", ".yaml")
+EXAMPLE_FILES = (".py", ".json", ".jsonl", ".yaml")
 """What docs/examples holds: the pages' scripts and their data."""
 
 

@@ -21,6 +21,7 @@ from loop_actors import (
     ScriptedModel,
     StoreUnavailableError,
     StoreUrlError,
+    Submission,
     TerminalReason,
     ToolCall,
     ToolCalls,
@@ -116,6 +117,22 @@ def test_an_invocation_submitted_from_asyncio_is_runnable_and_resumed_there(
             return await keeper.call(keeper.queue.row, "sub")
 
     assert trio.run(queue_row).agent_ref == "app:doubler"  # kept for the workers
+    assert trio_threads() == []
+
+
+def test_many_goals_submitted_from_asyncio_come_back_in_order_and_again_record_nothing(
+    tmp_path: Path,
+) -> None:
+    goals: list[str | Submission] = ["double 1", Submission("double 2", invocation_id="two")]
+
+    async def main() -> tuple[list[str], list[str], int]:
+        async with asyncio.timeout(TIMEOUT_S), AsyncioRuntime(db(tmp_path)) as runtime:
+            first = await runtime.submit_many(doubling_agent(), goals, chunk_size=1)
+            again = await runtime.submit_many(doubling_agent(), goals[1:])
+            return first, again, len(await runtime.history("two"))
+
+    first, again, events = asyncio.run(main())
+    assert (len(first[0]), first[1], again, events) == (32, "two", ["two"], 1)
     assert trio_threads() == []
 
 

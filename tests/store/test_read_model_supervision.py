@@ -18,11 +18,11 @@ import trio
 from aggregates.events import DomainEvent
 from loop_actors import Agent, ModelRequest, Runtime, ScriptedModel, tool
 from loop_actors.runtime import runtime as runtime_module
+from loop_actors.store.read_models import open_runner
 from loop_actors.store.views import (
     FOLLOW_LOG_EVERY_S,
     FollowerHealth,
     follow_retry_s,
-    open_runner,
     run_projection_follower,
 )
 from projections import CatchUpReport, Projection, ProjectionRunner, ViewCursor, default_projections

@@ -63,8 +63,8 @@ from loop_actors import (
     ToolError,
     tool,
 )
+from loop_actors.store.read_models import open_runner
 from loop_actors.store.store import EventStore
-from loop_actors.store.views import open_runner
 
 CARD = "4111111111111111"
 TOKEN = "tok_live_9f8e7d6c5b4a"

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from loop_actors.store.read_models import open_runner, views_location
 from loop_actors.store.store import EventStore
-from loop_actors.store.views import open_runner, views_location
 from projections import ForeignReadModelsError, ProjectionRunner, default_projections
 from tests.support.cli import cli_env, run_cli
 

@@ -1,4 +1,4 @@
-"""The options of ``submit``, ``worker`` and ``workers``.
+"""The options of ``worker`` and ``workers``.
 
 The literals below are the runtime's values (a test checks that they agree): written
 here so that these options import nothing heavy.
@@ -30,17 +30,6 @@ def _seconds(text: str) -> float:
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds, got {text!r}")
     return value
-
-
-def _add_submit(submit: argparse.ArgumentParser) -> None:
-    submit.add_argument("agent", metavar="MODULE:ATTR", help="the agent a worker will run it with")
-    submit.add_argument("--goal", required=True, help="what the agent should achieve")
-    submit.add_argument("--id", dest="invocation_id", metavar="ID", help="choose the invocation id")
-    submit.add_argument("--task-class", help="recorded with the invocation, for metrics")
-    submit.add_argument("--actor", help="who the invocation acts for (for the agent's policy)")
-    submit.add_argument("--tenant", help="whose data it acts on (for the agent's policy)")
-    submit.add_argument("--json", action="store_true", help='print {"invocation_id": ...}')
-    db_option(submit)
 
 
 def _add_worker(worker: argparse.ArgumentParser) -> None:
@@ -82,7 +71,6 @@ def _add_workers(workers: argparse.ArgumentParser) -> None:
 
 
 ARGUMENTS: dict[str, AddArguments] = {
-    "submit": _add_submit,
     "worker": _add_worker,
     "workers": _add_workers,
 }
