@@ -391,16 +391,20 @@ class Driver:
     async def run_cancel_watcher(
         self,
         *,
+        start: int | None = None,
         task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Signal runs driven here whose cancel was requested from another process.
+
+        ``start``: the store position to look from (where the runtime's previous call's
+        watcher stood); the store's head when None.
 
         Cancellation: returns when the scope it hands to ``task_status`` is cancelled.
         """
         reads = self.reads
         failures = 0
         with trio.CancelScope() as scope:
-            position = self.cancels_seen_to = await reads.head()
+            position = self.cancels_seen_to = await reads.head() if start is None else start
             task_status.started(scope)
             while True:
                 await trio.sleep(CANCEL_POLL_S)

@@ -110,6 +110,9 @@ class StoreReader:
 
         Cancellation: shielded; at most ``IDLE_WAIT_S``.
         """
+        with self._idle:
+            if self._running == 0:  # the usual case: no thread to wait in
+                return
         with trio.CancelScope(shield=True):
             idle = await trio.to_thread.run_sync(self.wait_idle)
         if not idle:
