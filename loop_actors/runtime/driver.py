@@ -465,7 +465,7 @@ class Driver:
             if before is not None:
                 problem = before.history_problem
             else:
-                problem = await self.reads.history_problem(invocation.id)
+                problem = await self.reads.history_problem(invocation.id, invocation)
             # So would one cut right after a decision, which no run ever leaves alone.
             problem = problem or cut_decision_problem(invocation)
             if problem is not None:

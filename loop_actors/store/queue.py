@@ -304,7 +304,13 @@ class WorkQueue:
     # ----------------------------------------------------------------- plumbing
 
     @contextlib.contextmanager
-    def _transaction(self, *, write: bool) -> Iterator[Cursor]:
+    def _transaction(self, *, write: bool, durable: bool = True) -> Iterator[Cursor]:
+        """A transaction; ``durable=False``: its commit need not survive an OS crash.
+
+        Such a commit is not flushed to disk (SQLite's ``synchronous=NORMAL`` in WAL
+        mode, PostgreSQL's ``synchronous_commit = off``): a crash of the process keeps
+        it, a crash of the machine may lose it, and the database stays consistent.
+        """
         raise NotImplementedError
 
     def _now(self, cursor: Cursor) -> float:
@@ -327,10 +333,10 @@ class WorkQueue:
         """Make processes that create the tables at once take turns (SQLite: its write lock)."""
 
     @contextlib.contextmanager
-    def _tx(self, *, write: bool = True) -> Iterator[tuple[Cursor, float]]:
+    def _tx(self, *, write: bool = True, durable: bool = True) -> Iterator[tuple[Cursor, float]]:
         with self._lock:
             self._ensure()
-            with self._transaction(write=write) as cursor:
+            with self._transaction(write=write, durable=durable) as cursor:
                 yield cursor, self._now(cursor)
 
     def _write_rows(
@@ -549,12 +555,18 @@ class WorkQueue:
         """:meth:`release` for many ``(invocation_id, epoch, release, note)`` in one transaction.
 
         Returns the ids whose lease was given back (not those no longer held).
+
+        Not flushed to disk (``durable=False``): a release lost to a crash of the
+        machine leaves the row as a crash just before the release leaves it, held by a
+        holder that is gone, which runs out within its lease (and is then claimed
+        again, and set as its invocation stands); a crash of the process loses nothing.
+        The run that gives it back does not wait for a flush.
         """
         alike: dict[tuple[Release, str | None], list[tuple[str, int]]] = {}
         for invocation_id, epoch, release, note in leases:
             alike.setdefault((release, note), []).append((invocation_id, epoch))
         released: set[tuple[Any, ...]] = set()
-        with self._tx() as (cursor, now):
+        with self._tx(durable=False) as (cursor, now):
             for (release, note), group in alike.items():
                 released |= self._write_rows(
                     cursor,
@@ -677,6 +689,9 @@ class WorkQueue:
 Slot = Callable[[], contextlib.AbstractContextManager[object]]
 """What a queue on a shared connection holds around each transaction (``SQLiteQueue.sharing``)."""
 
+SQLITE_SYNCHRONOUS_NORMAL = 1
+"""SQLite's ``synchronous=NORMAL``: in WAL mode, a commit is not flushed (a checkpoint is)."""
+
 
 class SQLiteQueue(WorkQueue):
     """The queue in a SQLite file (the store's own), or in an in-memory store's database.
@@ -711,6 +726,8 @@ class SQLiteQueue(WorkQueue):
             raise StoreUnavailableError(f"cannot open the queue in {path}: {error}") from error
         if read_only:
             self._ready = True  # nothing is created: a missing table reads as empty
+        self._synchronous = int(self._connection.execute("PRAGMA synchronous").fetchone()[0])
+        """The connection's own ``synchronous`` (FULL by default): what durable commits use."""
 
     @classmethod
     def sharing(cls, connection: sqlite3.Connection, slot: Slot) -> SQLiteQueue:
@@ -728,16 +745,20 @@ class SQLiteQueue(WorkQueue):
         queue._slot = slot
         queue._owns_connection = False
         queue._connection = connection
+        queue._synchronous = SQLITE_SYNCHRONOUS_NORMAL  # in memory: nothing to flush
         return queue
 
     @contextlib.contextmanager
-    def _transaction(self, *, write: bool) -> Iterator[Cursor]:
+    def _transaction(self, *, write: bool, durable: bool = True) -> Iterator[Cursor]:
         with self._slot():
-            yield from self._transaction_in_slot(write=write)
+            yield from self._transaction_in_slot(write=write, durable=durable)
 
-    def _transaction_in_slot(self, *, write: bool) -> Iterator[Cursor]:
+    def _transaction_in_slot(self, *, write: bool, durable: bool) -> Iterator[Cursor]:
         cursor = self._connection.cursor()
+        lax = write and not durable and self._synchronous > SQLITE_SYNCHRONOUS_NORMAL
         try:
+            if lax:  # set between transactions: SQLite refuses it inside one
+                cursor.execute(f"PRAGMA synchronous = {SQLITE_SYNCHRONOUS_NORMAL}")
             cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 yield cursor
@@ -752,7 +773,11 @@ class SQLiteQueue(WorkQueue):
                 raise _NoQueue from error
             raise StoreUnavailableError(f"the work queue cannot be used: {error}") from error
         finally:
-            cursor.close()
+            try:
+                if lax:
+                    cursor.execute(f"PRAGMA synchronous = {self._synchronous}")
+            finally:
+                cursor.close()
 
     def _now(self, cursor: Cursor) -> float:
         return time.time()
@@ -822,12 +847,14 @@ class PostgresQueue(WorkQueue):
         return self._connection
 
     @contextlib.contextmanager
-    def _transaction(self, *, write: bool) -> Iterator[Cursor]:
+    def _transaction(self, *, write: bool, durable: bool = True) -> Iterator[Cursor]:
         import psycopg  # noqa: PLC0415 - the postgres extra
 
         try:
             connection = self._connect()
             with connection.transaction(), connection.cursor() as cursor:
+                if write and not durable:
+                    cursor.execute("SET LOCAL synchronous_commit TO OFF")
                 yield PlaceholderCursor(cursor, self.dialect)
         except psycopg.Error as error:
             if self._connection is not None and self._connection.broken:

@@ -217,9 +217,9 @@ def test_a_reap_that_finds_nobody_gone_takes_no_write_transaction(
     writes: list[bool] = []
     transaction = type(queue)._transaction
 
-    def watched(self: WorkQueue, *, write: bool = True) -> Any:
+    def watched(self: WorkQueue, *, write: bool = True, **options: Any) -> Any:
         writes.append(write)
-        return transaction(self, write=write)
+        return transaction(self, write=write, **options)
 
     monkeypatch.setattr(type(queue), "_transaction", watched)
     assert queue.reap(never_gone) == []
