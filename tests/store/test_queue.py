@@ -430,24 +430,29 @@ def test_rows_without_a_limit_are_every_row_past_the_default_ten_thousand(
     assert {row.invocation_id for row in every} == {f"inv-{n:05}" for n in range(10_005)}
 
 
-def test_a_release_is_committed_without_a_flush_and_other_writes_with_one(tmp_path: Path) -> None:
-    """A release lost to a machine's crash leaves the row as a crash before it would: its
-    holder gone, its lease running out. So the run that gives its lease back does not wait
-    for a flush; a new row, an enqueue (what makes an invocation runnable) still do."""
+def test_a_release_is_committed_without_a_flush_an_enqueue_with_one(tmp_path: Path) -> None:
+    """A release lost to a machine's crash (with what came after it) leaves the row as a crash
+    just before it would: its holder gone, its lease running out. So a run does not wait for
+    the flush of its release; an enqueue (what makes an invocation runnable) still does."""
     queue = SQLiteQueue(str(tmp_path / "queue.db"))
     statements: list[str] = []
+
+    def seen() -> list[str]:
+        found = [s for s in statements if "synchronous" in s or s in ("BEGIN IMMEDIATE", "COMMIT")]
+        statements.clear()
+        return found
+
     try:
-        queue.hold_new_many([("inv-0", "payments")], holder="run-a", lease_s=30)
+        queue.enqueue_many([NewRow("inv-0", "payments")])  # the tables are made first
+        [claimed] = queue.claim(holder="run-a", agent_names=["payments"], limit=1, lease_s=30)
         queue._connection.set_trace_callback(statements.append)
         queue.enqueue_many([NewRow("inv-1", "payments")])
-        assert not [s for s in statements if "synchronous" in s]
-        statements.clear()
-        released = queue.release_many([("inv-0", 0, DRAINED, None)], holder="run-a")
+        assert seen() == ["BEGIN IMMEDIATE", "COMMIT"]
+        released = queue.release_many(
+            [(claimed.invocation_id, claimed.epoch, DRAINED, None)], holder="run-a"
+        )
         assert released == {"inv-0"}
-        pragmas = [
-            s for s in statements if "synchronous" in s or s in ("BEGIN IMMEDIATE", "COMMIT")
-        ]
-        assert pragmas == [
+        assert seen() == [
             "PRAGMA synchronous = 1",
             "BEGIN IMMEDIATE",
             "COMMIT",
