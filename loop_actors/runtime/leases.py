@@ -271,6 +271,8 @@ class LeaseKeeper:
     holder_state: HolderRegistration | None = None
     """Whether the holder is registered (shared with the runtime's later opens, and of
     the same holder); a new one, unregistered, when not given."""
+    shared_outages: StoreOutages | None = None
+    """The runtime's outage tracker, kept between its calls (a new one when not given)."""
     _unreleased: dict[str, tuple[HeldLease, Release, str | None]] = field(default_factory=dict)
     """Releases that failed (the store did not answer): tried again at each heartbeat, at close."""
     _limiter: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(1))
@@ -289,7 +291,7 @@ class LeaseKeeper:
     def __post_init__(self) -> None:
         """Group the rows of submits that come together into shared transactions."""
         self._enqueues = _Grouped(self, self.queue.enqueue_many)
-        self.outages = StoreOutages(lease_s=self.lease_s)
+        self.outages = self.shared_outages or StoreOutages(lease_s=self.lease_s)
         if self.holder_state is None:
             self.holder_state = HolderRegistration(self.holder)
 

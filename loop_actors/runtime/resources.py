@@ -21,11 +21,11 @@ import os
 import threading
 import weakref
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from loop_actors.audit.checkpointer import Checkpointer, CheckpointSettings, open_checkpointer
 from loop_actors.runtime.leases import HolderRegistration
+from loop_actors.runtime.outage import StoreOutages
 from loop_actors.store.journal import Journal
 from loop_actors.store.queue import WorkQueue
 from loop_actors.store.secrets import SecretStore
@@ -47,6 +47,7 @@ class ResourceSettings:
     follow_projections: bool
     views: str | None
     checkpoints: CheckpointSettings | None
+    lease_s: float
 
 
 @dataclass(eq=False)
@@ -65,6 +66,8 @@ class Resources:
     runner: ProjectionRunner | None
     checkpointer: Checkpointer | None
     registration: HolderRegistration
+    outages: StoreOutages
+    """What the runtime's calls found of the store (an outage is warned about once)."""
     pid: int = field(default_factory=os.getpid)
     """The process that opened them (the only one that may use or close them)."""
     cancels_seen_to: int | None = None
@@ -104,15 +107,8 @@ class Resources:
             if self.closed:
                 return
             self.closed = True
-        # The Journal first: a checkpoint written after it counts its last commits.
-        steps: list[tuple[str, Any]] = [("stopping the Journal", self.journal.stop)]
-        if self.registration.registered:
-            steps.append(
-                (
-                    f"deregistering holder {self.registration.holder}",
-                    partial(self.queue.deregister, self.registration.holder),
-                )
-            )
+        self._stop_journal_and_deregister()
+        steps: list[tuple[str, Any]] = []
         if self.checkpointer is not None:
             steps.append(("writing the last checkpoint", self.checkpointer.close))
         if self.runner is not None:
@@ -127,7 +123,26 @@ class Resources:
                 step()
             except Exception:  # the others are closed all the same
                 log.warning("%s failed while closing the runtime", doing, exc_info=True)
-        self.registration.registered = False
+
+    def _stop_journal_and_deregister(self) -> None:
+        """Stop the Journal, then deregister the holder (before the checkpoint is written).
+
+        A store that cannot be used is warned about once (the calls' outages are these).
+        """
+        try:
+            self.journal.stop()
+        except Exception:  # the rest is closed all the same
+            log.warning("stopping the Journal failed while closing the runtime", exc_info=True)
+        registration = self.registration
+        if not registration.registered:
+            return
+        registration.registered = False
+        try:
+            self.queue.deregister(registration.holder)
+        except Exception as error:
+            doing = f"deregistering holder {registration.holder}"
+            if not self.outages.failed(doing, error):
+                log.warning("cannot deregister holder %s", registration.holder, exc_info=True)
 
     def close_at_exit(self) -> None:
         """Close them at interpreter exit (or when their runtime is collected), if unused.
@@ -187,6 +202,7 @@ def open_resources(settings: ResourceSettings, secrets: SecretStore, holder: str
         runner=runner,
         checkpointer=checkpointer,
         registration=HolderRegistration(holder),
+        outages=StoreOutages(lease_s=settings.lease_s),
     )
 
 

@@ -306,6 +306,7 @@ class Runtime:
                 follow_projections=self.follow_projections,
                 views=self.views,
                 checkpoints=self.checkpoints,
+                lease_s=self.lease_s,
             )
             resources = open_resources(settings, self._secrets, self.holder_id)
             self._resources = resources
@@ -397,6 +398,7 @@ class Runtime:
                 concurrency=self.holder.concurrency,
                 reap=self.holder.reap,
                 holder_state=resources.registration,
+                shared_outages=resources.outages,
             )
             # After the nursery: the releases written in the background are done by then,
             # and one that failed is tried once more. The holder stays registered: the
