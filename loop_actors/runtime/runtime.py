@@ -76,6 +76,12 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+async def _run_in(scope: trio.CancelScope, run: Callable[[], Awaitable[object]]) -> None:
+    """Run ``run()`` inside ``scope`` (a task started with ``start_soon``, stopped by the scope)."""
+    with scope:
+        await run()
+
+
 class Runtime:
     """Runs agents against an event store.
 
@@ -406,7 +412,10 @@ class Runtime:
             stack.push_async_callback(partial(leases.aclose, deregister=False))
             nursery = await stack.enter_async_context(trio.open_nursery())
             leases.nursery = nursery
-            heartbeat: trio.CancelScope = await nursery.start(leases.run_heartbeat)
+            # Started without waiting for it (its first beat is a third of a lease away):
+            # a short call does not pay a pass of the scheduler for it.
+            heartbeat = trio.CancelScope()
+            nursery.start_soon(_run_in, heartbeat, leases.run_heartbeat)
             stack.callback(heartbeat.cancel)
             committed: trio.MemorySendChannel[None] | None = None
             runner = resources.runner
@@ -438,9 +447,15 @@ class Runtime:
                 work_slots=self.work_slots,
             )
             # Runs are signalled from the first run on; stopped first when the runtime closes.
-            watcher: trio.CancelScope = await nursery.start(
-                partial(driver.run_cancel_watcher, start=resources.cancels_seen_to)
-            )
+            start = resources.cancels_seen_to
+            if start is None:  # the first call: it reads where the store's log stands first
+                watcher: trio.CancelScope = await nursery.start(driver.run_cancel_watcher)
+            else:  # a later call goes on from where the last one's watcher stood
+                driver.cancels_seen_to = start
+                watcher = trio.CancelScope()
+                nursery.start_soon(
+                    _run_in, watcher, partial(driver.run_cancel_watcher, start=start)
+                )
             stack.callback(watcher.cancel)
         except BaseException:
             self.projections, self._read_models = None, None

@@ -138,8 +138,12 @@ class _Passes(trio.abc.Instrument):
         self.count += 1
 
 
-def _loop_idle() -> bool:
-    """Whether no other task is runnable and no deadline is due within ``INLINE_IDLE_S``."""
+def loop_idle() -> bool:
+    """Whether no other task is runnable and no deadline is due within ``INLINE_IDLE_S``.
+
+    Then a quick blocking write on the trio thread keeps nothing waiting (the Journal's
+    inline commits; a lease's release: ``LeaseKeeper``).
+    """
     statistics = trio.lowlevel.current_statistics()
     return (
         statistics.tasks_runnable <= INLINE_MAX_RUNNABLE
@@ -552,7 +556,7 @@ class Journal:
         last_pass, last_task = self._inline_by
         if last_pass == count and last_task is not task:
             return False
-        if not _loop_idle():
+        if not loop_idle():
             return False
         self._inline_by = (count, task)
         return True

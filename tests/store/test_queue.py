@@ -9,6 +9,9 @@ Every test also runs on SQLite writing one statement a row (as on SQLite before
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,6 +35,7 @@ from loop_actors.store.queue import (
     Claimed,
     NewRow,
     PostgresQueue,
+    QueueBusyError,
     SQLiteQueue,
     WorkQueue,
     libpq_url,
@@ -462,3 +466,52 @@ def test_a_release_is_committed_without_a_flush_an_enqueue_with_one(tmp_path: Pa
         assert queue._connection.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL again
     finally:
         queue.close()
+
+
+def test_a_write_at_once_is_refused_when_it_would_wait_and_writes_nothing(tmp_path: Path) -> None:
+    """Bad inputs: the database's lock held by another connection; the queue's own lock held
+    by another thread; a queue on a shared in-memory connection. Each refusal writes nothing,
+    and the queue's later writes wait for the lock as before."""
+    path = tmp_path / "queue.db"
+    queue = SQLiteQueue(str(path), timeout_s=5)
+    try:
+        queue.enqueue_many([NewRow("inv-0", "payments"), NewRow("inv-1", "payments")])
+        [first] = queue.claim(holder="run-a", agent_names=["payments"], limit=1, lease_s=30)
+        release = functools.partial(
+            queue.release_many, [(first.invocation_id, first.epoch, DRAINED, None)], holder="run-a"
+        )
+        assert queue.writes_at_once
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process writes
+        with pytest.raises(QueueBusyError):
+            queue.at_once(release)
+        row = queue.row(first.invocation_id)
+        assert row is not None
+        assert row.holder == "run-a"  # nothing written
+        other.execute("COMMIT")
+        other.close()
+        taken = threading.Event()
+        go = threading.Event()
+
+        def hold_the_queue() -> None:
+            with queue._lock:
+                taken.set()
+                go.wait(30)
+
+        holder = threading.Thread(target=hold_the_queue)
+        holder.start()
+        assert taken.wait(30)
+        with pytest.raises(QueueBusyError):
+            queue.at_once(release)
+        go.set()
+        holder.join(30)
+        assert queue.at_once(release) == {first.invocation_id}
+        assert queue._connection.execute("PRAGMA busy_timeout").fetchone()[0] == 5000
+    finally:
+        queue.close()
+    memory = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+    shared = SQLiteQueue.sharing(memory, contextlib.nullcontext)
+    assert not shared.writes_at_once
+    with pytest.raises(QueueBusyError):
+        shared.at_once(lambda: None)
+    memory.close()
