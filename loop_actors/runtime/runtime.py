@@ -87,8 +87,11 @@ class Runtime:
 
     ``Runtime(url)`` is cheap and does no I/O. Use ``async with runtime:`` to
     share one store and one Journal (group commit) between many concurrent
-    runs; ``await runtime.run(...)`` outside that block opens them for the one
-    call. ``run_sync`` is the blocking form for scripts.
+    runs. A call outside that block (``await runtime.run(...)``, or ``run_sync``,
+    the blocking form for scripts) opens the store at the runtime's first call and
+    keeps it for the next, until :meth:`close` (or the end of ``with runtime:``, the
+    runtime's collection, interpreter exit). One call at a time: a call from another
+    thread meanwhile raises :class:`RuntimeBusyError`.
     """
 
     def __init__(
@@ -330,16 +333,32 @@ class Runtime:
         (the resources stay kept, or closed if they were opened by it and failed).
         """
         self._claim()
+        opened = False
         try:
             if self._resources is None or self._resources.closed:
                 await trio.to_thread.run_sync(self._kept_resources)
+                opened = True
             resources = self._resources
             assert resources is not None
             stack = await self._start_call(resources)
         except BaseException:
-            self._release()
+            try:
+                if opened:  # nothing was kept before this call: nothing is kept after it
+                    await self._close_resources()
+            finally:
+                self._release()
             raise
         self._exit_stack = stack
+
+    async def _close_resources(self) -> None:
+        """Close what the runtime kept open (shielded: it always finishes)."""
+        resources, self._resources = self._resources, None
+        finalizer, self._finalizer = self._finalizer, None
+        if finalizer is not None:
+            finalizer.detach()
+        if resources is not None:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(resources.close)
 
     async def _close_call(
         self,
@@ -370,11 +389,7 @@ class Runtime:
                     if driver is not None:
                         resources.cancels_seen_to = driver.cancels_seen_to
                     if not keep:
-                        self._resources, finalizer, self._finalizer = None, self._finalizer, None
-                        if finalizer is not None:
-                            finalizer.detach()
-                        with trio.CancelScope(shield=True):
-                            await trio.to_thread.run_sync(resources.close)
+                        await self._close_resources()
         finally:
             self._release()
 

@@ -8,9 +8,10 @@ forked child opens its own), serves one call at a time (a call from another thre
 meanwhile is refused, typed), and holds no lease between calls.
 
 Bad inputs tried: a ``run_sync`` from a second thread while the first runs (and a
-``close()`` from it); ``close()`` twice and on a runtime never opened; a runtime never
-closed when its process exits; ``os.fork()`` with the parent's runtime open, the child
-using the same object; a call after ``close()``.
+``close()`` from it); ``close()`` from a tool of the runtime's own call; ``close()``
+twice and on a runtime never opened; a runtime never closed when its process exits;
+``os.fork()`` with the parent's runtime open, the child using the same object; a call
+after ``close()``; a store that cannot be opened (twice, then it can).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from loop_actors import (
     ModelRequest,
     Runtime,
     ScriptedModel,
+    StoreUnavailableError,
     TerminalReason,
     tool,
 )
@@ -388,3 +390,44 @@ def test_a_forked_child_opens_its_own_store_and_leaves_its_parents_alone(tmp_pat
     assert found["parent_holder_now"] == found["parent_holder"]
     assert holders(path) == []
     assert no_connection_open(path)
+
+
+def test_closing_from_inside_a_call_is_refused_and_the_call_goes_on(tmp_path: Path) -> None:
+    """Bad input: a tool that closes the runtime running it."""
+    runtime = Runtime(f"sqlite:///{tmp_path / 'kept.db'}")
+    refused: list[BaseException] = []
+
+    @tool
+    async def close_it() -> str:
+        """Close the runtime that runs this call."""
+        try:
+            runtime.close()
+        except RuntimeBusyError as error:
+            refused.append(error)
+        return "tried"
+
+    def once(request: ModelRequest) -> dict[str, Any]:
+        if not request.results:
+            return {
+                "kind": "tool_calls",
+                "calls": [{"id": "c1", "name": "close_it", "arguments": {}}],
+            }
+        return {"kind": "final", "answer": "done"}
+
+    outcome = runtime.run_sync(Agent("closer", ScriptedModel(once), [close_it]), "close")
+    assert outcome.reason is TerminalReason.COMPLETED
+    assert [type(error) for error in refused] == [RuntimeBusyError]
+    runtime.close()
+
+
+def test_a_store_that_cannot_be_opened_keeps_nothing_and_is_tried_again(tmp_path: Path) -> None:
+    """Bad input: a SQLite file in a folder that does not exist (then made)."""
+    folder = tmp_path / "later"
+    runtime = Runtime(f"sqlite:///{folder / 'kept.db'}")
+    for _ in range(2):
+        with pytest.raises(StoreUnavailableError, match="does not exist"):
+            runtime.run_sync(AGENT, "goal")
+    folder.mkdir()
+    assert runtime.run_sync(AGENT, "goal").reason is TerminalReason.COMPLETED
+    runtime.close()
+    assert no_connection_open(folder / "kept.db")
