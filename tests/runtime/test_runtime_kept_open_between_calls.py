@@ -53,16 +53,19 @@ async def note(key: str) -> str:
     return key
 
 
-def two_steps(request: ModelRequest) -> dict[str, Any]:
-    if not request.results:
-        return {
-            "kind": "tool_calls",
-            "calls": [{"id": "c1", "name": "note", "arguments": {"key": "k"}}],
-        }
-    return {"kind": "final", "answer": "done"}
+def one_call(name: str, **arguments: Any) -> ScriptedModel:
+    """A model that calls ``name`` once, then answers."""
+
+    def decide(request: ModelRequest) -> dict[str, Any]:
+        if not request.results:
+            call = {"id": "c1", "name": name, "arguments": arguments}
+            return {"kind": "tool_calls", "calls": [call]}
+        return {"kind": "final", "answer": "done"}
+
+    return ScriptedModel(decide)
 
 
-AGENT = Agent("kept", ScriptedModel(two_steps), [note])
+AGENT = Agent("kept", one_call("note", key="k"), [note])
 
 
 def journal_threads() -> list[threading.Thread]:
@@ -282,15 +285,7 @@ def test_a_run_sync_from_another_thread_while_one_runs_is_refused(tmp_path: Path
         assert release.wait(WAIT_S)
         return "went on"
 
-    def once(request: ModelRequest) -> dict[str, Any]:
-        if not request.results:
-            return {
-                "kind": "tool_calls",
-                "calls": [{"id": "c1", "name": "wait_here", "arguments": {}}],
-            }
-        return {"kind": "final", "answer": "done"}
-
-    agent = Agent("waiter", ScriptedModel(once), [wait_here])
+    agent = Agent("waiter", one_call("wait_here"), [wait_here])
     runtime = Runtime(f"sqlite:///{tmp_path / 'kept.db'}")
     outcomes: list[Any] = []
     first = threading.Thread(
@@ -406,15 +401,7 @@ def test_closing_from_inside_a_call_is_refused_and_the_call_goes_on(tmp_path: Pa
             refused.append(error)
         return "tried"
 
-    def once(request: ModelRequest) -> dict[str, Any]:
-        if not request.results:
-            return {
-                "kind": "tool_calls",
-                "calls": [{"id": "c1", "name": "close_it", "arguments": {}}],
-            }
-        return {"kind": "final", "answer": "done"}
-
-    outcome = runtime.run_sync(Agent("closer", ScriptedModel(once), [close_it]), "close")
+    outcome = runtime.run_sync(Agent("closer", one_call("close_it"), [close_it]), "close")
     assert outcome.reason is TerminalReason.COMPLETED
     assert [type(error) for error in refused] == [RuntimeBusyError]
     runtime.close()

@@ -76,6 +76,18 @@ def reading_no_whole_history(store: EventStore, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(store, "newest_snapshot", refused)
 
 
+def whole_check_of(path: Path) -> str | None:
+    """What the check finds in a store that cannot vouch for its newest snapshot."""
+    store = EventStore(f"sqlite:///{path}")
+    try:
+        snapshot = store.newest_snapshot_row(PAUSED)
+        assert snapshot is not None
+        assert not store.vouches_for(snapshot)
+        return check(store)
+    finally:
+        store.close()
+
+
 def sql(path: Path, statement: str, *args: object) -> None:
     connection = sqlite3.connect(path)
     with connection:
@@ -159,14 +171,7 @@ def test_a_forged_snapshot_is_not_vouched_for_and_the_replay_refuses_it(
             (forged, PAUSED),
         )
     connection.close()
-    store = EventStore(f"sqlite:///{store_path}")
-    try:
-        snapshot = store.newest_snapshot_row(PAUSED)
-        assert snapshot is not None
-        assert not store.vouches_for(snapshot)
-        problem = check(store)
-    finally:
-        store.close()
+    problem = whole_check_of(store_path)
     assert problem is not None
     assert "snapshot at version 15 does not match its events" in problem
 
@@ -179,14 +184,7 @@ def test_an_event_deleted_before_the_snapshot_makes_the_whole_check_refuse(
         "DELETE FROM stored_events WHERE originator_id = ? AND originator_version = 5",
         PAUSED,
     )
-    store = EventStore(f"sqlite:///{store_path}")
-    try:
-        snapshot = store.newest_snapshot_row(PAUSED)
-        assert snapshot is not None
-        assert not store.vouches_for(snapshot)
-        problem = check(store)
-    finally:
-        store.close()
+    problem = whole_check_of(store_path)
     assert problem is not None
     assert "cannot be replayed" in problem
 
@@ -195,14 +193,7 @@ def test_snapshots_written_before_seals_are_checked_against_the_whole_replay(
     tmp_path: Path,
 ) -> None:
     path = restore(FIXTURE, tmp_path / "old.db")
-    store = EventStore(f"sqlite:///{path}")
-    try:
-        snapshot = store.newest_snapshot_row(PAUSED)
-        assert snapshot is not None
-        assert not store.vouches_for(snapshot)
-        assert check(store) is None  # the whole replay agrees with it
-    finally:
-        store.close()
+    assert whole_check_of(path) is None  # the whole replay agrees with it
 
 
 def test_an_event_edited_in_place_before_a_vouched_snapshot_is_left_to_audit_verify(
