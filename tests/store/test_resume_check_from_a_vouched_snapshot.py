@@ -16,6 +16,8 @@ seals.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -110,6 +112,16 @@ def test_a_snapshot_is_sealed_over_its_body_and_the_chain_hash_of_its_event() ->
     assert forged != stored
     assert not snapshot_seal_holds(snapshot.originator_id, 1, topic, forged, invocation.last_hash)
     assert not snapshot_seal_holds(snapshot.originator_id, 1, topic, stored, None)
+    # As docs/reference/audit-format.md ("A snapshot's seal") writes it.
+    assert stored.startswith(b'{"chain_hash":"' + snapshot.chain_hash.encode() + b'",')
+    header = json.dumps(
+        [snapshot.originator_id, 1, "aggregates.invocation:InvocationSnapshot"],
+        separators=(",", ":"),
+        ensure_ascii=True,
+    )
+    body = b"{" + stored[len(b'{"chain_hash":"",') + 64 :]
+    expected = hashlib.sha256(f"{invocation.last_hash}\n{header}\n".encode() + body)
+    assert expected.hexdigest() == snapshot.chain_hash
 
 
 # --------------------------------------------------------------------------- the store
