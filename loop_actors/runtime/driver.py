@@ -437,16 +437,20 @@ class Driver:
     async def run_cancel_watcher(
         self,
         *,
+        start: int | None = None,
         task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Signal runs driven here whose cancel was requested from another process.
+
+        ``start``: the store position to look from (where the runtime's previous call's
+        watcher stood); the store's head when None.
 
         Cancellation: returns when the scope it hands to ``task_status`` is cancelled.
         """
         reads = self.reads
         failures = 0
         with trio.CancelScope() as scope:
-            position = self.cancels_seen_to = await reads.head()
+            position = self.cancels_seen_to = await reads.head() if start is None else start
             task_status.started(scope)
             while True:
                 await trio.sleep(CANCEL_POLL_S)
@@ -507,7 +511,7 @@ class Driver:
             if before is not None:
                 problem = before.history_problem
             else:
-                problem = await self.reads.history_problem(invocation.id)
+                problem = await self.reads.history_problem(invocation.id, invocation)
             # So would one cut right after a decision, which no run ever leaves alone.
             problem = problem or cut_decision_problem(invocation)
             if problem is not None:
