@@ -472,7 +472,11 @@ class WorkQueue:
     def claim(
         self, *, holder: str, agent_names: Sequence[str], limit: int, lease_s: float
     ) -> list[Claimed]:
-        """Claim up to ``limit`` claimable rows (``CLAIM_AT_MOST`` a call), oldest first."""
+        """Claim up to ``limit`` claimable rows (``CLAIM_AT_MOST`` a call).
+
+        The runs of holders that are gone first (their leases ran out), then new runs;
+        each oldest first.
+        """
         if limit < 1 or not agent_names:
             return []
         limit = min(limit, CLAIM_AT_MOST)
@@ -494,12 +498,20 @@ class WorkQueue:
             # (skipping rows another claim holds). A LIMIT under SKIP LOCKED could slide
             # past a locked head; this never admits a younger row before an older one
             # that is free.
-            cursor.execute(
-                f"SELECT invocation_id FROM {QUEUE_TABLE} WHERE {claimable_where} "  # noqa: S608
-                "ORDER BY due_at, invocation_id LIMIT ?",
-                (*params, limit * CANDIDATES_PER_CLAIM),
-            )
-            candidates = [str(found[0]) for found in cursor.fetchall()]
+            # Runs whose holder died (a claimed row whose lease ran out, or was expired
+            # when its holder was found gone) come before the backlog of new ones: each
+            # kind is read oldest first on the (status, due_at) index.
+            candidates: list[str] = []
+            for status in (QueueStatus.CLAIMED, QueueStatus.RUNNABLE):
+                cursor.execute(
+                    f"SELECT invocation_id FROM {QUEUE_TABLE} "  # noqa: S608
+                    f"WHERE agent_name IN ({marks(len(names))}) AND status = ? AND due_at <= ? "
+                    "ORDER BY due_at, invocation_id LIMIT ?",
+                    (*names, status.value, now, limit * CANDIDATES_PER_CLAIM - len(candidates)),
+                )
+                candidates += [str(found[0]) for found in cursor.fetchall()]
+                if len(candidates) >= limit * CANDIDATES_PER_CLAIM:
+                    break
             if not candidates:
                 return []
             cursor.execute(
@@ -508,7 +520,11 @@ class WorkQueue:
                 "ORDER BY due_at, invocation_id" + self.dialect.skip_locked,
                 (*candidates, *params),
             )
-            rows = [_queue_row(found) for found in cursor.fetchall()]
+            taken_over_first = {invocation_id: n for n, invocation_id in enumerate(candidates)}
+            rows = sorted(
+                (_queue_row(found) for found in cursor.fetchall()),
+                key=lambda row: taken_over_first[row.invocation_id],
+            )
             # The rows are locked (SQLite's write lock; FOR UPDATE on PostgreSQL): one
             # statement moves them all to the next epoch, as decided from what was read.
             taken = [row for row in rows if claimable(row, now)][:limit]

@@ -182,10 +182,9 @@ def test_a_paused_row_is_not_claimed_until_made_runnable(make_queue: MakeQueue) 
     assert (again.epoch, again.record) == (2, False)
 
 
-def test_a_gone_holder_is_reaped_and_its_leases_claimable_at_once(make_queue: MakeQueue) -> None:
-    queue = make_queue()
-    holder = HolderRow(
-        holder="w-dead",
+def _worker_row(holder: str) -> HolderRow:
+    return HolderRow(
+        holder=holder,
         kind=HolderKind.WORKER,
         host="h",
         machine="m",
@@ -196,7 +195,11 @@ def test_a_gone_holder_is_reaped_and_its_leases_claimable_at_once(make_queue: Ma
         agents=["payments"],
         concurrency=4,
     )
-    queue.register(holder)
+
+
+def test_a_gone_holder_is_reaped_and_its_leases_claimable_at_once(make_queue: MakeQueue) -> None:
+    queue = make_queue()
+    queue.register(_worker_row("w-dead"))
     queue.enqueue("inv-0", "payments")
     queue.claim(holder="w-dead", agent_names=["payments"], limit=1, lease_s=300)
     assert queue.reap(never_gone) == []
@@ -205,6 +208,32 @@ def test_a_gone_holder_is_reaped_and_its_leases_claimable_at_once(make_queue: Ma
     assert queue.holders()[0] == []
     (taken,) = queue.claim(holder="w2", agent_names=["payments"], limit=1, lease_s=30)
     assert (taken.taken_from, taken.record) == ("w-dead", True)
+
+
+def test_the_runs_of_a_gone_holder_are_claimed_before_an_older_backlog(
+    make_queue: MakeQueue,
+) -> None:
+    """A dead worker's runs wait behind no queue of new ones (take over first)."""
+    queue = make_queue()
+    queue.enqueue("held-0", "payments")
+    queue.enqueue("held-1", "payments")
+    queue.register(_worker_row("w-dead"))
+    dead = queue.claim(holder="w-dead", agent_names=["payments"], limit=2, lease_s=300)
+    assert [c.invocation_id for c in dead] == ["held-0", "held-1"]
+    # A backlog submitted before the holder is found gone: its leases expire now, after
+    # every row of the backlog became due.
+    backlog = [f"new-{n:02d}" for n in range(12)]
+    for invocation_id in backlog:
+        queue.enqueue(invocation_id, "payments")
+    assert queue.reap(always_gone) == ["w-dead"]
+    first = queue.claim(holder="w2", agent_names=["payments"], limit=3, lease_s=30)
+    assert [(c.invocation_id, c.taken_from) for c in first] == [
+        ("held-0", "w-dead"),
+        ("held-1", "w-dead"),
+        ("new-00", None),
+    ]
+    rest = queue.claim(holder="w2", agent_names=["payments"], limit=100, lease_s=30)
+    assert [c.invocation_id for c in rest] == backlog[1:]
 
 
 def test_a_reap_that_finds_nobody_gone_takes_no_write_transaction(
