@@ -707,6 +707,8 @@ class Driver:
         except BaseException:
             leases.release_soon(lease, DRAINED)
             raise
+        if outcome.reason is TerminalReason.CHECKPOINT_FAILED:
+            leases.outages.commit_failed(outcome.detail or "a commit failed")
         release = release_after(outcome.reason)
         if release is None:
             leases.forget(lease)

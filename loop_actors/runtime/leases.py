@@ -370,6 +370,14 @@ class LeaseKeeper:
             with trio.move_on_after(10, shield=True):
                 try:
                     await self._retry_releases()
+                except QueueBusyError:
+                    log.info(
+                        "the store is down: %d lease(s) not given back at close (the first: "
+                        "%s); they run out within %g s",
+                        len(left),
+                        left[0],
+                        self.lease_s,
+                    )
                 except Exception as error:
                     doing = f"giving back {len(left)} lease(s) at close (the first: {left[0]})"
                     if not self.outages.failed(doing, error):
@@ -385,7 +393,14 @@ class LeaseKeeper:
             return
         with trio.move_on_after(5, shield=True):
             try:
-                await self.call(self.queue.deregister, self.holder)
+                await self._write_unless_down(self.queue.deregister, self.holder)
+            except QueueBusyError:
+                log.info(
+                    "the store is down: holder %s not deregistered; its row is forgotten "
+                    "once its heartbeat is %g s old",
+                    self.holder,
+                    self.lease_s,
+                )
             except Exception as error:
                 if not self.outages.failed(f"deregistering holder {self.holder}", error):
                     log.warning("cannot deregister holder %s", self.holder, exc_info=True)
@@ -554,6 +569,17 @@ class LeaseKeeper:
         with trio.move_on_after(10, shield=True):
             try:
                 released = await self._give_back(batch)
+            except QueueBusyError:
+                log.debug(
+                    "the store is down: %d lease(s) (the first: %s) not given back now; tried "
+                    "again at the next heartbeat (else they run out in %g s)",
+                    len(batch),
+                    batch[0][0].invocation_id,
+                    self.lease_s,
+                )
+                for item in batch:
+                    self._unreleased[item[0].invocation_id] = item
+                return
             except Exception as error:
                 if not self.outages.failed("giving back leases", error):
                     log.warning(
@@ -573,13 +599,34 @@ class LeaseKeeper:
                     log.info("the lease of %s was no longer held at release", lease.invocation_id)
 
     async def _give_back(self, batch: list[_Release]) -> set[str]:
-        """Release the leases, in one transaction (not flushed); the ids released."""
-        released: set[str] = await self._call_quick(
+        """Release the leases, in one transaction (not flushed); the ids released.
+
+        Raises:
+            QueueBusyError: the store is down and the write would wait; nothing written.
+        """
+        released: set[str] = await self._write_unless_down(
             self.queue.release_many,
             [(lease.invocation_id, lease.epoch, release, note) for lease, release, note in batch],
             holder=self.holder,
         )
         return released
+
+    async def _write_unless_down(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """A write nothing must wait for (a release, a deregistration), bounded while down.
+
+        While the store is down (the last thing tried on it failed: a commit, a renewal)
+        the write is tried once at once, without waiting for a lock or a connection:
+        each would otherwise wait the store's whole lock or connect timeout, one after
+        the other, before a run's outcome is answered. Leases not given back run out
+        within ``lease_s``, a holder's row once its heartbeat is that old.
+
+        Raises:
+            QueueBusyError: the store is down and the write would have to wait (or the
+                queue writes only in its own thread, as on PostgreSQL); nothing written.
+        """
+        if not self.outages.down:
+            return await self._call_quick(fn, *args, **kwargs)
+        return self.queue.at_once(partial(fn, *args, **kwargs))
 
     async def _retry_releases(self) -> None:
         if not self._unreleased:
@@ -622,7 +669,8 @@ class LeaseKeeper:
         sent = time.monotonic()
         try:
             await self.register()
-            await self._retry_releases()
+            with contextlib.suppress(QueueBusyError):  # store down: the renewal below asks
+                await self._retry_releases()
             leases = list(self.held.values())
             kept = await self.call(
                 self.queue.renew,

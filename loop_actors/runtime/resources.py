@@ -21,13 +21,14 @@ import os
 import threading
 import weakref
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from loop_actors.audit.checkpointer import Checkpointer, CheckpointSettings, open_checkpointer
 from loop_actors.runtime.leases import HolderRegistration
 from loop_actors.runtime.outage import StoreOutages
 from loop_actors.store.journal import Journal
-from loop_actors.store.queue import WorkQueue
+from loop_actors.store.queue import QueueBusyError, WorkQueue
 from loop_actors.store.read_models import open_runner
 from loop_actors.store.secrets import SecretStore
 from loop_actors.store.store import EventStore
@@ -138,7 +139,17 @@ class Resources:
             return
         registration.registered = False
         try:
-            self.queue.deregister(registration.holder)
+            if self.outages.down:  # tried once, at once: not the store's whole timeout
+                self.queue.at_once(partial(self.queue.deregister, registration.holder))
+            else:
+                self.queue.deregister(registration.holder)
+        except QueueBusyError:
+            log.info(
+                "the store is down: holder %s not deregistered; its row is forgotten once "
+                "its heartbeat is %g s old",
+                registration.holder,
+                self.outages.lease_s,
+            )
         except Exception as error:
             doing = f"deregistering holder {registration.holder}"
             if not self.outages.failed(doing, error):
