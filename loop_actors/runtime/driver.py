@@ -605,8 +605,8 @@ class Driver:
         """Take the lease of an invocation to drive it; record ``LeaseAcquired`` when it fences.
 
         Raises:
-            LeaseHeldError: another process holds a live lease on it.
-            InvocationExistsError: another process took it over meanwhile.
+            LeaseHeldError: another process holds a live lease on it, or took it over
+                after this one took its lease (a race of take-overs).
             StoreUnavailableError: the lease cannot be taken or recorded.
         """
         leases = self.leases
@@ -626,10 +626,18 @@ class Driver:
         except BaseException:
             await leases.release(lease, DRAINED)
             raise
-        if recorded is None:
+        if recorded is None:  # another take-over recorded a newer lease after this one
             leases.forget(lease)
-            raise InvocationExistsError(
-                invocation.id, "was taken over by another process meanwhile"
+            row = await leases.call(leases.queue.row, invocation.id)
+            now = await leases.call(leases.queue.now)
+            holder = row.holder if row is not None and row.holder else "another process"
+            expires_at = row.due_at if row is not None else now
+            raise LeaseHeldError(
+                invocation.id,
+                holder,
+                datetime.fromtimestamp(expires_at, UTC),
+                expires_at - now,
+                instead="leave it: it took the invocation over after this process did",
             )
         return recorded, lease
 
