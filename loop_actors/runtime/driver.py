@@ -32,6 +32,7 @@ from aggregates.lease import (
     Release,
     lease_is_live,
     release_after,
+    retry_reconciliation,
 )
 from aggregates.ledger_check import cut_decision_problem
 from aggregates.requests import CancelRequest
@@ -43,6 +44,7 @@ from aggregates.standing import (
     waits_for_person,
 )
 from aggregates.turn import cancel_paused
+from aggregates.vocabulary import ToolEffect
 from loop_actors._errors import (
     InconsistentHistoryError,
     InvocationExistsError,
@@ -718,12 +720,34 @@ class Driver:
         if outcome.reason is TerminalReason.CHECKPOINT_FAILED:
             leases.outages.commit_failed(outcome.detail or "a commit failed")
         release = release_after(outcome.reason)
+        if outcome.reason is TerminalReason.RECONCILIATION_REQUIRED:
+            release = await self._reconciliation_retry(outcome.invocation_id, agent) or release
         if release is None:
             leases.forget(lease)
         else:
             detail = outcome.detail if release.status is QueueStatus.RUNNABLE else None
             leases.release_soon(lease, release, note=detail)
         return outcome
+
+    async def _reconciliation_retry(self, invocation_id: str, agent: Agent) -> Release | None:
+        """For a run paused for a service that can be asked again: runnable again later.
+
+        So a worker asks the service again (``retry_reconciliation``) when every write
+        of its waiting batch has a tool with ``reconcile``; None when one has none (a
+        person settles it: ``effects resolve``), for a child (its parent asks the store
+        for it) and for a parent waiting for a child.
+        """
+        invocation = await self.reads.invocation(invocation_id)
+        paused, batch = invocation.paused, invocation.pending_batch
+        if paused is None or batch is None or invocation.parent is not None or paused.child_path:
+            return None
+        tools = agent.toolbox.tools
+        for call in batch.calls:
+            if call.effect is ToolEffect.WRITE and call.denied is None:
+                known = tools.get(call.name)
+                if known is None or known.reconcile is None or call.child_id is not None:
+                    return None
+        return retry_reconciliation((self.now() - paused.timestamp).total_seconds())
 
     async def drive_claim(
         self, lease: HeldLease, claim: Claimed, agent: Agent, before: DriveReads | Exception | None
