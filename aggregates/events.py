@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from eventsourcing.domain import BaseAggregate, CanMutateAggregate
 from eventsourcing.utils import get_topic
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import TzInfo
 
 from aggregates.audit import AUDIT_FORMAT, GENESIS, event_body, stored_link, topic_of
@@ -25,8 +25,9 @@ class DomainEvent(BaseModel, CanMutateAggregate[str]):
     timestamp: datetime
     chain_hash: str = ""
     """SHA-256 over the previous event's hash and this event (``aggregates.audit``)."""
-    audit_format: int | None = None
-    """2 for events hashed as stored; None (left out) for those of format 1."""
+    audit_format: int | None = Field(default=None, le=AUDIT_FORMAT)
+    """2 for events hashed as stored; None (left out) for those of format 1. A higher
+    format is a newer loop-actors': refused when read, never misread."""
 
     __slots__ = ("_sealed_body",)
     # The body the hash was computed over, for the store to write as it is (``seal``).

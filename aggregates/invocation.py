@@ -23,6 +23,7 @@ from eventsourcing.utils import get_topic
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Field,
     model_validator,
 )
 
@@ -945,8 +946,9 @@ class InvocationSnapshot(BaseModel, CanSnapshotAggregate[str]):
     state: InvocationState
     chain_hash: str = ""
     """The seal (see the class); empty for a snapshot written before seals."""
-    audit_format: int | None = None
-    """2 for a sealed snapshot; None (left out) for one written before seals."""
+    audit_format: int | None = Field(default=None, le=AUDIT_FORMAT)
+    """2 for a sealed snapshot; None (left out) for one written before seals (a higher
+    format is a newer loop-actors': refused when read)."""
 
     __slots__ = ("_sealed_body",)
     # The body the seal was computed over, for the store to write as it is (as an event's).
