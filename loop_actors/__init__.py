@@ -72,8 +72,15 @@ if TYPE_CHECKING:
     from loop_actors._errors import ToolError as ToolError
     from loop_actors._errors import UnreadableEventError as UnreadableEventError
     from loop_actors._errors import UsageError as UsageError
+    from loop_actors._logs import BackgroundLoop as BackgroundLoop
+    from loop_actors._logs import JsonLogFormatter as JsonLogFormatter
+    from loop_actors._logs import TextLogFormatter as TextLogFormatter
     from loop_actors._messages import ModelReply as ModelReply
     from loop_actors._messages import ModelRequest as ModelRequest
+    from loop_actors._statistics import ErrorSeen as ErrorSeen
+    from loop_actors._statistics import JournalStatistics as JournalStatistics
+    from loop_actors._statistics import RuntimeStatistics as RuntimeStatistics
+    from loop_actors._statistics import WorkerStatistics as WorkerStatistics
     from loop_actors.agent.adapters import AnthropicModel as AnthropicModel
     from loop_actors.agent.adapters import ModelCallError as ModelCallError
     from loop_actors.agent.adapters import OpenAIModel as OpenAIModel
@@ -174,6 +181,13 @@ _EXPORTS: dict[str, str] = {
     "ToolError": "loop_actors._errors",
     "UnreadableEventError": "loop_actors._errors",
     "UsageError": "loop_actors._errors",
+    "BackgroundLoop": "loop_actors._logs",
+    "JsonLogFormatter": "loop_actors._logs",
+    "TextLogFormatter": "loop_actors._logs",
+    "ErrorSeen": "loop_actors._statistics",
+    "JournalStatistics": "loop_actors._statistics",
+    "RuntimeStatistics": "loop_actors._statistics",
+    "WorkerStatistics": "loop_actors._statistics",
     "ModelReply": "loop_actors._messages",
     "ModelRequest": "loop_actors._messages",
     "AnthropicModel": "loop_actors.agent.adapters",
@@ -230,6 +244,7 @@ __all__ = [
     "AnthropicModel",
     "ApprovalRefusedError",
     "AsyncioRuntime",
+    "BackgroundLoop",
     "Budget",
     "CancelResult",
     "CannotContinue",
@@ -247,6 +262,7 @@ __all__ = [
     "EffectStatus",
     "ErrorClass",
     "ErrorInfo",
+    "ErrorSeen",
     "EventStore",
     "Final",
     "ForkOrigin",
@@ -263,6 +279,8 @@ __all__ = [
     "InconsistentHistoryError",
     "InvocationExistsError",
     "InvocationNotFoundError",
+    "JournalStatistics",
+    "JsonLogFormatter",
     "LeaseHeldError",
     "LoopActorsError",
     "McpServer",
@@ -292,6 +310,7 @@ __all__ = [
     "RetryPolicy",
     "RunSettings",
     "Runtime",
+    "RuntimeStatistics",
     "ScriptExhaustedError",
     "ScriptedModel",
     "SettingsChangedError",
@@ -306,6 +325,7 @@ __all__ = [
     "SubmissionError",
     "SubmissionProblem",
     "TerminalReason",
+    "TextLogFormatter",
     "Tool",
     "ToolCall",
     "ToolCalls",
@@ -319,6 +339,7 @@ __all__ = [
     "UsageError",
     "Worker",
     "WorkerReport",
+    "WorkerStatistics",
     "mcp_tools",
     "mcp_tools_async",
     "model_from_name",

@@ -199,6 +199,41 @@ def checkpoint_options(sub: argparse.ArgumentParser) -> None:
     )
 
 
+LOG_FORMAT_ENV = "LOOP_ACTORS_LOG_FORMAT"
+LOG_LEVEL_ENV = "LOOP_ACTORS_LOG_LEVEL"
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+"""``--log-format`` and ``--log-level`` values (``loop_actors._logs``'s; a test checks)."""
+
+
+def log_level(text: str) -> str:
+    """An argparse type: a logging level's name, in either case."""
+    level = text.lower()
+    if level not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(LOG_LEVELS)}, got {text!r}")
+    return level
+
+
+def log_options(parser: argparse.ArgumentParser, *, default: object) -> None:
+    """``--log-format`` and ``--log-level``: taken before the command or after it."""
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=default,
+        help=f"how log records are written to stderr: text (the message, then "
+        f"[level logger field=value ...]) or json (one object a line); ${LOG_FORMAT_ENV}, "
+        "else text",
+    )
+    parser.add_argument(
+        "--log-level",
+        type=log_level,
+        metavar="LEVEL",
+        default=default,
+        help=f"the least severe records written: {', '.join(LOG_LEVELS)} "
+        f"(${LOG_LEVEL_ENV}, else warning)",
+    )
+
+
 def _lazy_arguments(group: str, command: str) -> AddArguments:
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         command_options(group).ARGUMENTS[command](parser)
@@ -216,8 +251,11 @@ def build_parser() -> argparse.ArgumentParser:
         "6 another process holds the lease; reconcile: 5 an effect needs a person.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    log_options(parser, default=None)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=CliParser)
     for name, group, text in COMMANDS:
         sub = commands.add_parser(name, help=text, add_arguments=_lazy_arguments(group, name))
+        # Given after the command, they override those given before it.
+        log_options(sub, default=argparse.SUPPRESS)
         sub.set_defaults(group=group)
     return parser

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AsyncExitStack
@@ -19,6 +18,14 @@ from aggregates.invocation import Invocation, InvocationEvent
 from aggregates.lease import DEFAULT_LEASE_S, HolderKind, check_lease_s
 from aggregates.revalidation import MalformedValueError, revalidated
 from loop_actors._errors import UsageError, single_exception
+from loop_actors._logs import package_logger
+from loop_actors._statistics import (
+    ErrorSeen,
+    RunCounters,
+    RuntimeStatistics,
+    error_seen,
+    later,
+)
 from loop_actors.agent.agent import Agent
 from loop_actors.agent.mcp import open_mcp_sessions
 from loop_actors.audit.checkpointer import Checkpointer, CheckpointSettings, open_checkpointer
@@ -68,7 +75,7 @@ from projections import ProjectionRunner
 
 T = TypeVar("T")
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 
 def _utc_now() -> datetime:
@@ -171,6 +178,10 @@ class Runtime:
         """The read models, while the runtime is open with ``follow_projections=True``."""
         self._read_models: FollowerHealth | None = None
         """What the read models' follower last saw, while it runs."""
+        self._runs = RunCounters()
+        """Its drives, counted across its opens (``statistics()``)."""
+        self._last_error: ErrorSeen | None = None
+        """The last error caught while it was open before (``statistics()`` once closed)."""
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -254,6 +265,7 @@ class Runtime:
                 secrets=self._secrets,
                 now=self._now,
                 work_slots=self.work_slots,
+                runs=self._runs,
             )
             # Runs are signalled from the first run on; stopped first when the runtime closes.
             watcher: trio.CancelScope = await nursery.start(driver.run_cancel_watcher)
@@ -277,6 +289,8 @@ class Runtime:
         is answered); the background tasks are cancelled.
         """
         stack, self._exit_stack = self._exit_stack, None
+        if self._driver is not None:
+            self._last_error = self.statistics().last_error
         self._driver = None
         self.projections = None
         self._read_models = None
@@ -289,6 +303,37 @@ class Runtime:
             # The Journal's nursery wraps whatever the body raised; give the caller
             # the body's own exception rather than a group of one.
             raise single_exception(group) from None
+
+    def statistics(self) -> RuntimeStatistics:
+        """What it drives now and has done since it was made: a frozen snapshot, cheap to take.
+
+        Runs in flight, drives begun and stopped (by reason), leases held, whether the
+        store is down, its Journal's statistics (while open) and the last error one of
+        its loops or its Journal caught: its class, loop and time, never its message
+        (docs/reference/api.md#statistics).
+        """
+        runs = self._runs
+        driver = self._driver
+        journal = driver.journal.statistics() if driver is not None else None
+        last_error = self._last_error
+        if driver is not None:
+            caught = error_seen(driver.leases.outages.throttle.last_error)
+            journal_caught = error_seen(driver.journal.throttle.last_error)
+            from_journal = journal.last_error if journal is not None else None
+            last_error = later(last_error, caught, journal_caught, from_journal)
+        return RuntimeStatistics(
+            open=driver is not None,
+            runs_in_flight=len(driver.running) if driver is not None else 0,
+            runs_started=runs.started,
+            runs_resumed=runs.resumed,
+            runs_paused=runs.paused,
+            runs_ended=runs.ended,
+            stops_by_reason=dict(runs.stops),
+            leases_held=len(driver.leases.held) if driver is not None else 0,
+            store_down=driver.leases.outages.down if driver is not None else False,
+            journal=journal,
+            last_error=last_error,
+        )
 
     def read_models_status(self) -> ReadModelsStatus | None:
         """Where the followed read models stand; None unless open with ``follow_projections``.

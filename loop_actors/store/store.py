@@ -7,7 +7,6 @@ All methods here block; trio code reaches them through the Journal (writes) or
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import sqlite3
@@ -57,6 +56,7 @@ from loop_actors._errors import (
     StoreReadOnlyError,
     StoreUnavailableError,
 )
+from loop_actors._logs import package_logger
 from loop_actors.store.mapper import (
     PydanticEventMapper,
     SnapshotMapper,
@@ -72,7 +72,7 @@ from loop_actors.store.url import APPLICATION_NAME, StoreUrl, sqlite_write_refus
 DEFAULT_SNAPSHOT_INTERVAL = 100
 """An invocation is snapshotted every this many events."""
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 
 class InvocationApplication(Application[str]):
