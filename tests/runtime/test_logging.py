@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+import subprocess
+import sys
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -263,3 +265,56 @@ def test_the_library_adds_only_a_null_handler_and_configures_no_logging() -> Non
         if "basicConfig(" in path.read_text() or "getLogger().addHandler" in path.read_text()
     ]
     assert configuring == []
+
+
+ABANDONING_WORKER = '''
+"""A worker stopped with no grace while its run waits: it warns that it abandoned it."""
+
+import logging
+import sys
+
+import trio
+
+from loop_actors import Agent, Runtime, ScriptedModel, Worker
+
+if sys.argv[1] == "configured":
+    logging.basicConfig()
+agent = Agent("slow", ScriptedModel([{"kind": "final", "answer": "late"}], delay_s=30), [])
+
+
+async def main() -> None:
+    db = sys.argv[2]
+    await Runtime(db).submit(agent, "wait", invocation_id="w1")
+    worker = Worker(agent, db, grace_s=0, poll_s=0.05)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        while not worker.running:
+            await trio.sleep(0.05)
+        worker.stop()
+    print("stopped")
+
+
+trio.run(main)
+'''
+
+
+@pytest.mark.parametrize("logging_", ["unconfigured", "configured"])
+def test_with_no_logging_configured_a_run_prints_nothing_on_stderr(
+    logging_: str, tmp_path: Path
+) -> None:
+    """What it warns about (a run abandoned) reaches stderr only once logging is configured."""
+    script = tmp_path / "abandon.py"
+    script.write_text(ABANDONING_WORKER)
+    ran = subprocess.run(
+        [sys.executable, str(script), logging_, f"sqlite:///{tmp_path / 'store.db'}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert (ran.returncode, ran.stdout) == (0, "stopped\n"), ran.stderr
+    if logging_ == "unconfigured":
+        assert ran.stderr == ""
+    else:
+        assert "did not reach a commit within 0 s: abandoned" in ran.stderr
