@@ -56,7 +56,7 @@ from loop_actors._errors import (
     StoreReadOnlyError,
     StoreUnavailableError,
 )
-from loop_actors._logs import package_logger
+from loop_actors._logs import BackgroundLoop, Throttle, package_logger
 from loop_actors.store.mapper import (
     PydanticEventMapper,
     SnapshotMapper,
@@ -185,6 +185,8 @@ class EventStore:
         """
         self.url = StoreUrl.parse(url)
         self.snapshot_interval = snapshot_interval
+        self.throttle = Throttle()
+        """How its failed snapshots are logged (at most once a minute per error class)."""
         self.read_only = read_only
         self.write_refusal: str | None = None
         self.notes: list[str] = []
@@ -469,12 +471,17 @@ class EventStore:
             try:
                 self.app.take_snapshot(invocation_id, version=version, projector_func=fold)
             except PersistenceError as error:
-                log.warning(
+                self.throttle.caught(
+                    log,
+                    BackgroundLoop.JOURNAL,
+                    error,
                     "no snapshot of %s at version %d (the events are committed; retried at "
                     "the next interval): %s",
                     invocation_id,
                     version,
                     error,
+                    exc_info=False,
+                    invocation_id=invocation_id,
                 )
 
     # ----------------------------------------------------------------- reads

@@ -318,3 +318,28 @@ def test_with_no_logging_configured_a_run_prints_nothing_on_stderr(
         assert ran.stderr == ""
     else:
         assert "did not reach a commit within 0 s: abandoned" in ran.stderr
+
+
+async def test_a_record_made_under_a_current_span_carries_its_trace_and_span_ids(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the OpenTelemetry API imported and a span current; without one, no ids."""
+    trace = pytest.importorskip("opentelemetry.trace")
+    context = trace.SpanContext(
+        trace_id=0x5B8AA5A2D2C872E8321CF37308D69DF2,
+        span_id=0x051581BF3CB55C13,
+        is_remote=False,
+        trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED),
+    )
+    caplog.set_level(logging.INFO, logger="loop_actors")
+    agent = Agent("traced", ScriptedModel([{"kind": "final", "answer": "ok"}]), [])
+    runtime = Runtime(db_url)
+    with trio.fail_after(30):
+        with trace.use_span(trace.NonRecordingSpan(context)):
+            await runtime.run(agent, "traced", invocation_id="inv-t")
+        await runtime.run(agent, "plain", invocation_id="inv-u")
+    (traced,) = [r for r in with_id(ours(caplog), "inv-t") if getattr(r, "reason", None)]
+    assert traced.trace_id == "5b8aa5a2d2c872e8321cf37308d69df2"  # type: ignore[attr-defined]
+    assert traced.span_id == "051581bf3cb55c13"  # type: ignore[attr-defined]
+    (plain,) = [r for r in with_id(ours(caplog), "inv-u") if getattr(r, "reason", None)]
+    assert not hasattr(plain, "trace_id")
