@@ -96,9 +96,22 @@ class StoreOutages:
             doing,
             level=logging.DEBUG,
         )
+        self._went_down(doing, one_line(error), type(error).__name__)
+        return True
+
+    def commit_failed(self, detail: str) -> None:
+        """Note that a run's commit failed (its outcome ``checkpoint_failed``, ``detail``).
+
+        Warned about as any outage (once); from now on the runtime's other writes
+        (leases given back, a holder deregistered) are not each made to wait the
+        store's whole lock or connect timeout before the run's outcome is answered.
+        """
+        self._went_down("committing a step", " ".join(detail.split()), None)
+
+    def _went_down(self, doing: str, why: str, error_type: str | None) -> None:
         now = self._clock()
         if self._down_since is not None:
-            return True
+            return
         self._down_since = now
         self._warned = self._warned_at is None or now - self._warned_at >= OUTAGE_LOG_EVERY_S
         if self._warned:
@@ -108,11 +121,10 @@ class StoreOutages:
                 "(checkpoint_failed: resume continues each from its last one), leases not "
                 "given back run out within %g s; trying again until it works",
                 doing,
-                one_line(error),
+                why,
                 self.lease_s,
-                extra=fields(loop=BackgroundLoop.STORE, error_type=type(error).__name__),
+                extra=fields(loop=BackgroundLoop.STORE, error_type=error_type),
             )
-        return True
 
     def answered(self) -> None:
         """A write to the store succeeded: an outage going on is over (and said so)."""
