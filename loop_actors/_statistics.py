@@ -154,7 +154,12 @@ class RuntimeStatistics(Frozen):
     journal: JournalStatistics | None
     """Its Journal's, while it is open."""
     last_error: ErrorSeen | None
-    """The last error one of its loops or its Journal caught (None: none yet)."""
+    """The last error its Journal or one of its store tasks caught (None: none yet).
+
+    The heartbeat, lease releases, the cancel watcher, a worker's claims and drives,
+    a store outage met by any task. The read models' follower reports its own
+    (``read_models_status()``); the checkpointer's are in the log only.
+    """
 
 
 class RunCounters:
