@@ -808,10 +808,11 @@ class Driver:
                 # The store failed right after the claim: nothing ran; tried again later.
                 await leases.release(lease, RETRY_LATER, note=one_line(error))
                 raise
+            # The class only: the message (its row's note) may name an effect key.
             log.warning(
-                "cannot drive %s: %s",
+                "cannot drive %s (%s); its row is left paused, its note says why",
                 claim.invocation_id,
-                error,
+                type(error).__name__,
                 extra=fields(invocation_id=claim.invocation_id, error_type=type(error).__name__),
             )
             note = f"{type(error).__name__}: {error}"

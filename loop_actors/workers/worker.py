@@ -14,7 +14,7 @@ import trio
 
 from aggregates.decisions import Frozen, TerminalReason
 from aggregates.lease import DEFAULT_LEASE_S, HolderKind, QueueStatus, Release, claim_retry_s
-from loop_actors._errors import StoreUnavailableError, UsageError
+from loop_actors._errors import LoopActorsError, StoreUnavailableError, UsageError
 from loop_actors._logs import BackgroundLoop, fields, package_logger
 from loop_actors._statistics import WorkerStatistics
 from loop_actors.agent.agent import Agent
@@ -377,13 +377,18 @@ class Worker:
                 self._outcomes[TerminalReason.CHECKPOINT_FAILED.value] += 1
             else:
                 self._failed += 1
+                # Our own typed errors (a cut history...) are for a person, not a bug: the
+                # class only, as their messages may name an effect key; a bug's traceback.
+                ours = isinstance(error, LoopActorsError)
                 outages.throttle.caught(
                     log,
                     BackgroundLoop.DRIVES,
                     error,
-                    "the run of %s failed; its row is left paused",
+                    "the run of %s stopped with %s; its row is left paused, its note says why",
                     claim.invocation_id,
-                    level=logging.ERROR,
+                    type(error).__name__,
+                    level=logging.WARNING if ours else logging.ERROR,
+                    exc_info=not ours,
                     invocation_id=claim.invocation_id,
                 )
         finally:
