@@ -121,11 +121,20 @@ class CliParser(argparse.ArgumentParser):
     """argparse that reports a usage error in one line and exits 2.
 
     Given ``add_arguments``, it adds them the first time it parses (or prints help).
+    Every command's parser, sub-commands' too (``audit verify``), takes the log options
+    (:func:`log_options`); given there, they override those given before the command.
     """
 
-    def __init__(self, *args: Any, add_arguments: AddArguments | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        add_arguments: AddArguments | None = None,
+        top: bool = False,
+        **kwargs: Any,
+    ):
         super().__init__(*args, **kwargs)
         self._add_arguments = add_arguments
+        log_options(self, default=None if top else argparse.SUPPRESS)
 
     def _complete(self) -> None:
         if self._add_arguments is not None:
@@ -244,6 +253,7 @@ def _lazy_arguments(group: str, command: str) -> AddArguments:
 def build_parser() -> argparse.ArgumentParser:
     """The parser of ``loop-actors``; each parsed command's ``group`` is its module's name."""
     parser = CliParser(
+        top=True,
         prog="loop-actors",
         description="Run, inspect and audit event-sourced agent loops.",
         epilog="Database: --db URL, else $LOOP_ACTORS_DB, else sqlite:///loop-actors.db. "
@@ -252,11 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
         "reconcile: 5 an effect needs a person.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    log_options(parser, default=None)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=CliParser)
     for name, group, text in COMMANDS:
         sub = commands.add_parser(name, help=text, add_arguments=_lazy_arguments(group, name))
-        # Given after the command, they override those given before it.
-        log_options(sub, default=argparse.SUPPRESS)
         sub.set_defaults(group=group)
     return parser

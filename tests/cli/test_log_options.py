@@ -25,6 +25,7 @@ from tests.support.cli import run_in_process
         (["--log-format", "bogus", "demo"], {}, "argument --log-format: invalid choice: 'bogus'"),
         (["demo", "--log-format", "xml"], {}, "argument --log-format: invalid choice: 'xml'"),
         (["--log-level", "loud", "demo"], {}, "argument --log-level: expected one of debug"),
+        (["audit", "verify", "--log-level", "0"], {}, "argument --log-level: expected one of"),
         (["demo"], {"LOOP_ACTORS_LOG_FORMAT": "xml"}, "$LOOP_ACTORS_LOG_FORMAT must be one of"),
         (["demo"], {"LOOP_ACTORS_LOG_LEVEL": "chatty"}, "$LOOP_ACTORS_LOG_LEVEL must be one of"),
     ],
@@ -64,6 +65,23 @@ def test_json_logs_are_one_object_a_line_with_the_runs_fields(
     assert (ended["reason"], ended["outcome"], ended["agent"]) == ("completed", "ended", "demo")
     assert ended["invocation_id"] in ran.stdout
     assert all(r["level"] != "debug" for r in records)
+
+
+def test_a_sub_command_takes_the_log_options_after_its_name_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    ran = run_in_process("demo", cwd=tmp_path, capsys=capsys, monkeypatch=monkeypatch, db=db)
+    assert ran.returncode == 0
+    verified = run_in_process(
+        *("audit", "verify", "--no-state", "--log-format", "json", "--log-level", "error"),
+        cwd=tmp_path,
+        capsys=capsys,
+        monkeypatch=monkeypatch,
+        db=db,
+    )
+    assert verified.returncode == 0, verified.stderr
+    assert verified.stderr == ""
 
 
 def test_text_logs_show_the_message_then_level_logger_and_fields(
