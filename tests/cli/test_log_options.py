@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,21 @@ from loop_actors._logs import LOG_LEVELS, LogFormat
 from loop_actors.cli.parser import LOG_FORMATS
 from loop_actors.cli.parser import LOG_LEVELS as CLI_LOG_LEVELS
 from tests.support.cli import run_in_process
+
+Cli = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+@pytest.fixture
+def cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Cli:
+    """``loop-actors ARGS --db DB`` in this process, in ``tmp_path``, on a store there."""
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+
+    def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return run_in_process(
+            *args, cwd=tmp_path, capsys=capsys, monkeypatch=monkeypatch, db=db, env=env
+        )
+
+    return run
 
 
 @pytest.mark.parametrize(
@@ -31,16 +48,10 @@ from tests.support.cli import run_in_process
     ],
 )
 def test_a_bad_log_option_is_exit_2_with_one_line_and_nothing_runs(
-    case: tuple[list[str], dict[str, str], str],
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    case: tuple[list[str], dict[str, str], str], cli: Cli, tmp_path: Path
 ) -> None:
     args, env, named = case
-    db = f"sqlite:///{tmp_path / 'store.db'}"
-    refused = run_in_process(
-        *args, cwd=tmp_path, capsys=capsys, monkeypatch=monkeypatch, db=db, env=env
-    )
+    refused = cli(*args, env=env)
     assert refused.returncode == 2
     assert named in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
@@ -49,13 +60,10 @@ def test_a_bad_log_option_is_exit_2_with_one_line_and_nothing_runs(
 
 
 @pytest.mark.parametrize("where", ["before the command", "after the command"])
-def test_json_logs_are_one_object_a_line_with_the_runs_fields(
-    where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_json_logs_are_one_object_a_line_with_the_runs_fields(where: str, cli: Cli) -> None:
     options = ["--log-format", "json", "--log-level", "INFO"]
     args = [*options, "demo"] if where == "before the command" else ["demo", *options]
-    db = f"sqlite:///{tmp_path / 'store.db'}"
-    ran = run_in_process(*args, cwd=tmp_path, capsys=capsys, monkeypatch=monkeypatch, db=db)
+    ran = cli(*args)
     assert ran.returncode == 0, ran.stderr
     records = [json.loads(line) for line in ran.stderr.splitlines()]
     assert {"time", "level", "logger", "message"} <= set(records[0])
@@ -67,30 +75,16 @@ def test_json_logs_are_one_object_a_line_with_the_runs_fields(
     assert all(r["level"] != "debug" for r in records)
 
 
-def test_a_sub_command_takes_the_log_options_after_its_name_too(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    db = f"sqlite:///{tmp_path / 'store.db'}"
-    ran = run_in_process("demo", cwd=tmp_path, capsys=capsys, monkeypatch=monkeypatch, db=db)
+def test_a_sub_command_takes_the_log_options_after_its_name_too(cli: Cli) -> None:
+    ran = cli("demo")
     assert ran.returncode == 0
-    verified = run_in_process(
-        *("audit", "verify", "--no-state", "--log-format", "json", "--log-level", "error"),
-        cwd=tmp_path,
-        capsys=capsys,
-        monkeypatch=monkeypatch,
-        db=db,
-    )
+    verified = cli("audit", "verify", "--no-state", "--log-format", "json", "--log-level", "error")
     assert verified.returncode == 0, verified.stderr
     assert verified.stderr == ""
 
 
-def test_text_logs_show_the_message_then_level_logger_and_fields(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    db = f"sqlite:///{tmp_path / 'store.db'}"
-    ran = run_in_process(
-        "--log-level", "debug", "demo", cwd=tmp_path, capsys=capsys, monkeypatch=monkeypatch, db=db
-    )
+def test_text_logs_show_the_message_then_level_logger_and_fields(cli: Cli) -> None:
+    ran = cli("--log-level", "debug", "demo")
     assert ran.returncode == 0, ran.stderr
     (ended,) = [line for line in ran.stderr.splitlines() if " ended: " in line]
     assert ended.startswith("invocation ")
@@ -99,26 +93,18 @@ def test_text_logs_show_the_message_then_level_logger_and_fields(
     assert any(line.startswith("lease of ") for line in ran.stderr.splitlines())
 
 
-def test_by_default_a_run_that_goes_well_prints_nothing_on_stderr(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_by_default_a_run_that_goes_well_prints_nothing_on_stderr(cli: Cli) -> None:
     """Warnings and above only: lifecycle records (info) are not shown."""
-    db = f"sqlite:///{tmp_path / 'store.db'}"
-    ran = run_in_process("demo", cwd=tmp_path, capsys=capsys, monkeypatch=monkeypatch, db=db)
+    ran = cli("demo")
     assert ran.returncode == 0
     assert ran.stderr == ""
 
 
-def test_the_cli_takes_its_handler_off_when_it_returns(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_cli_takes_its_handler_off_when_it_returns(cli: Cli) -> None:
     """Run in-process (a test, a script), it leaves logging as it found it."""
     root = logging.getLogger("loop_actors")
     before = (list(root.handlers), root.level)
-    db = f"sqlite:///{tmp_path / 'store.db'}"
-    ran = run_in_process(
-        "--log-level", "debug", "demo", cwd=tmp_path, capsys=capsys, monkeypatch=monkeypatch, db=db
-    )
+    ran = cli("--log-level", "debug", "demo")
     assert ran.returncode == 0
     assert (list(root.handlers), root.level) == before
 
