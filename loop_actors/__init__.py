@@ -73,8 +73,15 @@ if TYPE_CHECKING:
     from loop_actors._errors import ToolError as ToolError
     from loop_actors._errors import UnreadableEventError as UnreadableEventError
     from loop_actors._errors import UsageError as UsageError
+    from loop_actors._logs import BackgroundLoop as BackgroundLoop
+    from loop_actors._logs import JsonLogFormatter as JsonLogFormatter
+    from loop_actors._logs import TextLogFormatter as TextLogFormatter
     from loop_actors._messages import ModelReply as ModelReply
     from loop_actors._messages import ModelRequest as ModelRequest
+    from loop_actors._statistics import ErrorSeen as ErrorSeen
+    from loop_actors._statistics import JournalStatistics as JournalStatistics
+    from loop_actors._statistics import RuntimeStatistics as RuntimeStatistics
+    from loop_actors._statistics import WorkerStatistics as WorkerStatistics
     from loop_actors.agent.adapters import AnthropicModel as AnthropicModel
     from loop_actors.agent.adapters import ModelCallError as ModelCallError
     from loop_actors.agent.adapters import OpenAIModel as OpenAIModel
@@ -176,6 +183,13 @@ _EXPORTS: dict[str, str] = {
     "ToolError": "loop_actors._errors",
     "UnreadableEventError": "loop_actors._errors",
     "UsageError": "loop_actors._errors",
+    "BackgroundLoop": "loop_actors._logs",
+    "JsonLogFormatter": "loop_actors._logs",
+    "TextLogFormatter": "loop_actors._logs",
+    "ErrorSeen": "loop_actors._statistics",
+    "JournalStatistics": "loop_actors._statistics",
+    "RuntimeStatistics": "loop_actors._statistics",
+    "WorkerStatistics": "loop_actors._statistics",
     "ModelReply": "loop_actors._messages",
     "ModelRequest": "loop_actors._messages",
     "AnthropicModel": "loop_actors.agent.adapters",
@@ -232,6 +246,7 @@ __all__ = [
     "AnthropicModel",
     "ApprovalRefusedError",
     "AsyncioRuntime",
+    "BackgroundLoop",
     "Budget",
     "CancelResult",
     "CannotContinue",
@@ -249,6 +264,7 @@ __all__ = [
     "EffectStatus",
     "ErrorClass",
     "ErrorInfo",
+    "ErrorSeen",
     "EventStore",
     "Final",
     "ForkOrigin",
@@ -265,6 +281,8 @@ __all__ = [
     "InconsistentHistoryError",
     "InvocationExistsError",
     "InvocationNotFoundError",
+    "JournalStatistics",
+    "JsonLogFormatter",
     "LeaseHeldError",
     "LoopActorsError",
     "McpServer",
@@ -295,6 +313,7 @@ __all__ = [
     "RunSettings",
     "Runtime",
     "RuntimeBusyError",
+    "RuntimeStatistics",
     "ScriptExhaustedError",
     "ScriptedModel",
     "SettingsChangedError",
@@ -309,6 +328,7 @@ __all__ = [
     "SubmissionError",
     "SubmissionProblem",
     "TerminalReason",
+    "TextLogFormatter",
     "Tool",
     "ToolCall",
     "ToolCalls",
@@ -322,6 +342,7 @@ __all__ = [
     "UsageError",
     "Worker",
     "WorkerReport",
+    "WorkerStatistics",
     "mcp_tools",
     "mcp_tools_async",
     "model_from_name",

@@ -36,7 +36,10 @@ from aggregates.decisions import (
 )
 from aggregates.invocation import Turn
 from loop_actors._errors import LoopActorsError, UsageError
+from loop_actors._logs import fields, package_logger
 from loop_actors._messages import ModelReply, ModelRequest, ToolSchema
+
+log = package_logger(__name__)
 
 T = TypeVar("T")
 
@@ -164,7 +167,18 @@ async def call_with_retries(call: Callable[[], Awaitable[T]], policy: RetryPolic
             error_class = classify(error)
             if error_class not in RETRYABLE or attempt >= policy.max_attempts:
                 raise ModelCallError(error_class, str(error), attempts=attempt) from error
-            await trio.sleep(policy.delay(attempt, _retry_after(error)))
+            delay = policy.delay(attempt, _retry_after(error))
+            # The class only: a provider's message may quote the request.
+            log.info(
+                "the model call failed (%s, %s, attempt %d of %d); retried in %.3g s",
+                error_class.value,
+                type(error).__name__,
+                attempt,
+                policy.max_attempts,
+                delay,
+                extra=fields(outcome=error_class, error_type=type(error).__name__),
+            )
+            await trio.sleep(delay)
 
 
 def _result_text(result: ToolResult) -> str:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
@@ -39,13 +38,14 @@ import trio
 
 from aggregates.invocation import Invocation, InvocationEvent
 from loop_actors._errors import UsageError
+from loop_actors._logs import package_logger
 from loop_actors.agent.agent import Agent
 from loop_actors.runtime.outcome import Outcome
 from loop_actors.runtime.runtime import CancelResult, ReconcileReport, Runtime
 from loop_actors.runtime.submission import DEFAULT_SUBMIT_CHUNK, Submission
 from loop_actors.store.url import redacted_url
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 T = TypeVar("T")
 

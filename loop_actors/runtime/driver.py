@@ -10,7 +10,6 @@ never through the Runtime's private members.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -56,7 +55,9 @@ from loop_actors._errors import (
     UsageError,
 )
 from loop_actors._faults import CrashPoint, fault_point
+from loop_actors._logs import BackgroundLoop, fields, package_logger
 from loop_actors._messages import CommitFailed, Committed
+from loop_actors._statistics import RunCounters
 from loop_actors.agent.agent import Agent, SettingsChangedError, check_catalogue
 from loop_actors.agent.mcp import McpSessions, using_mcp_sessions
 from loop_actors.agent.tools import using_child_runs
@@ -84,7 +85,7 @@ from loop_actors.store.reader import DriveReads, StoreReader
 from loop_actors.store.secrets import SecretStore
 from loop_actors.store.store import EventStore
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 T = TypeVar("T")
 
@@ -128,8 +129,9 @@ class Driver:
         secrets: SecretStore,
         now: Callable[[], datetime],
         work_slots: WorkSlots | None,
+        runs: RunCounters | None = None,
     ) -> None:
-        """Hold what the runtime opened."""
+        """Hold what the runtime opened; count drives in ``runs`` (the Runtime's)."""
         self.store = store
         self.journal = journal
         self.reads = reads
@@ -145,6 +147,8 @@ class Driver:
         """The controllers of the invocations driven now, by id."""
         self.cancels_seen_to = 0
         """The store position up to which the cancel watcher has looked for requests."""
+        self.runs = runs if runs is not None else RunCounters()
+        """How many drives began and how they stopped (``Runtime.statistics()``)."""
 
     def new_invocation(self, request: StartRequest) -> Invocation:
         """A new invocation as ``request`` asks, its ``InvocationStarted`` pending."""
@@ -462,12 +466,14 @@ class Driver:
                     ids, position = await reads.cancel_requests_after(position)
                 except Exception as error:
                     failures += 1
-                    outage = self.leases.outages.failed("looking for cancel requests", error)
-                    if not outage and (failures == 1 or failures % 120 == 0):  # once a minute
-                        log.warning(
+                    outages = self.leases.outages
+                    if not outages.failed("looking for cancel requests", error):
+                        outages.throttle.caught(
+                            log,
+                            BackgroundLoop.CANCEL_WATCHER,
+                            error,
                             "cannot look for cancel requests (%d failed polls); retrying",
                             failures,
-                            exc_info=True,
                         )
                     continue
                 failures = 0
@@ -541,6 +547,17 @@ class Driver:
             request = await self.reads.cancel_request(invocation.id)
         self.running[invocation.id] = controller
         self.inherit_cancel(controller)
+        self.runs.began(fresh=fresh)
+        log.info(
+            "invocation %s %s (agent %s, step %d)",
+            invocation.id,
+            "started" if fresh else "resumed",
+            invocation.agent_name,
+            invocation.step,
+            extra=fields(
+                invocation_id=invocation.id, agent=invocation.agent_name, step=invocation.step
+            ),
+        )
         try:
             if before is not None:
                 request = before.cancel_request
@@ -553,8 +570,32 @@ class Driver:
             assert self.mcp is not None
             with using_mcp_sessions(self.mcp), using_child_runs(ChildRunner(self, controller)):
                 outcome = await controller.run()
+        except BaseException as error:  # noted, and raised on to the caller
+            log.info(
+                "the run of invocation %s stopped with %s (raised to its caller)",
+                invocation.id,
+                type(error).__name__,
+                extra=fields(invocation_id=invocation.id, error_type=type(error).__name__),
+            )
+            raise
         finally:
             del self.running[invocation.id]
+        self.runs.stopped(outcome.reason)
+        log.info(
+            "invocation %s %s: %s (step %d, %d tool call(s))",
+            invocation.id,
+            "paused" if outcome.paused else "ended",
+            outcome.reason.value,
+            outcome.steps,
+            outcome.tool_calls,
+            extra=fields(
+                invocation_id=invocation.id,
+                agent=invocation.agent_name,
+                step=outcome.steps,
+                outcome="paused" if outcome.paused else "ended",
+                reason=outcome.reason,
+            ),
+        )
         # A failed checkpoint recorded nothing: the invocation goes on at its next
         # resume, which still needs what is kept.
         if not outcome.paused and outcome.reason is not TerminalReason.CHECKPOINT_FAILED:
@@ -599,6 +640,7 @@ class Driver:
                 invocation_id,
                 status.value,
                 exc_info=True,
+                extra=fields(invocation_id=invocation_id),
             )
 
     async def take_lease(
@@ -790,7 +832,13 @@ class Driver:
                 # The store failed right after the claim: nothing ran; tried again later.
                 await leases.release(lease, RETRY_LATER, note=one_line(error))
                 raise
-            log.warning("cannot drive %s: %s", claim.invocation_id, error)
+            # The class only: the message (its row's note) may name an effect key.
+            log.warning(
+                "cannot drive %s (%s); its row is left paused, its note says why",
+                claim.invocation_id,
+                type(error).__name__,
+                extra=fields(invocation_id=claim.invocation_id, error_type=type(error).__name__),
+            )
             note = f"{type(error).__name__}: {error}"
             await leases.release(lease, Release(status=QueueStatus.PAUSED), note=note)
             return None

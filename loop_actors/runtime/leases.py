@@ -36,11 +36,12 @@ from aggregates.lease import (
     holder_gone,
     may_start_calls,
 )
+from loop_actors._logs import BackgroundLoop, fields, package_logger
 from loop_actors.runtime.outage import StoreOutages
 from loop_actors.store.journal import loop_idle
 from loop_actors.store.queue import Claimed, NewRow, QueueBusyError, WorkQueue
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -432,6 +433,13 @@ class LeaseKeeper:
             valid_until=sent + self.lease_s,
         )
         self.held[invocation_id] = lease
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "lease of %s acquired (epoch %d)",
+                invocation_id,
+                epoch,
+                extra=fields(invocation_id=invocation_id, holder=self.holder, epoch=epoch),
+            )
         return lease
 
     def new_row(self, invocation_id: str, agent_name: str) -> NewRow:
@@ -582,13 +590,15 @@ class LeaseKeeper:
                 return
             except Exception as error:
                 if not self.outages.failed("giving back leases", error):
-                    log.warning(
+                    self.outages.throttle.caught(
+                        log,
+                        BackgroundLoop.LEASE_RELEASE,
+                        error,
                         "cannot release %d lease(s) (the first: %s); tried again at the next "
                         "heartbeat (else they expire in %g s)",
                         len(batch),
                         batch[0][0].invocation_id,
                         self.lease_s,
-                        exc_info=True,
                     )
                 for item in batch:
                     self._unreleased[item[0].invocation_id] = item
@@ -596,7 +606,11 @@ class LeaseKeeper:
             self.outages.answered()
             for lease, _, _ in batch:
                 if lease.invocation_id not in released:
-                    log.info("the lease of %s was no longer held at release", lease.invocation_id)
+                    log.info(
+                        "the lease of %s was no longer held at release",
+                        lease.invocation_id,
+                        extra=fields(invocation_id=lease.invocation_id, epoch=lease.epoch),
+                    )
 
     async def _give_back(self, batch: list[_Release]) -> set[str]:
         """Release the leases, in one transaction (not flushed); the ids released.
@@ -681,17 +695,22 @@ class LeaseKeeper:
             if self.reap:
                 reaped = await self.call(self.queue.reap, is_gone)
                 if reaped:
-                    log.warning("holders gone, their leases expired: %s", ", ".join(reaped))
+                    log.warning(
+                        "holders gone, their leases expired: %s",
+                        ", ".join(reaped),
+                        extra=fields(holder=self.holder),
+                    )
         except Exception as error:
             self._failures += 1
-            outage = self.outages.failed("renewing leases", error)
-            if not outage and (self._failures == 1 or self._failures % 30 == 0):
-                log.warning(
+            if not self.outages.failed("renewing leases", error):
+                self.outages.throttle.caught(
+                    log,
+                    BackgroundLoop.HEARTBEAT,
+                    error,
                     "cannot renew %d lease(s) (%d failed heartbeats); no call starts on a "
                     "lease that may have run out",
                     len(self.held),
                     self._failures,
-                    exc_info=True,
                 )
             return
         self._failures = 0
@@ -707,6 +726,9 @@ class LeaseKeeper:
                     "the lease of %s (epoch %d) was taken over; its run stops at its next step",
                     lease.invocation_id,
                     lease.epoch,
+                    extra=fields(
+                        invocation_id=lease.invocation_id, holder=self.holder, epoch=lease.epoch
+                    ),
                 )
 
 

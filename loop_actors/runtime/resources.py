@@ -16,7 +16,6 @@ connection must not be carried across ``fork()``), and the child opens its own.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import weakref
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from loop_actors._logs import package_logger
 from loop_actors.audit.checkpointer import Checkpointer, CheckpointSettings, open_checkpointer
 from loop_actors.runtime.leases import HolderRegistration
 from loop_actors.runtime.outage import StoreOutages
@@ -34,7 +34,7 @@ from loop_actors.store.secrets import SecretStore
 from loop_actors.store.store import EventStore
 from projections import ProjectionRunner
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 _ABANDONED: list[Resources] = []
 """Resources a forked child inherited from its parent: kept referenced, never used or closed."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
@@ -22,6 +21,14 @@ from aggregates.invocation import Invocation, InvocationEvent
 from aggregates.lease import DEFAULT_LEASE_S, HolderKind, check_lease_s
 from aggregates.revalidation import MalformedValueError, revalidated
 from loop_actors._errors import RuntimeBusyError, UsageError, single_exception
+from loop_actors._logs import package_logger
+from loop_actors._statistics import (
+    ErrorSeen,
+    RunCounters,
+    RuntimeStatistics,
+    error_seen,
+    later,
+)
 from loop_actors.agent.agent import Agent
 from loop_actors.agent.mcp import open_mcp_sessions
 from loop_actors.audit.checkpointer import Checkpointer, CheckpointSettings
@@ -75,7 +82,7 @@ from projections import ProjectionRunner
 
 T = TypeVar("T")
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 
 def _utc_now() -> datetime:
@@ -193,6 +200,10 @@ class Runtime:
         """The read models, while the runtime is open with ``follow_projections=True``."""
         self._read_models: FollowerHealth | None = None
         """What the read models' follower last saw, while it runs."""
+        self._runs = RunCounters()
+        """Its drives, counted across its opens (``statistics()``)."""
+        self._last_error: ErrorSeen | None = None
+        """The last error caught while it was open before (``statistics()`` once closed)."""
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -376,6 +387,7 @@ class Runtime:
     ) -> None:
         """Stop the call's parts; close the resources too unless ``keep``; release the runtime."""
         stack, self._exit_stack = self._exit_stack, None
+        self._last_error = self.statistics().last_error
         driver, self._driver = self._driver, None
         self.projections = None
         self._read_models = None
@@ -466,6 +478,7 @@ class Runtime:
                 secrets=self._secrets,
                 now=self._now,
                 work_slots=self.work_slots,
+                runs=self._runs,
             )
             # Runs are signalled from the first run on; stopped first when the runtime closes.
             start = resources.cancels_seen_to
@@ -488,6 +501,42 @@ class Runtime:
         self._driver = driver
         self.checkpointer = checkpointer
         return stack
+
+    def statistics(self) -> RuntimeStatistics:
+        """What it drives now and has done since it was made: a frozen snapshot, cheap to take.
+
+        Runs in flight, drives begun and stopped (by reason), leases held, whether the
+        store is down, its Journal's statistics (while its store is open, between calls
+        too) and the last error one of its tasks or its Journal caught: its class, loop
+        and time, never its message (docs/reference/api.md#statistics).
+        """
+        runs = self._runs
+        driver = self._driver
+        resources = self._resources
+        if resources is not None and resources.closed:
+            resources = None
+        journal = resources.journal.statistics() if resources is not None else None
+        last_error = self._last_error
+        if resources is not None:
+            last_error = later(
+                last_error,
+                error_seen(resources.outages.throttle.last_error),
+                error_seen(resources.journal.throttle.last_error),
+                journal.last_error if journal is not None else None,
+            )
+        return RuntimeStatistics(
+            open=driver is not None,
+            runs_in_flight=len(driver.running) if driver is not None else 0,
+            runs_started=runs.started,
+            runs_resumed=runs.resumed,
+            runs_paused=runs.paused,
+            runs_ended=runs.ended,
+            stops_by_reason=dict(runs.stops),
+            leases_held=len(driver.leases.held) if driver is not None else 0,
+            store_down=resources.outages.down if resources is not None else False,
+            journal=journal,
+            last_error=last_error,
+        )
 
     def read_models_status(self) -> ReadModelsStatus | None:
         """Where the followed read models stand; None unless open with ``follow_projections``.

@@ -21,15 +21,22 @@ from typing import Protocol
 
 import outcome
 import trio
-from eventsourcing.persistence import IntegrityError, OperationalError, PersistenceError
+from eventsourcing.persistence import (
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    PersistenceError,
+)
 
 from aggregates.events import DomainEvent
+from loop_actors._logs import BackgroundLoop, Throttle, package_logger
 from loop_actors._messages import CommitFailed, CommitOutcome, Committed
+from loop_actors._statistics import JournalCounters, JournalStatistics
 from loop_actors.store.queue import NewRow
 from loop_actors.store.store import EventStore
-from loop_actors.store.url import DEFAULT_LOCK_RETRY_S, StoreUrl
+from loop_actors.store.url import DEFAULT_LOCK_RETRY_S, StoreUrl, redacted_url
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 MAX_GROUP = 512
 """The most commits put into one transaction."""
@@ -215,6 +222,11 @@ def is_lock_failure(error: BaseException) -> bool:
     return "locked" in message or "busy" in message
 
 
+def _store_unusable(error: BaseException) -> bool:
+    """Whether the store cannot be used now (gone, full, read-only), not a bug of ours."""
+    return isinstance(error, OperationalError | InterfaceError | sqlite3.OperationalError)
+
+
 def _failed(error: BaseException, *, conflict: bool = False, note: str = "") -> CommitFailed:
     return CommitFailed(
         error_type=type(error).__name__, message=str(error) + note, conflict=conflict
@@ -230,6 +242,7 @@ def commit_group(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     polls: Sequence[float] = (),
+    throttle: Throttle | None = None,
 ) -> list[CommitOutcome]:
     """Commit a group of commits in one transaction; answer each, within one bounded wait.
 
@@ -259,11 +272,13 @@ def commit_group(
       culprit fails; nothing waits for a lock there.
 
     Returns one outcome per commit: those of ``group`` in order, then those taken
-    with ``take_more``, in order.
+    with ``take_more``, in order. A lock waited for, and a failure of the database,
+    are logged through ``throttle`` (the Journal's: at most once a minute per class).
 
     Blocking: runs in the Journal's thread.
     """
     retry = retry or LockRetry()
+    throttle = throttle or Throttle()
     commits = list(group)
     for pause in polls:
         sleep(pause)
@@ -291,10 +306,14 @@ def commit_group(
                 note = f" (still locked after waiting {retry.lock_wait_s:g} s" + (
                     f" and retrying for {retry.retry_s:g} s)" if retry.retry_s > 0 else ")"
                 )
-                log.warning(
+                throttle.caught(
+                    log,
+                    BackgroundLoop.JOURNAL,
+                    last_lock_error,
                     "the store stayed locked: %d commit(s) not written; %s",
                     len(locked),
                     last_lock_error,
+                    exc_info=False,
                 )
                 for index in locked:
                     results[index] = _failed(last_lock_error, note=note)
@@ -319,15 +338,33 @@ def commit_group(
                 if deadline is None:
                     deadline = clock() + retry.retry_s
                 if retry.retry_s > 0 and last_lock_error is None:
-                    log.warning(
+                    throttle.caught(
+                        log,
+                        BackgroundLoop.JOURNAL,
+                        error,
                         "the store is locked (%s); retrying %d commit(s) for up to %g s",
                         error,
                         len(batch),
                         retry.retry_s,
+                        level=logging.INFO,
+                        exc_info=False,
                     )
                 last_lock_error = error
                 locked += batch
             elif isinstance(error, PersistenceError) or len(batch) == 1:
+                throttle.caught(
+                    log,
+                    BackgroundLoop.JOURNAL,
+                    error,
+                    "a transaction of %d commit(s) failed (%s: %s); each is refused (its run "
+                    "stops: checkpoint_failed, resumable from its last commit)",
+                    len(batch),
+                    type(error).__name__,
+                    redacted_url(" ".join(str(error).split())),
+                    # An outage is warned about once by the runtime (StoreOutages).
+                    level=logging.INFO if _store_unusable(error) else logging.WARNING,
+                    exc_info=not isinstance(error, PersistenceError),
+                )
                 for index in batch:
                     results[index] = _failed(error)
             else:
@@ -418,6 +455,13 @@ class Journal:
         """The scheduler pass and the task of the last commit made inline."""
         self._writing = threading.Lock()
         """Held while a transaction runs, on either thread."""
+        self._counters = JournalCounters()
+        self.throttle = Throttle()
+        """How the Journal's thread logs what it catches (at most once a minute per class)."""
+
+    def statistics(self) -> JournalStatistics:
+        """What it has written since it opened, and how many commits wait for its thread."""
+        return self._counters.snapshot(queued=self._outstanding)
 
     def start(self) -> None:
         """Start the writer thread (once; not bound to an event loop).
@@ -568,13 +612,13 @@ class Journal:
             return _Refused.BUSY  # the thread is writing
         try:
             try:
-                [result] = commit_group(_NoLockWait(self._store), [commit])
+                [result] = commit_group(_NoLockWait(self._store), [commit], throttle=self.throttle)
             except _Locked:
                 return _Refused.LOCKED
         finally:
             self._writing.release()
         self._poke()
-        self._after([commit], [result])
+        self._after([commit], [result], inline=True)
         return result
 
     async def aclose(self) -> None:
@@ -609,9 +653,17 @@ class Journal:
                         retry=retry,
                         take_more=partial(self._take, group),
                         polls=LOCKED_POLLS_S if found_locked else (),
+                        throttle=self.throttle,
                     )
                 except BaseException as error:  # never leave a task waiting for an answer
-                    log.exception("group commit failed unexpectedly; %d commit(s) fail", len(group))
+                    self.throttle.caught(
+                        log,
+                        BackgroundLoop.JOURNAL,
+                        error,
+                        "group commit failed unexpectedly; %d commit(s) fail",
+                        len(group),
+                        level=logging.ERROR,
+                    )
                     failed = CommitFailed(
                         error_type=type(error).__name__, message=str(error), conflict=False
                     )
@@ -622,20 +674,37 @@ class Journal:
             self._token.run_sync_soon(self._deliver, group, results)
             self._after([commit for commit, _ in group], results)
 
-    def _after(self, commits: list[Commit], results: list[CommitOutcome]) -> None:
-        """Call the after-commit hook with the events of the commits that were written."""
-        if self._after_commit is None:
-            return
+    def _after(
+        self, commits: list[Commit], results: list[CommitOutcome], *, inline: bool = False
+    ) -> None:
+        """Count the transaction; call the after-commit hook with the commits written."""
         written = [
             commit.events
             for commit, result in zip(commits, results, strict=True)
             if isinstance(result, Committed)
         ]
+        refused = [result for result in results if isinstance(result, CommitFailed)]
+        errors = [result.error_type for result in refused if not result.conflict]
+        self._counters.note(
+            commits=len(commits),
+            events=sum(len(events) for events in written),
+            failed=len(refused),
+            error_type=errors[-1] if errors else None,
+            inline=inline,
+        )
+        if self._after_commit is None:
+            return
         if written:
             try:
                 self._after_commit(written)
-            except Exception:  # the commits are durable and answered: only log it
-                log.exception("the after-commit hook failed")
+            except Exception as error:  # the commits are durable and answered: only log it
+                self.throttle.caught(
+                    log,
+                    BackgroundLoop.AFTER_COMMIT,
+                    error,
+                    "the after-commit hook failed",
+                    level=logging.ERROR,
+                )
 
     def _take(self, group: list[_Pending]) -> list[Commit]:
         """Move queued commits into ``group`` (up to ``MAX_GROUP``); return their events.

@@ -10,7 +10,6 @@ is always safe.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,9 +30,10 @@ from aggregates.ledger_check import (
 )
 from aggregates.requests import CancelRequest
 from loop_actors._errors import InvocationNotFoundError
+from loop_actors._logs import package_logger
 from loop_actors.store.store import EventStore
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 MAX_CONCURRENT_READS = 8
 """Worker threads reading the store at once."""

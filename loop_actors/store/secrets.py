@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
+from loop_actors._logs import package_logger
 from loop_actors.store.schema import SECRETS_TABLE, secrets_table_definition
 from loop_actors.store.sql import Cursor
 from projections.dialect import Dialect
@@ -37,7 +37,7 @@ from projections.dialect import Dialect
 if TYPE_CHECKING:
     from aggregates.turn import KeptSecret
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 Kind = Literal["arguments", "output"]
 SecretKey = tuple[int, str, Kind]

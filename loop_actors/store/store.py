@@ -7,7 +7,6 @@ All methods here block; trio code reaches them through the Journal (writes) or
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import sqlite3
@@ -64,6 +63,7 @@ from loop_actors._errors import (
     StoreReadOnlyError,
     StoreUnavailableError,
 )
+from loop_actors._logs import BackgroundLoop, Throttle, package_logger
 from loop_actors.store.mapper import (
     PydanticEventMapper,
     SnapshotMapper,
@@ -79,7 +79,7 @@ from loop_actors.store.url import APPLICATION_NAME, StoreUrl, sqlite_write_refus
 DEFAULT_SNAPSHOT_INTERVAL = 100
 """An invocation is snapshotted every this many events."""
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 
 class InvocationApplication(Application[str]):
@@ -192,6 +192,8 @@ class EventStore:
         """
         self.url = StoreUrl.parse(url)
         self.snapshot_interval = snapshot_interval
+        self.throttle = Throttle()
+        """How its failed snapshots are logged (at most once a minute per error class)."""
         self.read_only = read_only
         self.write_refusal: str | None = None
         self.notes: list[str] = []
@@ -476,12 +478,17 @@ class EventStore:
             try:
                 self.app.take_snapshot(invocation_id, version=version, projector_func=fold)
             except PersistenceError as error:
-                log.warning(
+                self.throttle.caught(
+                    log,
+                    BackgroundLoop.JOURNAL,
+                    error,
                     "no snapshot of %s at version %d (the events are committed; retried at "
                     "the next interval): %s",
                     invocation_id,
                     version,
                     error,
+                    exc_info=False,
+                    invocation_id=invocation_id,
                 )
 
     # ----------------------------------------------------------------- reads

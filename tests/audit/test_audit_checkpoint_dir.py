@@ -229,7 +229,7 @@ def test_a_checkpoint_that_cannot_be_written_is_logged_and_the_runs_go_on(
                 await eventually(lambda: covered(tmp_path, rows(db)))
         return reasons
 
-    with caplog.at_level(logging.WARNING, logger="loop_actors.audit.checkpointer"):
+    with caplog.at_level(logging.WARNING, logger="loop_actors.audit"):
         assert trio.run(go) == ["completed", "completed"]
     (warning,) = {r.getMessage() for r in caplog.records if "checkpoint" in r.getMessage()}
     assert str(folder) in warning
@@ -534,7 +534,7 @@ def test_a_damaged_last_checkpoint_does_not_stop_the_runtime(
     reports the damaged one."""
     files = notes(folder)
     files[-1].write_text("not a checkpoint\n")
-    with caplog.at_level(logging.WARNING, logger="loop_actors.audit.checkpointer"):
+    with caplog.at_level(logging.WARNING, logger="loop_actors.audit"):
         run(folder / "audit.db", "inv-d", key=folder / "ops.key")
     assert any("not a checkpoint note" in r.getMessage() for r in caplog.records)
     after = notes(folder)

@@ -46,6 +46,7 @@ RUN = [
     "docs/how-to/evaluate-your-loop.md",
     "docs/tutorial/evaluate-and-tune.md",
     "docs/reference/eval-builtin.md",
+    "docs/how-to/read-logs-and-statistics.md",
 ]
 """Pages whose samples run from an empty folder, in the order they are written."""
 

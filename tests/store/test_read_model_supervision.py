@@ -28,7 +28,7 @@ from loop_actors.store.views import (
 )
 from projections import CatchUpReport, Projection, ProjectionRunner, ViewCursor, default_projections
 
-VIEWS_LOG = "loop_actors.store.views"
+VIEWS_LOG = "loop_actors.store"
 
 
 class SeenEvents(Projection):
