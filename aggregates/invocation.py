@@ -68,6 +68,7 @@ from aggregates.invocation_events import (
     SettingsChanged,
     Terminated,
     ToolSpec,
+    TraceParent,
     VerificationFailed,
 )
 from aggregates.model_input import ModelInput
@@ -101,6 +102,7 @@ __all__ = [
     "SettingsChanged",
     "Terminated",
     "ToolSpec",
+    "TraceParent",
     "Turn",
     "Turns",
     "VerificationFailed",
@@ -312,6 +314,7 @@ class Invocation(ChainedAggregate):
         forked_from: ForkOrigin | None = None,
         parent: ParentLink | None = None,
         handed_off_from: HandoffOrigin | None = None,
+        trace_parent: TraceParent | None = None,
     ) -> Invocation:
         """Create an invocation (records ``InvocationStarted``).
 
@@ -337,6 +340,7 @@ class Invocation(ChainedAggregate):
             forked_from=forked_from,
             parent=parent,
             handed_off_from=handed_off_from,
+            trace_parent=trace_parent,
         )
 
     def propose(

@@ -64,6 +64,7 @@ from loop_actors.store.views import (
     ReadModelsStatus,
     run_projection_follower,
 )
+from loop_actors.telemetry import current_trace_parent
 from projections import ProjectionRunner
 
 T = TypeVar("T")
@@ -337,6 +338,7 @@ class Runtime:
             task_class=task_class,
             actor=actor,
             tenant=tenant,
+            trace_parent=current_trace_parent(),
         )
         request.check("run")
 
@@ -788,6 +790,7 @@ class Runtime:
             actor=actor,
             tenant=tenant,
             agent_ref=agent_ref,
+            trace_parent=current_trace_parent(),
         )
         request.check("submit")
         return await self.with_driver(partial(Driver.submit, request=request))
