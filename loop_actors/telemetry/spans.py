@@ -208,24 +208,25 @@ def drives_to_report(history: Sequence[InvocationEvent], version_at_start: int) 
     """The drives a process reports once it stops driving, having begun at ``version_at_start``.
 
     ``version_at_start`` is the invocation's version when the process began to drive
-    it, after the ``LeaseAcquired`` it recorded if it took the invocation over. It
-    reports every drive paused or ended by a fact committed after that, and the
-    drive its own ``LeaseAcquired`` cut; a drive cut by another's ``LeaseAcquired``
-    (this process lost its lease) is that other process's to report.
+    it, after the ``LeaseAcquired`` it recorded if it took the invocation over. Its
+    own drive is the one that holds the first event it committed (that
+    ``LeaseAcquired``, else the event after ``version_at_start``): it reports it if it
+    paused or ended it, and the drive its own ``LeaseAcquired`` cut. A drive cut by
+    another process's ``LeaseAcquired`` (this one lost its lease) is that process's
+    to report, and so is everything that process committed after.
     """
     own_lease = None
     if 1 <= version_at_start <= len(history) and isinstance(
         history[version_at_start - 1], LeaseAcquired
     ):
         own_lease = version_at_start
+    first_own = own_lease if own_lease is not None else version_at_start + 1
     found = []
     for drive in drives_of(history):
-        if drive.closed_at is None:
-            continue
-        if drive.end is DriveEnd.LEASE_LOST:
-            if drive.closed_at == own_lease:
-                found.append(drive)
-        elif drive.closed_at > version_at_start:
+        versions = [event.originator_version for event in drive.events]
+        if drive.end is DriveEnd.LEASE_LOST and drive.closed_at == own_lease:
+            found.append(drive)
+        elif first_own in versions and drive.end in {DriveEnd.PAUSED, DriveEnd.ENDED}:
             found.append(drive)
     return found
 
