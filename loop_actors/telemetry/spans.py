@@ -172,6 +172,14 @@ def effect_key_hash(effect_key: str) -> str:
 # --------------------------------------------------------------------------- drives
 
 
+def _copied_steps(events: Sequence[InvocationEvent]) -> int:
+    """How many steps a fork copied from its source (0 for any other invocation)."""
+    started = events[0] if events else None
+    if isinstance(started, InvocationStarted) and started.forked_from is not None:
+        return started.forked_from.at_step
+    return 0
+
+
 def drives_of(events: Sequence[InvocationEvent]) -> list[Drive]:
     """The drives of a history, in order (see the module's docstring for the boundaries)."""
     drives: list[Drive] = []
@@ -183,7 +191,11 @@ def drives_of(events: Sequence[InvocationEvent]) -> list[Drive]:
     def close(end: DriveEnd, at: int | None) -> None:
         drives.append(Drive(len(drives), tuple(current), end, at, pause, tuple(answers)))
 
+    copied = _copied_steps(events)
     for event in events:
+        step = getattr(event, "step", None)
+        if copied and isinstance(step, int) and step <= copied:
+            continue  # a fork's copy of its source's steps: nothing of it ran here
         if waiting:
             if isinstance(event, _PAUSE_FACTS):
                 answers.append(event)
@@ -221,14 +233,14 @@ def drives_to_report(history: Sequence[InvocationEvent], version_at_start: int) 
     ):
         own_lease = version_at_start
     first_own = own_lease if own_lease is not None else version_at_start + 1
-    found = []
-    for drive in drives_of(history):
-        versions = [event.originator_version for event in drive.events]
-        if drive.end is DriveEnd.LEASE_LOST and drive.closed_at == own_lease:
-            found.append(drive)
-        elif first_own in versions and drive.end in {DriveEnd.PAUSED, DriveEnd.ENDED}:
-            found.append(drive)
-    return found
+
+    def reported_here(drive: Drive) -> bool:
+        if drive.end is DriveEnd.LEASE_LOST:
+            return drive.closed_at == own_lease
+        holds_own = any(event.originator_version == first_own for event in drive.events)
+        return holds_own and drive.end in {DriveEnd.PAUSED, DriveEnd.ENDED}
+
+    return [drive for drive in drives_of(history) if reported_here(drive)]
 
 
 # --------------------------------------------------------------------------- spans
@@ -479,6 +491,8 @@ def _drive_report(ctx: _Context, drive: Drive, previous: int | None) -> Report:
         attributes[sc.TASK_CLASS] = started.task_class
     if started.parent is not None:
         attributes[sc.PARENT_INVOCATION_ID] = started.parent.parent_id
+    if started.forked_from is not None and drive.index == 0:
+        attributes[sc.FORKED_FROM] = started.forked_from.source_id
     events: list[SpanEvent] = []
     if previous is not None:
         attributes[sc.RESUMED_FROM] = f"{previous:016x}"
