@@ -8,6 +8,7 @@ import trio
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 
+from aggregates.invocation import InvocationStarted
 from loop_actors import Agent, Budget, Runtime, ScriptedModel, Usage, tool
 from loop_actors.telemetry import report
 from loop_actors.telemetry.spans import span_id_of, trace_id_of
@@ -140,3 +141,16 @@ async def test_a_run_started_inside_an_application_span_joins_its_trace() -> Non
     assert agent.parent.span_id == context.span_id
     assert started.trace_parent is not None  # type: ignore[attr-defined]
     assert started.trace_parent.span_id == f"{context.span_id:016x}"  # type: ignore[attr-defined]
+
+
+async def test_goals_submitted_inside_an_application_span_record_it_for_the_worker() -> None:
+    with in_memory_telemetry(), trio.fail_after(10):
+        tracer = trace.get_tracer("the-application")
+        async with Runtime("memory://") as runtime:
+            with tracer.start_as_current_span("enqueue") as outer:
+                one = await runtime.submit(two_turns(), "find alpha", invocation_id="sub-1")
+                await runtime.submit_many(two_turns(), ["find beta", "find gamma"])
+            started = (await runtime.history(one))[0]
+            assert isinstance(started, InvocationStarted)
+    assert started.trace_parent is not None
+    assert started.trace_parent.span_id == f"{outer.get_span_context().span_id:016x}"
