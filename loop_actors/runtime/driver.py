@@ -81,7 +81,8 @@ from loop_actors.store.queue import Claimed, NewRow
 from loop_actors.store.reader import DriveReads, StoreReader
 from loop_actors.store.secrets import SecretStore
 from loop_actors.store.store import EventStore
-from loop_actors.telemetry import report_drive, telemetry_on
+from loop_actors.telemetry import telemetry_on
+from loop_actors.telemetry.live import report_drive
 
 log = logging.getLogger(__name__)
 

@@ -2,9 +2,11 @@
 
 Optional: ``pip install 'loop-actors[otel]'``, then configure an SDK tracer or meter
 provider in the application. See ``docs/reference/telemetry.md``.
+
+The driver's hook, :func:`loop_actors.telemetry.live.report_drive`, is not re-exported
+here: it imports trio, and ``loop-actors submit`` imports this package without it.
 """
 
-from loop_actors.telemetry.live import report_drive as report_drive
 from loop_actors.telemetry.otel import CONTENT_ENV as CONTENT_ENV
 from loop_actors.telemetry.otel import OTEL_ENV as OTEL_ENV
 from loop_actors.telemetry.otel import current_trace_parent as current_trace_parent
