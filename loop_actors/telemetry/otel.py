@@ -16,7 +16,8 @@ from __future__ import annotations
 import os
 import sys
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -79,6 +80,30 @@ def current_trace_parent() -> TraceParent | None:
     if not context.is_valid:
         return None
     return TraceParent(trace_id=f"{context.trace_id:032x}", span_id=f"{context.span_id:016x}")
+
+
+def caller_context() -> object | None:
+    """The caller's OpenTelemetry context, to carry into another thread (None when off)."""
+    if _off() or sdk_tracer_provider() is None:
+        return None
+    from opentelemetry import context
+
+    return context.get_current()
+
+
+@contextmanager
+def in_caller_context(carried: object | None) -> Iterator[None]:
+    """Make ``carried`` (from :func:`caller_context`) the current context inside the block."""
+    if carried is None:
+        yield
+        return
+    from opentelemetry import context
+
+    token = context.attach(carried)  # type: ignore[arg-type]
+    try:
+        yield
+    finally:
+        context.detach(token)
 
 
 def _ns(at: datetime) -> int:
