@@ -160,8 +160,24 @@ def emit_spans(records: Sequence[SpanRecord]) -> None:
     # The SDK has no public way to end a span with given ids: its processor is what
     # ``Span.end()`` calls, and exporters read these spans as they read any other.
     processor = provider._active_span_processor
-    for span in readable_spans(records, provider.resource):
+    sampled = _sampled_traces(provider, records)
+    kept = [record for record in records if record.trace_id in sampled]
+    for span in readable_spans(kept, provider.resource):
         processor.on_end(span)
+
+
+def _sampled_traces(provider: Any, records: Sequence[SpanRecord]) -> set[int]:
+    """The traces the provider's sampler keeps, asked once per trace id, as for a root span.
+
+    A ratio sampler decides by trace id, so every drive of a run, in every process,
+    gets the same answer.
+    """
+    kept = set()
+    for trace_id in {record.trace_id for record in records}:
+        result = provider.sampler.should_sample(None, trace_id, "invoke_agent")
+        if result.decision.is_sampled():
+            kept.add(trace_id)
+    return kept
 
 
 def _instrument(provider: Any, name: str) -> Any:

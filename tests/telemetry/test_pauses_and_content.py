@@ -9,6 +9,11 @@ from typing import Any
 
 import pytest
 import trio
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import StatusCode
 
 from loop_actors import Agent, ModelRequest, Runtime, ScriptedModel, tool
@@ -182,3 +187,15 @@ def test_a_run_without_a_configured_sdk_imports_no_opentelemetry() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+async def test_the_applications_sampler_decides_which_runs_are_traced() -> None:
+    with in_memory_telemetry(metrics_only=True) as captured, trio.fail_after(10):
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider(sampler=ALWAYS_OFF)
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)
+        async with Runtime("memory://") as runtime:
+            await paused_and_resumed(runtime)
+        assert exporter.get_finished_spans() == ()
+        assert "loop_actors.invocation.runs" in captured.metrics()  # metrics are not sampled
