@@ -23,11 +23,18 @@ from tests.support.cli import run_cli
 pytestmark = pytest.mark.slow
 
 SUPPORT = Path(__file__).parents[1] / "support"
+Crashed = tuple[
+    list[dict[str, Any]], list[dict[str, Any]], dict[str, list[tuple[dict[str, Any], float]]]
+]
 INVOCATION = "inv-crash"
 
 
 def loop_actors(*args: str, cwd: Path, crash_at: str | None = None) -> Any:
-    env = {"PAYMENTS_DB": str(cwd / "service.db"), "SPANS_FILE": str(cwd / "spans.jsonl")}
+    env = {
+        "PAYMENTS_DB": str(cwd / "service.db"),
+        "SPANS_FILE": str(cwd / "spans.jsonl"),
+        "METRICS_FILE": str(cwd / "metrics.jsonl"),
+    }
     if crash_at is not None:
         env["LOOP_ACTORS_CRASH_AT"] = crash_at
     return run_cli(*args, cwd=cwd, db="sqlite:///run.db", env=env)
@@ -40,8 +47,23 @@ def exported(cwd: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def counted(cwd: Path) -> dict[str, list[tuple[dict[str, Any], float]]]:
+    """Each counter's points, from every process's metrics file."""
+    found: dict[str, list[tuple[dict[str, Any], float]]] = {}
+    for line in (cwd / "metrics.jsonl").read_text().splitlines():
+        for resource in json.loads(line)["resource_metrics"]:
+            for scope in resource["scope_metrics"]:
+                for metric in scope["metrics"]:
+                    for point in metric["data"]["data_points"]:
+                        if "value" in point:
+                            found.setdefault(metric["name"], []).append(
+                                (point["attributes"], point["value"])
+                            )
+    return found
+
+
 @pytest.fixture
-def crashed_and_resumed(tmp_path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def crashed_and_resumed(tmp_path: Path) -> Crashed:
     for name in ("payments_app.py", "otel_payments_app.py"):
         shutil.copy(SUPPORT / name, tmp_path / name)
     run = ("run", "otel_payments_app:agent", "--goal", "pay bob and carol", "--id", INVOCATION)
@@ -50,13 +72,13 @@ def crashed_and_resumed(tmp_path: Path) -> tuple[list[dict[str, Any]], list[dict
     before = exported(tmp_path)
     resumed = loop_actors("resume", INVOCATION, "--agent", "otel_payments_app:agent", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
-    return before, exported(tmp_path)
+    return before, exported(tmp_path), counted(tmp_path)
 
 
 def test_the_killed_run_and_its_resume_are_one_trace_of_two_linked_drives(
-    crashed_and_resumed: tuple[list[dict[str, Any]], list[dict[str, Any]]],
+    crashed_and_resumed: Crashed,
 ) -> None:
-    before, spans = crashed_and_resumed
+    before, spans, _ = crashed_and_resumed
     assert [s for s in before if s["name"].startswith("invoke_agent")] == []  # it died driving
     assert {s["context"]["trace_id"] for s in spans} == {f"0x{trace_id_of(INVOCATION, None):032x}"}
     drives = sorted(
@@ -73,9 +95,9 @@ def test_the_killed_run_and_its_resume_are_one_trace_of_two_linked_drives(
 
 
 def test_the_payment_settled_by_reconciliation_is_reported_once_as_a_reconcile_span(
-    crashed_and_resumed: tuple[list[dict[str, Any]], list[dict[str, Any]]],
+    crashed_and_resumed: Crashed,
 ) -> None:
-    _, spans = crashed_and_resumed
+    _, spans, _ = crashed_and_resumed
     pays = [s for s in spans if s["attributes"].get("gen_ai.tool.name") == "pay"]
     by_key: dict[str, list[str]] = {}
     for span in pays:
@@ -87,3 +109,14 @@ def test_the_payment_settled_by_reconciliation_is_reported_once_as_a_reconcile_s
     assert settled["attributes"]["loop_actors.effect.status"] == "reconciled"
     assert settled["attributes"]["gen_ai.operation.name"] == "reconcile"
     assert len({s["context"]["span_id"] for s in spans}) == len(spans)  # nothing twice
+
+
+def test_the_resumed_run_is_counted_once_with_each_of_its_calls_and_writes_once(
+    crashed_and_resumed: Crashed,
+) -> None:
+    _, _, points = crashed_and_resumed
+    runs = [(a["loop_actors.terminal_reason"], v) for a, v in points["loop_actors.invocation.runs"]]
+    assert runs == [("completed", 1)]
+    assert sum(v for _, v in points["loop_actors.tool.calls"]) == 5  # as Terminated.tool_calls
+    effects = {a["loop_actors.effect.status"]: v for a, v in points["loop_actors.effects"]}
+    assert effects == {"reconciled": 1, "committed": 1}
