@@ -29,7 +29,7 @@ class DomainEvent(BaseModel, CanMutateAggregate[str]):
     """2 for events hashed as stored; None (left out) for those of format 1."""
 
     __slots__ = ("_sealed_body",)
-    # The body the hash was computed over, for the store to write as it is (``_seal``).
+    # The body the hash was computed over, for the store to write as it is (``seal``).
     # A slot, not a pydantic private attribute: pydantic leaves a slot alone (it is not
     # serialised, compared, copied or pickled), and an event class without private
     # attributes is built and decoded without pydantic's post-init hook (about 1.4 us
@@ -41,12 +41,14 @@ class DomainEvent(BaseModel, CanMutateAggregate[str]):
         aggregate.last_hash = self.chain_hash
 
 
-def _seal(event: DomainEvent, previous_hash: str) -> None:
+def seal(event: Any, previous_hash: str) -> None:
     """Hash an event that was just built (format 2), and put the hash into it.
 
     The event is frozen for everyone else, and nothing else has seen it yet; writing
     the field in place saves a copy (and a second validation) of every event. Its body
-    is kept for the store, which writes it as it was hashed.
+    is kept for the store, which writes it as it was hashed. A snapshot is sealed the
+    same way (``InvocationSnapshot.take``): any model with ``originator_id``,
+    ``originator_version``, a ``chain_hash`` field and a ``_sealed_body`` slot.
     """
     body = event_body(event)
     chain_hash = stored_link(
@@ -84,7 +86,7 @@ class ChainedAggregate(BaseAggregate[str]):
             audit_format=AUDIT_FORMAT,
             **fields,
         )
-        _seal(event, GENESIS)
+        seal(event, GENESIS)
         aggregate: Any = event.mutate(None)
         aggregate._pending_events.append(event)
         return aggregate
@@ -97,7 +99,7 @@ class ChainedAggregate(BaseAggregate[str]):
             audit_format=AUDIT_FORMAT,
             **fields,
         )
-        _seal(event, self.last_hash)
+        seal(event, self.last_hash)
         # eventsourcing's ``mutate`` without its two checks, true by construction here
         # (the event's id is this aggregate's, its version the next): the same steps.
         event.apply(self)

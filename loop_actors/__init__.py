@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from loop_actors._errors import LeaseHeldError as LeaseHeldError
     from loop_actors._errors import LoopActorsError as LoopActorsError
     from loop_actors._errors import NotWaitingError as NotWaitingError
+    from loop_actors._errors import RuntimeBusyError as RuntimeBusyError
     from loop_actors._errors import ScriptExhaustedError as ScriptExhaustedError
     from loop_actors._errors import StoreCipherError as StoreCipherError
     from loop_actors._errors import StoreReadOnlyError as StoreReadOnlyError
@@ -163,6 +164,7 @@ _EXPORTS: dict[str, str] = {
     "LeaseHeldError": "loop_actors._errors",
     "LoopActorsError": "loop_actors._errors",
     "NotWaitingError": "loop_actors._errors",
+    "RuntimeBusyError": "loop_actors._errors",
     "ScriptExhaustedError": "loop_actors._errors",
     "StoreCipherError": "loop_actors._errors",
     "StoreReadOnlyError": "loop_actors._errors",
@@ -292,6 +294,7 @@ __all__ = [
     "RetryPolicy",
     "RunSettings",
     "Runtime",
+    "RuntimeBusyError",
     "ScriptExhaustedError",
     "ScriptedModel",
     "SettingsChangedError",

@@ -41,6 +41,25 @@ class StoreReadOnlyError(StoreUnavailableError):
     """Raised when a command that writes meets a store this process must only read."""
 
 
+class RuntimeBusyError(UsageError):
+    """Raised when a call is made on a Runtime that a call in another thread is using.
+
+    A ``Runtime`` runs one call at a time (a ``run_sync``, a ``resume_sync``, an
+    ``async with`` block): its open store, lease holder and event loop belong to that
+    call. The second call is refused, nothing was run or recorded; give each thread a
+    ``Runtime`` of its own, or run the calls concurrently inside one
+    ``async with Runtime(...)``.
+    """
+
+    def __init__(self, thread: str) -> None:
+        super().__init__(
+            f"this runtime is in use by a call in thread {thread!r}: a Runtime runs one "
+            "call at a time (give each thread its own Runtime, or run the calls "
+            "concurrently inside one `async with Runtime(...)`); nothing was run"
+        )
+        self.thread = thread
+
+
 class AgentLoadError(UsageError):
     """Raised when ``MODULE:ATTR`` does not name an importable ``Agent``."""
 

@@ -2,7 +2,8 @@
 
 Exit codes (:class:`~loop_actors.cli.exit_codes.ExitCode`): 0 completed, 3 paused, 4 any
 other terminal reason, 2 bad usage or input (nothing written), 1 internal error, 6
-another process holds the invocation's lease (``resume --take-over`` fences it off);
+another process drives the invocation: it holds its lease (``resume --take-over`` fences
+it off), or this run stopped ``lease_lost``;
 ``reconcile``: 0 nothing waits, 3 the sweeper will retry something, 5 an effect needs
 a person (``effects resolve``).
 

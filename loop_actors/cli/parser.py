@@ -219,7 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run, inspect and audit event-sourced agent loops.",
         epilog="Database: --db URL, else $LOOP_ACTORS_DB, else sqlite:///loop-actors.db. "
         "Exit codes: 0 completed, 3 paused, 4 other terminal reason, 2 bad usage, 1 internal, "
-        "6 another process holds the lease; reconcile: 5 an effect needs a person.",
+        "6 another process drives the invocation (holds its lease, or lease_lost); "
+        "reconcile: 5 an effect needs a person.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=CliParser)

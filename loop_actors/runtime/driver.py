@@ -439,16 +439,20 @@ class Driver:
     async def run_cancel_watcher(
         self,
         *,
+        start: int | None = None,
         task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Signal runs driven here whose cancel was requested from another process.
+
+        ``start``: the store position to look from (where the runtime's previous call's
+        watcher stood); the store's head when None.
 
         Cancellation: returns when the scope it hands to ``task_status`` is cancelled.
         """
         reads = self.reads
         failures = 0
         with trio.CancelScope() as scope:
-            position = self.cancels_seen_to = await reads.head()
+            position = self.cancels_seen_to = await reads.head() if start is None else start
             task_status.started(scope)
             while True:
                 await trio.sleep(CANCEL_POLL_S)
@@ -509,7 +513,7 @@ class Driver:
             if before is not None:
                 problem = before.history_problem
             else:
-                problem = await self.reads.history_problem(invocation.id)
+                problem = await self.reads.history_problem(invocation.id, invocation)
             # So would one cut right after a decision, which no run ever leaves alone.
             problem = problem or cut_decision_problem(invocation)
             if problem is not None:
@@ -606,8 +610,8 @@ class Driver:
         """Take the lease of an invocation to drive it; record ``LeaseAcquired`` when it fences.
 
         Raises:
-            LeaseHeldError: another process holds a live lease on it.
-            InvocationExistsError: another process took it over meanwhile.
+            LeaseHeldError: another process holds a live lease on it, or took it over
+                after this one took its lease (a race of take-overs).
             StoreUnavailableError: the lease cannot be taken or recorded.
         """
         leases = self.leases
@@ -627,10 +631,18 @@ class Driver:
         except BaseException:
             await leases.release(lease, DRAINED)
             raise
-        if recorded is None:
+        if recorded is None:  # another take-over recorded a newer lease after this one
             leases.forget(lease)
-            raise InvocationExistsError(
-                invocation.id, "was taken over by another process meanwhile"
+            row = await leases.call(leases.queue.row, invocation.id)
+            now = await leases.call(leases.queue.now)
+            holder = row.holder if row is not None and row.holder else "another process"
+            expires_at = row.due_at if row is not None else now
+            raise LeaseHeldError(
+                invocation.id,
+                holder,
+                datetime.fromtimestamp(expires_at, UTC),
+                expires_at - now,
+                instead="leave it: it took the invocation over after this process did",
             )
         return recorded, lease
 
@@ -708,6 +720,8 @@ class Driver:
         except BaseException:
             leases.release_soon(lease, DRAINED)
             raise
+        if outcome.reason is TerminalReason.CHECKPOINT_FAILED:
+            leases.outages.commit_failed(outcome.detail or "a commit failed")
         release = release_after(outcome.reason)
         if release is None:
             leases.forget(lease)

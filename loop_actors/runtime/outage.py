@@ -84,9 +84,22 @@ class StoreOutages:
         if not is_outage(error):
             return False
         log.debug("the store failed while %s", doing, exc_info=error)
+        self._went_down(doing, one_line(error))
+        return True
+
+    def commit_failed(self, detail: str) -> None:
+        """Note that a run's commit failed (its outcome ``checkpoint_failed``, ``detail``).
+
+        Warned about as any outage (once); from now on the runtime's other writes
+        (leases given back, a holder deregistered) are not each made to wait the
+        store's whole lock or connect timeout before the run's outcome is answered.
+        """
+        self._went_down("committing a step", " ".join(detail.split()))
+
+    def _went_down(self, doing: str, why: str) -> None:
         now = self._clock()
         if self._down_since is not None:
-            return True
+            return
         self._down_since = now
         self._warned = self._warned_at is None or now - self._warned_at >= OUTAGE_LOG_EVERY_S
         if self._warned:
@@ -96,10 +109,9 @@ class StoreOutages:
                 "(checkpoint_failed: resume continues each from its last one), leases not "
                 "given back run out within %g s; trying again until it works",
                 doing,
-                one_line(error),
+                why,
                 self.lease_s,
             )
-        return True
 
     def answered(self) -> None:
         """A write to the store succeeded: an outage going on is over (and said so)."""

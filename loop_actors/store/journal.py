@@ -14,7 +14,7 @@ import sqlite3
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Protocol
@@ -138,8 +138,12 @@ class _Passes(trio.abc.Instrument):
         self.count += 1
 
 
-def _loop_idle() -> bool:
-    """Whether no other task is runnable and no deadline is due within ``INLINE_IDLE_S``."""
+def loop_idle() -> bool:
+    """Whether no other task is runnable and no deadline is due within ``INLINE_IDLE_S``.
+
+    Then a quick blocking write on the trio thread keeps nothing waiting (the Journal's
+    inline commits; a lease's release: ``LeaseKeeper``).
+    """
     statistics = trio.lowlevel.current_statistics()
     return (
         statistics.tasks_runnable <= INLINE_MAX_RUNNABLE
@@ -369,7 +373,12 @@ class Journal:
     :class:`LockRetry` says. What waits meanwhile is I/O readiness (a socket that
     becomes readable is seen after the commit).
 
-    Open it with ``async with Journal(store):`` inside ``trio.run``.
+    Open it with ``async with Journal(store):`` inside ``trio.run``. A Journal that
+    outlives one event loop (a runtime kept open between ``run_sync`` calls) is started
+    once (:meth:`start`), serves each event loop in turn (``async with
+    journal.serving():``), and is stopped once (:meth:`stop`): its thread is not bound
+    to an event loop, only the task wake-ups are, and a loop's serving ends once every
+    commit handed over in it was answered.
     """
 
     def __init__(
@@ -393,29 +402,94 @@ class Journal:
         self._after_commit = after_commit
         self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
         self._token: trio.lowlevel.TrioToken | None = None
+        """The event loop served now (its tasks are woken through it); None between loops."""
         self._thread: threading.Thread | None = None
-        self._closed = False
+        self._closed = True
+        """No commit is taken (no event loop is served, or its serving is ending)."""
         self._stop_seen = False
         """The thread took the stop mark from the queue (nothing follows it)."""
         self._inline = inline and store.url.kind == "sqlite"
         self._outstanding = 0
         """Commits handed to the thread and not answered yet (kept on the trio thread)."""
+        self._answered: trio.Event | None = None
+        """Set when ``_outstanding`` comes down to 0 while a serving ends."""
         self._passes = _Passes()
         self._inline_by: tuple[int, trio.lowlevel.Task | None] = (-1, None)
         """The scheduler pass and the task of the last commit made inline."""
         self._writing = threading.Lock()
         """Held while a transaction runs, on either thread."""
 
+    def start(self) -> None:
+        """Start the writer thread (once; not bound to an event loop).
+
+        Blocking: no (a thread is started).
+        """
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._work, name="loop-actors-journal", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the writer thread once it wrote everything handed to it (blocking; once).
+
+        Called between event loops (nothing is outstanding then), or by :meth:`aclose`.
+        """
+        if self._thread is None or self._stop_seen or not self._thread.is_alive():
+            return
+        self._queue.put(None)
+        self._thread.join()
+
+    @contextlib.asynccontextmanager
+    async def serving(
+        self, committed: trio.MemorySendChannel[None] | None = None
+    ) -> AsyncIterator[Journal]:
+        """Take commits from this event loop until the block ends (the thread is started).
+
+        ``committed`` is poked after each transaction, and closed at the end.
+
+        Cancellation: not a checkpoint on entry; the end is shielded: it waits until
+        every commit handed over in the block was answered.
+        """
+        self._serve(committed)
+        try:
+            yield self
+        finally:
+            await self._end_serving()
+
+    def _serve(self, committed: trio.MemorySendChannel[None] | None) -> None:
+        """Serve the running event loop: its tasks are woken through its token."""
+        if not self._closed:
+            raise RuntimeError("the journal already serves an event loop")
+        self._token = trio.lowlevel.current_trio_token()
+        self._committed = committed
+        self._inline_by = (-1, None)
+        if self._inline:
+            trio.lowlevel.add_instrument(self._passes)
+        self._closed = False
+        self.start()
+
+    async def _end_serving(self) -> None:
+        """Refuse new commits, wait (shielded) until every one handed over was answered."""
+        self._closed = True
+        with trio.CancelScope(shield=True):
+            while self._outstanding:
+                self._answered = trio.Event()
+                await self._answered.wait()
+        self._answered = None
+        if self._inline:
+            trio.lowlevel.remove_instrument(self._passes)
+        self._token = None
+        if self._committed is not None:
+            self._committed.close()
+            self._committed = None
+
     async def __aenter__(self) -> Journal:
-        """Start the writer thread.
+        """Start the writer thread and serve this event loop.
 
         Cancellation: not a checkpoint.
         """
-        self._token = trio.lowlevel.current_trio_token()
-        if self._inline:
-            trio.lowlevel.add_instrument(self._passes)
-        self._thread = threading.Thread(target=self._work, name="loop-actors-journal", daemon=True)
-        self._thread.start()
+        self._serve(self._committed)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -482,7 +556,7 @@ class Journal:
         last_pass, last_task = self._inline_by
         if last_pass == count and last_task is not task:
             return False
-        if not _loop_idle():
+        if not loop_idle():
             return False
         self._inline_by = (count, task)
         return True
@@ -511,20 +585,14 @@ class Journal:
         """
         if self._closed:
             return
-        self._closed = True
-        if self._inline:
-            trio.lowlevel.remove_instrument(self._passes)
-        self._queue.put(None)
+        await self._end_serving()
         if self._thread is not None:
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(self._thread.join)
-        if self._committed is not None:
-            self._committed.close()
+                await trio.to_thread.run_sync(self.stop)
 
     # ----------------------------------------------------------------- the thread
 
     def _work(self) -> None:
-        assert self._token is not None
         retry = LockRetry.of(self._store.url)
         while not self._stop_seen:
             first = self._queue.get()
@@ -548,7 +616,9 @@ class Journal:
                         error_type=type(error).__name__, message=str(error), conflict=False
                     )
                     results = [failed] * len(group)
-            # Released first: the woken tasks may commit inline at once.
+            # Released first: the woken tasks may commit inline at once. The loop that
+            # handed these over is still served: its serving waits for this answer.
+            assert self._token is not None
             self._token.run_sync_soon(self._deliver, group, results)
             self._after([commit for commit, _ in group], results)
 
@@ -593,6 +663,8 @@ class Journal:
             if not waiter.abandoned:
                 trio.lowlevel.reschedule(waiter.task, outcome.Value(result))
         self._poke()
+        if not self._outstanding and self._answered is not None:
+            self._answered.set()
 
     def _poke(self) -> None:
         """Wake the follower of the store, if any (on the trio thread)."""

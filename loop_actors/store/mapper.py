@@ -29,8 +29,10 @@ from aggregates.values import describe_error
 from loop_actors._errors import UnreadableEventError
 
 _IN_COLUMNS = {"originator_id", "originator_version"}
-_JSON_ROWS = frozenset({get_topic(EffectPrepared)})
-"""Topics whose rows stay JSON: the effect index reads their ``invocation_id`` in SQL."""
+_JSON_ROWS = frozenset({get_topic(EffectPrepared), get_topic(InvocationSnapshot)})
+"""Topics whose rows stay JSON: the effect index reads an ``EffectPrepared``'s
+``invocation_id`` in SQL; a sealed snapshot (hundreds of KB) is read at every load of
+a long history, and compressed it would be inflated each time."""
 
 
 @cache

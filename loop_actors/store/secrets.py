@@ -267,3 +267,13 @@ class SecretStore:
         """Close the table (memory values stay: a runtime reopened in-process keeps them)."""
         if self._table is not None:
             self._table.close()
+
+    def detach(self) -> None:
+        """Forget the table without closing it: a forked child's, whose connection is its parent's.
+
+        Memory values stay; values not saved yet stay unsaved. The lock is made anew
+        (another thread of the parent may have held it when the process forked).
+        """
+        self._lock = threading.Lock()
+        self._table = None
+        self._loaded.clear()

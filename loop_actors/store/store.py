@@ -29,10 +29,17 @@ from eventsourcing.utils import TopicError
 
 from aggregates.audit import (
     StoredForm,
+    split_stored,
     topic_of,
     unpack_state,
 )
-from aggregates.audit_coverage import EFFECT, INVOCATION, AggregateKind, sequence_problem
+from aggregates.audit_coverage import (
+    EFFECT,
+    INVOCATION,
+    AggregateKind,
+    sequence_problem,
+    snapshot_seal_holds,
+)
 from aggregates.decisions import TerminalReason
 from aggregates.effect import Effect, EffectPrepared
 from aggregates.errors import AggregateError
@@ -817,6 +824,48 @@ class EventStore:
             return []
         rows = snapshots.recorder.select_events(invocation_id, desc=True, limit=1)
         return [(record.originator_version, self._decoded_snapshot(record)) for record in rows]
+
+    def newest_snapshot_row(self, invocation_id: str) -> StoredEvent | None:
+        """The row of the snapshot loading the invocation starts from, not decoded (None: none)."""
+        snapshots = self.app.snapshots
+        if snapshots is None or self._snapshot_table() is None:
+            return None
+        rows = snapshots.recorder.select_events(invocation_id, desc=True, limit=1)
+        return rows[0] if rows else None
+
+    def vouches_for(self, record: StoredEvent) -> bool:
+        """Whether the store vouches for a snapshot row: resume may trust it without a replay.
+
+        It does when the snapshot's seal holds against the stored event at its version
+        (it is, byte for byte, the snapshot written after that event:
+        ``aggregates.audit_coverage.snapshot_seal_holds``) and every event of the
+        invocation up to that version is stored (none was deleted before it). Never for a
+        snapshot written before seals, nor for a row that cannot be read.
+        """
+        invocation_id = str(record.originator_id)
+        version = record.originator_version
+        mapper = cast("PydanticEventMapper", self.app.mapper)
+        try:
+            plain = mapper.plain_state(record)
+            rows = self._recorder.select_events(invocation_id, gt=version - 1, lte=version)
+            event_hash = None
+            if len(rows) == 1:
+                split = split_stored(mapper.plain_state(rows[0]))
+                event_hash = None if split is None else split[0]
+            if not snapshot_seal_holds(invocation_id, version, record.topic, plain, event_hash):
+                return False
+        except (PersistenceError, sqlite3.Error):
+            raise  # the store, not the row: nothing more can be read
+        except Exception:  # a row that does not decrypt or unpack: the replay says why
+            return False
+        return self._recorder.count_versions_to(invocation_id, version) == version
+
+    def events_after(self, invocation_id: str, version: int) -> list[InvocationEvent]:
+        """The invocation's committed events after ``version``, in order."""
+        stored = self._recorder.select_events(invocation_id, gt=version)
+        return [
+            cast("InvocationEvent", self.app.mapper.to_domain_event(record)) for record in stored
+        ]
 
     def _decoded_snapshot(self, record: StoredEvent) -> Any:
         """A stored snapshot, or the exception that decoding it raised (a tampered row)."""
