@@ -10,7 +10,7 @@ import trio
 
 from aggregates.invocation import InvocationEvent, InvocationStarted, TraceParent
 from loop_actors.telemetry.otel import content_on, emit_points, emit_spans
-from loop_actors.telemetry.spans import Report, drives_to_report, report
+from loop_actors.telemetry.spans import Report, drives_to_report, report, root_id_of
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +26,12 @@ class HistoryReader(Protocol):
 def root_trace_parent(
     started: InvocationStarted, root_history: Sequence[InvocationEvent] | None
 ) -> TraceParent | None:
-    """The trace parent recorded by the root of ``started``'s tree (its own for a root)."""
-    if started.parent is None:
+    """The trace parent recorded by the invocation whose trace ``started``'s joins.
+
+    That is ``started`` itself for a root (``root_history`` unused), else the first
+    event of ``root_history``: the history of :func:`spans.root_id_of`.
+    """
+    if root_id_of(started) == started.originator_id:
         return started.trace_parent
     if not root_history:
         return None
@@ -57,9 +61,8 @@ async def report_drive(reads: HistoryReader, invocation_id: str, version_at_star
         history = await reads.events(invocation_id)
         started = history[0]
         assert isinstance(started, InvocationStarted)
-        root_history = None
-        if started.parent is not None:
-            root_history = await reads.events(started.parent.root_id)
+        root_id = root_id_of(started)
+        root_history = await reads.events(root_id) if root_id != invocation_id else None
         found = closing_report(history, version_at_start, root_trace_parent(started, root_history))
         if found.spans or found.points:
             await trio.to_thread.run_sync(_emit, found)

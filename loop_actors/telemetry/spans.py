@@ -491,6 +491,8 @@ def _drive_report(ctx: _Context, drive: Drive, previous: int | None) -> Report:
         attributes[sc.TASK_CLASS] = started.task_class
     if started.parent is not None:
         attributes[sc.PARENT_INVOCATION_ID] = started.parent.parent_id
+    if started.handed_off_from is not None:
+        attributes[sc.HANDED_OFF_FROM] = started.handed_off_from.source_id
     if started.forked_from is not None and drive.index == 0:
         attributes[sc.FORKED_FROM] = started.forked_from.source_id
     events: list[SpanEvent] = []
@@ -591,6 +593,19 @@ def _with_parent(span: SpanRecord, parent: int) -> SpanRecord:
     )
 
 
+def root_id_of(started: InvocationStarted) -> str:
+    """The invocation whose trace this one joins: its tree's root, its handoff chain's, or itself.
+
+    A handoff target goes on with its source's conversation: its drives are in the trace
+    of the chain's first invocation, beside its source's.
+    """
+    if started.parent is not None:
+        return started.parent.root_id
+    if started.handed_off_from is not None:
+        return started.handed_off_from.chain_root
+    return started.originator_id
+
+
 def report(
     history: Sequence[InvocationEvent],
     *,
@@ -602,8 +617,8 @@ def report(
 
     Args:
         history: every committed event of the invocation, in order.
-        root_trace_parent: the ``trace_parent`` recorded by the root of its tree (its
-            own for a root; for a child, its root's), or None.
+        root_trace_parent: the ``trace_parent`` recorded by the invocation
+            :func:`root_id_of` names (its own for a root), or None.
         content: include goal, decisions, arguments and outputs as stored (redacted
             values stay redacted: the real ones are never in the store).
         drives: which drives (of :func:`drives_of` on the same history).
@@ -611,11 +626,10 @@ def report(
     started = history[0]
     assert isinstance(started, InvocationStarted)
     link = started.parent
+    trace_id = trace_id_of(root_id_of(started), root_trace_parent)
     if link is not None:
-        trace_id = trace_id_of(link.root_id, root_trace_parent)
         parent_span: int | None = span_id_of(link.parent_id, "call", link.effect_key)
     else:
-        trace_id = trace_id_of(started.originator_id, root_trace_parent)
         parent_span = int(root_trace_parent.span_id, 16) if root_trace_parent else None
     batches: dict[int, BatchDispatched] = {}
     for event in history:
