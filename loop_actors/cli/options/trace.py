@@ -11,7 +11,8 @@ def _add_trace(trace_cmd: argparse.ArgumentParser) -> None:
     actions = trace_cmd.add_subparsers(dest="trace_command", required=True, parser_class=CliParser)
     export = actions.add_parser(
         "export",
-        help="send an invocation's spans (and its children's), rebuilt from its history, "
+        help="send an invocation's spans (and those of its children and handoff), rebuilt "
+        "from its history, "
         "to an OTLP/HTTP endpoint: the same trace and span ids as when it ran",
     )
     export.add_argument("invocation_id", metavar="ID")
