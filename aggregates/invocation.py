@@ -70,6 +70,7 @@ from aggregates.invocation_events import (
     SettingsChanged,
     Terminated,
     ToolSpec,
+    TraceParent,
     VerificationFailed,
 )
 from aggregates.model_input import ModelInput
@@ -103,6 +104,7 @@ __all__ = [
     "SettingsChanged",
     "Terminated",
     "ToolSpec",
+    "TraceParent",
     "Turn",
     "Turns",
     "VerificationFailed",
@@ -314,6 +316,7 @@ class Invocation(ChainedAggregate):
         forked_from: ForkOrigin | None = None,
         parent: ParentLink | None = None,
         handed_off_from: HandoffOrigin | None = None,
+        trace_parent: TraceParent | None = None,
     ) -> Invocation:
         """Create an invocation (records ``InvocationStarted``).
 
@@ -339,6 +342,7 @@ class Invocation(ChainedAggregate):
             forked_from=forked_from,
             parent=parent,
             handed_off_from=handed_off_from,
+            trace_parent=trace_parent,
         )
 
     def propose(

@@ -441,6 +441,10 @@ class _Adapter:
         """A reply's tool calls as (id, name, arguments JSON)."""
         raise NotImplementedError
 
+    def _reply_facts(self, reply: Any) -> dict[str, Any]:
+        """What the reply says of itself, for ``Usage`` (the model, why it stopped, caching)."""
+        return {}
+
     def _reprompt(
         self, reply: Any, calls: list[tuple[str, str, str]], problems: list[tuple[str, str]]
     ) -> list[dict[str, Any]]:
@@ -485,6 +489,9 @@ class _Adapter:
                     continue
                 break
         usage = self._usage(tokens_in, tokens_out, started, attempts)
+        usage = usage.model_copy(
+            update={"provider": self.provider, "model": self.model, **self._reply_facts(reply)}
+        )
         return ModelReply(proposal=as_handoff(self._proposal(reply, calls), request), usage=usage)
 
 
@@ -572,6 +579,15 @@ class OpenAIModel(_Adapter):
         if reply.usage is None:
             return 0, 0
         return reply.usage.prompt_tokens or 0, reply.usage.completion_tokens or 0
+
+    def _reply_facts(self, reply: Any) -> dict[str, Any]:
+        choices = getattr(reply, "choices", None) or []
+        details = getattr(getattr(reply, "usage", None), "prompt_tokens_details", None)
+        return _known(
+            response_model=getattr(reply, "model", None),
+            finish_reason=getattr(choices[0], "finish_reason", None) if choices else None,
+            cache_read_input_tokens=getattr(details, "cached_tokens", None),
+        )
 
     def _calls(self, reply: Any) -> list[tuple[str, str, str]]:
         return [
@@ -703,6 +719,15 @@ class AnthropicModel(_Adapter):
     def _tokens(self, reply: Any) -> tuple[int, int]:
         return reply.usage.input_tokens or 0, reply.usage.output_tokens or 0
 
+    def _reply_facts(self, reply: Any) -> dict[str, Any]:
+        usage = getattr(reply, "usage", None)
+        return _known(
+            response_model=getattr(reply, "model", None),
+            finish_reason=getattr(reply, "stop_reason", None),
+            cache_read_input_tokens=getattr(usage, "cache_read_input_tokens", None),
+            cache_write_input_tokens=getattr(usage, "cache_creation_input_tokens", None),
+        )
+
     def _calls(self, reply: Any) -> list[tuple[str, str, str]]:
         return [(b.id, b.name, json.dumps(b.input)) for b in reply.content if b.type == "tool_use"]
 
@@ -771,6 +796,16 @@ def model_from_name(
             raise UsageError(f"unknown model provider {provider!r}: use openai: or anthropic:")
     adapter.check_key()
     return adapter
+
+
+def _known(**facts: Any) -> dict[str, Any]:
+    """The facts a reply reported with the type ``Usage`` records (a fake's others are left)."""
+    return {
+        name: value
+        for name, value in facts.items()
+        if (isinstance(value, str) and 0 < len(value) <= 200 and value.isprintable())
+        or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
+    }
 
 
 def _is_loopback(url: str) -> bool:

@@ -73,6 +73,12 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("workers", "queue", "live lease holders (workers and runs), their leases, last heartbeat"),
     ("history", "history", "print an invocation's committed events"),
     (
+        "trace",
+        "trace",
+        "send an invocation's OpenTelemetry spans, rebuilt from its history "
+        "('trace export ID --otlp URL')",
+    ),
+    (
         "replay",
         "replay",
         "re-drive recorded invocations under an agent, calling nothing; report departures",

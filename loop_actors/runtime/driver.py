@@ -84,6 +84,8 @@ from loop_actors.store.queue import Claimed, NewRow
 from loop_actors.store.reader import DriveReads, StoreReader
 from loop_actors.store.secrets import SecretStore
 from loop_actors.store.store import EventStore
+from loop_actors.telemetry import telemetry_on
+from loop_actors.telemetry.live import report_drive
 
 log = package_logger(__name__)
 
@@ -526,6 +528,7 @@ class Driver:
                 raise InconsistentHistoryError(invocation.id, problem)
         # Invocations recorded before settings were recorded follow the agent's.
         settings = invocation.settings or agent.settings
+        version_at_start = invocation.version
         if self.secrets.sealed and not fresh:  # a new invocation has none yet
             await trio.to_thread.run_sync(self.secrets.load, invocation.id)
         controller = Controller(
@@ -596,6 +599,8 @@ class Driver:
                 reason=outcome.reason,
             ),
         )
+        if telemetry_on():  # the one check per drive; the spans come from what was committed
+            await report_drive(self.reads, invocation.id, version_at_start)
         # A failed checkpoint recorded nothing: the invocation goes on at its next
         # resume, which still needs what is kept.
         if not outcome.paused and outcome.reason is not TerminalReason.CHECKPOINT_FAILED:

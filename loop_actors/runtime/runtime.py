@@ -78,6 +78,7 @@ from loop_actors.store.views import (
     ReadModelsStatus,
     run_projection_follower,
 )
+from loop_actors.telemetry import current_trace_parent
 from projections import ProjectionRunner
 
 T = TypeVar("T")
@@ -585,6 +586,7 @@ class Runtime:
             task_class=task_class,
             actor=actor,
             tenant=tenant,
+            trace_parent=current_trace_parent(),
         )
         request.check("run")
 
@@ -1041,6 +1043,7 @@ class Runtime:
             actor=actor,
             tenant=tenant,
             agent_ref=agent_ref,
+            trace_parent=current_trace_parent(),
         )
         request.check("submit")
         return await self.with_driver(partial(Driver.submit, request=request))
