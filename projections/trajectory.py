@@ -659,13 +659,20 @@ def list_invocations(
     parent_id: str | None = None,
     forked_from: str | None = None,
     originals_only: bool = False,
+    status: InvocationStatus | None = None,
+    offset: int = 0,
 ) -> list[dict[str, Any]]:
     """Invocations from the trajectory read model, newest first, optionally filtered.
 
     ``roots_only``: no child invocation; ``parent_id``: the children of that one;
-    ``forked_from``: the forks of that one; ``originals_only``: no fork.
+    ``forked_from``: the forks of that one; ``originals_only``: no fork; ``status``:
+    running, paused or terminated. ``offset``: skip that many of the newest (a page).
     """
-    clauses, params = [], []
+    clauses: list[str] = []
+    params: list[Any] = []
+    if status is not None:
+        clauses.append("status = ?")
+        params.append(status.value)
     if roots_only:
         clauses.append("parent_id IS NULL")
     if parent_id is not None:
@@ -686,8 +693,8 @@ def list_invocations(
     return runner.query(
         "SELECT invocation_id, agent, task_class, status, reason, steps, tool_calls, "
         f"started_at, ended_at, goal, parent_id, forked_from FROM trajectory_invocations {where} "
-        "ORDER BY started_position DESC LIMIT ?",
-        [*params, limit],
+        "ORDER BY started_position DESC LIMIT ? OFFSET ?",
+        [*params, limit, offset],
     )
 
 

@@ -73,6 +73,17 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("workers", "queue", "live lease holders (workers and runs), their leases, last heartbeat"),
     ("history", "history", "print an invocation's committed events"),
     (
+        "watch",
+        "console",
+        "follow an invocation's committed events as they come, until it ends",
+    ),
+    (
+        "serve",
+        "console",
+        "the operator console: invocations, trajectories, approvals inbox, live streams, "
+        "a JSON API (the console extra)",
+    ),
+    (
         "replay",
         "replay",
         "re-drive recorded invocations under an agent, calling nothing; report departures",

@@ -682,7 +682,7 @@ class EventStore:
         return found
 
     def stored_entries(
-        self, aggregate_id: str, *, forms: dict[int, StoredForm] | None = None
+        self, aggregate_id: str, *, forms: dict[int, StoredForm] | None = None, after: int = 0
     ) -> list[tuple[int, DomainEvent | Exception]]:
         """An aggregate's stored events as (position, event), undecodable rows as exceptions.
 
@@ -690,9 +690,10 @@ class EventStore:
         A row whose topic names no loop-actors event class is not decoded (decoding
         would import the module it names): it is reported as unreadable. With
         ``forms``, each decoded row's topic and plaintext state are put there by position.
+        With ``after``, only the rows after that position.
         """
         entries: list[tuple[int, DomainEvent | Exception]] = []
-        for record in self._recorder.select_events(aggregate_id):
+        for record in self._recorder.select_events(aggregate_id, gt=after or None):
             event, plain = self._decode_audited(record)
             entries.append((record.originator_version, event))
             if forms is not None and plain is not None:
@@ -929,13 +930,14 @@ class EventStore:
             found[by_request[request_id]] = request if isinstance(request, CancelRequest) else None
         return found
 
-    def events(self, invocation_id: str) -> list[InvocationEvent]:
-        """Every committed event of an invocation, in order.
+    def events(self, invocation_id: str, *, after: int = 0) -> list[InvocationEvent]:
+        """Every committed event of an invocation, in order (with ``after``, those after it).
 
         Raises:
-            InvocationNotFoundError: no such invocation.
+            InvocationNotFoundError: no such invocation (or, with ``after``, no event
+                after that position).
         """
-        stored = self._recorder.select_events(invocation_id)
+        stored = self._recorder.select_events(invocation_id, gt=after or None)
         if not stored:
             raise InvocationNotFoundError(invocation_id)
         return [

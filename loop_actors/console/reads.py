@@ -1,0 +1,192 @@
+"""What the console reads: the read models (caught up first) and the store, off the trio thread."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, TypeVar
+
+import trio
+
+from aggregates.decisions import TerminalReason
+from aggregates.invocation import ApprovalDenied, ApprovalGranted, ClarificationProvided, Phase
+from loop_actors.store.history_records import history_records
+from loop_actors.runtime.runtime import Runtime
+from projections import ProjectionRunner, list_invocations, list_open_effects, load_trajectory
+from projections.trajectory import InvocationStatus
+
+T = TypeVar("T")
+
+MAX_PAGE = 500
+"""At most this many invocations a page (``limit``)."""
+INBOX_LIMIT = 500
+"""The approvals inbox looks at this many paused invocations at most."""
+
+
+@dataclass(frozen=True)
+class InvocationFilter:
+    """The filters of the invocation list (``GET /api/invocations`` and the list page)."""
+
+    agent: str | None = None
+    status: InvocationStatus | None = None
+    reason: TerminalReason | None = None
+    roots_only: bool = False
+    limit: int = 50
+    offset: int = 0
+
+
+class ConsoleReads:
+    """The console's reads over an open :class:`Runtime` that follows its read models."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    async def _read_models(self, read: Callable[[ProjectionRunner], T]) -> T:
+        """Catch the read models up (another process may have committed), then read them."""
+        runner = self.runtime.projections
+        assert runner is not None, "the console's runtime follows its read models"
+
+        def work() -> T:
+            runner.catch_up()
+            return read(runner)
+
+        return await trio.to_thread.run_sync(work)
+
+    async def invocations(self, where: InvocationFilter) -> list[dict[str, Any]]:
+        """One page of invocations, newest first.
+
+        Cancellation: a checkpoint; the read's thread is abandoned (nothing changes).
+        """
+        return await self._read_models(
+            partial(
+                list_invocations,
+                agent=where.agent,
+                status=where.status,
+                reason=where.reason.value if where.reason is not None else None,
+                roots_only=where.roots_only,
+                limit=where.limit,
+                offset=where.offset,
+            )
+        )
+
+    async def invocation(self, invocation_id: str) -> dict[str, Any] | None:
+        """An invocation's trajectory, its children and forks, its decisions and what it waits for.
+
+        None when the read models do not know it.
+
+        Cancellation: a checkpoint; the reads' threads are abandoned (nothing changes).
+        """
+
+        def read(runner: ProjectionRunner) -> dict[str, Any] | None:
+            trajectory = load_trajectory(runner, invocation_id)
+            if trajectory is None:
+                return None
+            many = 2**62
+            return {
+                **trajectory.model_dump(mode="json"),
+                "children": list_invocations(runner, parent_id=invocation_id, limit=many),
+                "forks": list_invocations(runner, forked_from=invocation_id, limit=many),
+            }
+
+        found = await self._read_models(read)
+        if found is None:
+            return None
+        events = await self.runtime.history(invocation_id)
+        found["decisions"] = [_decision(event) for event in events if _is_decision(event)]
+        found["waiting"] = await self.waiting(invocation_id)
+        return found
+
+    async def waiting(self, invocation_id: str) -> dict[str, Any] | None:
+        """The batch the invocation waits to have approved (digest, calls); None if none.
+
+        Cancellation: a checkpoint; the read's thread is abandoned (nothing changes).
+        """
+        invocation = await self.runtime.load(invocation_id)
+        paused = invocation.paused
+        if invocation.phase is not Phase.AWAITING_APPROVAL or paused is None:
+            return None
+        return {
+            "step": paused.step,
+            "digest": paused.proposal_digest,
+            "calls": [call.model_dump(mode="json") for call in paused.calls or []],
+            "needs_approval": paused.needs_approval or [],
+            "paused_at": paused.timestamp.isoformat(),
+        }
+
+    async def approvals(self) -> list[dict[str, Any]]:
+        """Every invocation that waits for an approval, oldest pause first, with its batch.
+
+        Cancellation: a checkpoint; the reads' threads are abandoned (nothing changes).
+        """
+        rows = await self._read_models(
+            partial(
+                list_invocations,
+                status=InvocationStatus.PAUSED,
+                reason=TerminalReason.APPROVAL_REQUIRED.value,
+                limit=INBOX_LIMIT,
+            )
+        )
+        inbox = []
+        for row in rows:
+            waiting = await self.waiting(row["invocation_id"])
+            if waiting is not None:  # decided since the read models looked
+                inbox.append({**row, **waiting})
+        inbox.sort(key=lambda item: str(item["paused_at"]))
+        return inbox
+
+    async def open_effects(self) -> list[dict[str, Any]]:
+        """The effects dispatched or of unknown outcome, oldest first (``loop-actors effects``).
+
+        Cancellation: a checkpoint; the read's thread is abandoned (nothing changes).
+        """
+        return await self._read_models(list_open_effects)
+
+    async def history(self, invocation_id: str, *, after: int = 0) -> list[dict[str, Any]]:
+        """The ``history --json`` records after position ``after`` (``InvocationNotFoundError``).
+
+        Cancellation: a checkpoint; the read's thread is abandoned (nothing changes).
+        """
+        return await read_history(self.runtime, invocation_id, after=after)
+
+
+async def read_history(
+    runtime: Runtime, invocation_id: str, *, after: int = 0
+) -> list[dict[str, Any]]:
+    """The ``history --json`` records after ``after``, read through the runtime's reader.
+
+    Raises:
+        InvocationNotFoundError: no such invocation.
+
+    Cancellation: a checkpoint; the read's thread is abandoned (nothing changes).
+    """
+    driver = runtime.driver
+    return await driver.reads.call(
+        partial(history_records, driver.store, invocation_id, after=after)
+    )
+
+
+_DECISIONS = (ApprovalGranted, ApprovalDenied, ClarificationProvided)
+
+
+def _is_decision(event: object) -> bool:
+    return isinstance(event, _DECISIONS)
+
+
+def _decision(event: Any) -> dict[str, Any]:
+    """A person's decision as the invocation page shows it: what, who, why, when."""
+    match event:
+        case ApprovalGranted():
+            kind, why = "approved", event.note
+        case ApprovalDenied():
+            kind, why = "denied", event.reason
+        case _:
+            kind, why = "clarified", event.answer
+    return {
+        "kind": kind,
+        "step": getattr(event, "step", None),
+        "by": event.by,
+        "why": why,
+        "at": event.timestamp.isoformat(),
+        "position": event.originator_version,
+    }
