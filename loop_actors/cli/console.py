@@ -9,11 +9,11 @@ from typing import Any
 import trio
 
 from loop_actors._errors import UsageError
-from loop_actors.store.history_records import history_records
 from loop_actors.cli.common import trio_run
 from loop_actors.cli.exit_codes import ExitCode
 from loop_actors.cli.history import record_line
 from loop_actors.cli.reading import open_for_reading
+from loop_actors.store.history_records import history_records
 from loop_actors.store.store import EventStore
 
 EXTRA = "pip install 'loop-actors[console]'"

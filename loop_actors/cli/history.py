@@ -7,9 +7,9 @@ import json
 from typing import Any
 
 from loop_actors._terminal import terminal_safe
-from loop_actors.store.history_records import event_record, history_records
 from loop_actors.cli.exit_codes import ExitCode
 from loop_actors.cli.reading import open_for_reading
+from loop_actors.store.history_records import event_record, history_records
 
 
 def record_line(record: dict[str, Any]) -> str:

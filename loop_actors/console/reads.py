@@ -11,8 +11,8 @@ import trio
 
 from aggregates.decisions import TerminalReason
 from aggregates.invocation import ApprovalDenied, ApprovalGranted, ClarificationProvided, Phase
-from loop_actors.store.history_records import history_records
 from loop_actors.runtime.runtime import Runtime
+from loop_actors.store.history_records import history_records
 from projections import ProjectionRunner, list_invocations, list_open_effects, load_trajectory
 from projections.trajectory import InvocationStatus
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -48,7 +47,9 @@ async def paused_refund(db_url: str, invocation_id: str = "refund-1") -> str:
     """Run ``refunds`` until it pauses; the digest to approve."""
     with trio.fail_after(30):
         async with Runtime(db_url) as runtime:
-            outcome = await runtime.run(refunds, f"refund A-1 {HOSTILE}", invocation_id=invocation_id)
+            outcome = await runtime.run(
+                refunds, f"refund A-1 {HOSTILE}", invocation_id=invocation_id
+            )
     assert outcome.digest is not None, outcome
     return outcome.digest
 
@@ -64,23 +65,39 @@ async def completed_refund(db_url: str, invocation_id: str = "refund-done") -> N
     assert done.reason.value == "completed", done
 
 
-def gated_agent(gates: Path, steps: int) -> Agent:
-    """An agent of ``steps`` tool steps; step N's tool waits for the file ``gates/N``."""
+def gated_agent(gates: list[trio.Event]) -> Agent:
+    """An agent of ``len(gates)`` tool steps; step N's tool waits for ``gates[N - 1]``."""
 
     @tool
     async def wait_for_gate(n: int) -> str:
-        """Wait until the gate file of step n exists."""
-        while not (gates / str(n)).exists():
-            await trio.sleep(0.02)
+        """Wait until the gate of step n opens."""
+        await gates[n - 1].wait()
         return f"gate {n} open"
 
     def decide(request: ModelRequest) -> Final | ToolCalls:
-        if request.step <= steps:
-            call = ToolCall(id=f"g{request.step}", name="wait_for_gate", arguments={"n": request.step})
+        if request.step <= len(gates):
+            call = ToolCall(
+                id=f"g{request.step}", name="wait_for_gate", arguments={"n": request.step}
+            )
             return ToolCalls(calls=[call])
         return Final(answer="all gates passed")
 
     return Agent("gated", ScriptedModel(decide), tools=[wait_for_gate])
+
+
+async def server_sent(response: httpx2.Response) -> AsyncIterator[dict[str, str]]:
+    """The events of an SSE response as they come: each one's fields (comments left out)."""
+    fields: dict[str, str] = {}
+    async for line in response.aiter_lines():
+        if not line:
+            if fields:
+                yield fields
+            fields = {}
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        fields[name] = value[1:] if value.startswith(" ") else value
 
 
 @asynccontextmanager
