@@ -25,8 +25,8 @@ async def follow_history(
 ) -> AsyncIterator[dict[str, Any]]:
     """The records after position ``after``, then each new one as it is committed, until the end.
 
-    Ends after the ``Terminated`` record, or at once when the record at ``after`` is
-    that one (a client that saw the end reconnects).
+    Ends after the ``Terminated`` record, or at once when the invocation had ended at
+    or before ``after`` (a client that saw the end reconnects).
 
     Raises:
         InvocationNotFoundError: no such invocation (raised by ``read_after``, before
@@ -36,8 +36,9 @@ async def follow_history(
     """
     records = await read_after(after)
     if not records and after > 0:
-        last = await read_after(after - 1)
-        if last and last[0]["type"] == TERMINAL_EVENT:
+        # Nothing after it: at (or past) the end of an invocation that ended? Asked once.
+        everything = await read_after(0)
+        if everything and everything[-1]["type"] == TERMINAL_EVENT:
             return
     while True:
         for record in records:
