@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import aclosing, asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx2
@@ -93,20 +93,19 @@ def gated_agent(gates: list[trio.Event]) -> Agent:
     return Agent("gated", ScriptedModel(decide), tools=[wait_for_gate])
 
 
-async def server_sent(response: httpx2.Response) -> AsyncIterator[dict[str, str]]:
+async def server_sent(response: httpx2.Response) -> AsyncGenerator[dict[str, str]]:
     """The events of an SSE response as they come: each one's fields (comments left out)."""
     fields: dict[str, str] = {}
-    async with aclosing(response.aiter_lines()) as lines:
-        async for line in lines:
-            if not line:
-                if fields:
-                    yield fields
-                fields = {}
-                continue
-            if line.startswith(":"):
-                continue
-            name, _, value = line.partition(":")
-            fields[name] = value[1:] if value.startswith(" ") else value
+    async for line in response.aiter_lines():
+        if not line:
+            if fields:
+                yield fields
+            fields = {}
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        fields[name] = value[1:] if value.startswith(" ") else value
 
 
 @asynccontextmanager
