@@ -14,6 +14,7 @@ import trio
 from loop_actors import Runtime
 from tests.support.console import (
     HOSTILE,
+    TOKEN,
     bearer,
     client,
     completed_refund,
@@ -254,3 +255,29 @@ async def test_tool_output_holding_a_script_is_shown_as_text(store_url: str) -> 
         # The only script is ours, from /static/.
         assert page.text.count("<script") == 1
         assert '<script src="/static/console.js" defer></script>' in page.text
+
+
+async def test_beyond_loopback_every_request_needs_the_token() -> None:
+    """Bound to every interface: reads too need the token (the header, or the login cookie)."""
+    async with serving("memory://", host="0.0.0.0") as base:  # noqa: S104 - the subject
+        async with client(base) as http:
+            listed = await http.get("/api/invocations")
+            page = await http.get("/invocations")
+            login_page = await http.get("/login")
+            wrong = await http.post("/login", data={"token": "not-the-token-at-all"})
+            logged_in = await http.post("/login", data={"token": TOKEN})
+            with_cookie = await http.get("/invocations")
+            cookie_cannot_decide = await http.post("/api/invocations/x/cancel", json={})
+        async with client(base, headers=bearer()) as http:
+            with_header = await http.get("/api/invocations")
+    assert listed.status_code == 401
+    assert page.status_code == 401
+    assert login_page.status_code == 200
+    assert wrong.status_code == 401
+    assert logged_in.status_code == 303
+    cookie = logged_in.headers["set-cookie"].lower()
+    assert "httponly" in cookie
+    assert "samesite=strict" in cookie
+    assert with_cookie.status_code == 200
+    assert cookie_cannot_decide.status_code == 401  # a decision needs the header itself
+    assert with_header.status_code == 200
