@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import trio
 
 from tests.support.cli import CLI, cli_env
 from tests.support.console import TOKEN, completed_refund
@@ -21,9 +22,9 @@ pytestmark = pytest.mark.slow
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "follow_stream.py"
 
 
-async def test_the_stream_example_gets_every_event_once_after_a_drop(tmp_path: Path) -> None:
+def test_the_stream_example_gets_every_event_once_after_a_drop(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'stream.db'}"
-    await completed_refund(db, "done")
+    trio.run(completed_refund, db, "done")
     server = subprocess.Popen(
         [*CLI, "serve", "--port", "0", "--token", TOKEN, "--db", db],
         cwd=tmp_path,
