@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
+import sys
 from typing import Any
 
 import trio
@@ -40,13 +42,27 @@ def run(args: argparse.Namespace) -> int:
             print("token: the one given (--token or $LOOP_ACTORS_CONSOLE_TOKEN)", flush=True)
 
     async def serve() -> int:
-        try:
-            await serve_console(settings, ready=ready)
-        except OSError as error:
-            raise UsageError(f"cannot listen on {settings.host}:{settings.port}: {error}") from None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_stop_on_sigterm, nursery.cancel_scope)
+            try:
+                await serve_console(settings, ready=ready)
+                nursery.cancel_scope.cancel()  # it returned: stop the signal watcher too
+            except OSError as error:
+                raise UsageError(
+                    f"cannot listen on {settings.host}:{settings.port}: {error}"
+                ) from None
         return ExitCode.OK
 
     return trio_run(serve)
+
+
+async def _stop_on_sigterm(scope: trio.CancelScope) -> None:
+    """SIGTERM (a service manager, a container) stops the console: streams closed, exit 0."""
+    with trio.open_signal_receiver(signal.SIGTERM) as signals:
+        async for _ in signals:
+            print("loop-actors: SIGTERM: the console stops", file=sys.stderr, flush=True)
+            scope.cancel()
+            return
 
 
 def _watch(args: argparse.Namespace) -> int:

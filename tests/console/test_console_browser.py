@@ -49,7 +49,7 @@ def _start(*args: str, db: str) -> subprocess.Popen[str]:
 
 
 def _stop(process: subprocess.Popen[str]) -> str:
-    process.send_signal(signal.SIGINT)
+    process.send_signal(signal.SIGTERM)
     try:
         _, err = process.communicate(timeout=20)
     except subprocess.TimeoutExpired:
@@ -76,7 +76,9 @@ def console(tmp_path: Path) -> Iterator[tuple[str, str]]:
     try:
         yield base, db
     finally:
-        _stop(server)
+        said = _stop(server)
+    assert server.returncode == 0, said
+    assert "SIGTERM: the console stops" in said
 
 
 def _page(browser: Any) -> Any:

@@ -45,8 +45,9 @@ def test_the_stream_example_gets_every_event_once_after_a_drop(tmp_path: Path) -
             check=False,
         )
     finally:
-        server.send_signal(signal.SIGINT)
+        server.send_signal(signal.SIGTERM)
         server.communicate(timeout=20)
+    assert server.returncode == 0
     assert example.returncode == 0, example.stderr
     lines = example.stdout.splitlines()
     assert lines == [
