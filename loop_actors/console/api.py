@@ -213,6 +213,40 @@ def api_routes(runtime: Runtime, reads: ConsoleReads) -> list[Route]:
     async def events(request: Request) -> Response:
         return await event_stream(runtime, request)
 
+    async def bulk_cancel(request: Request) -> Response:
+        body = await read_body(request)
+        where = body.get("where", {})
+        if not isinstance(where, dict) or not all(isinstance(v, str) for v in where.values()):
+            raise BadRequestError("'where' must be an object of filters (strings), as the list's")
+        dry_run = body.get("dry_run", True)
+        if not isinstance(dry_run, bool):
+            raise BadRequestError("'dry_run' must be true or false")
+        by = _text(body, "by", required=not dry_run)
+        reason = _text(body, "reason", required=False)
+        matched = await _cancellable(reads, parse_filter({**where, "limit": str(MAX_BULK)}))
+        confirm = f"cancel {len(matched)}"
+        if dry_run:
+            return JSONResponse(
+                {
+                    "dry_run": True,
+                    "matched": len(matched),
+                    "invocation_ids": matched,
+                    "confirm": confirm,
+                }
+            )
+        if _text(body, "confirm", required=True) != confirm:
+            return _error(
+                409,
+                "confirmation_mismatch",
+                f"the filter matches {len(matched)} invocations now: confirm with {confirm!r} "
+                "(after a new dry run); nothing was cancelled",
+            )
+        results = {}
+        for invocation_id in matched:
+            result = await runtime.request_cancel(invocation_id, by=by, reason=reason)
+            results[invocation_id] = result.value
+        return JSONResponse({"dry_run": False, "matched": len(matched), "results": results})
+
     return [
         Route("/api/invocations", _typed(invocations), methods=["GET"]),
         Route("/api/invocations/{invocation_id}", _typed(invocation), methods=["GET"]),
@@ -222,12 +256,21 @@ def api_routes(runtime: Runtime, reads: ConsoleReads) -> list[Route]:
             _typed(decide),
             methods=["POST"],
         ),
+        Route("/api/bulk/cancel", _typed(bulk_cancel), methods=["POST"]),
         Route("/api/approvals", _typed(approvals), methods=["GET"]),
         Route("/api/effects", _typed(effects), methods=["GET"]),
     ]
 
 
 ACTIONS = ("approve", "deny", "clarify", "cancel")
+MAX_BULK = 500
+"""A bulk action acts on at most this many invocations (the newest that match)."""
+
+
+async def _cancellable(reads: ConsoleReads, where: InvocationFilter) -> list[str]:
+    """The ids of the invocations that match and have not ended (a cancel would change them)."""
+    rows = await reads.invocations(where)
+    return [row["invocation_id"] for row in rows if row["status"] != InvocationStatus.TERMINATED]
 
 
 def _recorded(invocation_id: str, decision: str, by: str | None) -> JSONResponse:

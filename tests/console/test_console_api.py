@@ -281,3 +281,43 @@ async def test_beyond_loopback_every_request_needs_the_token() -> None:
     assert with_cookie.status_code == 200
     assert cookie_cannot_decide.status_code == 401  # a decision needs the header itself
     assert with_header.status_code == 200
+
+
+async def test_a_bulk_cancel_dry_run_changes_nothing_and_the_typed_confirmation_is_checked(
+    store_url: str,
+) -> None:
+    await paused_refund(store_url, "refund-1")
+    await paused_refund(store_url, "refund-2")
+    await completed_refund(store_url, "refund-3")
+    before = {i: await _events(store_url, i) for i in ("refund-1", "refund-2", "refund-3")}
+    with trio.fail_after(30):
+        async with serving(store_url) as base, client(base, headers=bearer()) as http:
+            where = {"agent": "refunds"}
+            dry = await http.post("/api/bulk/cancel", json={"where": where})
+            wrong = await http.post(
+                "/api/bulk/cancel",
+                json={"where": where, "dry_run": False, "by": "carol", "confirm": "cancel 3"},
+            )
+            no_name = await http.post(
+                "/api/bulk/cancel", json={"where": where, "dry_run": False, "confirm": "cancel 2"}
+            )
+            bad_where = await http.post("/api/bulk/cancel", json={"where": ["refunds"]})
+            after_dry = {i: await _events(store_url, i) for i in before}
+            done = await http.post(
+                "/api/bulk/cancel",
+                json={"where": where, "dry_run": False, "by": "carol", "confirm": "cancel 2"},
+            )
+    assert dry.json() == {
+        "dry_run": True,
+        "matched": 2,
+        "invocation_ids": ["refund-2", "refund-1"],
+        "confirm": "cancel 2",
+    }
+    assert wrong.status_code == 409
+    assert wrong.json()["error"] == "confirmation_mismatch"
+    assert no_name.status_code == 400
+    assert bad_where.status_code == 400
+    assert after_dry == before
+    assert done.json()["results"] == {"refund-2": "ended", "refund-1": "ended"}
+    assert await _events(store_url, "refund-3") == before["refund-3"]
+    assert (await _events(store_url, "refund-1"))[-1] == "Terminated"
