@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -18,8 +18,11 @@ from starlette.routing import Route
 
 from aggregates.decisions import TerminalReason
 from aggregates.standing import ApprovalRefusal
+from aggregates.values import check_json_depth
 from loop_actors._errors import (
     ApprovalRefusedError,
+    EffectNotFoundError,
+    EffectResolutionError,
     InvocationNotFoundError,
     NotWaitingError,
     StoreUnavailableError,
@@ -41,8 +44,10 @@ class BadRequestError(UsageError):
 def error_response(error: Exception) -> JSONResponse:
     """The JSON error for one of the runtime's typed errors (others are raised on)."""
     match error:
-        case InvocationNotFoundError():
+        case InvocationNotFoundError() | EffectNotFoundError():
             return _error(404, "not_found", str(error))
+        case EffectResolutionError():
+            return _error(409, "not_resolvable", str(error))
         case ApprovalRefusedError(refusal=ApprovalRefusal.NOT_WAITING):
             return _error(409, "already_decided", f"already decided: {error}")
         case ApprovalRefusedError(refusal=ApprovalRefusal.OTHER_DIGEST):
@@ -110,8 +115,15 @@ async def read_body(request: Request) -> dict[str, Any]:
     body = await request.body()
     if len(body) > MAX_BODY:
         raise BadRequestError(f"the body is larger than {MAX_BODY} bytes")
+
+    def refuse(constant: str) -> NoReturn:
+        raise BadRequestError(f"{constant} is not JSON and cannot be stored faithfully")
+
+    problem = check_json_depth(body.decode("utf-8", "replace"))
+    if problem is not None:  # before parsing: no RecursionError on deep nesting
+        raise BadRequestError(f"the body cannot be stored as JSON: {problem}")
     try:
-        parsed = json.loads(body or b"{}")
+        parsed = json.loads(body or b"{}", parse_constant=refuse)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise BadRequestError(f"the body is not JSON: {error}") from None
     if not isinstance(parsed, dict):
@@ -213,6 +225,23 @@ def api_routes(runtime: Runtime, reads: ConsoleReads) -> list[Route]:
     async def events(request: Request) -> Response:
         return await event_stream(runtime, request)
 
+    async def resolve_effect(request: Request) -> Response:
+        body = await read_body(request)
+        outcome = _text(body, "resolution", required=True)
+        if outcome not in ("committed", "rejected"):
+            raise BadRequestError(f"'resolution' must be committed or rejected, got {outcome!r}")
+        by = _text(body, "by", required=True)
+        assert by is not None
+        resolved = await runtime.resolve_effect(
+            request.path_params["effect_key"],
+            committed=outcome == "committed",
+            rejected=outcome == "rejected",
+            receipt=body.get("receipt"),
+            reason=_text(body, "reason", required=False),
+            by=by,
+        )
+        return JSONResponse(resolved.model_dump(mode="json"))
+
     async def bulk_cancel(request: Request) -> Response:
         body = await read_body(request)
         where = body.get("where", {})
@@ -259,6 +288,7 @@ def api_routes(runtime: Runtime, reads: ConsoleReads) -> list[Route]:
         Route("/api/bulk/cancel", _typed(bulk_cancel), methods=["POST"]),
         Route("/api/approvals", _typed(approvals), methods=["GET"]),
         Route("/api/effects", _typed(effects), methods=["GET"]),
+        Route("/api/effects/{effect_key}/resolve", _typed(resolve_effect), methods=["POST"]),
     ]
 
 

@@ -41,9 +41,9 @@ async function decide(form) {
     if (value !== "") body[name] = value;
   }
   if (form.dataset.digest) body.digest = form.dataset.digest;
-  const id = form.dataset.invocation;
-  const action = form.dataset.action;
-  const response = await fetch(`/api/invocations/${encodeURIComponent(id)}/${action}`, {
+  const id = form.dataset.invocation || form.dataset.label;
+  const url = form.dataset.url || `/api/invocations/${encodeURIComponent(id)}/${form.dataset.action}`;
+  const response = await fetch(url, {
     method: "POST",
     headers: { "Content-Type": "application/json", "Authorization": `Bearer ${token()}` },
     body: JSON.stringify(body),
@@ -56,11 +56,13 @@ async function decide(form) {
     answer = { detail: response.statusText };
   }
   if (response.ok) {
-    flash(`${id}: ${answer.recorded || answer.result} by ${answer.by || "?"}`, false);
+    flash(`${id}: ${answer.recorded || answer.result || answer.resolution} by ${answer.by || "?"}`, false);
     const section = document.getElementById(`approval-${id}`);
     if (section) section.classList.add("decided");
-    for (const other of document.querySelectorAll(`form.decide[data-invocation="${CSS.escape(id)}"] button`)) {
-      other.disabled = true;
+    for (const other of document.querySelectorAll("form.decide")) {
+      if ((other.dataset.invocation || other.dataset.label) === id) {
+        for (const button of other.querySelectorAll("button")) button.disabled = true;
+      }
     }
   } else {
     flash(`${id}: ${response.status} ${answer.error || ""}: ${answer.detail || ""}`, true);
