@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from starlette.requests import Request
@@ -96,8 +97,24 @@ def parse_filter(query: dict[str, str]) -> InvocationFilter:
     reason = query.get("reason") or None
     if reason is not None and reason not in {r.value for r in TerminalReason}:
         raise BadRequestError(f"reason must be a terminal reason, got {reason!r}")
+    times = {}
+    for name in ("from", "before"):
+        text = query.get(name) or None
+        if text is not None:
+            try:
+                parsed = datetime.fromisoformat(text)
+            except ValueError:
+                raise BadRequestError(
+                    f"{name} must be an ISO 8601 date or time, got {text!r}"
+                ) from None
+            if parsed.tzinfo is not None:
+                parsed = parsed.astimezone(UTC).replace(tzinfo=None)
+            times[name] = parsed.isoformat()
     return InvocationFilter(
         agent=query.get("agent") or None,
+        id_prefix=query.get("id") or None,
+        started_from=times.get("from"),
+        started_before=times.get("before"),
         status=InvocationStatus(status) if status is not None else None,
         reason=TerminalReason(reason) if reason is not None else None,
         roots_only=query.get("roots", "") in ("1", "true", "on"),
@@ -179,6 +196,9 @@ def api_routes(runtime: Runtime, reads: ConsoleReads) -> list[Route]:
         if found is None:
             raise InvocationNotFoundError(invocation_id)
         return JSONResponse(found)
+
+    async def summary(request: Request) -> Response:
+        return JSONResponse({"summary": await reads.summary()})
 
     async def approvals(request: Request) -> Response:
         return JSONResponse({"approvals": await reads.approvals()})
@@ -287,6 +307,7 @@ def api_routes(runtime: Runtime, reads: ConsoleReads) -> list[Route]:
         ),
         Route("/api/bulk/cancel", _typed(bulk_cancel), methods=["POST"]),
         Route("/api/approvals", _typed(approvals), methods=["GET"]),
+        Route("/api/summary", _typed(summary), methods=["GET"]),
         Route("/api/effects", _typed(effects), methods=["GET"]),
         Route("/api/effects/{effect_key}/resolve", _typed(resolve_effect), methods=["POST"]),
     ]

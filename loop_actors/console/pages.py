@@ -82,6 +82,9 @@ def page_routes(reads: ConsoleReads, console_token: str) -> list[Route | Mount]:
         except UsageError as error:
             return render("error.html.j2", 400, title="Bad filter", detail=str(error))
         rows = await reads.invocations(where)
+        summary: dict[str, dict[str, int]] = {}
+        for row in await reads.summary():
+            summary.setdefault(row["agent"], {})[row["status"]] = row["count"]
         kept = {k: v for k, v in query.items() if k != "offset" and v}
         pages = {
             "previous": urlencode({**kept, "offset": max(0, where.offset - where.limit)})
@@ -99,6 +102,8 @@ def page_routes(reads: ConsoleReads, console_token: str) -> list[Route | Mount]:
             statuses=[s.value for s in InvocationStatus],
             reasons=[r.value for r in TerminalReason],
             pages=pages,
+            summary=sorted(summary.items()),
+            query=query,
         )
 
     async def invocation(request: Request) -> Response:

@@ -13,7 +13,13 @@ from aggregates.decisions import TerminalReason
 from aggregates.invocation import ApprovalDenied, ApprovalGranted, ClarificationProvided, Phase
 from loop_actors.runtime.runtime import Runtime
 from loop_actors.store.history_records import history_records
-from projections import ProjectionRunner, list_invocations, list_open_effects, load_trajectory
+from projections import (
+    ProjectionRunner,
+    invocation_summary,
+    list_invocations,
+    list_open_effects,
+    load_trajectory,
+)
 from projections.trajectory import InvocationStatus
 
 T = TypeVar("T")
@@ -32,6 +38,9 @@ class InvocationFilter:
     status: InvocationStatus | None = None
     reason: TerminalReason | None = None
     roots_only: bool = False
+    id_prefix: str | None = None
+    started_from: str | None = None
+    started_before: str | None = None
     limit: int = 50
     offset: int = 0
 
@@ -65,10 +74,20 @@ class ConsoleReads:
                 status=where.status,
                 reason=where.reason.value if where.reason is not None else None,
                 roots_only=where.roots_only,
+                id_prefix=where.id_prefix,
+                started_from=where.started_from,
+                started_before=where.started_before,
                 limit=where.limit,
                 offset=where.offset,
             )
         )
+
+    async def summary(self) -> list[dict[str, Any]]:
+        """How many invocations each agent has in each status.
+
+        Cancellation: a checkpoint; the read's thread is abandoned (nothing changes).
+        """
+        return await self._read_models(invocation_summary)
 
     async def invocation(self, invocation_id: str) -> dict[str, Any] | None:
         """An invocation's trajectory, its children and forks, its decisions and what it waits for.

@@ -321,3 +321,38 @@ async def test_a_bulk_cancel_dry_run_changes_nothing_and_the_typed_confirmation_
     assert done.json()["results"] == {"refund-2": "ended", "refund-1": "ended"}
     assert await _events(store_url, "refund-3") == before["refund-3"]
     assert (await _events(store_url, "refund-1"))[-1] == "Terminated"
+
+
+async def test_the_list_searches_by_id_and_time_and_sums_up_by_agent_and_status(
+    store_url: str,
+) -> None:
+    await paused_refund(store_url, "refund-1")
+    await completed_refund(store_url, "refund-2")
+    await completed_refund(store_url, "other_3")
+    with trio.fail_after(30):
+        async with serving(store_url) as base, client(base) as http:
+
+            async def ids(query: str) -> list[str]:
+                response = await http.get(f"/api/invocations?{query}")
+                assert response.status_code == 200, response.text
+                return [row["invocation_id"] for row in response.json()["invocations"]]
+
+            by_prefix = await ids("id=refund-")
+            underscore_is_no_wildcard = await ids("id=other%5F")
+            percent_is_no_wildcard = await ids("id=%25")
+            since_long_ago = await ids("from=2000-01-01")
+            before_long_ago = await ids("before=2000-01-01T00:00:00%2B00:00")
+            bad_time = await http.get("/api/invocations?from=yesterday")
+            summary = (await http.get("/api/summary")).json()["summary"]
+            page = await http.get("/invocations")
+    assert by_prefix == ["refund-2", "refund-1"]
+    assert underscore_is_no_wildcard == ["other_3"]
+    assert percent_is_no_wildcard == []
+    assert since_long_ago == ["other_3", "refund-2", "refund-1"]
+    assert before_long_ago == []
+    assert bad_time.status_code == 400
+    assert summary == [
+        {"agent": "refunds", "status": "paused", "count": 1},
+        {"agent": "refunds", "status": "terminated", "count": 2},
+    ]
+    assert 'id="summary"' in page.text
