@@ -32,6 +32,7 @@ from loop_actors._errors import (
 from loop_actors.console.reads import MAX_PAGE, ConsoleReads, InvocationFilter
 from loop_actors.console.stream import event_stream
 from loop_actors.runtime.runtime import Runtime
+from projections.metrics import GroupBy
 from projections.trajectory import InvocationStatus
 
 MAX_BODY = 64 * 1024
@@ -123,6 +124,21 @@ def parse_filter(query: dict[str, str]) -> InvocationFilter:
     )
 
 
+GROUPS: tuple[GroupBy, ...] = ("reason", "task-class", "agent")
+
+
+def parse_group(text: str) -> GroupBy:
+    """The metrics' grouping (``reason``, ``task-class`` or ``agent``).
+
+    Raises:
+        BadRequestError: another one.
+    """
+    for group in GROUPS:
+        if text == group:
+            return group
+    raise BadRequestError(f"by must be one of {', '.join(GROUPS)}, got {text!r}")
+
+
 async def read_body(request: Request) -> dict[str, Any]:
     """The request's JSON object.
 
@@ -196,6 +212,11 @@ def api_routes(runtime: Runtime, reads: ConsoleReads) -> list[Route]:
         if found is None:
             raise InvocationNotFoundError(invocation_id)
         return JSONResponse(found)
+
+    async def metrics(request: Request) -> Response:
+        by = parse_group(request.query_params.get("by", "reason"))
+        rows = await reads.metrics(by)
+        return JSONResponse({"by": by, "groups": [row.model_dump(mode="json") for row in rows]})
 
     async def summary(request: Request) -> Response:
         return JSONResponse({"summary": await reads.summary()})
@@ -308,6 +329,7 @@ def api_routes(runtime: Runtime, reads: ConsoleReads) -> list[Route]:
         Route("/api/bulk/cancel", _typed(bulk_cancel), methods=["POST"]),
         Route("/api/approvals", _typed(approvals), methods=["GET"]),
         Route("/api/summary", _typed(summary), methods=["GET"]),
+        Route("/api/metrics", _typed(metrics), methods=["GET"]),
         Route("/api/effects", _typed(effects), methods=["GET"]),
         Route("/api/effects/{effect_key}/resolve", _typed(resolve_effect), methods=["POST"]),
     ]

@@ -9,6 +9,8 @@ package) sends the forms with the token and follows the live stream.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
 from importlib.resources import files
@@ -23,9 +25,10 @@ from starlette.staticfiles import StaticFiles
 
 from aggregates.decisions import TerminalReason
 from loop_actors._errors import InvocationNotFoundError, UsageError
-from loop_actors.console.api import error_response, parse_filter
+from loop_actors.console.api import GROUPS, error_response, parse_filter, parse_group
 from loop_actors.console.guard import COOKIE, token_matches
 from loop_actors.console.reads import ConsoleReads
+from projections import MetricsRow
 from projections.trajectory import InvocationStatus
 
 PACKAGE = files("loop_actors.console")
@@ -50,6 +53,50 @@ def _age(stamp: object) -> str:
         if seconds >= size:
             return f"{seconds // size} {unit}"
     return f"{seconds} s"
+
+
+BAR_WIDTH = 480
+"""The longest bar of a chart, in pixels (an SVG attribute: the CSP allows no inline style)."""
+
+CHARTS: tuple[tuple[str, Callable[[MetricsRow], float | None], str], ...] = (
+    ("invocations", lambda row: row.invocations, ""),
+    ("wall time, median", lambda row: row.wall_ms_p50, " ms"),
+    ("wall time, 95th percentile", lambda row: row.wall_ms_p95, " ms"),
+    ("cost", lambda row: row.cost, ""),
+    ("tool calls", lambda row: row.tool_calls, ""),
+)
+"""The metrics page's charts: a title, the figure of a group, its unit."""
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One bar of a chart: its group, its value as shown, its length in pixels."""
+
+    group: str
+    shown: str
+    width: int
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A horizontal bar chart, drawn as SVG by the template."""
+
+    title: str
+    bars: list[Bar]
+
+
+def bar_chart(title: str, values: list[tuple[str, float | None]], unit: str) -> Chart:
+    """Bars scaled to the largest value (a group with none, or 0, gets no bar)."""
+    largest = max((v for _, v in values if v is not None), default=0) or 1
+    bars = [
+        Bar(
+            group,
+            "" if value is None else f"{value:.4g}{unit}",
+            0 if not value else max(1, round(BAR_WIDTH * value / largest)),
+        )
+        for group, value in values
+    ]
+    return Chart(title, bars)
 
 
 @cache
@@ -124,6 +171,18 @@ def page_routes(reads: ConsoleReads, console_token: str) -> list[Route | Mount]:
     async def effects(request: Request) -> Response:
         return render("effects.html.j2", title="Open effects", rows=await reads.open_effects())
 
+    async def metrics_page(request: Request) -> Response:
+        try:
+            by = parse_group(request.query_params.get("by", "reason"))
+        except UsageError as error:
+            return render("error.html.j2", 400, title="Bad grouping", detail=str(error))
+        rows = await reads.metrics(by)
+        charts = [
+            bar_chart(title, [(row.group, value(row)) for row in rows], unit)
+            for title, value, unit in CHARTS
+        ]
+        return render("metrics.html.j2", title="Metrics", by=by, groups=GROUPS, charts=charts)
+
     async def login_form(request: Request) -> Response:
         return render("login.html.j2", title="Token", failed=False)
 
@@ -144,6 +203,7 @@ def page_routes(reads: ConsoleReads, console_token: str) -> list[Route | Mount]:
         Route("/invocations/{invocation_id}", invocation, methods=["GET"]),
         Route("/approvals", approvals, methods=["GET"]),
         Route("/effects", effects, methods=["GET"]),
+        Route("/metrics", metrics_page, methods=["GET"]),
         Route("/login", login_form, methods=["GET"]),
         Route("/login", login, methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(PACKAGE / "static")), name="static"),

@@ -14,12 +14,15 @@ from aggregates.invocation import ApprovalDenied, ApprovalGranted, Clarification
 from loop_actors.runtime.runtime import Runtime
 from loop_actors.store.history_records import history_records
 from projections import (
+    MetricsRow,
     ProjectionRunner,
     invocation_summary,
     list_invocations,
     list_open_effects,
     load_trajectory,
+    metrics,
 )
+from projections.metrics import GroupBy
 from projections.trajectory import InvocationStatus
 
 T = TypeVar("T")
@@ -81,6 +84,13 @@ class ConsoleReads:
                 offset=where.offset,
             )
         )
+
+    async def metrics(self, by: GroupBy) -> list[MetricsRow]:
+        """The metrics grouped by ``by`` (``loop-actors metrics --by``).
+
+        Cancellation: a checkpoint; the read's thread is abandoned (nothing changes).
+        """
+        return await self._read_models(partial(metrics, by=by))
 
     async def summary(self) -> list[dict[str, Any]]:
         """How many invocations each agent has in each status.

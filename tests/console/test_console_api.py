@@ -356,3 +356,21 @@ async def test_the_list_searches_by_id_and_time_and_sums_up_by_agent_and_status(
         {"agent": "refunds", "status": "terminated", "count": 2},
     ]
     assert 'id="summary"' in page.text
+
+
+async def test_the_metrics_are_charted_by_reason_and_task_class(store_url: str) -> None:
+    await paused_refund(store_url, "refund-1")
+    await completed_refund(store_url, "refund-2")
+    with trio.fail_after(30):
+        async with serving(store_url) as base, client(base) as http:
+            by_reason = (await http.get("/api/metrics?by=reason")).json()
+            bad = await http.get("/api/metrics?by=colour")
+            page = await http.get("/metrics?by=task-class")
+            bad_page = await http.get("/metrics?by=colour")
+    assert by_reason["by"] == "reason"
+    counts = {row["group"]: row["invocations"] for row in by_reason["groups"]}
+    assert counts == {"approval_required": 1, "completed": 1}
+    assert bad.status_code == 400
+    assert page.status_code == 200
+    assert page.text.count('<rect class="bar"') == 5  # one group (no task class), five charts
+    assert bad_page.status_code == 400

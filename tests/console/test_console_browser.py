@@ -149,6 +149,13 @@ def test_an_operator_filters_reads_and_approves_from_the_inbox(
     decisions = page.locator("table", has_text="receipt seen")
     assert decisions.get_by_text("alice").is_visible()
     screenshot(page, tmp_path, "console-completed.png")
+    # The metrics, charted.
+    page.goto(f"{base}/metrics")
+    bars = page.locator("svg.chart rect.bar")
+    assert bars.count() == 10  # two groups (completed, approval_required), five charts
+    counted = page.locator("figure", has_text="invocations").locator("rect.bar").all()
+    assert [bar.bounding_box()["width"] for bar in counted] == [480, 480]  # one each
+    screenshot(page, tmp_path, "console-metrics.png")
     # The inbox has only the other one left.
     page.goto(f"{base}/approvals")
     assert page.locator("section.waiting").count() == 1
