@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
@@ -10,7 +10,14 @@ from typing import Any, TypeVar
 import trio
 
 from aggregates.decisions import TerminalReason
-from aggregates.invocation import ApprovalDenied, ApprovalGranted, ClarificationProvided, Phase
+from aggregates.invocation import (
+    ApprovalDenied,
+    ApprovalGranted,
+    ClarificationProvided,
+    Invocation,
+    InvocationEvent,
+    Phase,
+)
 from loop_actors.runtime.runtime import Runtime
 from loop_actors.store.history_records import history_records
 from projections import (
@@ -100,48 +107,27 @@ class ConsoleReads:
         return await self._read_models(invocation_summary)
 
     async def invocation(self, invocation_id: str) -> dict[str, Any] | None:
-        """An invocation's trajectory, its children and forks, its decisions and what it waits for.
+        """What the invocation page shows (:func:`invocation_view`); None if unknown to the views.
 
-        None when the read models do not know it.
+        Raises:
+            InvocationNotFoundError: the read models know it, the store does not.
 
         Cancellation: a checkpoint; the reads' threads are abandoned (nothing changes).
         """
-
-        def read(runner: ProjectionRunner) -> dict[str, Any] | None:
-            trajectory = load_trajectory(runner, invocation_id)
-            if trajectory is None:
-                return None
-            many = 2**62
-            return {
-                **trajectory.model_dump(mode="json"),
-                "children": list_invocations(runner, parent_id=invocation_id, limit=many),
-                "forks": list_invocations(runner, forked_from=invocation_id, limit=many),
-            }
-
-        found = await self._read_models(read)
-        if found is None:
-            return None
         events = await self.runtime.history(invocation_id)
-        found["decisions"] = [_decision(event) for event in events if _is_decision(event)]
-        found["waiting"] = await self.waiting(invocation_id)
-        return found
+        invocation = await self.runtime.load(invocation_id)
+        return await self._read_models(
+            partial(
+                invocation_view, invocation_id=invocation_id, events=events, invocation=invocation
+            )
+        )
 
     async def waiting(self, invocation_id: str) -> dict[str, Any] | None:
-        """The batch the invocation waits to have approved (digest, calls); None if none.
+        """The batch the invocation waits to have approved (:func:`waiting_of`).
 
         Cancellation: a checkpoint; the read's thread is abandoned (nothing changes).
         """
-        invocation = await self.runtime.load(invocation_id)
-        paused = invocation.paused
-        if invocation.phase is not Phase.AWAITING_APPROVAL or paused is None:
-            return None
-        return {
-            "step": paused.step,
-            "digest": paused.proposal_digest,
-            "calls": [call.model_dump(mode="json") for call in paused.calls or []],
-            "needs_approval": paused.needs_approval or [],
-            "paused_at": paused.timestamp.isoformat(),
-        }
+        return waiting_of(await self.runtime.load(invocation_id))
 
     async def approvals(self) -> list[dict[str, Any]]:
         """Every invocation that waits for an approval, oldest pause first, with its batch.
@@ -193,6 +179,45 @@ async def read_history(
     return await driver.reads.call(
         partial(history_records, driver.store, invocation_id, after=after)
     )
+
+
+def invocation_view(
+    runner: ProjectionRunner,
+    *,
+    invocation_id: str,
+    events: Sequence[InvocationEvent],
+    invocation: Invocation,
+) -> dict[str, Any] | None:
+    """An invocation's page (blocking): its trajectory, children and forks, decisions, waiting.
+
+    None when the read models do not know it. ``events`` and ``invocation`` are its
+    history and its state, read from the store.
+    """
+    trajectory = load_trajectory(runner, invocation_id)
+    if trajectory is None:
+        return None
+    many = 2**62
+    return {
+        **trajectory.model_dump(mode="json"),
+        "children": list_invocations(runner, parent_id=invocation_id, limit=many),
+        "forks": list_invocations(runner, forked_from=invocation_id, limit=many),
+        "decisions": [_decision(event) for event in events if _is_decision(event)],
+        "waiting": waiting_of(invocation),
+    }
+
+
+def waiting_of(invocation: Invocation) -> dict[str, Any] | None:
+    """The batch an invocation waits to have approved (digest, calls); None if it waits for none."""
+    paused = invocation.paused
+    if invocation.phase is not Phase.AWAITING_APPROVAL or paused is None:
+        return None
+    return {
+        "step": paused.step,
+        "digest": paused.proposal_digest,
+        "calls": [call.model_dump(mode="json") for call in paused.calls or []],
+        "needs_approval": paused.needs_approval or [],
+        "paused_at": paused.timestamp.isoformat(),
+    }
 
 
 _DECISIONS = (ApprovalGranted, ApprovalDenied, ClarificationProvided)
