@@ -78,6 +78,12 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
         "follow an invocation's committed events as they come, until it ends",
     ),
     (
+        "export",
+        "export",
+        "one self-contained HTML file of an invocation: trajectory, effect ledger, "
+        "approvals, audit",
+    ),
+    (
         "serve",
         "console",
         "the operator console: invocations, trajectories, approvals inbox, live streams, "
