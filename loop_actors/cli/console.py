@@ -17,6 +17,7 @@ from loop_actors.cli.history import record_line
 from loop_actors.cli.reading import open_for_reading
 from loop_actors.store.history_records import history_records
 from loop_actors.store.store import EventStore
+from loop_actors.store.url import resolve_db_url
 
 EXTRA = "pip install 'loop-actors[console]'"
 
@@ -32,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
     settings = ConsoleSettings.resolve(
         db_url=args.db, host=args.host, port=args.port, token=args.token
     )
+    # The store must exist: a mistyped path would show an empty console (and create it).
+    EventStore(resolve_db_url(args.db), create=False).close()
 
     def ready(bound: list[str]) -> None:
         for address in bound:

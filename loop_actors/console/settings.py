@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from loop_actors._errors import UsageError
@@ -52,9 +53,9 @@ class ConsoleSettings:
         host: str = DEFAULT_HOST,
         port: int = DEFAULT_PORT,
         token: str | None = None,
-        environ: dict[str, str] | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> ConsoleSettings:
-        """The settings from the options and ``$LOOP_ACTORS_CONSOLE_TOKEN``.
+        """The settings from the options and ``$LOOP_ACTORS_CONSOLE_TOKEN`` (of ``environ``).
 
         Raises:
             UsageError: the port is not in 0..65535; the token is shorter than
@@ -66,7 +67,8 @@ class ConsoleSettings:
             raise UsageError(f"--port must be 0..65535, got {port}")
         if not host.strip():
             raise UsageError("--host must not be empty")
-        given = token if token is not None else (environ or dict(os.environ)).get(TOKEN_ENV)
+        variables = os.environ if environ is None else environ
+        given = token if token is not None else variables.get(TOKEN_ENV)
         if given is not None and len(given) < MIN_TOKEN_LENGTH:
             raise UsageError(f"the console token must have at least {MIN_TOKEN_LENGTH} characters")
         if given is None and not is_loopback(host):

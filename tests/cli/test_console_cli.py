@@ -1,7 +1,7 @@
 """``loop-actors serve`` refusals and ``loop-actors watch``, as a user's shell runs them.
 
 Bad inputs tried: ``--host 0.0.0.0`` without a token, a token too short, ``--port``
-out of range and not a number, a port already in use, ``watch`` of an unknown
+out of range and not a number, a port already in use, a store that does not exist, ``watch`` of an unknown
 invocation and ``--from -1``.
 """
 
@@ -47,6 +47,15 @@ def test_serve_refuses_what_is_unsafe_or_malformed(
     assert result.returncode == 2
     assert says in result.stderr
     assert result.stdout == ""
+
+
+def test_serve_refuses_a_store_that_does_not_exist(tmp_path: Path) -> None:
+    result = run_cli(
+        "serve", "--token", TOKEN, cwd=tmp_path, db=f"sqlite:///{tmp_path / 'typo.db'}"
+    )
+    assert result.returncode == 2
+    assert "typo.db" in result.stderr
+    assert not (tmp_path / "typo.db").exists()
 
 
 def test_serve_on_a_port_in_use_is_a_usage_error(tmp_path: Path) -> None:
