@@ -30,7 +30,7 @@ from loop_actors._errors import (
     UsageError,
 )
 from loop_actors.console.reads import MAX_PAGE, ConsoleReads, InvocationFilter
-from loop_actors.console.stream import event_stream
+from loop_actors.console.stream import event_stream, tree_stream
 from loop_actors.runtime.runtime import Runtime
 from projections.metrics import GroupBy
 from projections.trajectory import InvocationStatus
@@ -266,6 +266,9 @@ def api_routes(runtime: Runtime, reads: ConsoleReads) -> list[Route]:
     async def events(request: Request) -> Response:
         return await event_stream(runtime, request)
 
+    async def tree_events(request: Request) -> Response:
+        return await tree_stream(runtime, request)
+
     async def resolve_effect(request: Request) -> Response:
         body = await read_body(request)
         outcome = _text(body, "resolution", required=True)
@@ -321,6 +324,7 @@ def api_routes(runtime: Runtime, reads: ConsoleReads) -> list[Route]:
         Route("/api/invocations", _typed(invocations), methods=["GET"]),
         Route("/api/invocations/{invocation_id}", _typed(invocation), methods=["GET"]),
         Route("/api/invocations/{invocation_id}/events", _typed(events), methods=["GET"]),
+        Route("/api/invocations/{invocation_id}/tree/events", _typed(tree_events), methods=["GET"]),
         Route(
             "/api/invocations/{invocation_id}/{action:str}",
             _typed(decide),

@@ -15,12 +15,15 @@ from collections.abc import AsyncIterator
 from functools import partial
 from typing import Any
 
+import trio
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
 
+from aggregates.invocation import Phase
 from loop_actors._errors import UsageError
-from loop_actors.console.follow import follow_history
+from loop_actors.console.follow import POLL_S, follow_history
 from loop_actors.console.reads import read_history
+from loop_actors.console.tree import open_tree, tree_records
 from loop_actors.runtime.runtime import Runtime
 
 PING_S = 15
@@ -84,3 +87,44 @@ async def event_stream(runtime: Runtime, request: Request) -> EventSourceRespons
 
 async def _read_after(runtime: Runtime, invocation_id: str, after: int) -> list[dict[str, Any]]:
     return await read_history(runtime, invocation_id, after=after)
+
+
+async def tree_stream(runtime: Runtime, request: Request) -> EventSourceResponse:
+    """The stream of an invocation and every one below it, in commit order (``tree``).
+
+    Each event's ``id`` is its row in the store's log, one number across the tree;
+    ``Last-Event-ID`` resumes after it. Closes after the root's ``Terminated``.
+
+    Raises:
+        InvocationNotFoundError: no such invocation.
+        BadResumePointError: a malformed ``Last-Event-ID``.
+    """
+    root_id = request.path_params["invocation_id"]
+    after = resume_point(request)
+    driver = runtime.driver
+    cursor = await driver.reads.call(partial(open_tree, driver.store, root_id, after=after))
+
+    async def events() -> AsyncIterator[ServerSentEvent]:
+        first = True
+        while True:
+            found, full = await driver.reads.call(partial(tree_records, driver.store, cursor))
+            for notification_id, record in found:
+                yield ServerSentEvent(
+                    data=json.dumps(record, ensure_ascii=False),
+                    event=record["type"],
+                    id=str(notification_id),
+                    retry=RETRY_MS,
+                )
+            if cursor.ended:
+                return
+            if first and not found and not full:
+                root = await runtime.load(root_id)
+                if root.phase is Phase.TERMINATED:  # it ended at or before Last-Event-ID
+                    return
+            first = False
+            if not full:
+                await trio.sleep(POLL_S)
+
+    return EventSourceResponse(
+        events(), ping=PING_S, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+    )

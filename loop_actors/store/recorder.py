@@ -59,8 +59,10 @@ class StoreRecorder(Protocol):
     def create_queue_tables(self) -> None:
         """Create the work queue's tables, if the store has none yet."""
 
-    def select_events(self, originator_id: str, *, gt: int | None = None) -> Sequence[StoredEvent]:
-        """An aggregate's rows, in version order (with ``gt``, those after that version)."""
+    def select_events(
+        self, originator_id: str, *, gt: int | None = None, limit: int | None = None
+    ) -> Sequence[StoredEvent]:
+        """An aggregate's rows in version order (with ``gt``, after that version; ``limit``)."""
 
     def select_notifications(
         self,

@@ -733,6 +733,18 @@ class EventStore:
                 return
             position = notifications[-1].id
 
+    def notifications_after(
+        self, after: int, *, limit: int = 500, topics: Sequence[str] = ()
+    ) -> list[tuple[int, str, int, str]]:
+        """Rows after notification id ``after``, in log order: (id, originator, version, topic).
+
+        With ``topics``, only rows of those topics. At most ``limit`` rows.
+        """
+        notifications = self._recorder.select_notifications(
+            start=after, limit=limit, topics=topics, inclusive_of_start=False
+        )
+        return [(n.id, str(n.originator_id), n.originator_version, n.topic) for n in notifications]
+
     def copy_in(self, rows: Sequence[tuple[int, str, int, str, bytes]]) -> None:
         """Write rows of another store's log as they were stored, with their ids (one transaction).
 
@@ -930,14 +942,16 @@ class EventStore:
             found[by_request[request_id]] = request if isinstance(request, CancelRequest) else None
         return found
 
-    def events(self, invocation_id: str, *, after: int = 0) -> list[InvocationEvent]:
-        """Every committed event of an invocation, in order (with ``after``, those after it).
+    def events(
+        self, invocation_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[InvocationEvent]:
+        """Every committed event of an invocation, in order (``after`` it, at most ``limit``).
 
         Raises:
             InvocationNotFoundError: no such invocation (or, with ``after``, no event
                 after that position).
         """
-        stored = self._recorder.select_events(invocation_id, gt=after or None)
+        stored = self._recorder.select_events(invocation_id, gt=after or None, limit=limit)
         if not stored:
             raise InvocationNotFoundError(invocation_id)
         return [
