@@ -16,7 +16,7 @@ from loop_actors._errors import InvocationNotFoundError, UsageError
 from loop_actors.audit.verify import verify_invocation
 from loop_actors.cli.exit_codes import ExitCode
 from loop_actors.cli.reading import note, open_for_reading
-from loop_actors.console.reads import invocation_view
+from loop_actors.console.reads import audit_verdict, invocation_view
 from loop_actors.console.render import inline_css, render_html
 from loop_actors.store.read_models import open_read_runner
 
@@ -42,25 +42,15 @@ def run(args: argparse.Namespace) -> int:
         ledger = [_ledger_row(effect) for effect in store.effects_of(invocation_id)]
     finally:
         store.close()
-    broken = [report for report in reports if not report.intact]
-    audit = {
-        "intact": not broken,
-        "summary": (
-            f"{len(reports)} chains intact (audit verify {invocation_id})"
-            if not broken
-            else f"{len(broken)} of {len(reports)} chains broken: the store was changed"
-        ),
-        "reports": [report.model_dump(mode="json") for report in reports],
-    }
+    audit = audit_verdict(invocation_id, reports)
     page = render_html(
         "invocation.html.j2",
         export=True,
         css=inline_css(),
         title=invocation_id,
         exported_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        inv=view,
+        inv={**view, "audit": audit},
         ledger=ledger,
-        audit=audit,
     )
     target = Path(args.html)
     try:
@@ -68,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as error:
         raise UsageError(f"cannot write {target}: {error.strerror or error}") from None
     print(f"wrote {target}: {len(view['steps'])} steps, {len(ledger)} writes, {audit['summary']}")
-    return ExitCode.TAMPERED if broken else ExitCode.OK
+    return ExitCode.OK if audit["intact"] else ExitCode.TAMPERED
 
 
 def _ledger_row(effect: Any) -> dict[str, Any]:

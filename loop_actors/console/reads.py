@@ -18,6 +18,7 @@ from aggregates.invocation import (
     InvocationEvent,
     Phase,
 )
+from loop_actors.audit.verify import ChainReport, verify_invocation
 from loop_actors.runtime.runtime import Runtime
 from loop_actors.store.history_records import history_records
 from projections import (
@@ -116,11 +117,16 @@ class ConsoleReads:
         """
         events = await self.runtime.history(invocation_id)
         invocation = await self.runtime.load(invocation_id)
-        return await self._read_models(
+        driver = self.runtime.driver
+        reports = await driver.reads.call(partial(verify_invocation, driver.store, invocation_id))
+        view = await self._read_models(
             partial(
                 invocation_view, invocation_id=invocation_id, events=events, invocation=invocation
             )
         )
+        if view is not None:
+            view["audit"] = audit_verdict(invocation_id, reports)
+        return view
 
     async def waiting(self, invocation_id: str) -> dict[str, Any] | None:
         """The batch the invocation waits to have approved (:func:`waiting_of`).
@@ -212,11 +218,27 @@ def waiting_of(invocation: Invocation) -> dict[str, Any] | None:
     if invocation.phase is not Phase.AWAITING_APPROVAL or paused is None:
         return None
     return {
+        "kind": "approval",
         "step": paused.step,
         "digest": paused.proposal_digest,
         "calls": [call.model_dump(mode="json") for call in paused.calls or []],
         "needs_approval": paused.needs_approval or [],
         "paused_at": paused.timestamp.isoformat(),
+    }
+
+
+def audit_verdict(invocation_id: str, reports: Sequence[ChainReport]) -> dict[str, Any]:
+    """What ``audit verify ID`` says of the invocation's chains, as the pages show it."""
+    broken = [report for report in reports if not report.intact]
+    return {
+        "intact": not broken,
+        "summary": (
+            f"{len(reports)} chain{'' if len(reports) == 1 else 's'} intact "
+            f"(audit verify {invocation_id})"
+            if not broken
+            else f"{len(broken)} of {len(reports)} chains broken: the store was changed"
+        ),
+        "reports": [report.model_dump(mode="json") for report in reports],
     }
 
 

@@ -15,6 +15,7 @@ from loop_actors import Runtime
 from tests.support.console import (
     HOSTILE,
     TOKEN,
+    asker,
     bearer,
     client,
     completed_refund,
@@ -374,3 +375,27 @@ async def test_the_metrics_are_charted_by_reason_and_task_class(store_url: str) 
     assert page.status_code == 200
     assert page.text.count('<rect class="bar"') == 5  # one group (no task class), five charts
     assert bad_page.status_code == 400
+
+
+async def test_a_question_is_answered_and_shown_escaped(store_url: str) -> None:
+    with trio.fail_after(30):
+        async with Runtime(store_url) as runtime:
+            asked = await runtime.run(asker, "help me", invocation_id="ask-1")
+        assert asked.reason.value == "clarification_required"
+        async with serving(store_url) as base, client(base, headers=bearer()) as http:
+            page = await http.get("/invocations/ask-1")
+            empty = await http.post("/api/invocations/ask-1/clarify", json={"answer": " "})
+            answered = await http.post(
+                "/api/invocations/ask-1/clarify", json={"answer": "A-1", "by": "dan"}
+            )
+            shown = (await http.get("/api/invocations/ask-1")).json()
+    assert 'data-action="clarify"' in page.text
+    assert "which order? &lt;script&gt;" in page.text
+    assert 'data-action="cancel"' in page.text
+    assert empty.status_code == 400
+    assert answered.json()["recorded"] == "clarified"
+    assert [(d["kind"], d["by"], d["why"]) for d in shown["decisions"]] == [
+        ("clarified", "dan", "A-1")
+    ]
+    assert shown["audit"]["intact"] is True
+    assert shown["audit"]["summary"].startswith("1 chain intact")

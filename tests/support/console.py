@@ -12,6 +12,7 @@ import trio
 
 from loop_actors import (
     Agent,
+    Clarification,
     Final,
     ModelRequest,
     Runtime,
@@ -71,6 +72,16 @@ async def completed_refund(db_url: str, invocation_id: str = "refund-done") -> N
             await runtime.approve(invocation_id, digest=paused.digest, by="alice")
             done = await runtime.resume(invocation_id, refunds)
     assert done.reason.value == "completed", done
+
+
+def _asks(request: ModelRequest) -> Final | Clarification:
+    if request.turns and request.turns[-1].reply is not None:
+        return Final(answer=f"you said {request.turns[-1].reply}")
+    return Clarification(question=f"which order? {HOSTILE}")
+
+
+asker = Agent("asker", ScriptedModel(_asks))
+"""Pauses with a question (holding ``<script>``); completes with the answer it got."""
 
 
 def gated_agent(gates: list[trio.Event]) -> Agent:
