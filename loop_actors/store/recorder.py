@@ -60,9 +60,15 @@ class StoreRecorder(Protocol):
         """Create the work queue's tables, if the store has none yet."""
 
     def select_events(
-        self, originator_id: str, *, gt: int | None = None, limit: int | None = None
+        self,
+        originator_id: str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
     ) -> Sequence[StoredEvent]:
-        """An aggregate's rows in version order (with ``gt``, after that version; ``limit``)."""
+        """An aggregate's rows (those after ``gt``, up to ``lte``), in version order."""
 
     def select_notifications(
         self,
