@@ -10,6 +10,7 @@ from aggregates.vocabulary import ErrorClass
 
 if TYPE_CHECKING:
     from aggregates.fork import ForkRefusal
+    from aggregates.standing import ApprovalRefusal
 
 
 class LoopActorsError(Exception):
@@ -194,6 +195,11 @@ class ToolError(Exception):
 
 class ApprovalRefusedError(UsageError):
     """Raised when an approval or denial does not apply: wrong digest, or nothing waits for one."""
+
+    def __init__(self, message: str, refusal: ApprovalRefusal | None = None) -> None:
+        super().__init__(message)
+        self.refusal = refusal
+        """Why (``not_waiting``: already decided, or never asked; ``other_digest``)."""
 
 
 class NotWaitingError(UsageError):

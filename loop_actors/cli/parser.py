@@ -79,6 +79,23 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
         "('trace export ID --otlp URL')",
     ),
     (
+        "watch",
+        "console",
+        "follow an invocation's committed events as they come, until it ends",
+    ),
+    (
+        "export",
+        "export",
+        "one self-contained HTML file of an invocation: trajectory, effect ledger, "
+        "approvals, audit",
+    ),
+    (
+        "serve",
+        "console",
+        "the operator console: invocations, trajectories, approvals inbox, live streams, "
+        "a JSON API (the console extra)",
+    ),
+    (
         "replay",
         "replay",
         "re-drive recorded invocations under an agent, calling nothing; report departures",

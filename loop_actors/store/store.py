@@ -696,7 +696,7 @@ class EventStore:
         return found
 
     def stored_entries(
-        self, aggregate_id: str, *, forms: dict[int, StoredForm] | None = None
+        self, aggregate_id: str, *, forms: dict[int, StoredForm] | None = None, after: int = 0
     ) -> list[tuple[int, DomainEvent | Exception]]:
         """An aggregate's stored events as (position, event), undecodable rows as exceptions.
 
@@ -704,9 +704,10 @@ class EventStore:
         A row whose topic names no loop-actors event class is not decoded (decoding
         would import the module it names): it is reported as unreadable. With
         ``forms``, each decoded row's topic and plaintext state are put there by position.
+        With ``after``, only the rows after that position.
         """
         entries: list[tuple[int, DomainEvent | Exception]] = []
-        for record in self._recorder.select_events(aggregate_id):
+        for record in self._recorder.select_events(aggregate_id, gt=after or None):
             event, plain = self._decode_audited(record)
             entries.append((record.originator_version, event))
             if forms is not None and plain is not None:
@@ -745,6 +746,18 @@ class EventStore:
             if len(notifications) < page:
                 return
             position = notifications[-1].id
+
+    def notifications_after(
+        self, after: int, *, limit: int = 500, topics: Sequence[str] = ()
+    ) -> list[tuple[int, str, int, str]]:
+        """Rows after notification id ``after``, in log order: (id, originator, version, topic).
+
+        With ``topics``, only rows of those topics. At most ``limit`` rows.
+        """
+        notifications = self._recorder.select_notifications(
+            start=after, limit=limit, topics=topics, inclusive_of_start=False
+        )
+        return [(n.id, str(n.originator_id), n.originator_version, n.topic) for n in notifications]
 
     def copy_in(self, rows: Sequence[tuple[int, str, int, str, bytes]]) -> None:
         """Write rows of another store's log as they were stored, with their ids (one transaction).
@@ -985,13 +998,16 @@ class EventStore:
             found[by_request[request_id]] = request if isinstance(request, CancelRequest) else None
         return found
 
-    def events(self, invocation_id: str) -> list[InvocationEvent]:
-        """Every committed event of an invocation, in order.
+    def events(
+        self, invocation_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[InvocationEvent]:
+        """Every committed event of an invocation, in order (``after`` it, at most ``limit``).
 
         Raises:
-            InvocationNotFoundError: no such invocation.
+            InvocationNotFoundError: no such invocation (or, with ``after``, no event
+                after that position).
         """
-        stored = self._recorder.select_events(invocation_id)
+        stored = self._recorder.select_events(invocation_id, gt=after or None, limit=limit)
         if not stored:
             raise InvocationNotFoundError(invocation_id)
         return [
