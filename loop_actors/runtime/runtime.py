@@ -11,7 +11,7 @@ from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from functools import partial
 from types import TracebackType
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import trio
 from pydantic import JsonValue
@@ -80,6 +80,9 @@ from loop_actors.store.views import (
 )
 from loop_actors.telemetry import current_trace_parent
 from projections import ProjectionRunner
+
+if TYPE_CHECKING:
+    from loop_actors.audit.resume_check import CheckedLog
 
 T = TypeVar("T")
 
@@ -163,6 +166,8 @@ class Runtime:
         )
         """Where checkpoints are written (None: nowhere)."""
         self.checkpointer: Checkpointer | None = None
+        self._checked_log: CheckedLog | None = None
+        """The newest checkpoint a resume found the log to agree with (``check_before_resume``)."""
         """The checkpoint writer, while the runtime is open with checkpoints."""
         problem = check_lease_s(lease_s)
         if problem is not None:
@@ -664,9 +669,26 @@ class Runtime:
         )
 
         async def resume_and_follow(driver: Driver) -> Outcome:
+            if self.checkpoints is not None:
+                await self._check_against_checkpoints(driver, invocation_id, self.checkpoints)
             return await follow_handoffs(driver, await resume(driver), agent)
 
         return await self.with_driver(resume_and_follow)
+
+    async def _check_against_checkpoints(
+        self, driver: Driver, invocation_id: str, settings: CheckpointSettings
+    ) -> None:
+        """A resume of a runtime given checkpoints checks the invocation against them first.
+
+        Raises:
+            InconsistentHistoryError: a chain of its tree is broken, or the store does
+                not agree with the checkpoints (``check_before_resume``); nothing runs.
+        """
+        from loop_actors.audit.resume_check import check_before_resume  # noqa: PLC0415
+
+        self._checked_log = await driver.reads.call(
+            partial(check_before_resume, driver.store, invocation_id, settings, self._checked_log)
+        )
 
     def _decisions(self) -> HumanDecisions:
         # Made for each call, not kept: a runtime that referred to itself would be freed
