@@ -197,7 +197,10 @@ def write_start_rows(
             (
                 f"INSERT INTO {name(HOLDERS_TABLE)} ({_HOLDER_COLUMNS}) VALUES ",  # noqa: S608
                 "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                " ON CONFLICT DO NOTHING",
+                # A runtime kept open between calls registers again with its next start
+                # when its registration is stale (no heartbeat runs between calls): the
+                # row it left is renewed, not kept as it was (else it looks gone).
+                " ON CONFLICT (holder) DO UPDATE SET heartbeat_at = excluded.heartbeat_at",
             ),
             (),
             [holder_values(row, now) for row in registrations.values()],

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -252,6 +253,38 @@ def test_a_registration_older_than_half_a_lease_is_written_again() -> None:
     assert registration.registered
     registration.expire_if_stale(30.0, now=115.1)
     assert not registration.registered
+
+
+def test_a_call_after_an_idle_spell_renews_the_stale_registration_with_its_start(
+    tmp_path: Path,
+) -> None:
+    """Idle for more than half a lease, the next run's start registers the holder again:
+    while it runs, its registration is fresh (it used to keep the old heartbeat until
+    the call's first beat, a third of a lease in, and look gone meanwhile)."""
+    path = tmp_path / "kept.db"
+    ages: list[float] = []
+
+    @tool
+    def heartbeat_age(key: str) -> str:
+        """How old this process's registration is, as another process reads it."""
+        queue = SQLiteQueue(str(path), read_only=True)
+        try:
+            rows, now = queue.holders()
+        finally:
+            queue.close()
+        ages.extend(now - row.heartbeat_at for row in rows)
+        return key
+
+    kept = Runtime(f"sqlite:///{path}", lease_s=2)
+    try:
+        kept.run_sync(AGENT, "first", invocation_id="before-idle")
+        time.sleep(1.3)  # more than half the lease, no call: no heartbeat
+        agent = Agent("kept", one_call("heartbeat_age", key="k"), [heartbeat_age])
+        assert kept.run_sync(agent, "again", invocation_id="after-idle").answer == "done"
+    finally:
+        kept.close()
+    assert len(ages) == 1
+    assert ages[0] < 1.0, ages
 
 
 # --------------------------------------------------------------------------- threads
