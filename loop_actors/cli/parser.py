@@ -197,9 +197,13 @@ def positive_int(text: str) -> int:
     return value
 
 
-def db_option(sub: argparse.ArgumentParser) -> None:
-    """The ``--db URL`` option."""
-    sub.add_argument("--db", metavar="URL", help=DB_HELP)
+SHARED_DB_HELP = "sqlite:///path.db or postgresql://user:password@host:port/dbname"
+"""For the commands whose store other processes must share (``memory://`` is refused)."""
+
+
+def db_option(sub: argparse.ArgumentParser, *, shared: bool = False) -> None:
+    """The ``--db URL`` option (``shared``: a store other processes use, never ``memory://``)."""
+    sub.add_argument("--db", metavar="URL", help=SHARED_DB_HELP if shared else DB_HELP)
 
 
 def views_option(sub: argparse.ArgumentParser) -> None:

@@ -228,17 +228,20 @@ def _lineage(runner: ProjectionRunner, trajectory: Trajectory) -> list[str]:
         lines.append(f"forked from: {trajectory.forked_from}")
     tree: list[str] = []
 
-    def below(invocation_id: str, depth: int) -> None:
-        for row in reversed(list_invocations(runner, parent_id=invocation_id, limit=2**62)):
+    def below(invocation_id: str, indent: str) -> None:
+        # Oldest first (the order they started in); the last child of each is drawn └─.
+        rows = list(reversed(list_invocations(runner, parent_id=invocation_id, limit=2**62)))
+        for n, row in enumerate(rows):
+            last = n == len(rows) - 1
             outcome = row["reason"] or row["status"]
             tree.append(
-                f"{'  ' * depth}└─ {row['invocation_id']} {row['agent']} {outcome} "
-                f"steps={row['steps']} tool_calls={row['tool_calls']}: "
+                f"{indent}{'└─' if last else '├─'} {row['invocation_id']} {row['agent']} "
+                f"{outcome} steps={row['steps']} tool_calls={row['tool_calls']}: "
                 f"{terminal_safe(row['goal'])}"
             )
-            below(row["invocation_id"], depth + 1)
+            below(row["invocation_id"], indent + ("   " if last else "│  "))
 
-    below(trajectory.invocation_id, 0)
+    below(trajectory.invocation_id, "")
     if tree:
         lines.extend(["children:", *tree])
     return lines

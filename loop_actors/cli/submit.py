@@ -123,7 +123,8 @@ def _print(done: list[Submitted], goals: GoalsFile, args: argparse.Namespace) ->
         return  # stopped before anything was submitted: the error says why
     already = sum(goal.status is SubmittedStatus.ALREADY_SUBMITTED for goal in done)
     total = len(goals.goals)
-    counted = f"{total} goals" if len(done) == total else f"{len(done)} of {total} goals done"
+    noun = "goal" if total == 1 else "goals"
+    counted = f"{total} {noun}" if len(done) == total else f"{len(done)} of {total} {noun} done"
     print(
         f"loop-actors: {goals.name}: {counted}: {len(done) - already} submitted, "
         f"{already} already submitted (their ids name invocations of the same goal)",

@@ -154,7 +154,7 @@ def submission_requests(
             raise SubmissionError(
                 where(index),
                 SubmissionProblem.INVALID_VALUE,
-                f"a goal is a string or a Submission, not a {type(goal).__name__}",
+                f"a goal is a string or a Submission, not {type(goal).__name__!r}",
                 index=index,
             )
         if not isinstance(goal.goal, str) or not goal.goal.strip():

@@ -1157,6 +1157,14 @@ def test_sub_agents_example_delegates_and_lists_only_the_roots(tmp_path: Path) -
     assert "│ quotes │ orchestrator │ completed │" in table
     assert "│ trip   │ travel       │ completed │" in table
     assert "child-" not in table  # list --root leaves the children out
+    # The how-to's "see the tree": show ends with the children, drawn as a tree.
+    shown = _cli("show", "trip", "--db", "sqlite:///sub_agents.db", tmp_path=tmp_path, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    tree = shown.stdout.splitlines()[-3:]
+    assert tree[0] == "children:"
+    assert tree[1].startswith("├─ child-")  # the children run at once: either comes first
+    assert tree[2].startswith("└─ child-")
+    assert sorted(line.split()[2] for line in tree[1:]) == ["flights", "hotels"]
 
 
 TESTED_EXAMPLES.add("handoff.py")

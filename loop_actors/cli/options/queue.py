@@ -61,13 +61,13 @@ def _add_worker(worker: argparse.ArgumentParser) -> None:
         f"(default {DEFAULT_GRACE_S:g})",
     )
     worker.add_argument("--json", action="store_true", help="print the final report as JSON")
-    db_option(worker)
+    db_option(worker, shared=True)
     checkpoint_options(worker)
 
 
 def _add_workers(workers: argparse.ArgumentParser) -> None:
     workers.add_argument("--json", action="store_true", help="one JSON object a line")
-    db_option(workers)
+    db_option(workers, shared=True)
 
 
 ARGUMENTS: dict[str, AddArguments] = {

@@ -36,7 +36,7 @@ def _add_submit(submit: argparse.ArgumentParser) -> None:
         help='print {"invocation_id": ...}; with --goals, one object a goal, with its line '
         "and status",
     )
-    db_option(submit)
+    db_option(submit, shared=True)
 
 
 ARGUMENTS: dict[str, AddArguments] = {"submit": _add_submit}
