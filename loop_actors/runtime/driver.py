@@ -766,6 +766,8 @@ class Driver:
             raise
         if outcome.reason is TerminalReason.CHECKPOINT_FAILED:
             leases.outages.commit_failed(outcome.detail or "a commit failed")
+        else:  # its commits were answered: the store works (again)
+            leases.outages.answered()
         release = release_after(outcome.reason)
         if outcome.reason is TerminalReason.RECONCILIATION_REQUIRED:
             release = await self._reconciliation_retry(outcome.invocation_id, agent) or release

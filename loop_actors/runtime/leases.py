@@ -629,16 +629,19 @@ class LeaseKeeper:
         """A write nothing must wait for (a release, a deregistration), bounded while down.
 
         While the store is down (the last thing tried on it failed: a commit, a renewal)
-        the write is tried once at once, without waiting for a lock or a connection:
-        each would otherwise wait the store's whole lock or connect timeout, one after
-        the other, before a run's outcome is answered. Leases not given back run out
+        the write is tried once at once on SQLite, without waiting for the lock: each
+        would otherwise wait the store's whole lock timeout, one after the other, before
+        a run's outcome is answered. Leases not given back run out
         within ``lease_s``, a holder's row once its heartbeat is that old.
 
         Raises:
-            QueueBusyError: the store is down and the write would have to wait (or the
-                queue writes only in its own thread, as on PostgreSQL); nothing written.
+            QueueBusyError: the store is down and the write would have to wait for
+                SQLite's lock; nothing written.
         """
-        if not self.outages.down:
+        if not self.outages.down or not self.queue.writes_at_once:
+            # PostgreSQL: a connection of the pool may be stale after a restart, and the
+            # next try on a new one works; a server still down answers within the URL's
+            # connect_timeout.
             return await self._call_quick(fn, *args, **kwargs)
         return self.queue.at_once(partial(fn, *args, **kwargs))
 

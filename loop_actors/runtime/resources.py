@@ -139,7 +139,7 @@ class Resources:
             return
         registration.registered = False
         try:
-            if self.outages.down:  # tried once, at once: not the store's whole timeout
+            if self.outages.down and self.queue.writes_at_once:  # SQLite's lock: no wait
                 self.queue.at_once(partial(self.queue.deregister, registration.holder))
             else:
                 self.queue.deregister(registration.holder)

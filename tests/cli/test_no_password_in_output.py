@@ -95,6 +95,7 @@ def test_every_command_that_takes_a_database_url_is_tried_here() -> None:
     assert {path for path, _ in _commands(build_parser())} == {
         *ARGUMENTS,
         ("worker",),
+        ("serve",),
         ("store", "copy"),
     }
 
@@ -125,6 +126,9 @@ ARGUMENTS: dict[tuple[str, ...], list[str]] = {
     ("history",): ["done-1"],
     ("replay",): ["done-1", "--agent", "agents:calc"],
     ("fork",): ["done-1", "--at-step", "0", "--by", "ops", "--reason", "try", "--no-run"],
+    ("watch",): ["done-1"],
+    ("export",): ["done-1", "--html", "done-1.html"],
+    ("trace", "export"): ["done-1", "--otlp", "http://127.0.0.1:9/"],  # nothing listens
 }
 """Each command's arguments: the store holds ``done-1`` (completed) and ``refund-1`` (paused)."""
 
@@ -188,6 +192,34 @@ def _worker_output(project: Path, url: str, *extra: str) -> tuple[str, str]:
     return line, out + err
 
 
+def _serve_output(project: Path, url: str) -> str:
+    """What ``serve`` printed from its start until SIGTERMed."""
+    process = subprocess.Popen(
+        [*CLI, "serve", "--port", "0", "--db", url],
+        cwd=project,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        deadline = time.monotonic() + 60
+        first = ""
+        while "console on" not in first and time.monotonic() < deadline:
+            ready, _, _ = select.select([process.stdout], [], [], 1.0)
+            if ready:
+                first += process.stdout.readline()
+        assert "console on http://127.0.0.1:" in first, first
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return first + out + err
+
+
 def test_no_command_prints_the_password_of_a_postgresql_url(
     postgres_url: str,
     project: Path,
@@ -213,6 +245,7 @@ def test_no_command_prints_the_password_of_a_postgresql_url(
     started, stopped = _worker_output(project, postgres_url)
     printed["worker",] = started + stopped
     printed["worker", "--json"] = "".join(_worker_output(project, postgres_url, "--json"))
+    printed["serve",] = _serve_output(project, postgres_url)
 
     assert [path for path, text in printed.items() if _leaks(postgres_url, text)] == []
     # The URL is shown, without its password, where a command names its store.
