@@ -245,6 +245,11 @@ class RunCalls(_Action):
     """Attempt number per write call id."""
     first_dispatch: bool
     """True when the commit before it records the batch's dispatch."""
+    woken: dict[str, datetime] = field(default_factory=dict)
+    """The calls that slept (``ctx.sleep_until``) and now run again: the time each slept
+    until, by call id (their ``ctx.sleep_until`` up to it returns at once)."""
+    woke_at: datetime | None = None
+    """When they woke (None: none of them slept)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from aggregates.decisions import ToolEffect as ToolEffect
     from aggregates.decisions import ToolResult as ToolResult
     from aggregates.decisions import Usage as Usage
+    from aggregates.decisions import Wait as Wait
     from aggregates.effect import Resolution as Resolution
     from aggregates.fork import ForkRefusal as ForkRefusal
     from aggregates.fork_origin import ForkOrigin as ForkOrigin
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
     from loop_actors._errors import LoopActorsError as LoopActorsError
     from loop_actors._errors import NotWaitingError as NotWaitingError
     from loop_actors._errors import ScriptExhaustedError as ScriptExhaustedError
+    from loop_actors._errors import SleepTimeError as SleepTimeError
     from loop_actors._errors import StoreCipherError as StoreCipherError
     from loop_actors._errors import StoreReadOnlyError as StoreReadOnlyError
     from loop_actors._errors import StoreUnavailableError as StoreUnavailableError
@@ -96,6 +98,7 @@ if TYPE_CHECKING:
     from loop_actors.agent.policy import Deny as Deny
     from loop_actors.agent.tools import ChildPausedError as ChildPausedError
     from loop_actors.agent.tools import Reconciled as Reconciled
+    from loop_actors.agent.tools import SleepRequested as SleepRequested
     from loop_actors.agent.tools import Tool as Tool
     from loop_actors.agent.tools import ToolContext as ToolContext
     from loop_actors.agent.tools import tool as tool
@@ -123,6 +126,7 @@ _EXPORTS: dict[str, str] = {
     "Budget": "aggregates.decisions",
     "CannotContinue": "aggregates.decisions",
     "Clarification": "aggregates.decisions",
+    "Wait": "aggregates.decisions",
     "Decision": "aggregates.decisions",
     "Effect": "aggregates.decisions",  # the former name of ToolEffect
     "EffectStatus": "aggregates.decisions",
@@ -143,6 +147,7 @@ _EXPORTS: dict[str, str] = {
     "ParentEnd": "aggregates.children",
     "Spent": "aggregates.children",
     "ChildPausedError": "loop_actors.agent.tools",
+    "SleepRequested": "loop_actors.agent.tools",
     "ForkRefusal": "aggregates.fork",
     "Handoff": "aggregates.decisions",
     "HandoffHistory": "aggregates.handoffs",
@@ -163,6 +168,7 @@ _EXPORTS: dict[str, str] = {
     "LeaseHeldError": "loop_actors._errors",
     "LoopActorsError": "loop_actors._errors",
     "NotWaitingError": "loop_actors._errors",
+    "SleepTimeError": "loop_actors._errors",
     "ScriptExhaustedError": "loop_actors._errors",
     "StoreCipherError": "loop_actors._errors",
     "StoreReadOnlyError": "loop_actors._errors",
@@ -295,6 +301,8 @@ __all__ = [
     "ScriptExhaustedError",
     "ScriptedModel",
     "SettingsChangedError",
+    "SleepRequested",
+    "SleepTimeError",
     "SourceWrite",
     "Spent",
     "StdioServer",
@@ -317,6 +325,7 @@ __all__ = [
     "UnreadableEventError",
     "Usage",
     "UsageError",
+    "Wait",
     "Worker",
     "WorkerReport",
     "mcp_tools",

@@ -33,6 +33,7 @@ from aggregates.decisions import (
     ToolCalls,
     ToolResult,
     Usage,
+    Wait,
 )
 from aggregates.invocation import Turn
 from loop_actors._errors import LoopActorsError, UsageError
@@ -198,6 +199,12 @@ def text_exchange(turn: Turn) -> list[dict[str, Any]]:
             messages.append({"role": "assistant", "content": question})
             if turn.reply:
                 messages.append({"role": "user", "content": turn.reply})
+        case Wait(reason=reason, until=until):
+            messages.append(
+                {"role": "assistant", "content": f"I wait until {until.isoformat()}: {reason}"}
+            )
+            if turn.reply:
+                messages.append({"role": "user", "content": f"You {turn.reply}."})
         case RequestApproval(summary=summary):
             if turn.approval:
                 messages.append({"role": "assistant", "content": summary or "approval?"})
@@ -528,7 +535,9 @@ class OpenAIModel(_Adapter):
                         {"role": "tool", "tool_call_id": r.call_id, "content": _result_text(r)}
                         for r in turn.results
                     )
-                case Final() | Clarification() | RequestApproval() | CannotContinue() | None:
+                case (
+                    Final() | Clarification() | RequestApproval() | CannotContinue() | Wait() | None
+                ):
                     messages.extend(text_exchange(turn))
         return messages
 
@@ -662,7 +671,9 @@ class AnthropicModel(_Adapter):
                             ],
                         }
                     )
-                case Final() | Clarification() | RequestApproval() | CannotContinue() | None:
+                case (
+                    Final() | Clarification() | RequestApproval() | CannotContinue() | Wait() | None
+                ):
                     messages.extend(text_exchange(turn))
         return messages
 

@@ -375,7 +375,9 @@ class Controller:
     # ----------------------------------------------------------------- the tools
 
     def _on_executed(self, executed: BatchExecuted) -> Action:
-        return self.core.on_executed(executed.results, executed.interruption, self._moment())
+        return self.core.on_executed(
+            executed.results, executed.interruption, self._moment(), slept=executed.slept
+        )
 
     async def _run_calls(self, action: RunCalls) -> BatchExecuted:
         """Run calls of the dispatched batch through the ToolActor; honour cancel requests.
@@ -388,14 +390,17 @@ class Controller:
             # Every call runs: the actor answers one result per call, in call order.
             return await self._execute(action, revealed)
         interruption = Interruption.NONE
+        slept: dict[str, datetime] = {}
         if runnable:
             executed = await self._execute(action, runnable)
             results.update((r.call_id, r) for r in executed.results)
             interruption = executed.interruption
+            slept = executed.slept
         return BatchExecuted(
             step=action.step,
             results=[results[c.call_id] for c in action.calls],
             interruption=interruption,
+            slept=slept,
         )
 
     async def _execute(self, action: RunCalls, calls: list[DispatchedCall]) -> BatchExecuted:
@@ -410,6 +415,8 @@ class Controller:
             deadline=self._deadline(),
             attempts=action.attempts,
             grace_s=CANCEL_GRACE_S,
+            woken=action.woken,
+            woke_at=action.woke_at,
         )
         if self.cancel_requested:
             batch.cancel()  # it starts no call

@@ -41,6 +41,7 @@ from aggregates.standing import (
     standing,
     stopped,
     waits_for_person,
+    wake_due,
 )
 from aggregates.turn import cancel_paused
 from loop_actors._errors import (
@@ -211,7 +212,7 @@ class Driver:
                 f"invocation {invocation_id} was started by agent {invocation.agent_name!r}, "
                 f"not {agent.name!r}"
             )
-        if await self.standing(invocation) is not Standing.DRIVABLE:
+        if await self.standing(invocation) not in (Standing.DRIVABLE, Standing.SLEEPING):
             return Outcome.of(invocation)
         if not allow_catalogue_change:
             check_catalogue(invocation.tools, agent.toolbox)
@@ -671,17 +672,30 @@ class Driver:
     ) -> Outcome:
         """Drive an invocation under a held lease, and leave the queue row as the run ended."""
         leases = self.leases
-        match await self.standing(invocation):
-            case Standing.ENDED:
-                leases.release_soon(lease, Release(status=QueueStatus.ENDED))
-                return Outcome.of(invocation)
-            case Standing.WAITS_FOR_PERSON:
-                leases.release_soon(lease, Release(status=QueueStatus.PAUSED))
-                return Outcome.of(invocation)
-            case Standing.DRIVABLE:
-                pass
-            case unreachable:
-                assert_never(unreachable)
+        while True:
+            match await self.standing(invocation):
+                case Standing.ENDED:
+                    leases.release_soon(lease, Release(status=QueueStatus.ENDED))
+                    return Outcome.of(invocation)
+                case Standing.WAITS_FOR_PERSON:
+                    leases.release_soon(lease, Release(status=QueueStatus.PAUSED))
+                    return Outcome.of(invocation)
+                case Standing.SLEEPING:
+                    try:
+                        woken = await self.wake_if_due(invocation)
+                    except BaseException:
+                        leases.release_soon(lease, RETRY_LATER)
+                        raise
+                    if woken is None:  # not due: a worker claims it when it is
+                        outcome = Outcome.of(invocation)
+                        leases.release_soon(lease, _release(outcome) or DRAINED)
+                        return outcome
+                    invocation = woken
+                    continue
+                case Standing.DRIVABLE:
+                    break
+                case unreachable:
+                    assert_never(unreachable)
         try:
             outcome = await self._drive(invocation, agent, fresh=fresh, lease=lease, before=before)
         except LeaseDrained:
@@ -703,13 +717,42 @@ class Driver:
         except BaseException:
             leases.release_soon(lease, DRAINED)
             raise
-        release = release_after(outcome.reason)
+        release = _release(outcome)
         if release is None:
             leases.forget(lease)
         else:
             detail = outcome.detail if release.status is QueueStatus.RUNNABLE else None
             leases.release_soon(lease, release, note=detail)
         return outcome
+
+    async def wake_if_due(self, invocation: Invocation) -> Invocation | None:
+        """Record the wake of a sleeping invocation whose time has come (None: not due).
+
+        ``SleepEnded`` is committed on its own, guarded by the aggregate's version: of
+        several holders (or a ``wake`` of a person) that try at once, one records it; the
+        others reload and find it awake (returned as it is then: awake, or ended).
+
+        Raises:
+            StoreUnavailableError: the wake cannot be recorded.
+        """
+        for attempt in range(LEASE_RECORD_TRIES):
+            if invocation.phase is not Phase.SLEEPING:
+                return invocation
+            at = self.now()
+            if not wake_due(invocation, at):
+                return None
+            invocation.wake(at=at)
+            recorded = await self.journal.commit(invocation.take_events())
+            if isinstance(recorded, Committed):
+                return invocation
+            if not recorded.conflict:
+                raise StoreUnavailableError(
+                    f"cannot record the wake of {invocation.id}: {recorded.error_type}: "
+                    f"{recorded.message}"
+                )
+            await trio.sleep(LEASE_RECORD_BACKOFF_S * attempt)
+            invocation = await self.reads.invocation(invocation.id)
+        raise StoreUnavailableError(f"cannot record the wake of {invocation.id}: it keeps changing")
 
     async def drive_claim(
         self, lease: HeldLease, claim: Claimed, agent: Agent, before: DriveReads | Exception | None
@@ -810,6 +853,12 @@ class Driver:
             "exists and has not stopped, and no process holds its lease: resume it "
             "(loop-actors resume ID --agent MODULE:ATTR)",
         )
+
+
+def _release(outcome: Outcome) -> Release | None:
+    """How a holder leaves the row of a run that stopped with ``outcome`` (a sleep: its time)."""
+    wake_at = outcome.wake_at.timestamp() if outcome.wake_at is not None else None
+    return release_after(outcome.reason, wake_at=wake_at)
 
 
 def children_waited_for(invocation: Invocation) -> list[str]:

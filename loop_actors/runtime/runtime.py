@@ -14,6 +14,7 @@ from typing import TypeVar
 import trio
 from pydantic import JsonValue
 
+from aggregates.decisions import TerminalReason
 from aggregates.fork import ForkPoint, ForkWrites
 from aggregates.invocation import Invocation, InvocationEvent
 from aggregates.lease import DEFAULT_LEASE_S, HolderKind, check_lease_s
@@ -67,6 +68,10 @@ from loop_actors.store.views import (
 from projections import ProjectionRunner
 
 T = TypeVar("T")
+
+WAKE_POLL_S = 5.0
+"""How long :meth:`Runtime.resume_when_due` waits at most before it looks again (an early
+``wake`` from another process is seen within this)."""
 
 log = logging.getLogger(__name__)
 
@@ -417,6 +422,49 @@ class Runtime:
             return await follow_handoffs(driver, await resume(driver), agent)
 
         return await self.with_driver(resume_and_follow)
+
+    async def resume_when_due(
+        self,
+        invocation_id: str,
+        agent: Agent,
+        *,
+        allow_catalogue_change: bool = False,
+        allow_settings_change: bool = False,
+        take_over: bool = False,
+    ) -> Outcome:
+        """:meth:`resume`, and while the invocation sleeps, wait in this process and wake it.
+
+        For a runtime in one process with no worker: each time the drive ends
+        ``sleeping``, it sleeps (trio's clock) until ``wake_at`` by the runtime's ``now``,
+        then resumes, which records the wake and drives it on; it returns the first
+        outcome that is not a sleep. The invocation stays durable meanwhile: if this
+        process dies, a worker (or a later ``resume``) wakes it when it is due. A
+        ``wake`` from another process ends the wait early at the next resume (within
+        :data:`WAKE_POLL_S`).
+
+        Raises:
+            As :meth:`resume`.
+
+        Cancellation: a checkpoint; cancelled while it waits, nothing is recorded (the
+        invocation still sleeps).
+        """
+        while True:
+            outcome = await self.resume(
+                invocation_id,
+                agent,
+                allow_catalogue_change=allow_catalogue_change,
+                allow_settings_change=allow_settings_change,
+                take_over=take_over,
+            )
+            if outcome.reason is not TerminalReason.SLEEPING or outcome.wake_at is None:
+                return outcome
+            invocation_id = outcome.invocation_id
+            left = (outcome.wake_at - self._now()).total_seconds()
+            await trio.sleep(max(0.0, min(left, WAKE_POLL_S)))
+
+    async def wake(self, invocation_id: str, *, by: str | None = None) -> bool:
+        """Wake a sleeping invocation now: :meth:`HumanDecisions.wake` (True: it was early)."""
+        return await self._decisions.wake(invocation_id, by=by)
 
     async def approve(
         self, invocation_id: str, *, digest: str, by: str, note: str | None = None

@@ -551,6 +551,7 @@ class WorkQueue:
         Returns the ids whose lease was given back (not those no longer held).
         """
         alike: dict[tuple[Release, str | None], list[tuple[str, int]]] = {}
+        # A sleep's row is claimable from its wake time; any other from ``delay_s`` on.
         for invocation_id, epoch, release, note in leases:
             alike.setdefault((release, note), []).append((invocation_id, epoch))
         released: set[tuple[Any, ...]] = set()
@@ -565,7 +566,13 @@ class WorkQueue:
                         "(?, ?)",
                         ")",
                     ),
-                    (release.status.value, now + release.delay_s, now, note, holder),
+                    (
+                        release.status.value,
+                        now + release.delay_s if release.due_at is None else release.due_at,
+                        now,
+                        note,
+                        holder,
+                    ),
                     group,
                     "invocation_id",
                 )
