@@ -224,7 +224,9 @@ def decision_fields(model: BaseModel) -> dict[str, Any]:
     """
     for cls in _DECISION_CLASSES:
         if isinstance(model, cls):
-            return model.model_dump(include=_DECISION_FIELDS[cls], warnings=False)
+            # A wait's time is dumped as its ISO text, the JSON a model would send.
+            mode = "json" if cls is Wait else "python"
+            return model.model_dump(include=_DECISION_FIELDS[cls], mode=mode, warnings=False)
     return model.model_dump(warnings=False)
 
 

@@ -69,10 +69,6 @@ from projections import ProjectionRunner
 
 T = TypeVar("T")
 
-WAKE_POLL_S = 5.0
-"""How long :meth:`Runtime.resume_when_due` waits at most before it looks again (an early
-``wake`` from another process is seen within this)."""
-
 log = logging.getLogger(__name__)
 
 
@@ -438,9 +434,11 @@ class Runtime:
         ``sleeping``, it sleeps (trio's clock) until ``wake_at`` by the runtime's ``now``,
         then resumes, which records the wake and drives it on; it returns the first
         outcome that is not a sleep. The invocation stays durable meanwhile: if this
-        process dies, a worker (or a later ``resume``) wakes it when it is due. A
-        ``wake`` from another process ends the wait early at the next resume (within
-        :data:`WAKE_POLL_S`).
+        process dies, a worker (or a later ``resume``) wakes it when it is due. This
+        process holds no lease while it waits: a worker may take the invocation when it
+        is due (this resume then finds it driven, or raises ``LeaseHeldError``), and a
+        ``wake`` from another process is driven on by a worker or a ``resume``, not by
+        this wait (which ends at ``wake_at``).
 
         Raises:
             As :meth:`resume`.
@@ -460,7 +458,7 @@ class Runtime:
                 return outcome
             invocation_id = outcome.invocation_id
             left = (outcome.wake_at - self._now()).total_seconds()
-            await trio.sleep(max(0.0, min(left, WAKE_POLL_S)))
+            await trio.sleep(max(0.0, left))
 
     async def wake(self, invocation_id: str, *, by: str | None = None) -> bool:
         """Wake a sleeping invocation now: :meth:`HumanDecisions.wake` (True: it was early)."""
