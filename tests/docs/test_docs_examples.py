@@ -1168,3 +1168,19 @@ HANDOFF_OUTPUT = [
 
 def test_handoff_example_follows_the_chain_to_billing(tmp_path: Path) -> None:
     assert _lines(_run_example("handoff.py", tmp_path)) == HANDOFF_OUTPUT
+
+
+TESTED_EXAMPLES.add("let_an_agent_wait.py")
+
+LET_AN_AGENT_WAIT_OUTPUT = [
+    "reminder: sleeping (wake_at set: True)",
+    "reminder: completed: reminded ann",
+    "the tool: called, called, past its sleep",
+    "shopper: sleeping: the shop opens tomorrow",
+    "woken early: True",
+    "shopper: completed: bought bread early",
+]
+
+
+def test_let_an_agent_wait_example_sleeps_wakes_and_is_woken_early(tmp_path: Path) -> None:
+    assert _lines(_run_example("let_an_agent_wait.py", tmp_path)) == LET_AN_AGENT_WAIT_OUTPUT

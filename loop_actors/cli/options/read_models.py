@@ -32,6 +32,7 @@ TERMINAL_REASONS = [
     "lease_lost",
     "reconciliation_required",
     "handed_off",
+    "sleeping",
 ]
 """The values of ``aggregates.decisions.TerminalReason``, in its order (``list --reason``)."""
 
