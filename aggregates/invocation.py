@@ -163,6 +163,7 @@ PAUSED_PHASE: dict[TerminalReason, Phase] = {
     TerminalReason.CLARIFICATION_REQUIRED: Phase.AWAITING_CLARIFICATION,
     TerminalReason.RECONCILIATION_REQUIRED: Phase.AWAITING_RECONCILIATION,
     TerminalReason.SLEEPING: Phase.SLEEPING,
+    TerminalReason.RATE_LIMITED: Phase.SLEEPING,
 }
 """The phase each pausing reason puts an invocation in."""
 
@@ -184,6 +185,8 @@ TRANSITIONS: dict[Phase, dict[type[InvocationEvent], frozenset[Phase]]] = {
         Terminated: _ENDED,
         # What a child of the batch just settled did not use (committed with the results).
         BudgetReturned: _READY,
+        # No quota for the model call yet (rate_limited): asleep until there is.
+        Paused: frozenset({Phase.SLEEPING}),
         **_stays(Phase.READY),
     },
     Phase.CALLS_PROPOSED: {
@@ -842,8 +845,10 @@ class Invocation(ChainedAggregate):
 
     def _sleep_problem(self, event: Paused) -> str | None:
         """Why a pause's sleep fields do not fit its reason and phase (None: they do)."""
-        sleeping = event.reason is TerminalReason.SLEEPING
-        if not sleeping:
+        quota = event.reason is TerminalReason.RATE_LIMITED
+        if (self.phase is Phase.READY) != quota:
+            return "only a model call waiting for quota pauses before a decision"
+        if event.reason is not TerminalReason.SLEEPING and not quota:
             if event.wake_at is not None or event.sleeping_calls is not None:
                 return "only a sleep has a wake time and sleeping calls"
             return None
@@ -852,6 +857,8 @@ class Invocation(ChainedAggregate):
             return "a sleep needs a wake time with a time zone"
         if event.child_path is not None or event.calls is not None:
             return "a sleep waits for no child and no approval"
+        if quota:
+            return None if event.sleeping_calls is None else "a wait for quota has no calls"
         batch = self.pending_batch
         if batch is None:
             decision = self.last_decision
@@ -885,6 +892,9 @@ class Invocation(ChainedAggregate):
         if self.pending_batch is not None:
             self.woken = event
             self.phase = Phase.DISPATCHED
+            return
+        if paused.reason is TerminalReason.RATE_LIMITED:
+            self.phase = Phase.READY  # the model is asked again, as if nothing happened
             return
         woke = f"woke at {event.timestamp.isoformat()}"
         if event.early:

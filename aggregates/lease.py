@@ -228,7 +228,7 @@ def release_after(reason: TerminalReason, *, wake_at: float | None = None) -> Re
     little later (the store may be back); ``lease_lost`` means another holder owns the
     row now, so it is left alone; every other reason ended the invocation.
     """
-    if reason is TerminalReason.SLEEPING:
+    if reason in (TerminalReason.SLEEPING, TerminalReason.RATE_LIMITED):
         return Release(status=QueueStatus.RUNNABLE, due_at=wake_at)
     if reason.pauses:
         return Release(status=QueueStatus.PAUSED)

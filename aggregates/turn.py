@@ -106,6 +106,7 @@ from aggregates.turn_messages import (
     ModelFailed,
     ModelInterrupted,
     ModelObservation,
+    ModelQuotaWait,
     ModelTimedOut,
     Moment,
     PolicyVerdict,
@@ -157,6 +158,7 @@ __all__ = [
     "ModelFailed",
     "ModelInterrupted",
     "ModelObservation",
+    "ModelQuotaWait",
     "ModelTimedOut",
     "Moment",
     "PolicyVerdict",
@@ -314,6 +316,21 @@ class TurnCore:
         match observation:
             case ModelInterrupted():
                 return self._cancelled(moment, "cancel requested")
+            case ModelQuotaWait(until=until, limit=limit):
+                left = self.seconds_left(moment)
+                if left is not None and (until - moment.at).total_seconds() >= left:
+                    return self._end(
+                        TerminalReason.DEADLINE_EXCEEDED,
+                        moment,
+                        detail=f"no quota of {limit} before the deadline",
+                    )
+                self.invocation.pause(
+                    TerminalReason.RATE_LIMITED,
+                    question=f"no quota of {limit} before {until.isoformat()}",
+                    wake_at=until,
+                    at=moment.at,
+                )
+                return Finished()
             case ModelTimedOut():
                 return self._end(
                     TerminalReason.DEADLINE_EXCEEDED,

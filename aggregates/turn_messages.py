@@ -132,7 +132,19 @@ class ModelInterrupted:
     """A cancel request interrupted the wait for the model."""
 
 
-ModelObservation = ModelAnswered | ModelFailed | ModelTimedOut | ModelInterrupted
+@dataclass(frozen=True, slots=True)
+class ModelQuotaWait:
+    """The provider's shared rate limit has no quota for the call before ``until``.
+
+    Past the wait its limit allows (``RateLimit.max_wait_s``): nothing was sent.
+    """
+
+    until: datetime
+    limit: str
+    """Which limit (``provider:model``)."""
+
+
+ModelObservation = ModelAnswered | ModelFailed | ModelTimedOut | ModelInterrupted | ModelQuotaWait
 
 
 class EffectAnswered(Frozen):

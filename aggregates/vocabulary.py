@@ -38,6 +38,9 @@ class TerminalReason(StrEnum):
     SLEEPING = "sleeping"
     """Paused until a time (``Paused.wake_at``): a ``wait`` decision, or a tool that called
     ``ctx.sleep_until``; a worker (or ``wake``) drives it on once it is due."""
+    RATE_LIMITED = "rate_limited"
+    """Paused before a model call: the provider's shared rate limit had no quota for it
+    within the limit's ``max_wait_s``; it sleeps until the quota is there (``wake_at``)."""
 
     @property
     def pauses(self) -> bool:
@@ -51,6 +54,7 @@ PAUSING_REASONS = frozenset(
         TerminalReason.CLARIFICATION_REQUIRED,
         TerminalReason.RECONCILIATION_REQUIRED,
         TerminalReason.SLEEPING,
+        TerminalReason.RATE_LIMITED,
     }
 )
 

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from aggregates.fork_origin import SourceWrite as SourceWrite
     from aggregates.handoffs import HandoffHistory as HandoffHistory
     from aggregates.handoffs import HandoffOrigin as HandoffOrigin
+    from aggregates.rate_limits import RateLimit as RateLimit
     from aggregates.replay import Divergence as Divergence
     from aggregates.replay import DivergenceKind as DivergenceKind
     from aggregates.settings import RunSettings as RunSettings
@@ -106,6 +107,7 @@ if TYPE_CHECKING:
     from loop_actors.runtime.fork import Forked as Forked
     from loop_actors.runtime.gc_policy import GcPolicy as GcPolicy
     from loop_actors.runtime.outcome import Outcome as Outcome
+    from loop_actors.runtime.quota import QuotaStatistics as QuotaStatistics
     from loop_actors.runtime.replay import ReplayFilter as ReplayFilter
     from loop_actors.runtime.replay import ReplayMatch as ReplayMatch
     from loop_actors.runtime.replay import ReplayReport as ReplayReport
@@ -127,6 +129,8 @@ _EXPORTS: dict[str, str] = {
     "CannotContinue": "aggregates.decisions",
     "Clarification": "aggregates.decisions",
     "Wait": "aggregates.decisions",
+    "RateLimit": "aggregates.rate_limits",
+    "QuotaStatistics": "loop_actors.runtime.quota",
     "Decision": "aggregates.decisions",
     "Effect": "aggregates.decisions",  # the former name of ToolEffect
     "EffectStatus": "aggregates.decisions",
@@ -284,6 +288,8 @@ __all__ = [
     "ParentEnd",
     "Price",
     "ProviderErrorClass",
+    "QuotaStatistics",
+    "RateLimit",
     "ReadModelsStatus",
     "ReconcileReport",
     "Reconciled",

@@ -39,6 +39,7 @@ from aggregates.turn import (
     LoadEffects,
     ModelInterrupted,
     ModelObservation,
+    ModelQuotaWait,
     ModelTimedOut,
     Moment,
     PolicyVerdict,
@@ -64,6 +65,7 @@ from loop_actors.agent.agent import run_verifier
 from loop_actors.agent.batch import BatchRun
 from loop_actors.agent.model import RequestDigests
 from loop_actors.agent.policy import AccessRequest, check_access
+from loop_actors.agent.quota import QuotaWaitError
 from loop_actors.agent.replies import model_answer, model_failure
 from loop_actors.runtime.leases import HeldLease, LeaseDrained
 from loop_actors.runtime.outage import StoreOutages
@@ -326,6 +328,8 @@ class Controller:
             with scope:
                 try:
                     reply = await self.agent.model.decide(request)
+                except QuotaWaitError as waiting:  # nothing was sent: the run pauses
+                    observation = ModelQuotaWait(until=waiting.until, limit=waiting.limit)
                 except BaseException as error:  # a provider's failure is data for the core
                     if is_cancellation(error):
                         raise

@@ -58,6 +58,7 @@ from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._messages import CommitFailed, Committed
 from loop_actors.agent.agent import Agent, SettingsChangedError, check_catalogue
 from loop_actors.agent.mcp import McpSessions, using_mcp_sessions
+from loop_actors.agent.quota import QuotaGate, using_quota_gate
 from loop_actors.agent.tools import using_child_runs
 from loop_actors.runtime.arguments import StartRequest, new_invocation, requested_by
 from loop_actors.runtime.children import ChildRunner
@@ -127,8 +128,10 @@ class Driver:
         secrets: SecretStore,
         now: Callable[[], datetime],
         work_slots: WorkSlots | None,
+        quota: QuotaGate | None = None,
     ) -> None:
-        """Hold what the runtime opened."""
+        """Hold what the runtime opened (``quota``: its shared rate limits, if any)."""
+        self.quota = quota
         self.store = store
         self.journal = journal
         self.reads = reads
@@ -546,7 +549,11 @@ class Driver:
             if request is not None:
                 controller.request_cancel(requested_by(request.by, request.reason))
             assert self.mcp is not None
-            with using_mcp_sessions(self.mcp), using_child_runs(ChildRunner(self, controller)):
+            with (
+                using_mcp_sessions(self.mcp),
+                using_child_runs(ChildRunner(self, controller)),
+                using_quota_gate(self.quota),
+            ):
                 outcome = await controller.run()
         finally:
             del self.running[invocation.id]

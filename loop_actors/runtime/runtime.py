@@ -14,10 +14,10 @@ from typing import TypeVar
 import trio
 from pydantic import JsonValue
 
-from aggregates.decisions import TerminalReason
 from aggregates.fork import ForkPoint, ForkWrites
 from aggregates.invocation import Invocation, InvocationEvent
 from aggregates.lease import DEFAULT_LEASE_S, HolderKind, check_lease_s
+from aggregates.rate_limits import RateLimit
 from aggregates.revalidation import MalformedValueError, revalidated
 from loop_actors._errors import UsageError, single_exception
 from loop_actors.agent.agent import Agent
@@ -32,6 +32,7 @@ from loop_actors.runtime.gc_policy import GcHold, GcPolicy
 from loop_actors.runtime.handoffs import follow_handoffs
 from loop_actors.runtime.leases import LeaseHolder, LeaseKeeper, new_holder_id
 from loop_actors.runtime.outcome import Outcome
+from loop_actors.runtime.quota import SharedQuota, check_rate_limits
 from loop_actors.runtime.reconcile_sweep import (
     NeedsPerson,
     ReconcileReport,
@@ -104,6 +105,7 @@ class Runtime:
         lease_s: float = DEFAULT_LEASE_S,
         gc_policy: GcPolicy | None = None,
         work_slots: int | None = DEFAULT_WORK_SLOTS,
+        rate_limits: Sequence[RateLimit] = (),
     ) -> None:
         """Prepare a runtime on ``db_url`` (default: ``$LOOP_ACTORS_DB`` or ``sqlite:///loop-actors.db``).
 
@@ -131,14 +133,25 @@ class Runtime:
         thousands of runs in flight this finishes a turn that has begun before starting
         another, so that the runs do not stay bunched (docs/explanation/work-slots.md).
 
+        ``rate_limits``: what the providers allow, per ``(provider, model)``
+        (:class:`RateLimit`). Their state is kept in the store, so every run of every
+        runtime and worker on it shares them: each model call of a model adapter for
+        that provider and model waits for its quota before it is sent
+        (docs/how-to/share-rate-limits-across-workers.md).
+
         Raises:
             StoreUrlError: the URL is malformed.
             UsageError: ``checkpoint_every`` is not a whole number of at least 1, or a
                 checkpoint key or interval is given without a directory; ``lease_s``
                 is not a number of seconds, at least 1; ``gc_policy`` (or
                 ``$LOOP_ACTORS_GC``) names no policy; ``work_slots`` is not a whole
-                number of at least 1 (or None).
+                number of at least 1 (or None); ``rate_limits`` holds something that
+                is not a ``RateLimit``, or two for one model.
         """
+        self.rate_limits = check_rate_limits(rate_limits)
+        """The shared rate limits, by ``(provider, model)``."""
+        self.quota: SharedQuota | None = None
+        """The shared rate limits' gate while the runtime is open with some (else None)."""
         self.db_url = resolve_db_url(db_url)
         StoreUrl.parse(self.db_url)
         self.checkpoints = CheckpointSettings.resolve(
@@ -246,6 +259,7 @@ class Runtime:
                     after_commit=checkpointer.note_commits if checkpointer else None,
                 )
             )
+            quota = SharedQuota(self.rate_limits, leases) if self.rate_limits else None
             driver = Driver(
                 store=store,
                 journal=journal,
@@ -255,6 +269,7 @@ class Runtime:
                 secrets=self._secrets,
                 now=self._now,
                 work_slots=self.work_slots,
+                quota=quota,
             )
             # Runs are signalled from the first run on; stopped first when the runtime closes.
             watcher: trio.CancelScope = await nursery.start(driver.run_cancel_watcher)
@@ -263,6 +278,7 @@ class Runtime:
             await stack.aclose()
             raise
         self._exit_stack, self._driver = stack, driver
+        self.quota = quota
         self.checkpointer = checkpointer
         return self
 
@@ -279,6 +295,7 @@ class Runtime:
         """
         stack, self._exit_stack = self._exit_stack, None
         self._driver = None
+        self.quota = None
         self.projections = None
         self._read_models = None
         self.checkpointer = None
@@ -431,14 +448,15 @@ class Runtime:
         """:meth:`resume`, and while the invocation sleeps, wait in this process and wake it.
 
         For a runtime in one process with no worker: each time the drive ends
-        ``sleeping``, it sleeps (trio's clock) until ``wake_at`` by the runtime's ``now``,
-        then resumes, which records the wake and drives it on; it returns the first
-        outcome that is not a sleep. The invocation stays durable meanwhile: if this
-        process dies, a worker (or a later ``resume``) wakes it when it is due. This
-        process holds no lease while it waits: a worker may take the invocation when it
-        is due (this resume then finds it driven, or raises ``LeaseHeldError``), and a
-        ``wake`` from another process is driven on by a worker or a ``resume``, not by
-        this wait (which ends at ``wake_at``).
+        ``sleeping`` (or ``rate_limited``: it waits for quota), it sleeps (trio's clock)
+        until ``wake_at`` by the runtime's ``now``, then resumes, which records the wake
+        and drives it on; it returns the first outcome that is not a sleep. The
+        invocation stays durable meanwhile: if this process dies, a worker (or a later
+        ``resume``) wakes it when it is due. This process holds no lease while it waits:
+        a worker may take the invocation when it is due (this resume then finds it
+        driven, or raises ``LeaseHeldError``), and a ``wake`` from another process is
+        driven on by a worker or a ``resume``, not by this wait (which ends at
+        ``wake_at``).
 
         Raises:
             As :meth:`resume`.
@@ -454,7 +472,7 @@ class Runtime:
                 allow_settings_change=allow_settings_change,
                 take_over=take_over,
             )
-            if outcome.reason is not TerminalReason.SLEEPING or outcome.wake_at is None:
+            if outcome.wake_at is None:  # not asleep (sleeping, or rate_limited)
                 return outcome
             invocation_id = outcome.invocation_id
             left = (outcome.wake_at - self._now()).total_seconds()

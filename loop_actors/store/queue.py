@@ -43,8 +43,14 @@ from aggregates.lease import (
     claimable,
     decide_acquire,
 )
+from aggregates.rate_limits import Granted, QuotaRow, RateLimit, TooLong, settle, take, throttle
 from loop_actors._errors import StoreUnavailableError
-from loop_actors.store.schema import HOLDERS_TABLE, QUEUE_DEFINITIONS, QUEUE_TABLE
+from loop_actors.store.schema import (
+    HOLDERS_TABLE,
+    QUEUE_DEFINITIONS,
+    QUEUE_TABLE,
+    RATE_LIMITS_TABLE,
+)
 from loop_actors.store.sql import Cursor, PlaceholderCursor
 from projections.dialect import Dialect, marks
 
@@ -616,6 +622,77 @@ class WorkQueue:
                 ((holder,) if holder is not None else ()) + (() if limit is None else (limit,)),
             )
             return [_queue_row(found) for found in cursor.fetchall()], now
+
+    # ----------------------------------------------------------------- rate limits
+
+    def take_quota(self, limit: RateLimit, *, tokens: int) -> Granted | TooLong | None:
+        """Schedule one model request under ``limit``: when it may start (None: try again).
+
+        One short transaction on the limit's row, locked (SQLite's write lock; on
+        PostgreSQL ``FOR UPDATE NOWAIT``: a row another process holds this instant is
+        not waited for, the caller tries again a few milliseconds later, so no worker
+        queues up on a database lock).
+        """
+        try:
+            with self._tx() as (cursor, now):
+                row = self._quota_row(cursor, limit)
+                verdict = take(row, limit, now=now, tokens=tokens, max_wait_s=limit.max_wait_s)
+                if isinstance(verdict, Granted):
+                    self._put_quota(cursor, limit, verdict.row)
+                return verdict
+        except StoreUnavailableError as error:
+            if type(error.__cause__).__name__ == "LockNotAvailable":
+                return None
+            raise
+
+    def settle_quota(self, limit: RateLimit, *, start: float, reserved: int, used: int) -> None:
+        """Correct a request's reserved tokens by what its reply says it used."""
+        if limit.tokens_per_minute is None or used == reserved:
+            return
+        with self._tx() as (cursor, _):
+            row = self._quota_row(cursor, limit, wait=True)
+            self._put_quota(
+                cursor, limit, settle(row, limit, start=start, reserved=reserved, used=used)
+            )
+
+    def throttle_quota(self, limit: RateLimit, *, retry_after_s: float | None) -> float:
+        """The provider refused a request as over its limit: block the limit for everyone.
+
+        Returns until when (the queue's clock).
+        """
+        with self._tx() as (cursor, now):
+            row = self._quota_row(cursor, limit, wait=True)
+            after = throttle(row, limit, now=now, retry_after_s=retry_after_s)
+            self._put_quota(cursor, limit, after)
+            return after.blocked_until
+
+    def _quota_row(self, cursor: Cursor, limit: RateLimit, *, wait: bool = False) -> QuotaRow:
+        # The row is made first (a no-op once it exists), so that the lock below always
+        # has a row to take: two first requests never both read "no row".
+        cursor.execute(
+            f"INSERT INTO {RATE_LIMITS_TABLE} (provider, model, request_due, token_due, "  # noqa: S608
+            "blocked_until) VALUES (?, ?, 0, 0, 0) ON CONFLICT (provider, model) DO NOTHING",
+            limit.key,
+        )
+        lock = ""
+        if self.dialect is Dialect.postgresql:
+            lock = " FOR UPDATE" if wait else " FOR UPDATE NOWAIT"
+        cursor.execute(
+            f"SELECT request_due, token_due, blocked_until FROM {RATE_LIMITS_TABLE} "  # noqa: S608
+            "WHERE provider = ? AND model = ?" + lock,
+            limit.key,
+        )
+        found = cursor.fetchone()
+        return QuotaRow(
+            request_due=float(found[0]), token_due=float(found[1]), blocked_until=float(found[2])
+        )
+
+    def _put_quota(self, cursor: Cursor, limit: RateLimit, row: QuotaRow) -> None:
+        cursor.execute(
+            f"UPDATE {RATE_LIMITS_TABLE} SET request_due = ?, token_due = ?, "  # noqa: S608
+            "blocked_until = ? WHERE provider = ? AND model = ?",
+            (row.request_due, row.token_due, row.blocked_until, *limit.key),
+        )
 
     # ----------------------------------------------------------------- holders
 

@@ -243,7 +243,9 @@ def _fire(inv: Invocation, event_type: type[InvocationEvent]) -> None:
             [ToolResult(call_id=i, name=name, output={"v": 1}) for i, name in named], at=AT
         )
     elif event_type is Paused:
-        if inv.phase is Phase.DISPATCHED:
+        if inv.phase is Phase.READY:
+            inv.pause(TerminalReason.RATE_LIMITED, question="no quota", wake_at=AT, at=AT)
+        elif inv.phase is Phase.DISPATCHED:
             inv.pause(TerminalReason.RECONCILIATION_REQUIRED, question="?", at=AT)
         elif inv.phase in (Phase.AWAITING_RECONCILIATION, Phase.AWAITING_CHILD):
             # A child of the batch waits for a person (again, or now for another answer).
