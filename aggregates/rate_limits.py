@@ -152,15 +152,16 @@ def take(
     return Granted(start=start, wait_s=start - now, tokens=reserved, row=after)
 
 
-def settle(row: QuotaRow, limit: RateLimit, *, start: float, reserved: int, used: int) -> QuotaRow:
-    """Correct the tokens a request reserved by what its reply says it used.
+def correct(row: QuotaRow, limit: RateLimit, tokens: int) -> QuotaRow:
+    """Move ``token_due`` by ``tokens`` more (or, negative, fewer) than were reserved.
 
-    More moves ``token_due`` on; fewer gives time back, never before the request's start.
+    For corrections a process gathers and applies with its next request of the limit
+    (one transaction a request instead of two); a time before now counts as now.
     """
-    if limit.tokens_per_minute is None or used == reserved:
+    if limit.tokens_per_minute is None or not tokens:
         return row
-    shift = (used - reserved) * limit.window_s / limit.tokens_per_minute
-    return row.model_copy(update={"token_due": max(start, row.token_due + shift)})
+    shift = tokens * limit.window_s / limit.tokens_per_minute
+    return row.model_copy(update={"token_due": row.token_due + shift})
 
 
 def throttle(

@@ -10,7 +10,6 @@ blocks the limit for everyone.
 
 from __future__ import annotations
 
-import logging
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,8 +22,6 @@ from aggregates.rate_limits import Granted, RateLimit, TooLong
 from loop_actors._errors import UsageError
 from loop_actors.agent.quota import QuotaReservation, QuotaWaitError
 from loop_actors.runtime.leases import LeaseKeeper
-
-log = logging.getLogger(__name__)
 
 BUSY_RETRY_S = (0.001, 0.005)
 """How long a call waits before it asks again when another process held the limit's row."""
@@ -78,6 +75,8 @@ class SharedQuota:
         self.limits = limits
         self.leases = leases
         self._counts: dict[str, float] = dict.fromkeys(QuotaStatistics.model_fields, 0)
+        self._corrections: dict[tuple[str, str], int] = {}
+        """Tokens used beyond (or short of) what was reserved, not yet written, by limit."""
         self._blocked: dict[tuple[str, str], float] = {}
         """Until when a ``rate_limited`` answer seen here blocked each limit (queue clock)."""
 
@@ -110,7 +109,16 @@ class SharedQuota:
             return None
         queue = self.leases.queue
         while True:
-            verdict = await self.leases.call(queue.take_quota, limit, tokens=tokens)
+            correction = self._corrections.pop(limit.key, 0)
+            try:
+                verdict = await self.leases.call(
+                    queue.take_quota, limit, tokens=tokens, correction=correction
+                )
+            except BaseException:
+                self._keep_correction(limit.key, correction)
+                raise
+            if verdict is None or isinstance(verdict, TooLong):
+                self._keep_correction(limit.key, correction)  # nothing was written
             match verdict:
                 case None:  # another process holds the row this instant
                     await trio.sleep(random.uniform(*BUSY_RETRY_S))  # noqa: S311 - jitter
@@ -126,21 +134,20 @@ class SharedQuota:
                     self._count(granted=1)
                     return Reservation(limit, start, reserved)
 
+    def _keep_correction(self, key: tuple[str, str], tokens: int) -> None:
+        if tokens:
+            self._corrections[key] = self._corrections.get(key, 0) + tokens
+
     async def settle(self, reservation: QuotaReservation, used_tokens: int) -> None:
-        """Correct the tokens a request reserved by its reply's usage (failures are logged)."""
+        """Correct the tokens a request reserved by its reply's usage.
+
+        Kept here and written with this process's next request of the limit (one
+        transaction a request, not two): until then the estimate stands.
+        """
         assert isinstance(reservation, Reservation)
-        try:
-            await self.leases.call(
-                self.leases.queue.settle_quota,
-                reservation.limit,
-                start=reservation.start,
-                reserved=reservation.tokens,
-                used=used_tokens,
-            )
-        except Exception:
-            log.warning(
-                "could not correct the tokens of a request; the estimate stands", exc_info=True
-            )
+        if reservation.limit.tokens_per_minute is not None:
+            self._keep_correction(reservation.limit.key, used_tokens - reservation.tokens)
+        await trio.lowlevel.checkpoint()
 
     async def throttled(self, reservation: QuotaReservation, retry_after_s: float | None) -> None:
         """Block the limit for everyone after a ``rate_limited`` answer."""

@@ -43,7 +43,15 @@ from aggregates.lease import (
     claimable,
     decide_acquire,
 )
-from aggregates.rate_limits import Granted, QuotaRow, RateLimit, TooLong, settle, take, throttle
+from aggregates.rate_limits import (
+    Granted,
+    QuotaRow,
+    RateLimit,
+    TooLong,
+    correct,
+    take,
+    throttle,
+)
 from loop_actors._errors import StoreUnavailableError
 from loop_actors.store.schema import (
     HOLDERS_TABLE,
@@ -625,17 +633,22 @@ class WorkQueue:
 
     # ----------------------------------------------------------------- rate limits
 
-    def take_quota(self, limit: RateLimit, *, tokens: int) -> Granted | TooLong | None:
+    def take_quota(
+        self, limit: RateLimit, *, tokens: int, correction: int = 0
+    ) -> Granted | TooLong | None:
         """Schedule one model request under ``limit``: when it may start (None: try again).
 
         One short transaction on the limit's row, locked (SQLite's write lock; on
         PostgreSQL ``FOR UPDATE NOWAIT``: a row another process holds this instant is
         not waited for, the caller tries again a few milliseconds later, so no worker
-        queues up on a database lock).
+        queues up on a database lock). ``correction``: tokens that earlier requests used
+        beyond (or, negative, short of) what they reserved, applied first.
         """
         try:
             with self._tx() as (cursor, now):
                 row = self._quota_row(cursor, limit)
+                if correction:
+                    row = correct(row, limit, correction)
                 verdict = take(row, limit, now=now, tokens=tokens, max_wait_s=limit.max_wait_s)
                 if isinstance(verdict, Granted):
                     self._put_quota(cursor, limit, verdict.row)
@@ -644,16 +657,6 @@ class WorkQueue:
             if type(error.__cause__).__name__ == "LockNotAvailable":
                 return None
             raise
-
-    def settle_quota(self, limit: RateLimit, *, start: float, reserved: int, used: int) -> None:
-        """Correct a request's reserved tokens by what its reply says it used."""
-        if limit.tokens_per_minute is None or used == reserved:
-            return
-        with self._tx() as (cursor, _):
-            row = self._quota_row(cursor, limit, wait=True)
-            self._put_quota(
-                cursor, limit, settle(row, limit, start=start, reserved=reserved, used=used)
-            )
 
     def throttle_quota(self, limit: RateLimit, *, retry_after_s: float | None) -> float:
         """The provider refused a request as over its limit: block the limit for everyone.

@@ -15,9 +15,9 @@ from aggregates.rate_limits import (
     QuotaRow,
     RateLimit,
     TooLong,
+    correct,
     estimate_tokens,
     parse_rate_limit,
-    settle,
     take,
     throttle,
 )
@@ -79,13 +79,14 @@ def test_a_start_past_the_wait_allowed_takes_nothing() -> None:
 def test_the_usage_of_a_reply_corrects_the_tokens_it_reserved() -> None:
     first = granted(take(None, TPM, now=0.0, tokens=50, max_wait_s=0))
 
-    more = settle(first.row, TPM, start=first.start, reserved=50, used=80)
-    fewer = settle(first.row, TPM, start=first.start, reserved=50, used=10)
-    none = settle(first.row, TPM, start=first.start, reserved=50, used=0)
+    more = correct(first.row, TPM, 30)
+    fewer = correct(first.row, TPM, -40)
+    after = granted(take(fewer, TPM, now=0.0, tokens=50, max_wait_s=1))
 
     assert more.token_due == pytest.approx(0.8)
     assert fewer.token_due == pytest.approx(0.1)
-    assert none.token_due == 0.0  # never before the request's own start
+    assert after.start == pytest.approx(0.1)
+    assert correct(first.row, RPM, 30) == first.row  # no token limit: nothing to correct
 
 
 def test_a_rate_limited_answer_blocks_everyone_until_its_retry_after() -> None:
