@@ -33,6 +33,7 @@ TERMINAL_REASONS = [
     "reconciliation_required",
     "handed_off",
     "sleeping",
+    "rate_limited",
 ]
 """The values of ``aggregates.decisions.TerminalReason``, in its order (``list --reason``)."""
 
