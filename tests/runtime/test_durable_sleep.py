@@ -267,3 +267,17 @@ async def test_a_clock_that_jumps_back_before_the_wake_time_wakes_nothing(db: st
 
     assert outcome.reason is TerminalReason.SLEEPING
     assert not of_type(history, SleepEnded)
+
+
+async def test_a_replay_of_a_run_that_waited_wakes_it_at_once_and_matches(db: str) -> None:
+    agent = waiting(BASE + HOUR)
+    now = ManualClock()
+    with trio.fail_after(LIMIT_S):
+        async with Runtime(db, now=now) as runtime:
+            await runtime.run(agent, "buy bread", invocation_id="p-1")
+            now.at = BASE + 2 * HOUR
+            await runtime.resume("p-1", agent)
+            report = await runtime.replay(agent, ["p-1"])
+
+    [replayed] = report.results
+    assert replayed.identical, replayed.divergences
