@@ -1,7 +1,8 @@
-"""``loop-actors run`` of an agent that sleeps, and ``loop-actors wake``.
+"""``loop-actors run`` of an agent that sleeps, ``loop-actors wake``, and ``worker --rate-limit``.
 
 Bad inputs tried: a wake of an invocation that does not sleep (any more), of one that
-does not exist, and a wake with no --by.
+does not exist, and a wake with no --by; a --rate-limit of two fields, with a count that is
+not a number, with neither count, with a count of 0.
 """
 
 from __future__ import annotations
@@ -111,3 +112,25 @@ def test_wake_of_an_unknown_invocation_is_a_usage_error(
     )
 
     assert done.returncode == 2
+
+
+@pytest.mark.parametrize(
+    "value", ["openai:gpt", "openai:gpt:many:-", "openai:gpt:-:-", "openai:gpt:0:10"]
+)
+def test_a_malformed_rate_limit_of_a_worker_is_a_usage_error(
+    folder: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    done = run_in_process(
+        "worker",
+        "--agent",
+        "sleepers_app:agent",
+        "--rate-limit",
+        value,
+        cwd=folder,
+        db=f"sqlite:///{folder / 'run.db'}",
+        capsys=capsys,
+        monkeypatch=monkeypatch,
+    )
+
+    assert done.returncode == 2
+    assert "--rate-limit" in done.stderr
