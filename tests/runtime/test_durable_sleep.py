@@ -281,3 +281,32 @@ async def test_a_replay_of_a_run_that_waited_wakes_it_at_once_and_matches(db: st
 
     [replayed] = report.results
     assert replayed.identical, replayed.divergences
+
+
+async def test_a_child_that_waits_makes_its_parents_call_sleep_until_it_is_due(db: str) -> None:
+    child = waiting(BASE + HOUR)
+
+    def delegates(request: ModelRequest) -> dict[str, Any]:
+        if request.step == 1:
+            return {
+                "kind": "tool_calls",
+                "calls": [{"id": "d", "name": child.name, "arguments": {"goal": "shop"}}],
+            }
+        return {"kind": "final", "answer": str(request.turns[-1].results[0].output)}
+
+    parent = Agent("parent", ScriptedModel(delegates), [child.as_tool()])
+    now = ManualClock()
+    with trio.fail_after(LIMIT_S):
+        async with Runtime(db, now=now) as runtime:
+            slept = await runtime.run(parent, "go shopping", invocation_id="parent-1")
+            now.at = BASE + 2 * HOUR
+            done = await runtime.resume("parent-1", parent)
+            history = await runtime.history("parent-1")
+            [paused] = of_type(history, Paused)
+
+    assert slept.reason is TerminalReason.SLEEPING
+    assert slept.wake_at == BASE + HOUR
+    assert paused.sleeping_calls == ["d"]
+    assert done.reason is TerminalReason.COMPLETED
+    assert done.answer is not None
+    assert "after: woke at" in done.answer
