@@ -34,6 +34,7 @@ from typing import Any
 
 from eventsourcing.utils import get_topic
 
+from aggregates.audit import split_stored, stored_link
 from aggregates.effect import Effect, EffectEvent, EffectPrepared
 from aggregates.errors import IllegalTransitionError
 from aggregates.events import DomainEvent, fold
@@ -184,7 +185,7 @@ def snapshot_problems(
             try:
                 aggregate = fold(aggregate, events[replayed_to:version])
                 replayed_to = version
-                replayed = InvocationSnapshot.take(aggregate)
+                replayed = InvocationSnapshot.of(aggregate)
             except Exception as error:  # a tampered history is reported, not raised
                 unreplayable = error
         if unreplayable is not None:
@@ -192,11 +193,29 @@ def snapshot_problems(
                 (version, f"the events up to its version cannot be replayed: {unreplayable}")
             )
             continue
-        if replayed != snapshot:
+        if not replayed.same_state(snapshot):
             problems.append(
                 (version, "it differs from the replay of the events up to its version (forged)")
             )
     return problems
+
+
+def snapshot_seal_holds(
+    originator_id: str, version: int, topic: str, plain_state: bytes, event_hash: str | None
+) -> bool:
+    """Whether a stored snapshot is, byte for byte, the one sealed after the event at its version.
+
+    ``plain_state`` is the snapshot row's state as the audit reads a row (decrypted,
+    decompressed): its seal first, then its body (``InvocationSnapshot``);
+    ``event_hash`` the chain hash the stored event at ``version`` carries (None when
+    there is none). False for a snapshot written before seals, one whose body or seal
+    was changed, and one that follows another event than the stored one.
+    """
+    split = split_stored(plain_state)
+    if split is None or event_hash is None:
+        return False
+    sealed, body = split
+    return stored_link(event_hash, originator_id, version, topic, body) == sealed
 
 
 def dispatched_effect_keys(events: Iterable[DomainEvent]) -> set[str]:

@@ -269,6 +269,18 @@ class Usage(Frozen):
     latency_ms: float = 0.0
     attempts: int | None = None
     """Provider attempts this decision took (retries included), when an adapter reports it."""
+    provider: str | None = None
+    """The provider that answered (``openai``, ``anthropic``), when an adapter reports it."""
+    model: str | None = None
+    """The model asked for, when an adapter reports it."""
+    response_model: str | None = None
+    """The model that answered, as the provider names it, when it says."""
+    finish_reason: str | None = None
+    """Why the provider stopped generating (``stop``, ``tool_calls``, ``end_turn``...)."""
+    cache_read_input_tokens: int | None = None
+    """Input tokens read from the provider's prompt cache (part of ``input_tokens``)."""
+    cache_write_input_tokens: int | None = None
+    """Input tokens written to the provider's prompt cache (part of ``input_tokens``)."""
 
 
 class Price(Frozen):

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from eventsourcing.domain import BaseAggregate, CanMutateAggregate
 from eventsourcing.utils import get_topic
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import TzInfo
 
 from aggregates.audit import AUDIT_FORMAT, GENESIS, event_body, stored_link, topic_of
@@ -25,11 +25,12 @@ class DomainEvent(BaseModel, CanMutateAggregate[str]):
     timestamp: datetime
     chain_hash: str = ""
     """SHA-256 over the previous event's hash and this event (``aggregates.audit``)."""
-    audit_format: int | None = None
-    """2 for events hashed as stored; None (left out) for those of format 1."""
+    audit_format: int | None = Field(default=None, le=AUDIT_FORMAT)
+    """2 for events hashed as stored; None (left out) for those of format 1. A higher
+    format is a newer loop-actors': refused when read, never misread."""
 
     __slots__ = ("_sealed_body",)
-    # The body the hash was computed over, for the store to write as it is (``_seal``).
+    # The body the hash was computed over, for the store to write as it is (``seal``).
     # A slot, not a pydantic private attribute: pydantic leaves a slot alone (it is not
     # serialised, compared, copied or pickled), and an event class without private
     # attributes is built and decoded without pydantic's post-init hook (about 1.4 us
@@ -41,12 +42,14 @@ class DomainEvent(BaseModel, CanMutateAggregate[str]):
         aggregate.last_hash = self.chain_hash
 
 
-def _seal(event: DomainEvent, previous_hash: str) -> None:
+def seal(event: Any, previous_hash: str) -> None:
     """Hash an event that was just built (format 2), and put the hash into it.
 
     The event is frozen for everyone else, and nothing else has seen it yet; writing
     the field in place saves a copy (and a second validation) of every event. Its body
-    is kept for the store, which writes it as it was hashed.
+    is kept for the store, which writes it as it was hashed. A snapshot is sealed the
+    same way (``InvocationSnapshot.take``): any model with ``originator_id``,
+    ``originator_version``, a ``chain_hash`` field and a ``_sealed_body`` slot.
     """
     body = event_body(event)
     chain_hash = stored_link(
@@ -84,7 +87,7 @@ class ChainedAggregate(BaseAggregate[str]):
             audit_format=AUDIT_FORMAT,
             **fields,
         )
-        _seal(event, GENESIS)
+        seal(event, GENESIS)
         aggregate: Any = event.mutate(None)
         aggregate._pending_events.append(event)
         return aggregate
@@ -97,7 +100,7 @@ class ChainedAggregate(BaseAggregate[str]):
             audit_format=AUDIT_FORMAT,
             **fields,
         )
-        _seal(event, self.last_hash)
+        seal(event, self.last_hash)
         # eventsourcing's ``mutate`` without its two checks, true by construction here
         # (the event's id is this aggregate's, its version the next): the same steps.
         event.apply(self)

@@ -23,9 +23,11 @@ from eventsourcing.utils import get_topic
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Field,
     model_validator,
 )
 
+from aggregates.audit import AUDIT_FORMAT
 from aggregates.children import Allotment, ParentLink, Spent
 from aggregates.decisions import (
     Budget,
@@ -46,7 +48,7 @@ from aggregates.decisions import (
 )
 from aggregates.digest import canonical_json, digest_of
 from aggregates.errors import IllegalTransitionError
-from aggregates.events import ChainedAggregate, fold
+from aggregates.events import ChainedAggregate, fold, seal
 from aggregates.fork_origin import ForkOrigin
 from aggregates.handoffs import HandoffOrigin
 from aggregates.ids import invocation_id_problem
@@ -70,6 +72,7 @@ from aggregates.invocation_events import (
     SleepEnded,
     Terminated,
     ToolSpec,
+    TraceParent,
     VerificationFailed,
 )
 from aggregates.model_input import ModelInput
@@ -104,6 +107,7 @@ __all__ = [
     "SleepEnded",
     "Terminated",
     "ToolSpec",
+    "TraceParent",
     "Turn",
     "Turns",
     "VerificationFailed",
@@ -333,6 +337,7 @@ class Invocation(ChainedAggregate):
         forked_from: ForkOrigin | None = None,
         parent: ParentLink | None = None,
         handed_off_from: HandoffOrigin | None = None,
+        trace_parent: TraceParent | None = None,
     ) -> Invocation:
         """Create an invocation (records ``InvocationStarted``).
 
@@ -358,6 +363,7 @@ class Invocation(ChainedAggregate):
             forked_from=forked_from,
             parent=parent,
             handed_off_from=handed_off_from,
+            trace_parent=trace_parent,
         )
 
     def propose(
@@ -1036,7 +1042,15 @@ class InvocationState(Frozen):
 
 
 class InvocationSnapshot(BaseModel, CanSnapshotAggregate[str]):
-    """An Invocation's state at a version, so that a long history replays from there."""
+    """An Invocation's state at a version, so that a long history replays from there.
+
+    A snapshot is *sealed* as an event is chained (``aggregates.audit``, format 2): its
+    ``chain_hash`` is the hash over the chain hash of the event at its version (the
+    state's ``last_hash``) and the snapshot's body as stored. A snapshot whose seal
+    holds against the stored event at its version is the one the runtime wrote after
+    that event, byte for byte: :func:`aggregates.snapshot_seal.seal_problem`. Snapshots
+    written before seals existed have none (``chain_hash`` empty).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
@@ -1045,10 +1059,25 @@ class InvocationSnapshot(BaseModel, CanSnapshotAggregate[str]):
     timestamp: datetime
     topic: str
     state: InvocationState
+    chain_hash: str = ""
+    """The seal (see the class); empty for a snapshot written before seals."""
+    audit_format: int | None = Field(default=None, le=AUDIT_FORMAT)
+    """2 for a sealed snapshot; None (left out) for one written before seals (a higher
+    format is a newer loop-actors': refused when read)."""
+
+    __slots__ = ("_sealed_body",)
+    # The body the seal was computed over, for the store to write as it is (as an event's).
 
     @classmethod
     def take(cls, aggregate: Any) -> InvocationSnapshot:
-        """Snapshot an invocation (no clock read: stamped with its last event's time)."""
+        """Snapshot an invocation, sealed (no clock read: stamped with its last event's time)."""
+        snapshot = cls.of(aggregate, audit_format=AUDIT_FORMAT)
+        seal(snapshot, aggregate.last_hash)
+        return snapshot
+
+    @classmethod
+    def of(cls, aggregate: Any, *, audit_format: int | None = None) -> InvocationSnapshot:
+        """The invocation's snapshot, unsealed (to compare with a stored one's state)."""
         fields = {name: getattr(aggregate, name) for name in _STATE_FIELDS}
         return cls(
             originator_id=aggregate.id,
@@ -1058,6 +1087,17 @@ class InvocationSnapshot(BaseModel, CanSnapshotAggregate[str]):
             state=InvocationState(
                 **fields, created_on=aggregate.created_on, modified_on=aggregate.modified_on
             ),
+            audit_format=audit_format,
+        )
+
+    def same_state(self, other: InvocationSnapshot) -> bool:
+        """Whether two snapshots hold the same invocation at the same version (seals aside)."""
+        return (
+            self.originator_id == other.originator_id
+            and self.originator_version == other.originator_version
+            and self.timestamp == other.timestamp
+            and self.topic == other.topic
+            and self.state == other.state
         )
 
     def mutate(self, _: Any) -> Any:

@@ -10,9 +10,10 @@ them here changed no stored name and no chain hash. They are applied by
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from eventsourcing.domain import CanInitAggregate
+from pydantic import Field, field_validator
 
 from aggregates.children import Allotment, ParentLink, Spent
 from aggregates.decisions import (
@@ -44,6 +45,24 @@ class ToolSpec(Frozen):
     schema_digest: str
 
 
+class TraceParent(Frozen):
+    """The OpenTelemetry span that was current when an application started an invocation.
+
+    W3C trace-context ids as lower-case hex: the invocation's spans join that trace,
+    under that span, in every process that drives or re-exports it.
+    """
+
+    trace_id: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
+    span_id: Annotated[str, Field(pattern=r"^[0-9a-f]{16}$")]
+
+    @field_validator("trace_id", "span_id")
+    @classmethod
+    def _not_all_zeros(cls, value: str) -> str:
+        if not value.strip("0"):
+            raise ValueError("an all-zero id is the W3C trace-context's invalid id")
+        return value
+
+
 class InvocationStarted(InvocationEvent, CanInitAggregate[str]):
     """An invocation was created with its goal, agent, tool catalogue and budget."""
 
@@ -69,6 +88,8 @@ class InvocationStarted(InvocationEvent, CanInitAggregate[str]):
     """For a child invocation: its parent, the call that started it, its depth (from 0.3)."""
     handed_off_from: HandoffOrigin | None = None
     """For the target of a handoff: the source, why, and what it is told (from 0.3)."""
+    trace_parent: TraceParent | None = None
+    """The application's span current when it was started, if tracing was on."""
 
 
 class SettingsChanged(InvocationEvent):

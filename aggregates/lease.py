@@ -239,6 +239,29 @@ def release_after(reason: TerminalReason, *, wake_at: float | None = None) -> Re
     return Release(status=QueueStatus.ENDED)
 
 
+RECONCILE_RETRY_FIRST_S = 5.0
+"""The shortest wait before a service that could not say what became of a write is asked again."""
+RECONCILE_RETRY_MAX_S = 900.0
+"""The longest: a service down for a day is asked about a hundred times, not thousands."""
+
+
+def retry_reconciliation(paused_for_s: float) -> Release:
+    """How a holder leaves a run paused for a service it can ask again.
+
+    Every open write of the run has a tool with ``reconcile``: the row is runnable after
+    as long again as it has been paused, from :data:`RECONCILE_RETRY_FIRST_S` to
+    :data:`RECONCILE_RETRY_MAX_S`, so a worker asks the service again, each wait about
+    twice the one before.
+
+    A retry that still finds the service unreachable records nothing (the invocation
+    stays paused, its history unchanged); one that finds it answering settles the write
+    and goes on. A write only a person can settle (its tool has no ``reconcile``) is
+    not retried: it waits ``PAUSED`` for ``effects resolve``.
+    """
+    wait = min(max(paused_for_s, RECONCILE_RETRY_FIRST_S), RECONCILE_RETRY_MAX_S)
+    return Release(status=QueueStatus.RUNNABLE, delay_s=wait)
+
+
 RETRY_LATER = Release(status=QueueStatus.RUNNABLE, delay_s=CHECKPOINT_RETRY_S)
 """A holder whose store failed (a commit, a read): any worker may try again a little later."""
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from aggregates.audit_coverage import dispatched_effect_keys
-from aggregates.effect import Effect
-from aggregates.invocation import Invocation, InvocationEvent, Phase
+from aggregates.effect import Effect, effect_key
+from aggregates.invocation import BatchDispatched, Invocation, InvocationEvent, Phase
 
 
 def orphaned_effects(events: Sequence[InvocationEvent], effects: Iterable[Effect]) -> list[Effect]:
@@ -38,15 +38,73 @@ def orphaned_effects(events: Sequence[InvocationEvent], effects: Iterable[Effect
     return [effect for effect in effects if effect.key not in named]
 
 
+def orphaned_effects_after_snapshot(
+    invocation: Invocation, tail: Sequence[InvocationEvent], effects: Iterable[Effect]
+) -> list[Effect]:
+    """:func:`orphaned_effects`, for an invocation loaded from a snapshot its store vouches for.
+
+    ``invocation`` is the invocation as loaded (its snapshot, then ``tail``, its events
+    after the snapshot's version). The store vouches for the snapshot when it is the one
+    written after the stored event at its version, and no event before it is missing
+    (``StoreReader.history_problem``): the batches before it are then the ones the
+    snapshot's turns were made of, and each names the writes of its calls by their keys.
+
+    An effect of a step whose batch is in ``tail`` must be named by that batch, as in
+    :func:`orphaned_effects`. Another one must be a write of a batch the invocation
+    shows dispatched: its key is the key of its step and call (:func:`effect_key`, how
+    every write's key is made), its step's turn holds a result of that call (or its
+    step's batch, still waiting for its results, holds the call under that key). What
+    this reads is the tail and the turns of the steps that have writes, not the
+    history before the snapshot.
+    """
+    named = dispatched_effect_keys(tail)
+    tail_steps = {event.step for event in tail if isinstance(event, BatchDispatched)}
+    return [
+        effect
+        for effect in effects
+        if effect.key not in named
+        and (effect.step in tail_steps or not _dispatched_before(invocation, effect))
+    ]
+
+
+def _dispatched_before(invocation: Invocation, effect: Effect) -> bool:
+    """Whether the invocation shows ``effect``'s call dispatched, under ``effect``'s key."""
+    step = effect.step
+    if not 1 <= step <= invocation.step:
+        return False
+    try:
+        key = effect_key(invocation.id, step, effect.call_id)
+    except ValueError:
+        return False
+    if key != effect.key:
+        return False
+    batch = invocation.pending_batch
+    if batch is not None and batch.step == step:
+        return any(
+            call.call_id == effect.call_id and call.effect_key == key for call in batch.calls
+        )
+    turns = invocation.turns
+    if len(turns) < step:
+        return False
+    turn = turns[step - 1]
+    return turn.step == step and any(result.call_id == effect.call_id for result in turn.results)
+
+
 def cut_history_problem(
     invocation_id: str, events: Sequence[InvocationEvent], effects: Iterable[Effect]
 ) -> str | None:
     """Why the invocation's history disagrees with its effect ledger, or None when it agrees."""
-    orphans = orphaned_effects(events, effects)
+    last_position = events[-1].originator_version if events else 0
+    return orphans_problem(invocation_id, orphaned_effects(events, effects), last_position)
+
+
+def orphans_problem(
+    invocation_id: str, orphans: Sequence[Effect], last_position: int
+) -> str | None:
+    """What :func:`cut_history_problem` says of these orphaned effects (None: there are none)."""
     if not orphans:
         return None
     first = orphans[0]
-    last_position = events[-1].originator_version if events else 0
     more = f" and {len(orphans) - 1} more" if len(orphans) > 1 else ""
     return (
         f"invocation {invocation_id}'s history was cut: the effect ledger holds "

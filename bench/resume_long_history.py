@@ -2,9 +2,14 @@
 
 Builds one invocation of N turns (3 events a turn) on a SQLite file through the
 runtime, then times, in one run: loading it the way ``resume`` does (from the
-newest snapshot), replaying every event from the start, and the check ``resume``
-makes before it runs anything for an invocation that has not ended (its snapshot
-against the replay of its events, and its effect ledger against its batches).
+newest snapshot), replaying every event from the start, the check ``resume``
+makes before it runs anything for an invocation that has not ended
+(``StoreReader.history_problem`` given the loaded invocation: from a snapshot the
+store vouches for, its tail and its effect ledger; issue 32), the load and the check
+together, as resume reads them, and the whole check that every resume made before
+issue 32 and that a resume still makes when the store cannot vouch for the snapshot
+(its snapshot against the replay of every event, and its effect ledger against every
+batch: ``history_problem_of``).
 
 Each load and each replay starts from the same heap: the objects of the repetition
 before are dropped and the collector run first, untimed, so that a step does not pay
@@ -32,7 +37,7 @@ import trio
 
 from aggregates.events import fold
 from loop_actors import Agent, Budget, ModelRequest, Runtime, ScriptedModel, tool
-from loop_actors.store.reader import StoreReader
+from loop_actors.store.reader import StoreReader, history_problem_of
 from loop_actors.store.store import EventStore
 
 
@@ -103,15 +108,42 @@ def main() -> None:
             assert vars(replayed) == vars(invocation)
             del invocation, replayed
         checks: list[tuple[float, float]] = []
+        loads_and_checks: list[tuple[float, float]] = []
+        whole_checks: list[tuple[float, float]] = []
         reader = StoreReader(store)
+        loaded = store.get("long")
+
+        async def load_and_check() -> str | None:
+            invocation = await reader.invocation("long")
+            return await reader.history_problem("long", invocation)
+
+        def whole_check() -> str | None:
+            return history_problem_of(
+                "long",
+                store.events("long"),
+                store.newest_snapshot("long"),
+                lambda: store.effects_of("long"),
+            )
+
         for _ in range(args.check_reps):
+            gc.collect()
             with timed(checks):
-                problem = trio.run(reader.history_problem, "long")
+                problem = trio.run(reader.history_problem, "long", loaded)
+            assert problem is None, problem
+            gc.collect()
+            with timed(loads_and_checks):
+                problem = trio.run(load_and_check)
+            assert problem is None, problem
+            gc.collect()
+            with timed(whole_checks):
+                problem = whole_check()
             assert problem is None, problem
         store.close()
     snap_ms, snap_cpu = medians(with_snapshot)
     full_ms, full_cpu = medians(full_replay)
     check_ms, check_cpu = medians(checks)
+    both_ms, both_cpu = medians(loads_and_checks)
+    whole_ms, whole_cpu = medians(whole_checks)
     print(f"history: {events} events ({args.turns} turns), built in {built_s:.1f} s")
     for name, (wall, cpu), reps in (
         ("load from newest snapshot", (snap_ms, snap_cpu), args.reps),
@@ -121,10 +153,14 @@ def main() -> None:
     print(
         f"ratio replay/snapshot     : {full_ms / snap_ms:8.1f}      CPU {full_cpu / snap_cpu:8.1f}"
     )
-    print(
-        f"resume's history check    : {check_ms:8.2f} ms, CPU {check_cpu:8.2f} ms "
-        f"(median of {args.check_reps})"
-    )
+    for name, (wall, cpu) in (
+        ("resume's history check", (check_ms, check_cpu)),
+        ("resume's load + check", (both_ms, both_cpu)),
+        ("whole check (replay)", (whole_ms, whole_cpu)),
+    ):
+        print(f"{name:26}: {wall:8.2f} ms, CPU {cpu:8.2f} ms (median of {args.check_reps})")
+    ratio, cpu_ratio = whole_ms / check_ms, whole_cpu / check_cpu
+    print(f"ratio whole/vouched check : {ratio:8.1f}      CPU {cpu_ratio:8.1f}")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,16 @@ durable commits per turn (WAL, synchronous=FULL) with plain ``sqlite3``. The two
 run interleaved, REPS times, each on a fresh file in the same process, and the
 ratio is taken pair by pair.
 
-    python bench/turn_overhead.py [--n 200] [--reps 5] [--dir /tmp]
+Then what a call costs when nothing is open around it (``--calls C``, 0 to skip): a
+two-step invocation (one ``lookup``, then the answer) on an existing store, C times
+each way, the ways taken in turn, call by call: inside one open ``async with
+Runtime(url)`` (``await runtime.run``), by one ``Runtime(url)`` object's ``run_sync``
+(it keeps its store open between calls), and by ``Runtime(url).run_sync`` on a new
+object each time (it opens and closes everything for its one call, as a script that
+makes a runtime per call does). It prints each way's median and its difference to
+the open runtime's.
+
+    python bench/turn_overhead.py [--n 200] [--reps 5] [--calls 200] [--dir /tmp]
 """
 
 from __future__ import annotations
@@ -118,6 +127,96 @@ async def ours(path: Path, n: int) -> float:
         return time.perf_counter() - started
 
 
+@tool
+async def note(key: str) -> dict[str, Any]:
+    """Return a small record at once (the two-step run's one call)."""
+    return lookup_value(key)
+
+
+def two_steps(request: ModelRequest) -> dict[str, Any]:
+    if not request.results:
+        return {
+            "kind": "tool_calls",
+            "calls": [{"id": "c1", "name": "note", "arguments": {"key": "k"}}],
+        }
+    return {"kind": "final", "answer": "done"}
+
+
+TWO_STEP = Agent(
+    "two-step", ScriptedModel(two_steps), [note], Budget(max_steps=2, max_tool_calls=1)
+)
+
+
+def per_call(path: Path, calls: int) -> dict[str, list[float]]:
+    """Seconds a two-step run takes each way (see the module's docstring), taken in turn."""
+    url = f"sqlite:///{path}"
+    Runtime(url).run_sync(TWO_STEP, "make the store")
+    times: dict[str, list[float]] = {"open": [], "kept": [], "fresh": []}
+    kept = Runtime(url)
+    opened = Runtime(url)
+
+    async def enter() -> None:
+        await opened.__aenter__()
+
+    async def in_open(goal: str) -> float:
+        started = time.perf_counter()
+        await opened.run(TWO_STEP, goal, invocation_id=goal)
+        took = time.perf_counter() - started
+        # Untimed: its lease is given back in the background; wait for that here, so
+        # that the next way's call does not share the store with it.
+        await opened.driver.leases.wait_released(goal)
+        return took
+
+    async def leave() -> None:
+        await opened.__aexit__(None, None, None)
+
+    # The open runtime keeps its event loop between calls: one trio.run for all of them,
+    # driven call by call through a memory channel, so that the three ways interleave.
+    async def open_runtime(
+        asks: trio.MemoryReceiveChannel[str], answers: trio.MemorySendChannel[float]
+    ) -> None:
+        await enter()
+        try:
+            async for goal in asks:
+                await answers.send(await in_open(goal))
+        finally:
+            await leave()
+
+    ask_send, ask_receive = trio.open_memory_channel[str](0)
+    answer_send, answer_receive = trio.open_memory_channel[float](0)
+    token: list[trio.lowlevel.TrioToken] = []
+    ready = __import__("threading").Event()
+
+    def loop() -> None:
+        async def main() -> None:
+            token.append(trio.lowlevel.current_trio_token())
+            ready.set()
+            await open_runtime(ask_receive, answer_send)
+
+        trio.run(main)
+
+    thread = __import__("threading").Thread(target=loop)
+    thread.start()
+    ready.wait()
+    try:
+        for i in range(calls):
+            trio.from_thread.run(ask_send.send, f"open-{i}", trio_token=token[0])
+            times["open"].append(trio.from_thread.run(answer_receive.receive, trio_token=token[0]))
+            started = time.perf_counter()
+            kept.run_sync(TWO_STEP, f"kept-{i}")
+            times["kept"].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            Runtime(url).run_sync(TWO_STEP, f"fresh-{i}")
+            times["fresh"].append(time.perf_counter() - started)
+    finally:
+        trio.from_thread.run(ask_send.aclose, trio_token=token[0])
+        thread.join()
+        # A build from before issue 32 keeps nothing open (and has no close()): its "kept"
+        # way is then a new opening per call too; measured so, for the figure before.
+        getattr(kept, "close", lambda: None)()
+    return times
+
+
 def db_bytes(path: Path) -> int:
     conn = sqlite3.connect(path)
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -129,6 +228,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=200, help="two-step calls each way")
     parser.add_argument("--dir", default=None, help="where the database files go")
     args = parser.parse_args()
 
@@ -162,6 +262,18 @@ def main() -> None:
     )
     print(f"bytes stored per invocation: {statistics.median(sizes) / args.n:,.0f}")
     print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+    if args.calls:
+        with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+            times = per_call(Path(tmp) / "calls.db", args.calls)
+        base = statistics.median(times["open"]) * 1000
+        print(f"a two-step run on an existing store, {args.calls} calls each way, in turn:")
+        for name, label in (
+            ("open", "inside an open runtime (await run)"),
+            ("kept", "run_sync of one Runtime, kept open"),
+            ("fresh", "Runtime(url).run_sync, a new one each"),
+        ):
+            ms = statistics.median(times[name]) * 1000
+            print(f"  {label:40}: {ms:6.2f} ms (median), {ms - base:+6.2f} ms")
 
 
 if __name__ == "__main__":

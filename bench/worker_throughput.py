@@ -160,13 +160,13 @@ class WorkerProbe:
 
         @contextlib.contextmanager
         def counting_tx(
-            queue: queue_module.WorkQueue, *, write: bool = True
+            queue: queue_module.WorkQueue, *, write: bool = True, **options: Any
         ) -> Iterator[tuple[Any, float]]:
             if write:
                 probe.queue_writes += 1
             else:
                 probe.queue_reads += 1
-            with tx(queue, write=write) as opened:
+            with tx(queue, write=write, **options) as opened:
                 yield opened
 
         queue_module.WorkQueue._tx = counting_tx  # type: ignore[assignment,method-assign]

@@ -14,13 +14,16 @@ latency on an idle worker, submitting one invocation at a time.
 
 Then, with ``--kill``, it measures recovery: a worker takes C invocations (model
 delay at least 0.5 s), a second worker with room for C more starts, and the first
-is SIGKILLed while it holds its leases; the time from the kill until each of its
-invocations is claimed by the other worker (or has ended), against the lease. On
+is SIGKILLed while it holds its leases and a backlog of ``--backlog`` new invocations
+(default 4 x C) waits; the time from the kill until each of its invocations is claimed
+by the other worker (or has ended), against the lease: the other worker is busy with
+the backlog, so each of the dead worker's runs waits for a free slot (at most one
+invocation's time) and then comes before the backlog. On
 one machine the other worker's heartbeat finds the killed process gone (every third
 of a lease); on another machine the lease has to run out.
 
     python bench/workers.py [--n 200] [--delay 0.2] [--workers 1,2,4] [--concurrency 16]
-                            [--lease-s 5] [--kill] [--db URL] [--dir /tmp]
+                            [--lease-s 5] [--kill] [--backlog N] [--db URL] [--dir /tmp]
     python bench/workers.py --quick        # --n 60 --workers 1,2 --kill
 
 ``--db postgresql://...`` runs on PostgreSQL (each W gets the database emptied);
@@ -257,6 +260,10 @@ def recovery(args: argparse.Namespace) -> dict[str, Any]:
         wait_for(
             lambda: victim_holds() and len(held) == args.concurrency, 60, "the victim's claims"
         )
+        # A backlog of new invocations, submitted before the kill: the other worker fills
+        # its slots with them, and as each slot frees it chooses between the backlog and
+        # the dead worker's runs (taken over first).
+        trio.run(submit, db, args.backlog, "b-")
         other = worker_process(db, 2 * args.concurrency, args.lease_s, delay)
         wait_for(lambda: queue.holders() == 2, 60, "the other worker to register")
         victim_holds()
@@ -297,12 +304,19 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--lease-s", type=float, default=5.0)
     parser.add_argument("--kill", action="store_true", help="also measure recovery after SIGKILL")
+    parser.add_argument(
+        "--backlog",
+        type=int,
+        help="new invocations waiting when the worker is killed (default: 4 x --concurrency)",
+    )
     parser.add_argument("--db", help="a postgresql:// URL (default: a SQLite file in --dir)")
     parser.add_argument("--dir", default=tempfile.gettempdir())
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
         args.n, args.workers, args.kill = 60, "1,2", True
+    if args.backlog is None:
+        args.backlog = 4 * args.concurrency
     counts = [int(w) for w in args.workers.split(",")]
     store = "PostgreSQL" if args.db and args.db.startswith("postgresql") else "SQLite"
     print(
@@ -331,7 +345,8 @@ def main() -> None:
         print(
             f"recovery after SIGKILL: {figures['held']} invocation(s) of the killed worker moved "
             f"again after median {figures['median_s']:.2f} s, max {figures['max_s']:.2f} s "
-            f"(lease {args.lease_s:g} s; target <= lease + 1 s)"
+            f"with {args.backlog} new invocation(s) waiting (lease {args.lease_s:g} s; "
+            f"target <= lease + one turn + 1 s)"
         )
 
 

@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from loop_actors._errors import LeaseHeldError as LeaseHeldError
     from loop_actors._errors import LoopActorsError as LoopActorsError
     from loop_actors._errors import NotWaitingError as NotWaitingError
+    from loop_actors._errors import RuntimeBusyError as RuntimeBusyError
     from loop_actors._errors import ScriptExhaustedError as ScriptExhaustedError
     from loop_actors._errors import SleepTimeError as SleepTimeError
     from loop_actors._errors import StoreCipherError as StoreCipherError
@@ -75,8 +76,15 @@ if TYPE_CHECKING:
     from loop_actors._errors import ToolError as ToolError
     from loop_actors._errors import UnreadableEventError as UnreadableEventError
     from loop_actors._errors import UsageError as UsageError
+    from loop_actors._logs import BackgroundLoop as BackgroundLoop
+    from loop_actors._logs import JsonLogFormatter as JsonLogFormatter
+    from loop_actors._logs import TextLogFormatter as TextLogFormatter
     from loop_actors._messages import ModelReply as ModelReply
     from loop_actors._messages import ModelRequest as ModelRequest
+    from loop_actors._statistics import ErrorSeen as ErrorSeen
+    from loop_actors._statistics import JournalStatistics as JournalStatistics
+    from loop_actors._statistics import RuntimeStatistics as RuntimeStatistics
+    from loop_actors._statistics import WorkerStatistics as WorkerStatistics
     from loop_actors.agent.adapters import AnthropicModel as AnthropicModel
     from loop_actors.agent.adapters import ModelCallError as ModelCallError
     from loop_actors.agent.adapters import OpenAIModel as OpenAIModel
@@ -172,6 +180,7 @@ _EXPORTS: dict[str, str] = {
     "LeaseHeldError": "loop_actors._errors",
     "LoopActorsError": "loop_actors._errors",
     "NotWaitingError": "loop_actors._errors",
+    "RuntimeBusyError": "loop_actors._errors",
     "SleepTimeError": "loop_actors._errors",
     "ScriptExhaustedError": "loop_actors._errors",
     "StoreCipherError": "loop_actors._errors",
@@ -184,6 +193,13 @@ _EXPORTS: dict[str, str] = {
     "ToolError": "loop_actors._errors",
     "UnreadableEventError": "loop_actors._errors",
     "UsageError": "loop_actors._errors",
+    "BackgroundLoop": "loop_actors._logs",
+    "JsonLogFormatter": "loop_actors._logs",
+    "TextLogFormatter": "loop_actors._logs",
+    "ErrorSeen": "loop_actors._statistics",
+    "JournalStatistics": "loop_actors._statistics",
+    "RuntimeStatistics": "loop_actors._statistics",
+    "WorkerStatistics": "loop_actors._statistics",
     "ModelReply": "loop_actors._messages",
     "ModelRequest": "loop_actors._messages",
     "AnthropicModel": "loop_actors.agent.adapters",
@@ -240,6 +256,7 @@ __all__ = [
     "AnthropicModel",
     "ApprovalRefusedError",
     "AsyncioRuntime",
+    "BackgroundLoop",
     "Budget",
     "CancelResult",
     "CannotContinue",
@@ -257,6 +274,7 @@ __all__ = [
     "EffectStatus",
     "ErrorClass",
     "ErrorInfo",
+    "ErrorSeen",
     "EventStore",
     "Final",
     "ForkOrigin",
@@ -273,6 +291,8 @@ __all__ = [
     "InconsistentHistoryError",
     "InvocationExistsError",
     "InvocationNotFoundError",
+    "JournalStatistics",
+    "JsonLogFormatter",
     "LeaseHeldError",
     "LoopActorsError",
     "McpServer",
@@ -304,6 +324,8 @@ __all__ = [
     "RetryPolicy",
     "RunSettings",
     "Runtime",
+    "RuntimeBusyError",
+    "RuntimeStatistics",
     "ScriptExhaustedError",
     "ScriptedModel",
     "SettingsChangedError",
@@ -320,6 +342,7 @@ __all__ = [
     "SubmissionError",
     "SubmissionProblem",
     "TerminalReason",
+    "TextLogFormatter",
     "Tool",
     "ToolCall",
     "ToolCalls",
@@ -334,6 +357,7 @@ __all__ = [
     "Wait",
     "Worker",
     "WorkerReport",
+    "WorkerStatistics",
     "mcp_tools",
     "mcp_tools_async",
     "model_from_name",

@@ -10,6 +10,7 @@ from aggregates.vocabulary import ErrorClass
 
 if TYPE_CHECKING:
     from aggregates.fork import ForkRefusal
+    from aggregates.standing import ApprovalRefusal
 
 
 class LoopActorsError(Exception):
@@ -39,6 +40,25 @@ class StoreCipherError(StoreUnavailableError):
 
 class StoreReadOnlyError(StoreUnavailableError):
     """Raised when a command that writes meets a store this process must only read."""
+
+
+class RuntimeBusyError(UsageError):
+    """Raised when a call is made on a Runtime that a call in another thread is using.
+
+    A ``Runtime`` runs one call at a time (a ``run_sync``, a ``resume_sync``, an
+    ``async with`` block): its open store, lease holder and event loop belong to that
+    call. The second call is refused, nothing was run or recorded; give each thread a
+    ``Runtime`` of its own, or run the calls concurrently inside one
+    ``async with Runtime(...)``.
+    """
+
+    def __init__(self, thread: str) -> None:
+        super().__init__(
+            f"this runtime is in use by a call in thread {thread!r}: a Runtime runs one "
+            "call at a time (give each thread its own Runtime, or run the calls "
+            "concurrently inside one `async with Runtime(...)`); nothing was run"
+        )
+        self.thread = thread
 
 
 class AgentLoadError(UsageError):
@@ -175,6 +195,11 @@ class ToolError(Exception):
 
 class ApprovalRefusedError(UsageError):
     """Raised when an approval or denial does not apply: wrong digest, or nothing waits for one."""
+
+    def __init__(self, message: str, refusal: ApprovalRefusal | None = None) -> None:
+        super().__init__(message)
+        self.refusal = refusal
+        """Why (``not_waiting``: already decided, or never asked; ``other_digest``)."""
 
 
 class NotWaitingError(UsageError):

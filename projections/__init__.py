@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from projections.trajectory import TrajectoryProjection as TrajectoryProjection
     from projections.trajectory import build_trajectory as build_trajectory
     from projections.trajectory import evolve_trajectory as evolve_trajectory
+    from projections.trajectory import invocation_summary as invocation_summary
     from projections.trajectory import list_invocations as list_invocations
     from projections.trajectory import load_trajectory as load_trajectory
 
@@ -63,6 +64,7 @@ _EXPORTS: dict[str, str] = {
     "TrajectoryProjection": "projections.trajectory",
     "build_trajectory": "projections.trajectory",
     "evolve_trajectory": "projections.trajectory",
+    "invocation_summary": "projections.trajectory",
     "list_invocations": "projections.trajectory",
     "load_trajectory": "projections.trajectory",
 }
@@ -91,6 +93,7 @@ __all__ = [
     "build_trajectory",
     "default_projections",
     "evolve_trajectory",
+    "invocation_summary",
     "list_invocations",
     "list_open_effects",
     "load_trajectory",

@@ -659,13 +659,35 @@ def list_invocations(
     parent_id: str | None = None,
     forked_from: str | None = None,
     originals_only: bool = False,
+    status: InvocationStatus | None = None,
+    offset: int = 0,
+    id_prefix: str | None = None,
+    started_from: str | None = None,
+    started_before: str | None = None,
 ) -> list[dict[str, Any]]:
     """Invocations from the trajectory read model, newest first, optionally filtered.
 
     ``roots_only``: no child invocation; ``parent_id``: the children of that one;
-    ``forked_from``: the forks of that one; ``originals_only``: no fork.
+    ``forked_from``: the forks of that one; ``originals_only``: no fork; ``status``:
+    running, paused or terminated. ``offset``: skip that many of the newest (a page).
+    ``id_prefix``: ids that start with it; ``started_from`` / ``started_before``: started
+    at or after / before that ISO 8601 time (or date), compared as the stored UTC text.
     """
-    clauses, params = [], []
+    clauses: list[str] = []
+    params: list[Any] = []
+    if status is not None:
+        clauses.append("status = ?")
+        params.append(status.value)
+    if id_prefix:
+        escaped = id_prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        clauses.append("invocation_id LIKE ? ESCAPE '\\'")
+        params.append(f"{escaped}%")
+    if started_from is not None:
+        clauses.append("started_at >= ?")
+        params.append(started_from)
+    if started_before is not None:
+        clauses.append("started_at < ?")
+        params.append(started_before)
     if roots_only:
         clauses.append("parent_id IS NULL")
     if parent_id is not None:
@@ -686,8 +708,16 @@ def list_invocations(
     return runner.query(
         "SELECT invocation_id, agent, task_class, status, reason, steps, tool_calls, "
         f"started_at, ended_at, goal, parent_id, forked_from FROM trajectory_invocations {where} "
-        "ORDER BY started_position DESC LIMIT ?",
-        [*params, limit],
+        "ORDER BY started_position DESC LIMIT ? OFFSET ?",
+        [*params, limit, offset],
+    )
+
+
+def invocation_summary(runner: ReadModelRunner) -> list[dict[str, Any]]:
+    """How many invocations each agent has in each status: rows of agent, status, count."""
+    return runner.query(
+        "SELECT agent, status, COUNT(*) AS count FROM trajectory_invocations "
+        "GROUP BY agent, status ORDER BY agent, status"
     )
 
 

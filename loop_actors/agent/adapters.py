@@ -38,8 +38,11 @@ from aggregates.decisions import (
 from aggregates.invocation import Turn
 from aggregates.rate_limits import estimate_tokens
 from loop_actors._errors import LoopActorsError, UsageError
+from loop_actors._logs import fields, package_logger
 from loop_actors._messages import ModelReply, ModelRequest, ToolSchema
 from loop_actors.agent.quota import quota_gate
+
+log = package_logger(__name__)
 
 T = TypeVar("T")
 
@@ -188,7 +191,18 @@ async def call_with_retries(
             if error_class not in RETRYABLE or attempt >= policy.max_attempts:
                 raise ModelCallError(error_class, str(error), attempts=attempt) from error
             if reservation is None or not limited:  # else the limit says when to try again
-                await trio.sleep(policy.delay(attempt, _retry_after(error)))
+                delay = policy.delay(attempt, _retry_after(error))
+                # The class only: a provider's message may quote the request.
+                log.info(
+                    "the model call failed (%s, %s, attempt %d of %d); retried in %.3g s",
+                    error_class.value,
+                    type(error).__name__,
+                    attempt,
+                    policy.max_attempts,
+                    delay,
+                    extra=fields(outcome=error_class, error_type=type(error).__name__),
+                )
+                await trio.sleep(delay)
         else:
             if gate is not None and reservation is not None and used_tokens is not None:
                 await gate.settle(reservation, used_tokens(result))
@@ -461,6 +475,10 @@ class _Adapter:
         """A reply's tool calls as (id, name, arguments JSON)."""
         raise NotImplementedError
 
+    def _reply_facts(self, reply: Any) -> dict[str, Any]:
+        """What the reply says of itself, for ``Usage`` (the model, why it stopped, caching)."""
+        return {}
+
     def _reprompt(
         self, reply: Any, calls: list[tuple[str, str, str]], problems: list[tuple[str, str]]
     ) -> list[dict[str, Any]]:
@@ -511,6 +529,9 @@ class _Adapter:
                     continue
                 break
         usage = self._usage(tokens_in, tokens_out, started, attempts)
+        usage = usage.model_copy(
+            update={"provider": self.provider, "model": self.model, **self._reply_facts(reply)}
+        )
         return ModelReply(proposal=as_handoff(self._proposal(reply, calls), request), usage=usage)
 
 
@@ -600,6 +621,15 @@ class OpenAIModel(_Adapter):
         if reply.usage is None:
             return 0, 0
         return reply.usage.prompt_tokens or 0, reply.usage.completion_tokens or 0
+
+    def _reply_facts(self, reply: Any) -> dict[str, Any]:
+        choices = getattr(reply, "choices", None) or []
+        details = getattr(getattr(reply, "usage", None), "prompt_tokens_details", None)
+        return _known(
+            response_model=getattr(reply, "model", None),
+            finish_reason=getattr(choices[0], "finish_reason", None) if choices else None,
+            cache_read_input_tokens=getattr(details, "cached_tokens", None),
+        )
 
     def _calls(self, reply: Any) -> list[tuple[str, str, str]]:
         return [
@@ -733,6 +763,15 @@ class AnthropicModel(_Adapter):
     def _tokens(self, reply: Any) -> tuple[int, int]:
         return reply.usage.input_tokens or 0, reply.usage.output_tokens or 0
 
+    def _reply_facts(self, reply: Any) -> dict[str, Any]:
+        usage = getattr(reply, "usage", None)
+        return _known(
+            response_model=getattr(reply, "model", None),
+            finish_reason=getattr(reply, "stop_reason", None),
+            cache_read_input_tokens=getattr(usage, "cache_read_input_tokens", None),
+            cache_write_input_tokens=getattr(usage, "cache_creation_input_tokens", None),
+        )
+
     def _calls(self, reply: Any) -> list[tuple[str, str, str]]:
         return [(b.id, b.name, json.dumps(b.input)) for b in reply.content if b.type == "tool_use"]
 
@@ -801,6 +840,16 @@ def model_from_name(
             raise UsageError(f"unknown model provider {provider!r}: use openai: or anthropic:")
     adapter.check_key()
     return adapter
+
+
+def _known(**facts: Any) -> dict[str, Any]:
+    """The facts a reply reported with the type ``Usage`` records (a fake's others are left)."""
+    return {
+        name: value
+        for name, value in facts.items()
+        if (isinstance(value, str) and 0 < len(value) <= 200 and value.isprintable())
+        or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
+    }
 
 
 def _is_loopback(url: str) -> bool:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import logging
 import os
 import re
 import sys
@@ -40,6 +39,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from aggregates.decisions import ErrorClass, ToolEffect
 from loop_actors._errors import ToolDefinitionError, ToolError, UsageError
+from loop_actors._logs import package_logger
 from loop_actors.agent.tools import Reconciled, Tool, ToolContext, ToolOptions, schema_digest
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream
     from mcp import ClientSession
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 DEFAULT_MCP_TIMEOUT_S = 30.0
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import itertools
-import logging
 import os
 import re
 import tempfile
@@ -37,6 +36,7 @@ from aggregates.events import DomainEvent
 from aggregates.invocation import Paused, Terminated
 from aggregates.log_chain import GENESIS, leaf, next_link
 from loop_actors._errors import UsageError
+from loop_actors._logs import BackgroundLoop, fields, package_logger
 from loop_actors.audit.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -52,7 +52,7 @@ from loop_actors.audit.checkpoint import (
 )
 from loop_actors.store.store import EventStore
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 CHECKPOINT_DIR_ENV = "LOOP_ACTORS_CHECKPOINT_DIR"
 CHECKPOINT_KEY_ENV = "LOOP_ACTORS_CHECKPOINT_KEY"
@@ -359,6 +359,7 @@ class Checkpointer:
                     "run tries again",
                     self.settings.directory,
                     message,
+                    extra=fields(loop=BackgroundLoop.CHECKPOINTS, error_type=type(error).__name__),
                 )
                 self._last_failure = (message, now)
         else:

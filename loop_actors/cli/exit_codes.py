@@ -25,6 +25,7 @@ class ExitCode(IntEnum):
     NEEDS_PERSON = 5
     """``reconcile``: an open effect that only a person can settle is left (``effects resolve``)."""
     LEASE_HELD = 6
-    """Another process holds a live lease on the invocation: nothing ran (``--take-over``)."""
+    """Another process drives the invocation: it holds a live lease on it, nothing ran
+    (``--take-over``); or this run stopped ``lease_lost`` (that process wrote first)."""
     INTERRUPTED = 130
     """Ctrl-C."""

@@ -74,6 +74,29 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("workers", "queue", "live lease holders (workers and runs), their leases, last heartbeat"),
     ("history", "history", "print an invocation's committed events"),
     (
+        "trace",
+        "trace",
+        "send an invocation's OpenTelemetry spans, rebuilt from its history "
+        "('trace export ID --otlp URL')",
+    ),
+    (
+        "watch",
+        "console",
+        "follow an invocation's committed events as they come, until it ends",
+    ),
+    (
+        "export",
+        "export",
+        "one self-contained HTML file of an invocation: trajectory, effect ledger, "
+        "approvals, audit",
+    ),
+    (
+        "serve",
+        "console",
+        "the operator console: invocations, trajectories, approvals inbox, live streams, "
+        "a JSON API (the console extra)",
+    ),
+    (
         "replay",
         "replay",
         "re-drive recorded invocations under an agent, calling nothing; report departures",
@@ -122,11 +145,20 @@ class CliParser(argparse.ArgumentParser):
     """argparse that reports a usage error in one line and exits 2.
 
     Given ``add_arguments``, it adds them the first time it parses (or prints help).
+    Every command's parser, sub-commands' too (``audit verify``), takes the log options
+    (:func:`log_options`); given there, they override those given before the command.
     """
 
-    def __init__(self, *args: Any, add_arguments: AddArguments | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        add_arguments: AddArguments | None = None,
+        top: bool = False,
+        **kwargs: Any,
+    ):
         super().__init__(*args, **kwargs)
         self._add_arguments = add_arguments
+        log_options(self, default=None if top else argparse.SUPPRESS)
 
     def _complete(self) -> None:
         if self._add_arguments is not None:
@@ -200,6 +232,41 @@ def checkpoint_options(sub: argparse.ArgumentParser) -> None:
     )
 
 
+LOG_FORMAT_ENV = "LOOP_ACTORS_LOG_FORMAT"
+LOG_LEVEL_ENV = "LOOP_ACTORS_LOG_LEVEL"
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+"""``--log-format`` and ``--log-level`` values (``loop_actors._logs``'s; a test checks)."""
+
+
+def log_level(text: str) -> str:
+    """An argparse type: a logging level's name, in either case."""
+    level = text.lower()
+    if level not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(LOG_LEVELS)}, got {text!r}")
+    return level
+
+
+def log_options(parser: argparse.ArgumentParser, *, default: object) -> None:
+    """``--log-format`` and ``--log-level``: taken before the command or after it."""
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=default,
+        help=f"how log records are written to stderr: text (the message, then "
+        f"[level logger field=value ...]) or json (one object a line); ${LOG_FORMAT_ENV}, "
+        "else text",
+    )
+    parser.add_argument(
+        "--log-level",
+        type=log_level,
+        metavar="LEVEL",
+        default=default,
+        help=f"the least severe records written: {', '.join(LOG_LEVELS)} "
+        f"(${LOG_LEVEL_ENV}, else warning)",
+    )
+
+
 def _lazy_arguments(group: str, command: str) -> AddArguments:
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         command_options(group).ARGUMENTS[command](parser)
@@ -210,11 +277,13 @@ def _lazy_arguments(group: str, command: str) -> AddArguments:
 def build_parser() -> argparse.ArgumentParser:
     """The parser of ``loop-actors``; each parsed command's ``group`` is its module's name."""
     parser = CliParser(
+        top=True,
         prog="loop-actors",
         description="Run, inspect and audit event-sourced agent loops.",
         epilog="Database: --db URL, else $LOOP_ACTORS_DB, else sqlite:///loop-actors.db. "
         "Exit codes: 0 completed, 3 paused, 4 other terminal reason, 2 bad usage, 1 internal, "
-        "6 another process holds the lease; reconcile: 5 an effect needs a person.",
+        "6 another process drives the invocation (holds its lease, or lease_lost); "
+        "reconcile: 5 an effect needs a person.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=CliParser)

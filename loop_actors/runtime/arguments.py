@@ -10,7 +10,7 @@ from aggregates.children import ParentLink
 from aggregates.decisions import Budget
 from aggregates.handoffs import HandoffOrigin
 from aggregates.ids import invocation_id_problem
-from aggregates.invocation import Invocation
+from aggregates.invocation import Invocation, TraceParent
 from aggregates.values import check_text
 from loop_actors._errors import UsageError
 from loop_actors.agent.agent import Agent
@@ -70,6 +70,8 @@ class StartRequest:
     """For a child invocation: its budget within its share of the parent's (None: the agent's)."""
     handed_off_from: HandoffOrigin | None = None
     """For the target of a handoff (started by the runtime): where it comes from."""
+    trace_parent: TraceParent | None = None
+    """The caller's current span (when tracing is on); a child's trace comes from its root."""
 
     def check(self, caller: str) -> None:
         """Refuse a malformed request of ``caller`` (``run``, ``submit``): nothing is written.
@@ -113,6 +115,7 @@ def new_invocation(request: StartRequest, *, at: datetime) -> Invocation:
         at=at,
         parent=request.parent,
         handed_off_from=request.handed_off_from,
+        trace_parent=request.trace_parent,
     )
 
 

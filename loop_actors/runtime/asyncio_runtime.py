@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
@@ -39,13 +38,15 @@ import trio
 
 from aggregates.invocation import Invocation, InvocationEvent
 from loop_actors._errors import UsageError
+from loop_actors._logs import package_logger
 from loop_actors.agent.agent import Agent
 from loop_actors.runtime.outcome import Outcome
 from loop_actors.runtime.runtime import CancelResult, ReconcileReport, Runtime
 from loop_actors.runtime.submission import DEFAULT_SUBMIT_CHUNK, Submission
 from loop_actors.store.url import redacted_url
+from loop_actors.telemetry.otel import caller_context, in_caller_context
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 T = TypeVar("T")
 
@@ -56,6 +57,8 @@ class _Call:
     def __init__(self) -> None:
         self.scope = trio.CancelScope()
         self.cancelled_by_caller = False
+        self.trace_context = caller_context()
+        """The caller's OpenTelemetry context (its current span), current in the trio task."""
 
     def cancel(self) -> None:
         """Run in the trio thread: cancel the call (before or after it started)."""
@@ -333,7 +336,7 @@ class AsyncioRuntime:
         value: T | None = None
         error: BaseException | None = None
         try:
-            with call.scope:
+            with call.scope, in_caller_context(call.trace_context):
                 try:
                     value = await fn(self._runtime)
                 except Exception as raised:  # the caller's exception, raised in its own task

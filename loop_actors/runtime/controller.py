@@ -54,6 +54,7 @@ from aggregates.turn import (
 from loop_actors._errors import InconsistentHistoryError, single_exception
 from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._guard import is_cancellation
+from loop_actors._logs import fields, package_logger
 from loop_actors._messages import (
     BatchExecuted,
     CommitFailed,
@@ -79,7 +80,7 @@ from loop_actors.store.secrets import MISSING, Kind, SecretStore
 if TYPE_CHECKING:
     from loop_actors.agent.agent import Agent
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 CANCEL_GRACE_S = 10.0
 """How long a cancelled batch may take to report its finished calls."""
@@ -379,6 +380,8 @@ class Controller:
     # ----------------------------------------------------------------- the tools
 
     def _on_executed(self, executed: BatchExecuted) -> Action:
+        if log.isEnabledFor(logging.DEBUG):
+            _log_results(self.invocation.id, executed)
         return self.core.on_executed(
             executed.results, executed.interruption, self._moment(), slept=executed.slept
         )
@@ -559,7 +562,10 @@ class Controller:
         except Exception as error:  # the store is down: report without recording
             if not self.outages.failed(f"reloading {self.invocation.id}", error):
                 log.warning(
-                    "cannot reload %s after a failed commit", self.invocation.id, exc_info=True
+                    "cannot reload %s after a failed commit",
+                    self.invocation.id,
+                    exc_info=True,
+                    extra=fields(invocation_id=self.invocation.id),
                 )
             return None
         self.core.invocation = reloaded
@@ -607,6 +613,27 @@ class Controller:
                 )
             revealed.append(turn.model_copy(update={"decision": decision, "results": results}))
         return revealed
+
+
+def _log_results(invocation_id: str, executed: BatchExecuted) -> None:
+    """One DEBUG record per call of a batch: its tool and outcome, never its output."""
+    for result in executed.results:
+        outcome = "ok" if result.error is None else result.error.error_class.value
+        log.debug(
+            "invocation %s step %d: %s %s",
+            invocation_id,
+            executed.step,
+            result.name,
+            outcome,
+            extra=fields(
+                invocation_id=invocation_id,
+                step=executed.step,
+                tool=result.name,
+                outcome=outcome,
+                effect_key=result.effect_key,
+                effect_status=result.effect_status,
+            ),
+        )
 
 
 def _kept(secrets: SecretStore, invocation_id: str, step: int, call_id: str, kind: Kind) -> Any:

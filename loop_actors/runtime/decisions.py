@@ -59,11 +59,15 @@ def _check_waiting_for_approval(invocation: Invocation, digest: str | None) -> N
         case None:
             return
         case ApprovalRefusal.NOT_WAITING:
-            raise ApprovalRefusedError(f"invocation {invocation.id} does not wait for an approval")
+            raise ApprovalRefusedError(
+                f"invocation {invocation.id} does not wait for an approval",
+                ApprovalRefusal.NOT_WAITING,
+            )
         case ApprovalRefusal.OTHER_DIGEST:
             raise ApprovalRefusedError(
                 f"refused: digest {digest} is not the digest of the batch waiting in "
-                f"{invocation.id}; look at the waiting calls again"
+                f"{invocation.id}; look at the waiting calls again",
+                ApprovalRefusal.OTHER_DIGEST,
             )
         case unreachable:
             assert_never(unreachable)

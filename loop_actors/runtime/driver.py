@@ -10,7 +10,6 @@ never through the Runtime's private members.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -32,6 +31,7 @@ from aggregates.lease import (
     Release,
     lease_is_live,
     release_after,
+    retry_reconciliation,
 )
 from aggregates.ledger_check import cut_decision_problem
 from aggregates.requests import CancelRequest
@@ -44,6 +44,7 @@ from aggregates.standing import (
     wake_due,
 )
 from aggregates.turn import cancel_paused
+from aggregates.vocabulary import ToolEffect
 from loop_actors._errors import (
     InconsistentHistoryError,
     InvocationExistsError,
@@ -55,7 +56,9 @@ from loop_actors._errors import (
     UsageError,
 )
 from loop_actors._faults import CrashPoint, fault_point
+from loop_actors._logs import BackgroundLoop, fields, package_logger
 from loop_actors._messages import CommitFailed, Committed
+from loop_actors._statistics import RunCounters
 from loop_actors.agent.agent import Agent, SettingsChangedError, check_catalogue
 from loop_actors.agent.mcp import McpSessions, using_mcp_sessions
 from loop_actors.agent.quota import QuotaGate, using_quota_gate
@@ -83,8 +86,10 @@ from loop_actors.store.queue import Claimed, NewRow
 from loop_actors.store.reader import DriveReads, StoreReader
 from loop_actors.store.secrets import SecretStore
 from loop_actors.store.store import EventStore
+from loop_actors.telemetry import telemetry_on
+from loop_actors.telemetry.live import report_drive
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 T = TypeVar("T")
 
@@ -128,9 +133,13 @@ class Driver:
         secrets: SecretStore,
         now: Callable[[], datetime],
         work_slots: WorkSlots | None,
+        runs: RunCounters | None = None,
         quota: QuotaGate | None = None,
     ) -> None:
-        """Hold what the runtime opened (``quota``: its shared rate limits, if any)."""
+        """Hold what the runtime opened; count drives in ``runs`` (the Runtime's).
+
+        ``quota``: its shared rate limits, if any.
+        """
         self.quota = quota
         self.store = store
         self.journal = journal
@@ -147,6 +156,8 @@ class Driver:
         """The controllers of the invocations driven now, by id."""
         self.cancels_seen_to = 0
         """The store position up to which the cancel watcher has looked for requests."""
+        self.runs = runs if runs is not None else RunCounters()
+        """How many drives began and how they stopped (``Runtime.statistics()``)."""
 
     def new_invocation(self, request: StartRequest) -> Invocation:
         """A new invocation as ``request`` asks, its ``InvocationStarted`` pending."""
@@ -441,16 +452,20 @@ class Driver:
     async def run_cancel_watcher(
         self,
         *,
+        start: int | None = None,
         task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Signal runs driven here whose cancel was requested from another process.
+
+        ``start``: the store position to look from (where the runtime's previous call's
+        watcher stood); the store's head when None.
 
         Cancellation: returns when the scope it hands to ``task_status`` is cancelled.
         """
         reads = self.reads
         failures = 0
         with trio.CancelScope() as scope:
-            position = self.cancels_seen_to = await reads.head()
+            position = self.cancels_seen_to = await reads.head() if start is None else start
             task_status.started(scope)
             while True:
                 await trio.sleep(CANCEL_POLL_S)
@@ -460,12 +475,14 @@ class Driver:
                     ids, position = await reads.cancel_requests_after(position)
                 except Exception as error:
                     failures += 1
-                    outage = self.leases.outages.failed("looking for cancel requests", error)
-                    if not outage and (failures == 1 or failures % 120 == 0):  # once a minute
-                        log.warning(
+                    outages = self.leases.outages
+                    if not outages.failed("looking for cancel requests", error):
+                        outages.throttle.caught(
+                            log,
+                            BackgroundLoop.CANCEL_WATCHER,
+                            error,
                             "cannot look for cancel requests (%d failed polls); retrying",
                             failures,
-                            exc_info=True,
                         )
                     continue
                 failures = 0
@@ -511,13 +528,14 @@ class Driver:
             if before is not None:
                 problem = before.history_problem
             else:
-                problem = await self.reads.history_problem(invocation.id)
+                problem = await self.reads.history_problem(invocation.id, invocation)
             # So would one cut right after a decision, which no run ever leaves alone.
             problem = problem or cut_decision_problem(invocation)
             if problem is not None:
                 raise InconsistentHistoryError(invocation.id, problem)
         # Invocations recorded before settings were recorded follow the agent's.
         settings = invocation.settings or agent.settings
+        version_at_start = invocation.version
         if self.secrets.sealed and not fresh:  # a new invocation has none yet
             await trio.to_thread.run_sync(self.secrets.load, invocation.id)
         controller = Controller(
@@ -539,6 +557,17 @@ class Driver:
             request = await self.reads.cancel_request(invocation.id)
         self.running[invocation.id] = controller
         self.inherit_cancel(controller)
+        self.runs.began(fresh=fresh)
+        log.info(
+            "invocation %s %s (agent %s, step %d)",
+            invocation.id,
+            "started" if fresh else "resumed",
+            invocation.agent_name,
+            invocation.step,
+            extra=fields(
+                invocation_id=invocation.id, agent=invocation.agent_name, step=invocation.step
+            ),
+        )
         try:
             if before is not None:
                 request = before.cancel_request
@@ -555,8 +584,34 @@ class Driver:
                 using_quota_gate(self.quota),
             ):
                 outcome = await controller.run()
+        except BaseException as error:  # noted, and raised on to the caller
+            log.info(
+                "the run of invocation %s stopped with %s (raised to its caller)",
+                invocation.id,
+                type(error).__name__,
+                extra=fields(invocation_id=invocation.id, error_type=type(error).__name__),
+            )
+            raise
         finally:
             del self.running[invocation.id]
+        self.runs.stopped(outcome.reason)
+        log.info(
+            "invocation %s %s: %s (step %d, %d tool call(s))",
+            invocation.id,
+            "paused" if outcome.paused else "ended",
+            outcome.reason.value,
+            outcome.steps,
+            outcome.tool_calls,
+            extra=fields(
+                invocation_id=invocation.id,
+                agent=invocation.agent_name,
+                step=outcome.steps,
+                outcome="paused" if outcome.paused else "ended",
+                reason=outcome.reason,
+            ),
+        )
+        if telemetry_on():  # the one check per drive; the spans come from what was committed
+            await report_drive(self.reads, invocation.id, version_at_start)
         # A failed checkpoint recorded nothing: the invocation goes on at its next
         # resume, which still needs what is kept.
         if not outcome.paused and outcome.reason is not TerminalReason.CHECKPOINT_FAILED:
@@ -601,6 +656,7 @@ class Driver:
                 invocation_id,
                 status.value,
                 exc_info=True,
+                extra=fields(invocation_id=invocation_id),
             )
 
     async def take_lease(
@@ -609,8 +665,8 @@ class Driver:
         """Take the lease of an invocation to drive it; record ``LeaseAcquired`` when it fences.
 
         Raises:
-            LeaseHeldError: another process holds a live lease on it.
-            InvocationExistsError: another process took it over meanwhile.
+            LeaseHeldError: another process holds a live lease on it, or took it over
+                after this one took its lease (a race of take-overs).
             StoreUnavailableError: the lease cannot be taken or recorded.
         """
         leases = self.leases
@@ -630,10 +686,18 @@ class Driver:
         except BaseException:
             await leases.release(lease, DRAINED)
             raise
-        if recorded is None:
+        if recorded is None:  # another take-over recorded a newer lease after this one
             leases.forget(lease)
-            raise InvocationExistsError(
-                invocation.id, "was taken over by another process meanwhile"
+            row = await leases.call(leases.queue.row, invocation.id)
+            now = await leases.call(leases.queue.now)
+            holder = row.holder if row is not None and row.holder else "another process"
+            expires_at = row.due_at if row is not None else now
+            raise LeaseHeldError(
+                invocation.id,
+                holder,
+                datetime.fromtimestamp(expires_at, UTC),
+                expires_at - now,
+                instead="leave it: it took the invocation over after this process did",
             )
         return recorded, lease
 
@@ -724,7 +788,11 @@ class Driver:
         except BaseException:
             leases.release_soon(lease, DRAINED)
             raise
+        if outcome.reason is TerminalReason.CHECKPOINT_FAILED:
+            leases.outages.commit_failed(outcome.detail or "a commit failed")
         release = _release(outcome)
+        if outcome.reason is TerminalReason.RECONCILIATION_REQUIRED:
+            release = await self._reconciliation_retry(outcome.invocation_id, agent) or release
         if release is None:
             leases.forget(lease)
         else:
@@ -760,6 +828,26 @@ class Driver:
             await trio.sleep(LEASE_RECORD_BACKOFF_S * attempt)
             invocation = await self.reads.invocation(invocation.id)
         raise StoreUnavailableError(f"cannot record the wake of {invocation.id}: it keeps changing")
+
+    async def _reconciliation_retry(self, invocation_id: str, agent: Agent) -> Release | None:
+        """For a run paused for a service that can be asked again: runnable again later.
+
+        So a worker asks the service again (``retry_reconciliation``) when every write
+        of its waiting batch has a tool with ``reconcile``; None when one has none (a
+        person settles it: ``effects resolve``), for a child (its parent asks the store
+        for it) and for a parent waiting for a child.
+        """
+        invocation = await self.reads.invocation(invocation_id)
+        paused, batch = invocation.paused, invocation.pending_batch
+        if paused is None or batch is None or invocation.parent is not None or paused.child_path:
+            return None
+        tools = agent.toolbox.tools
+        for call in batch.calls:
+            if call.effect is ToolEffect.WRITE and call.denied is None:
+                known = tools.get(call.name)
+                if known is None or known.reconcile is None or call.child_id is not None:
+                    return None
+        return retry_reconciliation((self.now() - paused.timestamp).total_seconds())
 
     async def drive_claim(
         self, lease: HeldLease, claim: Claimed, agent: Agent, before: DriveReads | Exception | None
@@ -802,7 +890,13 @@ class Driver:
                 # The store failed right after the claim: nothing ran; tried again later.
                 await leases.release(lease, RETRY_LATER, note=one_line(error))
                 raise
-            log.warning("cannot drive %s: %s", claim.invocation_id, error)
+            # The class only: the message (its row's note) may name an effect key.
+            log.warning(
+                "cannot drive %s (%s); its row is left paused, its note says why",
+                claim.invocation_id,
+                type(error).__name__,
+                extra=fields(invocation_id=claim.invocation_id, error_type=type(error).__name__),
+            )
             note = f"{type(error).__name__}: {error}"
             await leases.release(lease, Release(status=QueueStatus.PAUSED), note=note)
             return None

@@ -7,18 +7,17 @@ The rules (the target's id, what it is told, the chain's bound) are in
 
 from __future__ import annotations
 
-import logging
-
 from aggregates.decisions import Handoff, TerminalReason
 from aggregates.handoffs import HandoffHistory, HandoffOrigin, handoff_id_of, seed_of
 from aggregates.invocation import Invocation
 from loop_actors._errors import InvocationExistsError, InvocationNotFoundError
+from loop_actors._logs import package_logger
 from loop_actors.agent.agent import Agent
 from loop_actors.runtime.arguments import StartRequest
 from loop_actors.runtime.driver import Driver
 from loop_actors.runtime.outcome import Outcome
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 
 async def follow_handoffs(driver: Driver, outcome: Outcome, agent: Agent) -> Outcome:

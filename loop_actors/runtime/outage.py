@@ -6,9 +6,11 @@ a run reloading after its failed commit, a worker's claims, the releases at clos
 Each logging its own traceback, at every attempt, buried the one fact under hundreds
 of lines. They report to the runtime's :class:`StoreOutages` instead, which logs the
 first failure of an outage as one line that says what happens meanwhile, and the
-store's return as another; each failure's traceback is logged at DEBUG, so nothing
-is swallowed. Failures that are not outages (a bug of ours) are left to the caller,
-which logs them with their traceback as before.
+store's return as another; a failure's traceback is logged at DEBUG (through the
+runtime's :class:`~loop_actors._logs.Throttle`: once a minute per error class, the
+others counted), so nothing is swallowed. Failures that are not outages (a bug of
+ours) are left to the caller, which logs them with their traceback through the same
+throttle (``StoreOutages.throttle``).
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from eventsourcing.persistence import InterfaceError, OperationalError
 
 from aggregates.values import describe_error, safe_text
 from loop_actors._errors import LoopActorsError, StoreUnavailableError
+from loop_actors._logs import BackgroundLoop, Throttle, fields, package_logger
 from loop_actors.store.url import redacted_url
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 OUTAGE_LOG_EVERY_S = 60.0
 """A store that keeps failing and answering again is warned about at most this often."""
@@ -67,6 +70,8 @@ class StoreOutages:
         self._warned = False
         """Whether the outage going on now was warned about (its end is, then, too)."""
         self._warned_at: float | None = None
+        self.throttle = Throttle(clock=clock)
+        """How the runtime's loops log what they catch (one per runtime)."""
 
     @property
     def down(self) -> bool:
@@ -83,10 +88,30 @@ class StoreOutages:
         """
         if not is_outage(error):
             return False
-        log.debug("the store failed while %s", doing, exc_info=error)
+        self.throttle.caught(
+            log,
+            BackgroundLoop.STORE,
+            error,
+            "the store failed while %s",
+            doing,
+            level=logging.DEBUG,
+        )
+        self._went_down(doing, one_line(error), type(error).__name__)
+        return True
+
+    def commit_failed(self, detail: str) -> None:
+        """Note that a run's commit failed (its outcome ``checkpoint_failed``, ``detail``).
+
+        Warned about as any outage (once); from now on the runtime's other writes
+        (leases given back, a holder deregistered) are not each made to wait the
+        store's whole lock or connect timeout before the run's outcome is answered.
+        """
+        self._went_down("committing a step", " ".join(detail.split()), None)
+
+    def _went_down(self, doing: str, why: str, error_type: str | None) -> None:
         now = self._clock()
         if self._down_since is not None:
-            return True
+            return
         self._down_since = now
         self._warned = self._warned_at is None or now - self._warned_at >= OUTAGE_LOG_EVERY_S
         if self._warned:
@@ -96,10 +121,10 @@ class StoreOutages:
                 "(checkpoint_failed: resume continues each from its last one), leases not "
                 "given back run out within %g s; trying again until it works",
                 doing,
-                one_line(error),
+                why,
                 self.lease_s,
+                extra=fields(loop=BackgroundLoop.STORE, error_type=error_type),
             )
-        return True
 
     def answered(self) -> None:
         """A write to the store succeeded: an outage going on is over (and said so)."""
@@ -108,7 +133,11 @@ class StoreOutages:
         lasted = self._clock() - self._down_since
         self._down_since = None
         if self._warned:
-            log.warning("the store works again (it could not be used for %.0f s)", lasted)
+            log.warning(
+                "the store works again (it could not be used for %.0f s)",
+                lasted,
+                extra=fields(loop=BackgroundLoop.STORE),
+            )
 
 
 __all__ = ["OUTAGE_LOG_EVERY_S", "StoreOutages", "is_outage", "one_line"]

@@ -46,9 +46,16 @@ class Outcome(Frozen):
 
     @property
     def exit_code(self) -> int:
-        """The CLI exit code: 0 completed, 3 paused, 4 any other reason."""
+        """The CLI exit code: 0 completed, 3 paused, 6 ``lease_lost``, 4 any other reason.
+
+        ``lease_lost`` is 6, as a resume refused for another process's lease: another
+        process drives the invocation now (a take-over that lost the race to another,
+        say), and this one stopped without recording anything.
+        """
         if self.reason is TerminalReason.COMPLETED:
             return 0
+        if self.reason is TerminalReason.LEASE_LOST:
+            return 6
         return 3 if self.paused else 4
 
     @classmethod

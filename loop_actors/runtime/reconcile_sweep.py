@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from functools import partial
 
 from aggregates.decisions import Frozen, TerminalReason
@@ -10,13 +9,14 @@ from aggregates.effect import Effect, Settler, who_settles
 from aggregates.invocation import Invocation, Phase
 from aggregates.turn import EffectAnswered, settle_ended_effect
 from loop_actors._errors import LeaseHeldError
+from loop_actors._logs import effect_key_hash, fields, package_logger
 from loop_actors._messages import Committed, ReconcileEffect
 from loop_actors.agent.agent import Agent
 from loop_actors.runtime.driver import Driver, DriverSource
 from loop_actors.runtime.outcome import Outcome
 from loop_actors.runtime.reconciler import reconcile_effect
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 
 class NeedsPerson(Frozen):
@@ -177,7 +177,16 @@ class ReconcileSweep:
                 at=driver.now(),
             )
             if problem is not None:
-                log.warning("effect %s left open: %s", effect.key, problem)
+                log.warning(
+                    "effect %s of invocation %s (tool %s) left open: %s",
+                    effect_key_hash(effect.key),
+                    invocation.id,
+                    effect.tool,
+                    problem,
+                    extra=fields(
+                        invocation_id=invocation.id, tool=effect.tool, effect_key=effect.key
+                    ),
+                )
                 continue
             outcome = await driver.journal.commit(effect.take_events())
             if isinstance(outcome, Committed):

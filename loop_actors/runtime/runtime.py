@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import logging
 import os
+import threading
+import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from functools import partial
 from types import TracebackType
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import trio
 from pydantic import JsonValue
@@ -19,10 +21,18 @@ from aggregates.invocation import Invocation, InvocationEvent
 from aggregates.lease import DEFAULT_LEASE_S, HolderKind, check_lease_s
 from aggregates.rate_limits import RateLimit
 from aggregates.revalidation import MalformedValueError, revalidated
-from loop_actors._errors import UsageError, single_exception
+from loop_actors._errors import RuntimeBusyError, UsageError, single_exception
+from loop_actors._logs import package_logger
+from loop_actors._statistics import (
+    ErrorSeen,
+    RunCounters,
+    RuntimeStatistics,
+    error_seen,
+    later,
+)
 from loop_actors.agent.agent import Agent
 from loop_actors.agent.mcp import open_mcp_sessions
-from loop_actors.audit.checkpointer import Checkpointer, CheckpointSettings, open_checkpointer
+from loop_actors.audit.checkpointer import Checkpointer, CheckpointSettings
 from loop_actors.runtime.arguments import StartRequest, check_invocation_id, check_texts
 from loop_actors.runtime.decisions import HumanDecisions, ResolvedEffect
 from loop_actors.runtime.driver import CancelResult, Driver
@@ -45,6 +55,13 @@ from loop_actors.runtime.replay import (
     ReplayReport,
     replay_all,
 )
+from loop_actors.runtime.resources import (
+    Resources,
+    ResourceSettings,
+    abandon,
+    close_when_collected,
+    open_resources,
+)
 from loop_actors.runtime.slots import DEFAULT_WORK_SLOTS, WorkSlots
 from loop_actors.runtime.submission import (
     DEFAULT_SUBMIT_CHUNK,
@@ -53,11 +70,8 @@ from loop_actors.runtime.submission import (
     check_chunk_size,
     submission_requests,
 )
-from loop_actors.store.journal import Journal
-from loop_actors.store.read_models import open_runner
 from loop_actors.store.reader import StoreReader
 from loop_actors.store.secrets import SecretStore
-from loop_actors.store.store import EventStore
 from loop_actors.store.url import StoreUrl, resolve_db_url
 from loop_actors.store.views import (
     FOLLOW_RETRY_FIRST_S,
@@ -66,21 +80,25 @@ from loop_actors.store.views import (
     ReadModelsStatus,
     run_projection_follower,
 )
+from loop_actors.telemetry import current_trace_parent
 from projections import ProjectionRunner
+
+if TYPE_CHECKING:
+    from loop_actors.audit.resume_check import CheckedLog
 
 T = TypeVar("T")
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-async def _close_checkpointer(checkpointer: Checkpointer) -> None:
-    """Write the last checkpoint and stop its thread (shielded: it always finishes)."""
-    with trio.CancelScope(shield=True):
-        await trio.to_thread.run_sync(checkpointer.close)
+async def _run_in(scope: trio.CancelScope, run: Callable[[], Awaitable[object]]) -> None:
+    """Run ``run()`` inside ``scope`` (a task started with ``start_soon``, stopped by the scope)."""
+    with scope:
+        await run()
 
 
 class Runtime:
@@ -88,8 +106,11 @@ class Runtime:
 
     ``Runtime(url)`` is cheap and does no I/O. Use ``async with runtime:`` to
     share one store and one Journal (group commit) between many concurrent
-    runs; ``await runtime.run(...)`` outside that block opens them for the one
-    call. ``run_sync`` is the blocking form for scripts.
+    runs. A call outside that block (``await runtime.run(...)``, or ``run_sync``,
+    the blocking form for scripts) opens the store at the runtime's first call and
+    keeps it for the next, until :meth:`close` (or the end of ``with runtime:``, the
+    runtime's collection, interpreter exit). One call at a time: a call from another
+    thread meanwhile raises :class:`RuntimeBusyError`.
     """
 
     def __init__(
@@ -159,6 +180,8 @@ class Runtime:
         )
         """Where checkpoints are written (None: nowhere)."""
         self.checkpointer: Checkpointer | None = None
+        self._checked_log: CheckedLog | None = None
+        """The newest checkpoint a resume found the log to agree with (``check_before_resume``)."""
         """The checkpoint writer, while the runtime is open with checkpoints."""
         problem = check_lease_s(lease_s)
         if problem is not None:
@@ -174,9 +197,21 @@ class Runtime:
         """This runtime's name as a lease holder (``kind:host:pid:random``)."""
         self._now = now
         self._exit_stack: AsyncExitStack | None = None
+        """What stops the running call's parts (or the ``async with`` block's); else None."""
         self._driver: Driver | None = None
         """What the open runtime drives invocations with; None while closed."""
-        self._decisions = HumanDecisions(self, now)
+        self._resources: Resources | None = None
+        """What stays open between calls (the store, the queue...); None until the first."""
+        self._finalizer: weakref.finalize[..., None] | None = None
+        """Closes ``_resources`` when this runtime is collected, or at interpreter exit."""
+        self._busy = threading.Lock()
+        """Held by the one call (or ``async with`` block) that uses the runtime now."""
+        self._owner: int | None = None
+        """The thread that holds ``_busy``."""
+        self._busy_with = ""
+        """That thread's name, for the error a call from another thread gets."""
+        self._pid = os.getpid()
+        """The process the runtime's resources belong to (a forked child opens its own)."""
         self._secrets = SecretStore()
         """Real values of redacted data that paused runs still need (see ``_secrets``)."""
         self.follow_projections = follow_projections
@@ -185,101 +220,30 @@ class Runtime:
         """The read models, while the runtime is open with ``follow_projections=True``."""
         self._read_models: FollowerHealth | None = None
         """What the read models' follower last saw, while it runs."""
+        self._runs = RunCounters()
+        """Its drives, counted across its opens (``statistics()``)."""
+        self._last_error: ErrorSeen | None = None
+        """The last error caught while it was open before (``statistics()`` once closed)."""
 
     # ----------------------------------------------------------------- lifecycle
 
     async def __aenter__(self) -> Runtime:
-        """Open the store and start the Journal.
+        """Open the store and start the Journal; closed again, all of it, on exit.
+
+        What a runtime kept open from earlier calls (``run_sync``) is used, and closed
+        on exit too.
 
         Raises:
             StoreUnavailableError: the database cannot be opened.
+            RuntimeBusyError: a call of this runtime runs in another thread.
+            UsageError: the runtime is already open (``async with`` inside ``async with``).
 
         Cancellation: a checkpoint; cancelled while opening, whatever was opened
         is closed again and nothing is recorded.
         """
-        if self._exit_stack is not None:
+        if self._exit_stack is not None and self._owner == threading.get_ident():
             raise UsageError("this runtime is already open")
-        store = await trio.to_thread.run_sync(EventStore, self.db_url)
-        stack = AsyncExitStack()
-        try:
-            gc_hold = GcHold(self.gc_policy)
-            gc_hold.take()
-            stack.callback(gc_hold.give_back)  # last: after everything else has closed
-            stack.callback(store.close)
-            cipher = store.app.mapper.cipher
-            self._secrets.open(store.sealed_table() if cipher else None, cipher)
-            stack.callback(self._secrets.close)
-            runner = None
-            if self.follow_projections:
-                runner = await trio.to_thread.run_sync(open_runner, store, self.views)
-                stack.callback(runner.close)  # after the nursery: the follower has stopped
-            queue = await trio.to_thread.run_sync(store.open_queue)
-            stack.callback(queue.close)  # after the nursery: the heartbeat has stopped
-            nursery = await stack.enter_async_context(trio.open_nursery())
-            leases = LeaseKeeper(
-                queue,
-                holder=self.holder_id,
-                kind=self.holder.kind,
-                lease_s=self.lease_s,
-                agents=list(self.holder.agents),
-                concurrency=self.holder.concurrency,
-                reap=self.holder.reap,
-                nursery=nursery,
-            )
-            heartbeat: trio.CancelScope = await nursery.start(leases.run_heartbeat)
-            stack.callback(heartbeat.cancel)
-            stack.push_async_callback(leases.aclose)  # deregistered before the heartbeat stops
-            committed: trio.MemorySendChannel[None] | None = None
-            if runner is not None:
-                # A buffer of one: a pending wake-up already covers every later commit.
-                # The Journal closes it when it stops, which ends the follower.
-                committed, wake = trio.open_memory_channel[None](1)
-                health = FollowerHealth(
-                    first_retry_s=FOLLOW_RETRY_FIRST_S, max_retry_s=FOLLOW_RETRY_MAX_S
-                )
-                await nursery.start(partial(run_projection_follower, runner, wake, health=health))
-                self.projections, self._read_models = runner, health
-            reads = StoreReader(store)
-            stack.push_async_callback(reads.aclose)  # before the store closes: no read left running
-            # MCP server sessions (stdio server processes) live as long as the runtime.
-            mcp_sessions = await stack.enter_async_context(open_mcp_sessions())
-            checkpointer: Checkpointer | None = None
-            if self.checkpoints is not None:
-                checkpointer = await trio.to_thread.run_sync(
-                    open_checkpointer, store, self.checkpoints
-                )
-                # Closed after the Journal (its last commits are counted): a last checkpoint.
-                stack.push_async_callback(_close_checkpointer, checkpointer)
-            # Closed first on exit: it answers every commit it took, then stops (and
-            # closes ``committed``, which ends the follower).
-            journal = await stack.enter_async_context(
-                Journal(
-                    store,
-                    committed=committed,
-                    after_commit=checkpointer.note_commits if checkpointer else None,
-                )
-            )
-            quota = SharedQuota(self.rate_limits, leases) if self.rate_limits else None
-            driver = Driver(
-                store=store,
-                journal=journal,
-                reads=reads,
-                leases=leases,
-                mcp=mcp_sessions,
-                secrets=self._secrets,
-                now=self._now,
-                work_slots=self.work_slots,
-                quota=quota,
-            )
-            # Runs are signalled from the first run on; stopped first when the runtime closes.
-            watcher: trio.CancelScope = await nursery.start(driver.run_cancel_watcher)
-            stack.callback(watcher.cancel)
-        except BaseException:
-            await stack.aclose()
-            raise
-        self._exit_stack, self._driver = stack, driver
-        self.quota = quota
-        self.checkpointer = checkpointer
+        await self._open_call()
         return self
 
     async def __aexit__(
@@ -293,20 +257,310 @@ class Runtime:
         Cancellation: the Journal's shutdown is shielded (every commit handed to it
         is answered); the background tasks are cancelled.
         """
+        if self._exit_stack is None:
+            return
+        await self._close_call(exc_type, exc, tb, keep=False)
+
+    def __enter__(self) -> Runtime:
+        """Open the store for the ``with`` block's calls (``run_sync`` and the other blocking ones).
+
+        Raises:
+            StoreUnavailableError: the database cannot be opened.
+            RuntimeBusyError: a call of this runtime runs in another thread.
+        """
+        self.open_sync()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Close what the runtime kept open: :meth:`close`."""
+        self.close()
+
+    def open_sync(self) -> None:
+        """Open the store now (blocking) rather than at the first call; nothing if it is open.
+
+        Raises:
+            StoreUnavailableError: the database cannot be opened.
+            RuntimeBusyError: a call of this runtime runs in another thread.
+        """
+        self._claim()
+        try:
+            self._kept_resources()
+        finally:
+            self._release()
+
+    def close(self) -> None:
+        """Close what the runtime kept open between calls (blocking); it opens again when used.
+
+        Deregisters its lease holder, stops the checkpoint writer (writing a last
+        checkpoint), closes the work queue, the read models and the store. Safe to
+        call twice, and on a runtime that never opened. A runtime left open is closed
+        when it is garbage collected, or at interpreter exit.
+
+        Raises:
+            RuntimeBusyError: a call of this runtime is running (in any thread).
+        """
+        self._claim()
+        try:
+            resources, self._resources = self._resources, None
+            finalizer, self._finalizer = self._finalizer, None
+            if finalizer is not None:
+                finalizer.detach()
+            if resources is not None:
+                resources.close()
+        finally:
+            self._release()
+
+    def _claim(self) -> None:
+        """Take this runtime for a call in this thread, or refuse: one call at a time.
+
+        Raises:
+            RuntimeBusyError: a call of this runtime runs (in another thread, or in
+                this one: ``close`` or ``with`` inside a call).
+        """
+        if self._pid != os.getpid():
+            self._forget_parent()
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeBusyError(self._busy_with)
+        self._owner = threading.get_ident()
+        self._busy_with = threading.current_thread().name
+
+    def _release(self) -> None:
+        self._owner = None
+        self._busy.release()
+
+    def _forget_parent(self) -> None:
+        """In a forked child: drop what the parent opened (never used nor closed here)."""
+        if self._resources is not None:
+            abandon(self._resources, self._finalizer)
+        self._resources, self._finalizer = None, None
+        self._exit_stack, self._driver = None, None
+        self._busy = threading.Lock()
+        self._owner = None
+        self._pid = os.getpid()
+        self.holder_id = new_holder_id(self.holder.kind)
+
+    def _kept_resources(self) -> Resources:
+        """The resources kept open, opened now if there are none (blocking; claimed first)."""
+        if self._resources is None or self._resources.closed:
+            settings = ResourceSettings(
+                db_url=self.db_url,
+                follow_projections=self.follow_projections,
+                views=self.views,
+                checkpoints=self.checkpoints,
+                lease_s=self.lease_s,
+            )
+            resources = open_resources(settings, self._secrets, self.holder_id)
+            self._resources = resources
+            self._finalizer = close_when_collected(self, resources)
+        return self._resources
+
+    async def _open_call(self) -> None:
+        """Claim the runtime, open (or reuse) its resources, and start the call's parts.
+
+        Raises:
+            RuntimeBusyError: a call of this runtime runs in another thread.
+            StoreUnavailableError: the database cannot be opened.
+
+        Cancellation: a checkpoint; cancelled, what this call opened is closed again
+        (the resources stay kept, or closed if they were opened by it and failed).
+        """
+        self._claim()
+        opened = False
+        try:
+            if self._resources is None or self._resources.closed:
+                await trio.to_thread.run_sync(self._kept_resources)
+                opened = True
+            resources = self._resources
+            assert resources is not None
+            stack = await self._start_call(resources)
+        except BaseException:
+            try:
+                if opened:  # nothing was kept before this call: nothing is kept after it
+                    await self._close_resources()
+            finally:
+                self._release()
+            raise
+        self._exit_stack = stack
+
+    async def _close_resources(self) -> None:
+        """Close what the runtime kept open (shielded: it always finishes)."""
+        resources, self._resources = self._resources, None
+        finalizer, self._finalizer = self._finalizer, None
+        if finalizer is not None:
+            finalizer.detach()
+        if resources is not None:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(resources.close)
+
+    async def _close_call(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        *,
+        keep: bool,
+    ) -> None:
+        """Stop the call's parts; close the resources too unless ``keep``; release the runtime."""
         stack, self._exit_stack = self._exit_stack, None
-        self._driver = None
+        self._last_error = self.statistics().last_error
+        driver, self._driver = self._driver, None
         self.quota = None
         self.projections = None
         self._read_models = None
         self.checkpointer = None
-        if stack is None:
-            return
+        resources = self._resources
         try:
-            await stack.__aexit__(exc_type, exc, tb)
-        except BaseExceptionGroup as group:
-            # The Journal's nursery wraps whatever the body raised; give the caller
-            # the body's own exception rather than a group of one.
-            raise single_exception(group) from None
+            assert stack is not None
+            try:
+                await stack.__aexit__(exc_type, exc, tb)
+            except BaseExceptionGroup as group:
+                # The Journal's nursery wraps whatever the body raised; give the caller
+                # the body's own exception rather than a group of one.
+                raise single_exception(group) from None
+            finally:
+                if resources is not None:
+                    resources.in_use = False
+                    if driver is not None:
+                        resources.cancels_seen_to = driver.cancels_seen_to
+                    if not keep:
+                        await self._close_resources()
+        finally:
+            self._release()
+
+    async def _start_call(self, resources: Resources) -> AsyncExitStack:
+        """Start what one call (or one ``async with`` block) needs on top of the resources.
+
+        The nursery with the heartbeat and the cancel watcher, the reader, the MCP
+        sessions, the Journal and the read models' follower are bound to the running
+        event loop: each call has its own. Returns the stack that stops them.
+        """
+        store = resources.store
+        if resources.registration.holder != self.holder_id:  # a Worker names its own holder
+            await trio.to_thread.run_sync(resources.register_as, self.holder_id)
+        resources.registration.expire_if_stale(self.lease_s, time.monotonic())
+        stack = AsyncExitStack()
+        try:
+            resources.in_use = True
+            gc_hold = GcHold(self.gc_policy)
+            gc_hold.take()
+            stack.callback(gc_hold.give_back)  # last: after everything else has closed
+            leases = LeaseKeeper(
+                resources.queue,
+                holder=self.holder_id,
+                kind=self.holder.kind,
+                lease_s=self.lease_s,
+                agents=list(self.holder.agents),
+                concurrency=self.holder.concurrency,
+                reap=self.holder.reap,
+                holder_state=resources.registration,
+                shared_outages=resources.outages,
+            )
+            # After the nursery: the releases written in the background are done by then,
+            # and one that failed is tried once more. The holder stays registered: the
+            # resources deregister it when they close.
+            stack.push_async_callback(partial(leases.aclose, deregister=False))
+            nursery = await stack.enter_async_context(trio.open_nursery())
+            leases.nursery = nursery
+            # Started without waiting for it (its first beat is a third of a lease away):
+            # a short call does not pay a pass of the scheduler for it.
+            heartbeat = trio.CancelScope()
+            nursery.start_soon(_run_in, heartbeat, leases.run_heartbeat)
+            stack.callback(heartbeat.cancel)
+            committed: trio.MemorySendChannel[None] | None = None
+            runner = resources.runner
+            if runner is not None:
+                # A buffer of one: a pending wake-up already covers every later commit.
+                # The Journal closes it when it stops, which ends the follower.
+                committed, wake = trio.open_memory_channel[None](1)
+                health = FollowerHealth(
+                    first_retry_s=FOLLOW_RETRY_FIRST_S, max_retry_s=FOLLOW_RETRY_MAX_S
+                )
+                await nursery.start(partial(run_projection_follower, runner, wake, health=health))
+                self.projections, self._read_models = runner, health
+            reads = StoreReader(store)
+            stack.push_async_callback(reads.aclose)  # before the store closes: no read left running
+            # MCP server sessions (stdio server processes) live as long as the call.
+            mcp_sessions = await stack.enter_async_context(open_mcp_sessions())
+            checkpointer = resources.checkpointer
+            # Ends first on exit: it answers every commit it took (and closes
+            # ``committed``, which ends the follower); its thread stays for the next call.
+            journal = await stack.enter_async_context(resources.journal.serving(committed))
+            quota = SharedQuota(self.rate_limits, leases) if self.rate_limits else None
+            driver = Driver(
+                store=store,
+                journal=journal,
+                reads=reads,
+                leases=leases,
+                mcp=mcp_sessions,
+                secrets=self._secrets,
+                now=self._now,
+                work_slots=self.work_slots,
+                runs=self._runs,
+                quota=quota,
+            )
+            # Runs are signalled from the first run on; stopped first when the runtime closes.
+            start = resources.cancels_seen_to
+            if start is None:  # the first call: it reads where the store's log stands first
+                watcher: trio.CancelScope = await nursery.start(driver.run_cancel_watcher)
+            else:  # a later call goes on from where the last one's watcher stood
+                driver.cancels_seen_to = start
+                watcher = trio.CancelScope()
+                nursery.start_soon(
+                    _run_in, watcher, partial(driver.run_cancel_watcher, start=start)
+                )
+            stack.callback(watcher.cancel)
+        except BaseException:
+            self.projections, self._read_models = None, None
+            try:
+                await stack.aclose()
+            finally:
+                resources.in_use = False
+            raise
+        self._driver = driver
+        self.quota = quota
+        self.checkpointer = checkpointer
+        return stack
+
+    def statistics(self) -> RuntimeStatistics:
+        """What it drives now and has done since it was made: a frozen snapshot, cheap to take.
+
+        Runs in flight, drives begun and stopped (by reason), leases held, whether the
+        store is down, its Journal's statistics (while its store is open, between calls
+        too) and the last error one of its tasks or its Journal caught: its class, loop
+        and time, never its message (docs/reference/api.md#statistics).
+        """
+        runs = self._runs
+        driver = self._driver
+        resources = self._resources
+        if resources is not None and resources.closed:
+            resources = None
+        journal = resources.journal.statistics() if resources is not None else None
+        last_error = self._last_error
+        if resources is not None:
+            last_error = later(
+                last_error,
+                error_seen(resources.outages.throttle.last_error),
+                error_seen(resources.journal.throttle.last_error),
+                journal.last_error if journal is not None else None,
+            )
+        return RuntimeStatistics(
+            open=driver is not None,
+            runs_in_flight=len(driver.running) if driver is not None else 0,
+            runs_started=runs.started,
+            runs_resumed=runs.resumed,
+            runs_paused=runs.paused,
+            runs_ended=runs.ended,
+            stops_by_reason=dict(runs.stops),
+            leases_held=len(driver.leases.held) if driver is not None else 0,
+            store_down=resources.outages.down if resources is not None else False,
+            journal=journal,
+            last_error=last_error,
+        )
 
     def read_models_status(self) -> ReadModelsStatus | None:
         """Where the followed read models stand; None unless open with ``follow_projections``.
@@ -355,6 +609,7 @@ class Runtime:
             task_class=task_class,
             actor=actor,
             tenant=tenant,
+            trace_parent=current_trace_parent(),
         )
         request.check("run")
 
@@ -432,6 +687,8 @@ class Runtime:
         )
 
         async def resume_and_follow(driver: Driver) -> Outcome:
+            if self.checkpoints is not None:
+                await self._check_against_checkpoints(driver, invocation_id, self.checkpoints)
             return await follow_handoffs(driver, await resume(driver), agent)
 
         return await self.with_driver(resume_and_follow)
@@ -480,21 +737,41 @@ class Runtime:
 
     async def wake(self, invocation_id: str, *, by: str | None = None) -> bool:
         """Wake a sleeping invocation now: :meth:`HumanDecisions.wake` (True: it was early)."""
-        return await self._decisions.wake(invocation_id, by=by)
+        return await self._decisions().wake(invocation_id, by=by)
+
+    async def _check_against_checkpoints(
+        self, driver: Driver, invocation_id: str, settings: CheckpointSettings
+    ) -> None:
+        """A resume of a runtime given checkpoints checks the invocation against them first.
+
+        Raises:
+            InconsistentHistoryError: a chain of its tree is broken, or the store does
+                not agree with the checkpoints (``check_before_resume``); nothing runs.
+        """
+        from loop_actors.audit.resume_check import check_before_resume  # noqa: PLC0415
+
+        self._checked_log = await driver.reads.call(
+            partial(check_before_resume, driver.store, invocation_id, settings, self._checked_log)
+        )
+
+    def _decisions(self) -> HumanDecisions:
+        # Made for each call, not kept: a runtime that referred to itself would be freed
+        # only by the cycle collector, and it closes what it kept open when it is freed.
+        return HumanDecisions(self, self._now)
 
     async def approve(
         self, invocation_id: str, *, digest: str, by: str, note: str | None = None
     ) -> None:
         """Approve the batch an invocation paused for: :meth:`HumanDecisions.approve`."""
-        await self._decisions.approve(invocation_id, digest=digest, by=by, note=note)
+        await self._decisions().approve(invocation_id, digest=digest, by=by, note=note)
 
     async def deny(self, invocation_id: str, *, by: str, reason: str) -> None:
         """Deny the batch an invocation paused for: :meth:`HumanDecisions.deny`."""
-        await self._decisions.deny(invocation_id, by=by, reason=reason)
+        await self._decisions().deny(invocation_id, by=by, reason=reason)
 
     async def clarify(self, invocation_id: str, *, answer: str, by: str | None = None) -> None:
         """Answer the question an invocation paused with: :meth:`HumanDecisions.clarify`."""
-        await self._decisions.clarify(invocation_id, answer=answer, by=by)
+        await self._decisions().clarify(invocation_id, answer=answer, by=by)
 
     async def resolve_effect(
         self,
@@ -508,7 +785,7 @@ class Runtime:
         agent: Agent | None = None,
     ) -> ResolvedEffect:
         """Settle an open effect by hand: :meth:`HumanDecisions.resolve_effect`."""
-        return await self._decisions.resolve_effect(
+        return await self._decisions().resolve_effect(
             effect_key,
             committed=committed,
             rejected=rejected,
@@ -852,6 +1129,7 @@ class Runtime:
             actor=actor,
             tenant=tenant,
             agent_ref=agent_ref,
+            trace_parent=current_trace_parent(),
         )
         request.check("submit")
         return await self.with_driver(partial(Driver.submit, request=request))
@@ -904,14 +1182,29 @@ class Runtime:
     # ----------------------------------------------------------------- the driver
 
     async def with_driver(self, use: Callable[[Driver], Awaitable[T]], /) -> T:
-        """Await ``use(driver)`` with the open Driver; a closed runtime opens for the one call.
+        """Await ``use(driver)`` with the open Driver; outside ``async with``, for the one call.
 
-        Cancellation: as ``use``; a runtime opened for the call closes again either way.
+        A runtime not entered with ``async with`` opens its store at its first call and
+        keeps it open for the next (see :meth:`close`); the parts bound to the event
+        loop (the Journal, the heartbeat...) are started and stopped with each call.
+
+        Raises:
+            RuntimeBusyError: a call of this runtime runs in another thread.
+
+        Cancellation: as ``use``; what the call started is stopped again either way.
         """
         if self._driver is None:
-            async with self:
+            await self._open_call()
+            try:
                 assert self._driver is not None
-                return await use(self._driver)
+                result = await use(self._driver)
+            except BaseException as error:
+                await self._close_call(type(error), error, error.__traceback__, keep=True)
+                raise
+            await self._close_call(None, None, None, keep=True)
+            return result
+        if self._owner != threading.get_ident():
+            raise RuntimeBusyError(self._busy_with)
         return await use(self._driver)
 
     @property

@@ -47,6 +47,7 @@ from loop_actors.runtime.arguments import StartRequest, new_invocation
 from loop_actors.store.queue import NewRow, WorkQueue
 from loop_actors.store.store import EventStore
 from loop_actors.store.url import StoreUrl
+from loop_actors.telemetry import current_trace_parent
 
 DEFAULT_SUBMIT_CHUNK = 500
 """Goals a transaction: large enough that a chunk's commit costs little a goal, small
@@ -146,6 +147,7 @@ def submission_requests(
         raise UsageError(f"{caller}() needs an Agent, got {type(agent).__name__}")
     requests: list[StartRequest] = []
     first_at: dict[str, int] = {}
+    trace_parent = current_trace_parent()  # the caller's span, for every goal it submits
     for index, item in enumerate(goals):
         goal = Submission(item) if isinstance(item, str) else item
         if not isinstance(goal, Submission):
@@ -167,6 +169,7 @@ def submission_requests(
             actor=goal.actor,
             tenant=goal.tenant,
             agent_ref=agent_ref,
+            trace_parent=trace_parent,
         )
         try:
             request.check(caller)

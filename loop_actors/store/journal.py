@@ -14,22 +14,29 @@ import sqlite3
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Protocol
 
 import outcome
 import trio
-from eventsourcing.persistence import IntegrityError, OperationalError, PersistenceError
+from eventsourcing.persistence import (
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    PersistenceError,
+)
 
 from aggregates.events import DomainEvent
+from loop_actors._logs import BackgroundLoop, Throttle, package_logger
 from loop_actors._messages import CommitFailed, CommitOutcome, Committed
+from loop_actors._statistics import JournalCounters, JournalStatistics
 from loop_actors.store.queue import NewRow
 from loop_actors.store.store import EventStore
-from loop_actors.store.url import DEFAULT_LOCK_RETRY_S, StoreUrl
+from loop_actors.store.url import DEFAULT_LOCK_RETRY_S, StoreUrl, redacted_url
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 MAX_GROUP = 512
 """The most commits put into one transaction."""
@@ -138,8 +145,12 @@ class _Passes(trio.abc.Instrument):
         self.count += 1
 
 
-def _loop_idle() -> bool:
-    """Whether no other task is runnable and no deadline is due within ``INLINE_IDLE_S``."""
+def loop_idle() -> bool:
+    """Whether no other task is runnable and no deadline is due within ``INLINE_IDLE_S``.
+
+    Then a quick blocking write on the trio thread keeps nothing waiting (the Journal's
+    inline commits; a lease's release: ``LeaseKeeper``).
+    """
     statistics = trio.lowlevel.current_statistics()
     return (
         statistics.tasks_runnable <= INLINE_MAX_RUNNABLE
@@ -211,6 +222,11 @@ def is_lock_failure(error: BaseException) -> bool:
     return "locked" in message or "busy" in message
 
 
+def _store_unusable(error: BaseException) -> bool:
+    """Whether the store cannot be used now (gone, full, read-only), not a bug of ours."""
+    return isinstance(error, OperationalError | InterfaceError | sqlite3.OperationalError)
+
+
 def _failed(error: BaseException, *, conflict: bool = False, note: str = "") -> CommitFailed:
     return CommitFailed(
         error_type=type(error).__name__, message=str(error) + note, conflict=conflict
@@ -226,6 +242,7 @@ def commit_group(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     polls: Sequence[float] = (),
+    throttle: Throttle | None = None,
 ) -> list[CommitOutcome]:
     """Commit a group of commits in one transaction; answer each, within one bounded wait.
 
@@ -255,11 +272,13 @@ def commit_group(
       culprit fails; nothing waits for a lock there.
 
     Returns one outcome per commit: those of ``group`` in order, then those taken
-    with ``take_more``, in order.
+    with ``take_more``, in order. A lock waited for, and a failure of the database,
+    are logged through ``throttle`` (the Journal's: at most once a minute per class).
 
     Blocking: runs in the Journal's thread.
     """
     retry = retry or LockRetry()
+    throttle = throttle or Throttle()
     commits = list(group)
     for pause in polls:
         sleep(pause)
@@ -287,10 +306,14 @@ def commit_group(
                 note = f" (still locked after waiting {retry.lock_wait_s:g} s" + (
                     f" and retrying for {retry.retry_s:g} s)" if retry.retry_s > 0 else ")"
                 )
-                log.warning(
+                throttle.caught(
+                    log,
+                    BackgroundLoop.JOURNAL,
+                    last_lock_error,
                     "the store stayed locked: %d commit(s) not written; %s",
                     len(locked),
                     last_lock_error,
+                    exc_info=False,
                 )
                 for index in locked:
                     results[index] = _failed(last_lock_error, note=note)
@@ -315,15 +338,33 @@ def commit_group(
                 if deadline is None:
                     deadline = clock() + retry.retry_s
                 if retry.retry_s > 0 and last_lock_error is None:
-                    log.warning(
+                    throttle.caught(
+                        log,
+                        BackgroundLoop.JOURNAL,
+                        error,
                         "the store is locked (%s); retrying %d commit(s) for up to %g s",
                         error,
                         len(batch),
                         retry.retry_s,
+                        level=logging.INFO,
+                        exc_info=False,
                     )
                 last_lock_error = error
                 locked += batch
             elif isinstance(error, PersistenceError) or len(batch) == 1:
+                throttle.caught(
+                    log,
+                    BackgroundLoop.JOURNAL,
+                    error,
+                    "a transaction of %d commit(s) failed (%s: %s); each is refused (its run "
+                    "stops: checkpoint_failed, resumable from its last commit)",
+                    len(batch),
+                    type(error).__name__,
+                    redacted_url(" ".join(str(error).split())),
+                    # An outage is warned about once by the runtime (StoreOutages).
+                    level=logging.INFO if _store_unusable(error) else logging.WARNING,
+                    exc_info=not isinstance(error, PersistenceError),
+                )
                 for index in batch:
                     results[index] = _failed(error)
             else:
@@ -369,7 +410,12 @@ class Journal:
     :class:`LockRetry` says. What waits meanwhile is I/O readiness (a socket that
     becomes readable is seen after the commit).
 
-    Open it with ``async with Journal(store):`` inside ``trio.run``.
+    Open it with ``async with Journal(store):`` inside ``trio.run``. A Journal that
+    outlives one event loop (a runtime kept open between ``run_sync`` calls) is started
+    once (:meth:`start`), serves each event loop in turn (``async with
+    journal.serving():``), and is stopped once (:meth:`stop`): its thread is not bound
+    to an event loop, only the task wake-ups are, and a loop's serving ends once every
+    commit handed over in it was answered.
     """
 
     def __init__(
@@ -393,29 +439,101 @@ class Journal:
         self._after_commit = after_commit
         self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
         self._token: trio.lowlevel.TrioToken | None = None
+        """The event loop served now (its tasks are woken through it); None between loops."""
         self._thread: threading.Thread | None = None
-        self._closed = False
+        self._closed = True
+        """No commit is taken (no event loop is served, or its serving is ending)."""
         self._stop_seen = False
         """The thread took the stop mark from the queue (nothing follows it)."""
         self._inline = inline and store.url.kind == "sqlite"
         self._outstanding = 0
         """Commits handed to the thread and not answered yet (kept on the trio thread)."""
+        self._answered: trio.Event | None = None
+        """Set when ``_outstanding`` comes down to 0 while a serving ends."""
         self._passes = _Passes()
         self._inline_by: tuple[int, trio.lowlevel.Task | None] = (-1, None)
         """The scheduler pass and the task of the last commit made inline."""
         self._writing = threading.Lock()
         """Held while a transaction runs, on either thread."""
+        self._counters = JournalCounters()
+        self.throttle = Throttle()
+        """How the Journal's thread logs what it catches (at most once a minute per class)."""
+
+    def statistics(self) -> JournalStatistics:
+        """What it has written since it opened, and how many commits wait for its thread."""
+        return self._counters.snapshot(queued=self._outstanding)
+
+    def start(self) -> None:
+        """Start the writer thread (once; not bound to an event loop).
+
+        Blocking: no (a thread is started).
+        """
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._work, name="loop-actors-journal", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the writer thread once it wrote everything handed to it (blocking; once).
+
+        Called between event loops (nothing is outstanding then), or by :meth:`aclose`.
+        """
+        if self._thread is None or self._stop_seen or not self._thread.is_alive():
+            return
+        self._queue.put(None)
+        self._thread.join()
+
+    @contextlib.asynccontextmanager
+    async def serving(
+        self, committed: trio.MemorySendChannel[None] | None = None
+    ) -> AsyncIterator[Journal]:
+        """Take commits from this event loop until the block ends (the thread is started).
+
+        ``committed`` is poked after each transaction, and closed at the end.
+
+        Cancellation: not a checkpoint on entry; the end is shielded: it waits until
+        every commit handed over in the block was answered.
+        """
+        self._serve(committed)
+        try:
+            yield self
+        finally:
+            await self._end_serving()
+
+    def _serve(self, committed: trio.MemorySendChannel[None] | None) -> None:
+        """Serve the running event loop: its tasks are woken through its token."""
+        if not self._closed:
+            raise RuntimeError("the journal already serves an event loop")
+        self._token = trio.lowlevel.current_trio_token()
+        self._committed = committed
+        self._inline_by = (-1, None)
+        if self._inline:
+            trio.lowlevel.add_instrument(self._passes)
+        self._closed = False
+        self.start()
+
+    async def _end_serving(self) -> None:
+        """Refuse new commits, wait (shielded) until every one handed over was answered."""
+        self._closed = True
+        with trio.CancelScope(shield=True):
+            while self._outstanding:
+                self._answered = trio.Event()
+                await self._answered.wait()
+        self._answered = None
+        if self._inline:
+            trio.lowlevel.remove_instrument(self._passes)
+        self._token = None
+        if self._committed is not None:
+            self._committed.close()
+            self._committed = None
 
     async def __aenter__(self) -> Journal:
-        """Start the writer thread.
+        """Start the writer thread and serve this event loop.
 
         Cancellation: not a checkpoint.
         """
-        self._token = trio.lowlevel.current_trio_token()
-        if self._inline:
-            trio.lowlevel.add_instrument(self._passes)
-        self._thread = threading.Thread(target=self._work, name="loop-actors-journal", daemon=True)
-        self._thread.start()
+        self._serve(self._committed)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -482,7 +600,7 @@ class Journal:
         last_pass, last_task = self._inline_by
         if last_pass == count and last_task is not task:
             return False
-        if not _loop_idle():
+        if not loop_idle():
             return False
         self._inline_by = (count, task)
         return True
@@ -494,13 +612,13 @@ class Journal:
             return _Refused.BUSY  # the thread is writing
         try:
             try:
-                [result] = commit_group(_NoLockWait(self._store), [commit])
+                [result] = commit_group(_NoLockWait(self._store), [commit], throttle=self.throttle)
             except _Locked:
                 return _Refused.LOCKED
         finally:
             self._writing.release()
         self._poke()
-        self._after([commit], [result])
+        self._after([commit], [result], inline=True)
         return result
 
     async def aclose(self) -> None:
@@ -511,20 +629,14 @@ class Journal:
         """
         if self._closed:
             return
-        self._closed = True
-        if self._inline:
-            trio.lowlevel.remove_instrument(self._passes)
-        self._queue.put(None)
+        await self._end_serving()
         if self._thread is not None:
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(self._thread.join)
-        if self._committed is not None:
-            self._committed.close()
+                await trio.to_thread.run_sync(self.stop)
 
     # ----------------------------------------------------------------- the thread
 
     def _work(self) -> None:
-        assert self._token is not None
         retry = LockRetry.of(self._store.url)
         while not self._stop_seen:
             first = self._queue.get()
@@ -541,31 +653,58 @@ class Journal:
                         retry=retry,
                         take_more=partial(self._take, group),
                         polls=LOCKED_POLLS_S if found_locked else (),
+                        throttle=self.throttle,
                     )
                 except BaseException as error:  # never leave a task waiting for an answer
-                    log.exception("group commit failed unexpectedly; %d commit(s) fail", len(group))
+                    self.throttle.caught(
+                        log,
+                        BackgroundLoop.JOURNAL,
+                        error,
+                        "group commit failed unexpectedly; %d commit(s) fail",
+                        len(group),
+                        level=logging.ERROR,
+                    )
                     failed = CommitFailed(
                         error_type=type(error).__name__, message=str(error), conflict=False
                     )
                     results = [failed] * len(group)
-            # Released first: the woken tasks may commit inline at once.
+            # Released first: the woken tasks may commit inline at once. The loop that
+            # handed these over is still served: its serving waits for this answer.
+            assert self._token is not None
             self._token.run_sync_soon(self._deliver, group, results)
             self._after([commit for commit, _ in group], results)
 
-    def _after(self, commits: list[Commit], results: list[CommitOutcome]) -> None:
-        """Call the after-commit hook with the events of the commits that were written."""
-        if self._after_commit is None:
-            return
+    def _after(
+        self, commits: list[Commit], results: list[CommitOutcome], *, inline: bool = False
+    ) -> None:
+        """Count the transaction; call the after-commit hook with the commits written."""
         written = [
             commit.events
             for commit, result in zip(commits, results, strict=True)
             if isinstance(result, Committed)
         ]
+        refused = [result for result in results if isinstance(result, CommitFailed)]
+        errors = [result.error_type for result in refused if not result.conflict]
+        self._counters.note(
+            commits=len(commits),
+            events=sum(len(events) for events in written),
+            failed=len(refused),
+            error_type=errors[-1] if errors else None,
+            inline=inline,
+        )
+        if self._after_commit is None:
+            return
         if written:
             try:
                 self._after_commit(written)
-            except Exception:  # the commits are durable and answered: only log it
-                log.exception("the after-commit hook failed")
+            except Exception as error:  # the commits are durable and answered: only log it
+                self.throttle.caught(
+                    log,
+                    BackgroundLoop.AFTER_COMMIT,
+                    error,
+                    "the after-commit hook failed",
+                    level=logging.ERROR,
+                )
 
     def _take(self, group: list[_Pending]) -> list[Commit]:
         """Move queued commits into ``group`` (up to ``MAX_GROUP``); return their events.
@@ -593,6 +732,8 @@ class Journal:
             if not waiter.abandoned:
                 trio.lowlevel.reschedule(waiter.task, outcome.Value(result))
         self._poke()
+        if not self._outstanding and self._answered is not None:
+            self._answered.set()
 
     def _poke(self) -> None:
         """Wake the follower of the store, if any (on the trio thread)."""

@@ -27,10 +27,15 @@ from aggregates.invocation import LAZY_TURNS, InvocationSnapshot
 from aggregates.json_encoder import ascii_string
 from aggregates.values import describe_error
 from loop_actors._errors import UnreadableEventError
+from loop_actors._version import __version__
 
 _IN_COLUMNS = {"originator_id", "originator_version"}
-_JSON_ROWS = frozenset({get_topic(EffectPrepared)})
-"""Topics whose rows stay JSON: the effect index reads their ``invocation_id`` in SQL."""
+_OUR_PACKAGES = frozenset({"aggregates", "loop_actors", "projections"})
+"""A topic in one of these names a class of ours: one this version lacks is a newer one's."""
+_JSON_ROWS = frozenset({get_topic(EffectPrepared), get_topic(InvocationSnapshot)})
+"""Topics whose rows stay JSON: the effect index reads an ``EffectPrepared``'s
+``invocation_id`` in SQL; a sealed snapshot (hundreds of KB) is read at every load of
+a long history, and compressed it would be inflated each time."""
 
 
 @cache
@@ -68,6 +73,18 @@ def _unreadable(stored_event: StoredEvent, problem: str) -> UnreadableEventError
     )
 
 
+NEWER_VERSION_HINT = (
+    f"; it may have been written by a newer loop-actors than this one ({__version__}): "
+    "read it with that version or a later one"
+)
+"""Said of a row that fails as a newer version's would: a field, a format or an event
+class of ours that this version does not know (nothing of it is guessed or dropped)."""
+
+_NEWER_SIGNS = frozenset({"extra_forbidden", "less_than_equal"})
+"""The validation problems a newer version's row shows: a field this version does not
+have, an ``audit_format`` above :data:`~aggregates.audit.AUDIT_FORMAT`."""
+
+
 def _why(error: Exception) -> str:
     """Why a row did not decode, in one line (a validation error's first problems)."""
     if isinstance(error, ValidationError):
@@ -77,7 +94,10 @@ def _why(error: Exception) -> str:
             for problem in problems[:3]
         )
         more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
-        return f"it does not decode as {error.title}: {shown}{more}"
+        newer = any(problem["type"] in _NEWER_SIGNS for problem in problems)
+        return f"it does not decode as {error.title}: {shown}{more}" + (
+            NEWER_VERSION_HINT if newer else ""
+        )
     return describe_error(error)
 
 
@@ -95,9 +115,11 @@ def _validator_of(stored_event: StoredEvent) -> Callable[..., Any]:
     found = _VALIDATORS.get(topic)
     if found is None:
         if topic not in readable_topics():
+            ours = topic.split(".", 1)[0] in _OUR_PACKAGES
             raise _unreadable(
                 stored_event,
-                f"its topic {topic!r} names no loop-actors event class (it is not imported)",
+                f"its topic {topic!r} names no loop-actors event class (it is not imported)"
+                + (NEWER_VERSION_HINT if ours else ""),
             )
         cls = _class_of(topic)
         if not cls.__pydantic_complete__:  # not built yet: pydantic builds it on first use

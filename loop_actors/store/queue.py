@@ -29,7 +29,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from aggregates.lease import (
@@ -61,6 +61,8 @@ from loop_actors.store.schema import (
 )
 from loop_actors.store.sql import Cursor, PlaceholderCursor
 from projections.dialect import Dialect, marks
+
+T = TypeVar("T")
 
 _QUEUE_COLUMNS = (
     "invocation_id, agent_name, agent_ref, status, holder, epoch, due_at, submitted_at, "
@@ -209,7 +211,10 @@ def write_start_rows(
             (
                 f"INSERT INTO {name(HOLDERS_TABLE)} ({_HOLDER_COLUMNS}) VALUES ",  # noqa: S608
                 "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                " ON CONFLICT DO NOTHING",
+                # A runtime kept open between calls registers again with its next start
+                # when its registration is stale (no heartbeat runs between calls): the
+                # row it left is renewed, not kept as it was (else it looks gone).
+                " ON CONFLICT (holder) DO UPDATE SET heartbeat_at = excluded.heartbeat_at",
             ),
             (),
             [holder_values(row, now) for row in registrations.values()],
@@ -312,13 +317,40 @@ class WorkQueue:
 
     def __init__(self) -> None:
         """Prepare the queue (subclasses connect)."""
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        """Held around each transaction (re-entrant: :meth:`at_once` holds it around one)."""
         self._ready = False
+        self._waitless = False
+        """A transaction must not wait for the database's lock (set by :meth:`at_once`)."""
+
+    @property
+    def writes_at_once(self) -> bool:
+        """Whether :meth:`at_once` may write on the caller's thread (a SQLite file's queue)."""
+        return False
+
+    def at_once(self, write: Callable[[], T]) -> T:
+        """Run ``write`` (one of this queue's writes) now, on this thread, if it need not wait.
+
+        For a quick write that nothing would wait for on the caller's thread (a release,
+        not flushed: ``LeaseKeeper``): the queue's own thread is not using it and the
+        database's lock is free. Otherwise nothing is written and it raises.
+
+        Raises:
+            QueueBusyError: the queue is in use, or the database is locked; nothing was
+                written.
+        """
+        raise QueueBusyError("this queue writes in its own thread")
 
     # ----------------------------------------------------------------- plumbing
 
     @contextlib.contextmanager
-    def _transaction(self, *, write: bool) -> Iterator[Cursor]:
+    def _transaction(self, *, write: bool, durable: bool = True) -> Iterator[Cursor]:
+        """A transaction; ``durable=False``: its commit need not survive an OS crash.
+
+        Such a commit is not flushed to disk (SQLite's ``synchronous=NORMAL`` in WAL
+        mode, PostgreSQL's ``synchronous_commit = off``): a crash of the process keeps
+        it, a crash of the machine may lose it, and the database stays consistent.
+        """
         raise NotImplementedError
 
     def _now(self, cursor: Cursor) -> float:
@@ -341,10 +373,10 @@ class WorkQueue:
         """Make processes that create the tables at once take turns (SQLite: its write lock)."""
 
     @contextlib.contextmanager
-    def _tx(self, *, write: bool = True) -> Iterator[tuple[Cursor, float]]:
+    def _tx(self, *, write: bool = True, durable: bool = True) -> Iterator[tuple[Cursor, float]]:
         with self._lock:
             self._ensure()
-            with self._transaction(write=write) as cursor:
+            with self._transaction(write=write, durable=durable) as cursor:
                 yield cursor, self._now(cursor)
 
     def _write_rows(
@@ -457,7 +489,11 @@ class WorkQueue:
     def claim(
         self, *, holder: str, agent_names: Sequence[str], limit: int, lease_s: float
     ) -> list[Claimed]:
-        """Claim up to ``limit`` claimable rows (``CLAIM_AT_MOST`` a call), oldest first."""
+        """Claim up to ``limit`` claimable rows (``CLAIM_AT_MOST`` a call).
+
+        The runs of holders that are gone first (their leases ran out), then new runs;
+        each oldest first.
+        """
         if limit < 1 or not agent_names:
             return []
         limit = min(limit, CLAIM_AT_MOST)
@@ -479,12 +515,20 @@ class WorkQueue:
             # (skipping rows another claim holds). A LIMIT under SKIP LOCKED could slide
             # past a locked head; this never admits a younger row before an older one
             # that is free.
-            cursor.execute(
-                f"SELECT invocation_id FROM {QUEUE_TABLE} WHERE {claimable_where} "  # noqa: S608
-                "ORDER BY due_at, invocation_id LIMIT ?",
-                (*params, limit * CANDIDATES_PER_CLAIM),
-            )
-            candidates = [str(found[0]) for found in cursor.fetchall()]
+            # Runs whose holder died (a claimed row whose lease ran out, or was expired
+            # when its holder was found gone) come before the backlog of new ones: each
+            # kind is read oldest first on the (status, due_at) index.
+            candidates: list[str] = []
+            for status in (QueueStatus.CLAIMED, QueueStatus.RUNNABLE):
+                cursor.execute(
+                    f"SELECT invocation_id FROM {QUEUE_TABLE} "  # noqa: S608
+                    f"WHERE agent_name IN ({marks(len(names))}) AND status = ? AND due_at <= ? "
+                    "ORDER BY due_at, invocation_id LIMIT ?",
+                    (*names, status.value, now, limit * CANDIDATES_PER_CLAIM - len(candidates)),
+                )
+                candidates += [str(found[0]) for found in cursor.fetchall()]
+                if len(candidates) >= limit * CANDIDATES_PER_CLAIM:
+                    break
             if not candidates:
                 return []
             cursor.execute(
@@ -493,7 +537,11 @@ class WorkQueue:
                 "ORDER BY due_at, invocation_id" + self.dialect.skip_locked,
                 (*candidates, *params),
             )
-            rows = [_queue_row(found) for found in cursor.fetchall()]
+            taken_over_first = {invocation_id: n for n, invocation_id in enumerate(candidates)}
+            rows = sorted(
+                (_queue_row(found) for found in cursor.fetchall()),
+                key=lambda row: taken_over_first[row.invocation_id],
+            )
             # The rows are locked (SQLite's write lock; FOR UPDATE on PostgreSQL): one
             # statement moves them all to the next epoch, as decided from what was read.
             taken = [row for row in rows if claimable(row, now)][:limit]
@@ -563,13 +611,19 @@ class WorkQueue:
         """:meth:`release` for many ``(invocation_id, epoch, release, note)`` in one transaction.
 
         Returns the ids whose lease was given back (not those no longer held).
+
+        Not flushed to disk (``durable=False``): a release lost to a crash of the
+        machine leaves the row as a crash just before the release leaves it, held by a
+        holder that is gone, which runs out within its lease (and is then claimed
+        again, and set as its invocation stands); a crash of the process loses nothing.
+        The run that gives it back does not wait for a flush.
         """
         alike: dict[tuple[Release, str | None], list[tuple[str, int]]] = {}
         # A sleep's row is claimable from its wake time; any other from ``delay_s`` on.
         for invocation_id, epoch, release, note in leases:
             alike.setdefault((release, note), []).append((invocation_id, epoch))
         released: set[tuple[Any, ...]] = set()
-        with self._tx() as (cursor, now):
+        with self._tx(durable=False) as (cursor, now):
             for (release, note), group in alike.items():
                 released |= self._write_rows(
                     cursor,
@@ -765,6 +819,25 @@ Slot = Callable[[], contextlib.AbstractContextManager[object]]
 """What a queue on a shared connection holds around each transaction (``SQLiteQueue.sharing``)."""
 
 
+class QueueBusyError(Exception):
+    """Raised when a write asked for at once would have to wait (``WorkQueue.at_once``)."""
+
+
+def _locked(error: BaseException | None) -> bool:
+    """Whether SQLite refused a statement because another connection holds the lock."""
+    if not isinstance(error, sqlite3.OperationalError):
+        return False
+    code = getattr(error, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    message = str(error).lower()
+    return "locked" in message or "busy" in message
+
+
+SQLITE_SYNCHRONOUS_NORMAL = 1
+"""SQLite's ``synchronous=NORMAL``: in WAL mode, a commit is not flushed (a checkpoint is)."""
+
+
 class SQLiteQueue(WorkQueue):
     """The queue in a SQLite file (the store's own), or in an in-memory store's database.
 
@@ -798,6 +871,10 @@ class SQLiteQueue(WorkQueue):
             raise StoreUnavailableError(f"cannot open the queue in {path}: {error}") from error
         if read_only:
             self._ready = True  # nothing is created: a missing table reads as empty
+        self._synchronous = int(self._connection.execute("PRAGMA synchronous").fetchone()[0])
+        """The connection's own ``synchronous`` (FULL by default): what durable commits use."""
+        self._busy_timeout_ms = int(timeout_s * 1000)
+        """How long a transaction waits for the database's lock (0 in :meth:`at_once`)."""
 
     @classmethod
     def sharing(cls, connection: sqlite3.Connection, slot: Slot) -> SQLiteQueue:
@@ -815,16 +892,44 @@ class SQLiteQueue(WorkQueue):
         queue._slot = slot
         queue._owns_connection = False
         queue._connection = connection
+        queue._synchronous = SQLITE_SYNCHRONOUS_NORMAL  # in memory: nothing to flush
         return queue
 
-    @contextlib.contextmanager
-    def _transaction(self, *, write: bool) -> Iterator[Cursor]:
-        with self._slot():
-            yield from self._transaction_in_slot(write=write)
+    @property
+    def writes_at_once(self) -> bool:
+        """A file's own connection, not read-only (a shared one waits for its owner's slot)."""
+        return self._owns_connection and not self._read_only
 
-    def _transaction_in_slot(self, *, write: bool) -> Iterator[Cursor]:
-        cursor = self._connection.cursor()
+    def at_once(self, write: Callable[[], T]) -> T:
+        """As :meth:`WorkQueue.at_once`: SQLite's busy timeout is 0 meanwhile."""
+        if not self.writes_at_once or not self._lock.acquire(blocking=False):
+            raise QueueBusyError("the queue is in use")
         try:
+            self._waitless = True
+            try:
+                return write()
+            except StoreUnavailableError as error:
+                if _locked(error.__cause__):
+                    raise QueueBusyError("the database is locked") from error
+                raise
+        finally:
+            self._waitless = False
+            self._lock.release()
+
+    @contextlib.contextmanager
+    def _transaction(self, *, write: bool, durable: bool = True) -> Iterator[Cursor]:
+        with self._slot():
+            yield from self._transaction_in_slot(write=write, durable=durable)
+
+    def _transaction_in_slot(self, *, write: bool, durable: bool) -> Iterator[Cursor]:
+        cursor = self._connection.cursor()
+        lax = write and not durable and self._synchronous > SQLITE_SYNCHRONOUS_NORMAL
+        waitless = self._waitless
+        try:
+            if lax:  # set between transactions: SQLite refuses it inside one
+                cursor.execute(f"PRAGMA synchronous = {SQLITE_SYNCHRONOUS_NORMAL}")
+            if waitless:
+                cursor.execute("PRAGMA busy_timeout = 0")
             cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 yield cursor
@@ -839,7 +944,13 @@ class SQLiteQueue(WorkQueue):
                 raise _NoQueue from error
             raise StoreUnavailableError(f"the work queue cannot be used: {error}") from error
         finally:
-            cursor.close()
+            try:
+                if lax:
+                    cursor.execute(f"PRAGMA synchronous = {self._synchronous}")
+                if waitless:
+                    cursor.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+            finally:
+                cursor.close()
 
     def _now(self, cursor: Cursor) -> float:
         return time.time()
@@ -909,12 +1020,14 @@ class PostgresQueue(WorkQueue):
         return self._connection
 
     @contextlib.contextmanager
-    def _transaction(self, *, write: bool) -> Iterator[Cursor]:
+    def _transaction(self, *, write: bool, durable: bool = True) -> Iterator[Cursor]:
         import psycopg  # noqa: PLC0415 - the postgres extra
 
         try:
             connection = self._connect()
             with connection.transaction(), connection.cursor() as cursor:
+                if write and not durable:
+                    cursor.execute("SET LOCAL synchronous_commit TO OFF")
                 yield PlaceholderCursor(cursor, self.dialect)
         except psycopg.Error as error:
             if self._connection is not None and self._connection.broken:

@@ -10,7 +10,6 @@ is always safe.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,12 +23,17 @@ from aggregates.audit_coverage import snapshot_problems
 from aggregates.effect import Effect
 from aggregates.events import fold
 from aggregates.invocation import Invocation, InvocationEvent
-from aggregates.ledger_check import cut_history_problem
+from aggregates.ledger_check import (
+    cut_history_problem,
+    orphaned_effects_after_snapshot,
+    orphans_problem,
+)
 from aggregates.requests import CancelRequest
 from loop_actors._errors import InvocationNotFoundError
+from loop_actors._logs import package_logger
 from loop_actors.store.store import EventStore
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 MAX_CONCURRENT_READS = 8
 """Worker threads reading the store at once."""
@@ -110,6 +114,9 @@ class StoreReader:
 
         Cancellation: shielded; at most ``IDLE_WAIT_S``.
         """
+        with self._idle:
+            if self._running == 0:  # the usual case: no thread to wait in
+                return
         with trio.CancelScope(shield=True):
             idle = await trio.to_thread.run_sync(self.wait_idle)
         if not idle:
@@ -144,18 +151,48 @@ class StoreReader:
         """
         return await self.call(lambda: {key: self.store.get_effect(key) for key in keys})
 
-    async def history_problem(self, invocation_id: str) -> str | None:
+    async def history_problem(
+        self, invocation_id: str, loaded: Invocation | None = None
+    ) -> str | None:
         """Why the invocation's stored history disagrees with its snapshots or ledger, or None.
+
+        ``loaded``: the invocation as it was just loaded (read again when not given, or
+        when its version is not the stored one's).
+
+        What it reads is in proportion to what it must check. An invocation whose newest
+        snapshot the store vouches for (``EventStore.vouches_for``: its seal holds
+        against the stored event at its version, and no event before it is missing) is
+        checked from that snapshot on: its events after it (the tail the load replayed),
+        and its ledger's entries against the tail's batches and the loaded turns
+        (``aggregates.ledger_check.orphaned_effects_after_snapshot``). Any other (no
+        snapshot, one written before seals, one whose seal does not hold, rows missing
+        before it) is checked as a whole: every event replayed and compared with the
+        snapshot, the ledger against every batch (:func:`history_problem_of`), which
+        names what is wrong. Edits of events before a vouched snapshot that leave every
+        row in place are the audit's to find (``loop-actors audit verify``), as edits
+        of any stored event always were.
 
         Cancellation: as :meth:`call`.
         """
+        store = self.store
 
         def check() -> str | None:
-            events = self.store.events(invocation_id)
+            snapshot = store.newest_snapshot_row(invocation_id)
+            if snapshot is not None and store.vouches_for(snapshot):
+                tail = store.events_after(invocation_id, snapshot.originator_version)
+                version = tail[-1].originator_version if tail else snapshot.originator_version
+                invocation = loaded
+                if invocation is None or invocation.version != version:
+                    invocation = store.get(invocation_id)
+                orphans = orphaned_effects_after_snapshot(
+                    invocation, tail, store.effects_of(invocation_id)
+                )
+                return orphans_problem(invocation_id, orphans, version)
+            events = store.events(invocation_id)
             # The snapshot the invocation was loaded from (``audit verify`` checks them all).
-            snapshots = self.store.newest_snapshot(invocation_id)
+            snapshots = store.newest_snapshot(invocation_id)
             return history_problem_of(
-                invocation_id, events, snapshots, lambda: self.store.effects_of(invocation_id)
+                invocation_id, events, snapshots, lambda: store.effects_of(invocation_id)
             )
 
         return await self.call(check)

@@ -59,8 +59,16 @@ class StoreRecorder(Protocol):
     def create_queue_tables(self) -> None:
         """Create the work queue's tables, if the store has none yet."""
 
-    def select_events(self, originator_id: str) -> Sequence[StoredEvent]:
-        """An aggregate's rows, in version order."""
+    def select_events(
+        self,
+        originator_id: str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        """An aggregate's rows (those after ``gt``, up to ``lte``), in version order."""
 
     def select_notifications(
         self,
@@ -93,6 +101,9 @@ class StoreRecorder(Protocol):
 
     def count_rows(self, table: str) -> int:
         """How many rows a table holds."""
+
+    def count_versions_to(self, originator_id: str, version: int) -> int:
+        """How many rows an aggregate has up to a version."""
 
     def select_rows(self, table: str, originator_id: str | None) -> list[StoredRow]:
         """A snapshots table's rows."""
@@ -251,6 +262,16 @@ class StoreTables:
         """How many rows a table of the store holds."""
         with self._reading() as cursor:
             cursor.execute(f"SELECT COUNT(*) FROM {self._table(table)}")  # noqa: S608
+            return int(cursor.fetchone()[0])
+
+    def count_versions_to(self, originator_id: str, version: int) -> int:
+        """How many rows an aggregate has in the events table up to ``version`` (by its index)."""
+        with self._reading() as cursor:
+            cursor.execute(
+                f"SELECT COUNT(*) FROM {self._table(self.events_table_name)} "  # noqa: S608
+                "WHERE originator_id = ? AND originator_version <= ?",
+                (originator_id, version),
+            )
             return int(cursor.fetchone()[0])
 
     def select_rows(self, table: str, originator_id: str | None) -> list[StoredRow]:

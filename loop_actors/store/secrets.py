@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
+from loop_actors._logs import package_logger
 from loop_actors.store.schema import SECRETS_TABLE, secrets_table_definition
 from loop_actors.store.sql import Cursor
 from projections.dialect import Dialect
@@ -37,7 +37,7 @@ from projections.dialect import Dialect
 if TYPE_CHECKING:
     from aggregates.turn import KeptSecret
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 Kind = Literal["arguments", "output"]
 SecretKey = tuple[int, str, Kind]
@@ -267,3 +267,13 @@ class SecretStore:
         """Close the table (memory values stay: a runtime reopened in-process keeps them)."""
         if self._table is not None:
             self._table.close()
+
+    def detach(self) -> None:
+        """Forget the table without closing it: a forked child's, whose connection is its parent's.
+
+        Memory values stay; values not saved yet stay unsaved. The lock is made anew
+        (another thread of the parent may have held it when the process forked).
+        """
+        self._lock = threading.Lock()
+        self._table = None
+        self._loaded.clear()

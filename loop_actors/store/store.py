@@ -7,7 +7,6 @@ All methods here block; trio code reaches them through the Journal (writes) or
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import sqlite3
@@ -29,10 +28,17 @@ from eventsourcing.utils import TopicError
 
 from aggregates.audit import (
     StoredForm,
+    split_stored,
     topic_of,
     unpack_state,
 )
-from aggregates.audit_coverage import EFFECT, INVOCATION, AggregateKind, sequence_problem
+from aggregates.audit_coverage import (
+    EFFECT,
+    INVOCATION,
+    AggregateKind,
+    sequence_problem,
+    snapshot_seal_holds,
+)
 from aggregates.decisions import TerminalReason
 from aggregates.effect import Effect, EffectPrepared
 from aggregates.errors import AggregateError
@@ -57,6 +63,7 @@ from loop_actors._errors import (
     StoreReadOnlyError,
     StoreUnavailableError,
 )
+from loop_actors._logs import BackgroundLoop, Throttle, package_logger
 from loop_actors.store.mapper import (
     PydanticEventMapper,
     SnapshotMapper,
@@ -72,7 +79,7 @@ from loop_actors.store.url import APPLICATION_NAME, StoreUrl, sqlite_write_refus
 DEFAULT_SNAPSHOT_INTERVAL = 100
 """An invocation is snapshotted every this many events."""
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 
 class InvocationApplication(Application[str]):
@@ -185,6 +192,8 @@ class EventStore:
         """
         self.url = StoreUrl.parse(url)
         self.snapshot_interval = snapshot_interval
+        self.throttle = Throttle()
+        """How its failed snapshots are logged (at most once a minute per error class)."""
         self.read_only = read_only
         self.write_refusal: str | None = None
         self.notes: list[str] = []
@@ -469,12 +478,17 @@ class EventStore:
             try:
                 self.app.take_snapshot(invocation_id, version=version, projector_func=fold)
             except PersistenceError as error:
-                log.warning(
+                self.throttle.caught(
+                    log,
+                    BackgroundLoop.JOURNAL,
+                    error,
                     "no snapshot of %s at version %d (the events are committed; retried at "
                     "the next interval): %s",
                     invocation_id,
                     version,
                     error,
+                    exc_info=False,
+                    invocation_id=invocation_id,
                 )
 
     # ----------------------------------------------------------------- reads
@@ -682,7 +696,7 @@ class EventStore:
         return found
 
     def stored_entries(
-        self, aggregate_id: str, *, forms: dict[int, StoredForm] | None = None
+        self, aggregate_id: str, *, forms: dict[int, StoredForm] | None = None, after: int = 0
     ) -> list[tuple[int, DomainEvent | Exception]]:
         """An aggregate's stored events as (position, event), undecodable rows as exceptions.
 
@@ -690,9 +704,10 @@ class EventStore:
         A row whose topic names no loop-actors event class is not decoded (decoding
         would import the module it names): it is reported as unreadable. With
         ``forms``, each decoded row's topic and plaintext state are put there by position.
+        With ``after``, only the rows after that position.
         """
         entries: list[tuple[int, DomainEvent | Exception]] = []
-        for record in self._recorder.select_events(aggregate_id):
+        for record in self._recorder.select_events(aggregate_id, gt=after or None):
             event, plain = self._decode_audited(record)
             entries.append((record.originator_version, event))
             if forms is not None and plain is not None:
@@ -731,6 +746,18 @@ class EventStore:
             if len(notifications) < page:
                 return
             position = notifications[-1].id
+
+    def notifications_after(
+        self, after: int, *, limit: int = 500, topics: Sequence[str] = ()
+    ) -> list[tuple[int, str, int, str]]:
+        """Rows after notification id ``after``, in log order: (id, originator, version, topic).
+
+        With ``topics``, only rows of those topics. At most ``limit`` rows.
+        """
+        notifications = self._recorder.select_notifications(
+            start=after, limit=limit, topics=topics, inclusive_of_start=False
+        )
+        return [(n.id, str(n.originator_id), n.originator_version, n.topic) for n in notifications]
 
     def copy_in(self, rows: Sequence[tuple[int, str, int, str, bytes]]) -> None:
         """Write rows of another store's log as they were stored, with their ids (one transaction).
@@ -817,6 +844,48 @@ class EventStore:
             return []
         rows = snapshots.recorder.select_events(invocation_id, desc=True, limit=1)
         return [(record.originator_version, self._decoded_snapshot(record)) for record in rows]
+
+    def newest_snapshot_row(self, invocation_id: str) -> StoredEvent | None:
+        """The row of the snapshot loading the invocation starts from, not decoded (None: none)."""
+        snapshots = self.app.snapshots
+        if snapshots is None or self._snapshot_table() is None:
+            return None
+        rows = snapshots.recorder.select_events(invocation_id, desc=True, limit=1)
+        return rows[0] if rows else None
+
+    def vouches_for(self, record: StoredEvent) -> bool:
+        """Whether the store vouches for a snapshot row: resume may trust it without a replay.
+
+        It does when the snapshot's seal holds against the stored event at its version
+        (it is, byte for byte, the snapshot written after that event:
+        ``aggregates.audit_coverage.snapshot_seal_holds``) and every event of the
+        invocation up to that version is stored (none was deleted before it). Never for a
+        snapshot written before seals, nor for a row that cannot be read.
+        """
+        invocation_id = str(record.originator_id)
+        version = record.originator_version
+        mapper = cast("PydanticEventMapper", self.app.mapper)
+        try:
+            plain = mapper.plain_state(record)
+            rows = self._recorder.select_events(invocation_id, gt=version - 1, lte=version)
+            event_hash = None
+            if len(rows) == 1:
+                split = split_stored(mapper.plain_state(rows[0]))
+                event_hash = None if split is None else split[0]
+            if not snapshot_seal_holds(invocation_id, version, record.topic, plain, event_hash):
+                return False
+        except (PersistenceError, sqlite3.Error):
+            raise  # the store, not the row: nothing more can be read
+        except Exception:  # a row that does not decrypt or unpack: the replay says why
+            return False
+        return self._recorder.count_versions_to(invocation_id, version) == version
+
+    def events_after(self, invocation_id: str, version: int) -> list[InvocationEvent]:
+        """The invocation's committed events after ``version``, in order."""
+        stored = self._recorder.select_events(invocation_id, gt=version)
+        return [
+            cast("InvocationEvent", self.app.mapper.to_domain_event(record)) for record in stored
+        ]
 
     def _decoded_snapshot(self, record: StoredEvent) -> Any:
         """A stored snapshot, or the exception that decoding it raised (a tampered row)."""
@@ -929,13 +998,16 @@ class EventStore:
             found[by_request[request_id]] = request if isinstance(request, CancelRequest) else None
         return found
 
-    def events(self, invocation_id: str) -> list[InvocationEvent]:
-        """Every committed event of an invocation, in order.
+    def events(
+        self, invocation_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[InvocationEvent]:
+        """Every committed event of an invocation, in order (``after`` it, at most ``limit``).
 
         Raises:
-            InvocationNotFoundError: no such invocation.
+            InvocationNotFoundError: no such invocation (or, with ``after``, no event
+                after that position).
         """
-        stored = self._recorder.select_events(invocation_id)
+        stored = self._recorder.select_events(invocation_id, gt=after or None, limit=limit)
         if not stored:
             raise InvocationNotFoundError(invocation_id)
         return [

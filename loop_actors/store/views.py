@@ -5,12 +5,13 @@ Where the read models live, and opening them, is ``loop_actors.store.read_models
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 import trio
 
 from aggregates.decisions import Frozen
+from loop_actors._logs import BackgroundLoop, package_logger
+from loop_actors._logs import fields as log_fields
 from projections import ProjectionRunner
 from projections.runner import CatchUpReport
 
@@ -26,7 +27,7 @@ FOLLOW_RETRY_MAX_S = 60.0
 FOLLOW_LOG_EVERY_S = 300.0
 """While the read models stay stale, a failure is logged again at most this often."""
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 
 def follow_retry_s(failures: int, *, first_s: float, max_s: float) -> float:
@@ -95,7 +96,11 @@ class FollowerHealth:
                 "read models caught up again after %d failed catch-ups, at position %d",
                 failures,
                 position,
-                extra={"failures": failures, "position": position},
+                extra={
+                    **log_fields(loop=BackgroundLoop.READ_MODELS),
+                    "failures": failures,
+                    "position": position,
+                },
             )
 
     def failed(self, error: Exception, now: float) -> float:
@@ -114,7 +119,12 @@ class FollowerHealth:
             retry_in_s=retry_s,
             skipped=self.status.skipped,
         )
-        fields = {"failures": failures, "position": self.status.position, "retry_in_s": retry_s}
+        fields = {
+            **log_fields(loop=BackgroundLoop.READ_MODELS, error_type=type(error).__name__),
+            "failures": failures,
+            "position": self.status.position,
+            "retry_in_s": retry_s,
+        }
         if self._logged_at is None:
             self._logged_at = now
             log.error(

@@ -15,7 +15,9 @@ import trio
 from aggregates.decisions import Frozen, TerminalReason
 from aggregates.lease import DEFAULT_LEASE_S, HolderKind, QueueStatus, Release, claim_retry_s
 from aggregates.rate_limits import RateLimit
-from loop_actors._errors import StoreUnavailableError, UsageError
+from loop_actors._errors import LoopActorsError, StoreUnavailableError, UsageError
+from loop_actors._logs import BackgroundLoop, fields, package_logger
+from loop_actors._statistics import WorkerStatistics
 from loop_actors.agent.agent import Agent
 from loop_actors.runtime.gc_policy import GcPolicy
 from loop_actors.runtime.leases import (
@@ -30,7 +32,7 @@ from loop_actors.runtime.slots import DEFAULT_WORK_SLOTS
 from loop_actors.store.queue import Claimed
 from loop_actors.store.reader import DriveReads
 
-log = logging.getLogger(__name__)
+log = package_logger(__name__)
 
 DEFAULT_CONCURRENCY = 8
 DEFAULT_GRACE_S = 30.0
@@ -146,6 +148,23 @@ class Worker:
         self._drained = 0
         self._abandoned = 0
         self._failed = 0
+        self._claim_failures = 0
+
+    def statistics(self) -> WorkerStatistics:
+        """What it drives now and has done since it started (and its runtime's statistics)."""
+        return WorkerStatistics(
+            worker_id=self.worker_id,
+            running=len(self._active),
+            concurrency=self.concurrency,
+            stopping=self._stopping,
+            claimed=self._claimed,
+            outcomes={TerminalReason(reason): count for reason, count in self._outcomes.items()},
+            drained=self._drained,
+            abandoned=self._abandoned,
+            failed=self._failed,
+            claim_failures=self._claim_failures,
+            runtime=self.runtime.statistics(),
+        )
 
     @property
     def running(self) -> list[str]:
@@ -192,6 +211,13 @@ class Worker:
         """
         async with self.runtime:
             await self.runtime.driver.leases.register()
+            log.info(
+                "worker %s started (agents %s, concurrency %d)",
+                self.worker_id,
+                ", ".join(self.agents),
+                self.concurrency,
+                extra=fields(holder=self.worker_id),
+            )
             task_status.started(self.worker_id)
             try:
                 async with trio.open_nursery() as drives:
@@ -204,6 +230,15 @@ class Worker:
                 raise
             finally:
                 self._drives = None
+                log.info(
+                    "worker %s stopped (%d claimed, %d drained, %d abandoned, %d failed)",
+                    self.worker_id,
+                    self._claimed,
+                    self._drained,
+                    self._abandoned,
+                    self._failed,
+                    extra=fields(holder=self.worker_id),
+                )
         return WorkerReport(
             worker_id=self.worker_id,
             claimed=self._claimed,
@@ -225,14 +260,18 @@ class Worker:
                     claims = await keeper.claim(names, free)
                 except StoreUnavailableError as error:
                     failures += 1
-                    outage = keeper.outages.failed("claiming work", error)
-                    if not outage and (failures == 1 or failures % 100 == 0):
-                        log.warning(
-                            "cannot claim (%d failed polls); retrying", failures, exc_info=True
+                    if not keeper.outages.failed("claiming work", error):
+                        keeper.outages.throttle.caught(
+                            log,
+                            BackgroundLoop.CLAIMS,
+                            error,
+                            "cannot claim (%d failed polls); retrying",
+                            failures,
                         )
                 else:
                     failures = 0
                     keeper.outages.answered()
+                self._claim_failures = failures
             fresh: list[tuple[HeldLease, Claimed]] = []
             for lease, claim in claims:
                 self._claimed += 1
@@ -306,9 +345,13 @@ class Worker:
             return {}
         try:
             return await self.runtime.driver.reads.before_drive(ids)
-        except Exception:
-            log.warning(
-                "cannot read %d claimed runs at once; each reads its own", len(ids), exc_info=True
+        except Exception as error:
+            self.runtime.driver.leases.outages.throttle.caught(
+                log,
+                BackgroundLoop.CLAIM_READS,
+                error,
+                "cannot read %d claimed runs at once; each reads its own",
+                len(ids),
             )
             return {}
 
@@ -331,12 +374,26 @@ class Worker:
             self._abandoned += 1
             raise
         except Exception as error:
-            if self.runtime.driver.leases.outages.failed(f"driving {claim.invocation_id}", error):
+            outages = self.runtime.driver.leases.outages
+            if outages.failed(f"driving {claim.invocation_id}", error):
                 # Nothing was recorded; its row is left runnable, for a later claim.
                 self._outcomes[TerminalReason.CHECKPOINT_FAILED.value] += 1
             else:
                 self._failed += 1
-                log.exception("the run of %s failed; its row is left paused", claim.invocation_id)
+                # Our own typed errors (a cut history...) are for a person, not a bug: the
+                # class only, as their messages may name an effect key; a bug's traceback.
+                ours = isinstance(error, LoopActorsError)
+                outages.throttle.caught(
+                    log,
+                    BackgroundLoop.DRIVES,
+                    error,
+                    "the run of %s stopped with %s; its row is left paused, its note says why",
+                    claim.invocation_id,
+                    type(error).__name__,
+                    level=logging.WARNING if ours else logging.ERROR,
+                    exc_info=not ours,
+                    invocation_id=claim.invocation_id,
+                )
         finally:
             if self._active.get(claim.invocation_id) is lease:
                 del self._active[claim.invocation_id]

@@ -229,7 +229,7 @@ def test_a_checkpoint_that_cannot_be_written_is_logged_and_the_runs_go_on(
                 await eventually(lambda: covered(tmp_path, rows(db)))
         return reasons
 
-    with caplog.at_level(logging.WARNING, logger="loop_actors.audit.checkpointer"):
+    with caplog.at_level(logging.WARNING, logger="loop_actors.audit"):
         assert trio.run(go) == ["completed", "completed"]
     (warning,) = {r.getMessage() for r in caplog.records if "checkpoint" in r.getMessage()}
     assert str(folder) in warning
@@ -534,7 +534,7 @@ def test_a_damaged_last_checkpoint_does_not_stop_the_runtime(
     reports the damaged one."""
     files = notes(folder)
     files[-1].write_text("not a checkpoint\n")
-    with caplog.at_level(logging.WARNING, logger="loop_actors.audit.checkpointer"):
+    with caplog.at_level(logging.WARNING, logger="loop_actors.audit"):
         run(folder / "audit.db", "inv-d", key=folder / "ops.key")
     assert any("not a checkpoint note" in r.getMessage() for r in caplog.records)
     after = notes(folder)
@@ -626,3 +626,58 @@ def test_a_writer_lists_the_checkpoint_directory_once_not_once_per_checkpoint(
     for _, path in files:
         assert f"\nprevious {previous}\n" in path.read_text()
         previous = hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# --------------------------------------------------------------------------- resume checks them
+
+
+def resume(folder: Path, invocation_id: str, *options: str) -> Result:
+    return cli(folder, "resume", invocation_id, "--agent", "tests.support.audit:AGENT", *options)
+
+
+def test_a_resume_given_the_checkpoints_checks_against_them_first(folder: Path) -> None:
+    """Bad input: inv-b's last event forged with its chain hash recomputed (every
+    aggregate's chain is whole): a resume given the checkpoint directory is refused,
+    exit 4, one line naming the directory, nothing run; without it, the resume cannot
+    tell (and returns inv-c's recorded outcome, as before)."""
+    key = ("--checkpoint-dir", "cps", "--checkpoint-key", "ops.key")
+    assert resume(folder, "inv-c", *key).returncode == 0  # untouched: nothing to refuse
+    forge_last_event(folder / "audit.db", "inv-b")
+    before = rows(folder / "audit.db")
+    for invocation_id in ("inv-c", "inv-b"):
+        refused = resume(folder, invocation_id, *key)
+        assert refused.returncode == 4, refused
+        assert "does not agree with the checkpoints in cps" in refused.stderr
+        assert refused.stderr.count("\n") == 1, refused.stderr
+        assert refused.stdout == ""
+    assert rows(folder / "audit.db") == before  # nothing was recorded
+    assert resume(folder, "inv-c").returncode == 0
+
+
+def test_a_resume_refuses_a_checkpoint_directory_whose_chain_is_broken(folder: Path) -> None:
+    """Bad input: a checkpoint removed from the middle of the directory."""
+    files = notes(folder)
+    if len(files) < 3:
+        run(folder / "audit.db", "inv-x", "inv-y", key=folder / "ops.key")
+        files = notes(folder)
+    files[1].unlink()
+    refused = resume(folder, "inv-a", "--checkpoint-dir", "cps")
+    assert refused.returncode == 4, refused
+    assert "checkpoint_missing" in refused.stderr
+
+
+def test_a_resume_refuses_checkpoints_not_signed_by_its_key(folder: Path) -> None:
+    """Bad input: the resume signs with another key than the one the checkpoints carry."""
+    (folder / "other.key").write_text(generate_key("someone-else").encoded())
+    refused = resume(folder, "inv-a", "--checkpoint-dir", "cps", "--checkpoint-key", "other.key")
+    assert refused.returncode == 4, refused
+    assert "bad_signature" in refused.stderr
+
+
+def test_a_resume_with_an_empty_checkpoint_directory_goes_on(tmp_path: Path) -> None:
+    """Nothing to check the log against yet (checkpoints start with this runtime)."""
+    run(tmp_path / "audit.db", "inv-a")
+    shutil.rmtree(tmp_path / "cps")
+    (tmp_path / "fresh").mkdir()
+    resumed = resume(tmp_path, "inv-a", "--checkpoint-dir", "fresh")
+    assert resumed.returncode == 0, resumed

@@ -16,7 +16,8 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 @pytest.mark.parametrize(
     ("script", "arguments", "expected"),
     [
-        ("turn_overhead.py", ["--n", "3", "--reps", "1"], "ratio loop-actors/raw"),
+        ("turn_overhead.py", ["--n", "3", "--reps", "1", "--calls", "3"], "kept open"),
+        ("otel_overhead.py", ["--n", "3", "--reps", "1"], "tracing on (in-memory SDK)"),
         ("stored_bytes.py", ["--n", "3", "--reps", "1"], "ratio JSON/packed bytes"),
         ("store_backends.py", ["--n", "2", "--concurrent", "3", "--reps", "1"], "sqlite     "),
         ("turn_breakdown.py", ["--n", "3", "--reps", "1"], "scheduler passes per turn"),

@@ -527,6 +527,8 @@ def test_relative_links_in_the_docs_point_to_existing_files(page: Path) -> None:
 TESTED_EXAMPLES.add("mcp_agent.py")
 TESTED_EXAMPLES.add("verify_checkpoint.py")  # run by tests/audit/test_audit_checkpoint.py
 TESTED_EXAMPLES.add("issue_tracker.py")  # run by tests/docs/test_docs_samples.py
+TESTED_EXAMPLES.add("otel_traces.py")  # run by tests/telemetry/test_otel_example.py
+TESTED_EXAMPLES.add("follow_stream.py")  # run by tests/console/test_stream_example.py
 
 
 def test_mcp_agent_calls_the_tools_of_its_mcp_server_over_stdio(tmp_path: Path) -> None:
@@ -1168,6 +1170,27 @@ HANDOFF_OUTPUT = [
 
 def test_handoff_example_follows_the_chain_to_billing(tmp_path: Path) -> None:
     assert _lines(_run_example("handoff.py", tmp_path)) == HANDOFF_OUTPUT
+
+
+TESTED_EXAMPLES.add("logs_and_statistics.py")
+
+
+def test_logs_and_statistics_example_prints_json_records_and_a_run_in_flight(
+    tmp_path: Path,
+) -> None:
+    lines = _lines(_run_example("logs_and_statistics.py", tmp_path))
+    records = [json.loads(line) for line in lines if line.startswith("{")]
+    assert [r["message"].split(" (")[0] for r in records] == [
+        "invocation order-7 started",
+        "invocation order-7 ended: completed",
+    ]
+    assert records[1]["reason"] == "completed"
+    assert [line for line in lines if not line.startswith("{")] == [
+        "in flight: 1, leases held: 1",
+        "ended: 1 (completed 1)",
+        "journal: 4 commits, 6 events, 1.50 events per transaction",
+        "last error: None",
+    ]
 
 
 TESTED_EXAMPLES.add("let_an_agent_wait.py")

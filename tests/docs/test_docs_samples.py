@@ -46,6 +46,7 @@ RUN = [
     "docs/how-to/evaluate-your-loop.md",
     "docs/tutorial/evaluate-and-tune.md",
     "docs/reference/eval-builtin.md",
+    "docs/how-to/read-logs-and-statistics.md",
 ]
 """Pages whose samples run from an empty folder, in the order they are written."""
 
@@ -56,6 +57,10 @@ NOT_RUN = {
     "docs/how-to/run-workers.md": "starts workers that run until stopped "
     "(tests/scenarios/test_workers.py runs these stories)",
     "docs/reference/audit-format.md": "tampers with a store by hand first",
+    "docs/how-to/watch-and-approve-from-the-console.md": "serves until stopped "
+    "(tests/console/test_console_browser.py runs this story in a browser)",
+    "docs/how-to/stream-a-run-to-your-app.md": "needs a console serving "
+    "(tests/console/test_stream_example.py runs the example against one)",
     "docs/reference/testing-crash-points.md": "runs the test suite",
     "README.md": "prints a random invocation id (the same command runs in the tutorial test)",
 }

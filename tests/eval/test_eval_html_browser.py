@@ -9,46 +9,23 @@ driven by Playwright, opens the files ``loop-actors eval --html`` and ``eval com
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.browser import launched_browser, screenshot
 from tests.support.cli import run_cli
 from tests.support.eval import AGENT, CHECKS, HOSTILE_ANSWER, HOSTILE_GOAL, hostile_suite
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-
-playwright_api = pytest.importorskip("playwright.sync_api")
-
-if not CHROMIUM.exists():
-    if os.environ.get("LOOP_ACTORS_REQUIRE_BROWSER"):
-        raise RuntimeError(f"{CHROMIUM} is missing: apt-get install chromium")
-    pytest.skip(f"{CHROMIUM} is missing", allow_module_level=True)
-
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    with playwright_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+    with launched_browser() as launched:
         yield launched
-        launched.close()
 
 
 @pytest.fixture(scope="module")
@@ -86,12 +63,7 @@ def _open(browser: Any, path: Path) -> Any:
 
 
 def _screenshot(page: Any, tmp_path: Path, name: str) -> Path:
-    shot = tmp_path / name
-    page.screenshot(path=str(shot), full_page=True)
-    ARTIFACTS.mkdir(exist_ok=True)
-    shutil.copy(shot, ARTIFACTS / name)
-    assert shot.stat().st_size > 10_000
-    return shot
+    return screenshot(page, tmp_path, name)
 
 
 def _chart_sizes(page: Any) -> dict[str, tuple[float, float]]:

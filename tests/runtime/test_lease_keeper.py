@@ -8,9 +8,12 @@ back at the next heartbeat).
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
@@ -144,4 +147,46 @@ async def test_a_failed_release_retried_at_the_heartbeat_leaves_the_row_as_it_st
     row = queue.row("inv-0")
     assert row is not None
     assert (row.status, row.holder) == (QueueStatus.ENDED, None)
+    queue.close()
+
+
+async def test_a_release_on_an_idle_loop_is_written_at_once_and_a_locked_one_in_the_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bad input: the database locked by another connection when the release comes: it is
+    written by the queue's thread once the lock is free, as before."""
+    path = tmp_path / "queue.db"
+    queue = CountingQueue(str(path))
+    queue.enqueue_many([NewRow(f"inv-{number}", "payments") for number in range(2)])
+    handed_over: list[object] = []
+    to_thread = trio.to_thread.run_sync
+
+    async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        handed_over.append(fn)
+        return await to_thread(fn, *args, **kwargs)
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", counted)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            keeper = keeper_on(queue, nursery)
+            (first, _), (second, _) = await keeper.claim(["payments"], 2)
+            handed_over.clear()
+            await keeper.release(first, ENDED)
+            assert handed_over == []  # written on the trio thread, at once
+            other = sqlite3.connect(path, isolation_level=None)
+            other.execute("BEGIN IMMEDIATE")
+            releasing = trio.Event()
+
+            async def release_second() -> None:
+                await keeper.release(second, ENDED)
+                releasing.set()
+
+            nursery.start_soon(release_second)
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(handed_over) == 1  # locked: handed to the queue's thread, which waits
+            other.execute("COMMIT")
+            other.close()
+            await releasing.wait()
+    rows, _ = queue.rows()
+    assert {(row.status, row.holder) for row in rows} == {(QueueStatus.ENDED, None)}
     queue.close()

@@ -31,7 +31,7 @@ from loop_actors.runtime.outage import OUTAGE_LOG_EVERY_S, StoreOutages
 from tests.support.disk import fill, free, mounted_tiny_disk
 from tests.support.replies import calls, final
 
-OUTAGE = "loop_actors.runtime.outage"
+OUTAGE = "loop_actors.runtime"
 
 
 class Clock:
@@ -72,10 +72,14 @@ def test_an_outage_is_one_warning_however_many_tasks_fail_and_its_end_another(
         "the store works again (it could not be used for 42 s)",
     ]
     assert all(r.exc_info is None for r in warned)  # one line each, no traceback
-    # Nothing is swallowed: every failure's traceback is there, at DEBUG.
+    # Nothing is swallowed: the first failure's traceback is there, at DEBUG, and the
+    # next one logged a minute later counts the others (not 60 tracebacks in 30 s).
+    clock.now += 60
+    assert outages.failed("renewing leases", gone)
     debug = [r for r in caplog.records if r.levelno == logging.DEBUG]
-    assert len(debug) == 60
+    assert len(debug) == 2
     assert all(r.exc_info is not None and r.exc_info[1] is gone for r in debug)
+    assert getattr(debug[1], "suppressed", None) == 59
 
 
 def test_an_error_that_is_not_an_outage_is_left_to_the_caller(

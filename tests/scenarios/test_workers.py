@@ -23,7 +23,7 @@ import trio
 from aggregates.audit import GENESIS
 from aggregates.lease import HolderRow, QueueRow
 from loop_actors import EventStore, Runtime, StoreUnavailableError, StoreUrlError
-from loop_actors.cli.history import event_record
+from loop_actors.store.history_records import event_record
 from loop_actors.store.queue import PostgresQueue, SQLiteQueue, WorkQueue
 from loop_actors.store.url import StoreUrl
 from tests.support import payments_app

@@ -9,6 +9,9 @@ Every test also runs on SQLite writing one statement a row (as on SQLite before
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,6 +35,7 @@ from loop_actors.store.queue import (
     Claimed,
     NewRow,
     PostgresQueue,
+    QueueBusyError,
     SQLiteQueue,
     WorkQueue,
     libpq_url,
@@ -178,10 +182,9 @@ def test_a_paused_row_is_not_claimed_until_made_runnable(make_queue: MakeQueue) 
     assert (again.epoch, again.record) == (2, False)
 
 
-def test_a_gone_holder_is_reaped_and_its_leases_claimable_at_once(make_queue: MakeQueue) -> None:
-    queue = make_queue()
-    holder = HolderRow(
-        holder="w-dead",
+def _worker_row(holder: str) -> HolderRow:
+    return HolderRow(
+        holder=holder,
         kind=HolderKind.WORKER,
         host="h",
         machine="m",
@@ -192,7 +195,11 @@ def test_a_gone_holder_is_reaped_and_its_leases_claimable_at_once(make_queue: Ma
         agents=["payments"],
         concurrency=4,
     )
-    queue.register(holder)
+
+
+def test_a_gone_holder_is_reaped_and_its_leases_claimable_at_once(make_queue: MakeQueue) -> None:
+    queue = make_queue()
+    queue.register(_worker_row("w-dead"))
     queue.enqueue("inv-0", "payments")
     queue.claim(holder="w-dead", agent_names=["payments"], limit=1, lease_s=300)
     assert queue.reap(never_gone) == []
@@ -201,6 +208,32 @@ def test_a_gone_holder_is_reaped_and_its_leases_claimable_at_once(make_queue: Ma
     assert queue.holders()[0] == []
     (taken,) = queue.claim(holder="w2", agent_names=["payments"], limit=1, lease_s=30)
     assert (taken.taken_from, taken.record) == ("w-dead", True)
+
+
+def test_the_runs_of_a_gone_holder_are_claimed_before_an_older_backlog(
+    make_queue: MakeQueue,
+) -> None:
+    """A dead worker's runs wait behind no queue of new ones (take over first)."""
+    queue = make_queue()
+    queue.enqueue("held-0", "payments")
+    queue.enqueue("held-1", "payments")
+    queue.register(_worker_row("w-dead"))
+    dead = queue.claim(holder="w-dead", agent_names=["payments"], limit=2, lease_s=300)
+    assert [c.invocation_id for c in dead] == ["held-0", "held-1"]
+    # A backlog submitted before the holder is found gone: its leases expire now, after
+    # every row of the backlog became due.
+    backlog = [f"new-{n:02d}" for n in range(12)]
+    for invocation_id in backlog:
+        queue.enqueue(invocation_id, "payments")
+    assert queue.reap(always_gone) == ["w-dead"]
+    first = queue.claim(holder="w2", agent_names=["payments"], limit=3, lease_s=30)
+    assert [(c.invocation_id, c.taken_from) for c in first] == [
+        ("held-0", "w-dead"),
+        ("held-1", "w-dead"),
+        ("new-00", None),
+    ]
+    rest = queue.claim(holder="w2", agent_names=["payments"], limit=100, lease_s=30)
+    assert [c.invocation_id for c in rest] == backlog[1:]
 
 
 def test_a_reap_that_finds_nobody_gone_takes_no_write_transaction(
@@ -217,9 +250,9 @@ def test_a_reap_that_finds_nobody_gone_takes_no_write_transaction(
     writes: list[bool] = []
     transaction = type(queue)._transaction
 
-    def watched(self: WorkQueue, *, write: bool = True) -> Any:
+    def watched(self: WorkQueue, *, write: bool = True, **options: Any) -> Any:
         writes.append(write)
-        return transaction(self, write=write)
+        return transaction(self, write=write, **options)
 
     monkeypatch.setattr(type(queue), "_transaction", watched)
     assert queue.reap(never_gone) == []
@@ -428,3 +461,86 @@ def test_rows_without_a_limit_are_every_row_past_the_default_ten_thousand(
     every, _ = queue.rows(limit=None)
     assert (len(capped), len(every)) == (10_000, 10_005)
     assert {row.invocation_id for row in every} == {f"inv-{n:05}" for n in range(10_005)}
+
+
+def test_a_release_is_committed_without_a_flush_an_enqueue_with_one(tmp_path: Path) -> None:
+    """A release lost to a machine's crash (with what came after it) leaves the row as a crash
+    just before it would: its holder gone, its lease running out. So a run does not wait for
+    the flush of its release; an enqueue (what makes an invocation runnable) still does."""
+    queue = SQLiteQueue(str(tmp_path / "queue.db"))
+    statements: list[str] = []
+
+    def seen() -> list[str]:
+        found = [s for s in statements if "synchronous" in s or s in ("BEGIN IMMEDIATE", "COMMIT")]
+        statements.clear()
+        return found
+
+    try:
+        queue.enqueue_many([NewRow("inv-0", "payments")])  # the tables are made first
+        [claimed] = queue.claim(holder="run-a", agent_names=["payments"], limit=1, lease_s=30)
+        queue._connection.set_trace_callback(statements.append)
+        queue.enqueue_many([NewRow("inv-1", "payments")])
+        assert seen() == ["BEGIN IMMEDIATE", "COMMIT"]
+        released = queue.release_many(
+            [(claimed.invocation_id, claimed.epoch, DRAINED, None)], holder="run-a"
+        )
+        assert released == {"inv-0"}
+        assert seen() == [
+            "PRAGMA synchronous = 1",
+            "BEGIN IMMEDIATE",
+            "COMMIT",
+            "PRAGMA synchronous = 2",
+        ]
+        queue._connection.set_trace_callback(None)
+        assert queue._connection.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL again
+    finally:
+        queue.close()
+
+
+def test_a_write_at_once_is_refused_when_it_would_wait_and_writes_nothing(tmp_path: Path) -> None:
+    """Bad inputs: the database's lock held by another connection; the queue's own lock held
+    by another thread; a queue on a shared in-memory connection. Each refusal writes nothing,
+    and the queue's later writes wait for the lock as before."""
+    path = tmp_path / "queue.db"
+    queue = SQLiteQueue(str(path), timeout_s=5)
+    try:
+        queue.enqueue_many([NewRow("inv-0", "payments"), NewRow("inv-1", "payments")])
+        [first] = queue.claim(holder="run-a", agent_names=["payments"], limit=1, lease_s=30)
+        release = functools.partial(
+            queue.release_many, [(first.invocation_id, first.epoch, DRAINED, None)], holder="run-a"
+        )
+        assert queue.writes_at_once
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process writes
+        with pytest.raises(QueueBusyError):
+            queue.at_once(release)
+        row = queue.row(first.invocation_id)
+        assert row is not None
+        assert row.holder == "run-a"  # nothing written
+        other.execute("COMMIT")
+        other.close()
+        taken = threading.Event()
+        go = threading.Event()
+
+        def hold_the_queue() -> None:
+            with queue._lock:
+                taken.set()
+                go.wait(30)
+
+        holder = threading.Thread(target=hold_the_queue)
+        holder.start()
+        assert taken.wait(30)
+        with pytest.raises(QueueBusyError):
+            queue.at_once(release)
+        go.set()
+        holder.join(30)
+        assert queue.at_once(release) == {first.invocation_id}
+        assert queue._connection.execute("PRAGMA busy_timeout").fetchone()[0] == 5000
+    finally:
+        queue.close()
+    memory = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+    shared = SQLiteQueue.sharing(memory, contextlib.nullcontext)
+    assert not shared.writes_at_once
+    with pytest.raises(QueueBusyError):
+        shared.at_once(lambda: None)
+    memory.close()

@@ -17,6 +17,7 @@ import trio
 
 from aggregates.events import DomainEvent
 from loop_actors import Agent, ModelRequest, Runtime, ScriptedModel, tool
+from loop_actors.runtime import resources as resources_module
 from loop_actors.runtime import runtime as runtime_module
 from loop_actors.store.read_models import open_runner
 from loop_actors.store.views import (
@@ -27,7 +28,7 @@ from loop_actors.store.views import (
 )
 from projections import CatchUpReport, Projection, ProjectionRunner, ViewCursor, default_projections
 
-VIEWS_LOG = "loop_actors.store.views"
+VIEWS_LOG = "loop_actors.store"
 
 
 class SeenEvents(Projection):
@@ -64,7 +65,7 @@ async def test_a_failing_read_model_leaves_runs_to_complete_and_catches_up_once_
 ) -> None:
     seen = SeenEvents()
     monkeypatch.setattr(
-        runtime_module,
+        resources_module,  # the read models open with the store, kept between calls
         "open_runner",
         lambda store, views: open_runner(store, views, [*default_projections(), seen]),
     )

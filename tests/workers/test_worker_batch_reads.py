@@ -206,7 +206,7 @@ async def test_a_batch_read_that_fails_leaves_each_run_to_read_its_own(
         async with Runtime(db_url) as runtime:
             for n in range(3):
                 await runtime.submit(AGENT, f"goal {n}", invocation_id=f"f-{n}")
-        with caplog.at_level(logging.WARNING, logger="loop_actors.workers.worker"):
+        with caplog.at_level(logging.WARNING, logger="loop_actors.workers"):
             report = await Worker(AGENT, db_url, concurrency=3, poll_s=0.05).run(until_idle=True)
     assert report.outcomes == {"completed": 3}
     assert any("each reads its own" in record.getMessage() for record in caplog.records)

@@ -1,0 +1,33 @@
+"""The options of ``trace export``."""
+
+from __future__ import annotations
+
+import argparse
+
+from loop_actors.cli.parser import AddArguments, CliParser, db_option
+
+
+def _add_trace(trace_cmd: argparse.ArgumentParser) -> None:
+    actions = trace_cmd.add_subparsers(dest="trace_command", required=True, parser_class=CliParser)
+    export = actions.add_parser(
+        "export",
+        help="send an invocation's spans (and those of its children and handoff), rebuilt "
+        "from its history, "
+        "to an OTLP/HTTP endpoint: the same trace and span ids as when it ran",
+    )
+    export.add_argument("invocation_id", metavar="ID")
+    export.add_argument(
+        "--otlp",
+        required=True,
+        metavar="URL",
+        help="the OTLP/HTTP endpoint (http://host:4318 sends to /v1/traces)",
+    )
+    export.add_argument(
+        "--content",
+        action="store_true",
+        help="include goal, decisions, tool arguments and outputs, as stored (redacted)",
+    )
+    db_option(export)
+
+
+ARGUMENTS: dict[str, AddArguments] = {"trace": _add_trace}
