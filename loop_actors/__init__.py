@@ -83,6 +83,7 @@ if TYPE_CHECKING:
     from loop_actors._messages import ModelRequest as ModelRequest
     from loop_actors._statistics import ErrorSeen as ErrorSeen
     from loop_actors._statistics import JournalStatistics as JournalStatistics
+    from loop_actors._statistics import QuotaStatistics as QuotaStatistics
     from loop_actors._statistics import RuntimeStatistics as RuntimeStatistics
     from loop_actors._statistics import WorkerStatistics as WorkerStatistics
     from loop_actors.agent.adapters import AnthropicModel as AnthropicModel
@@ -115,7 +116,6 @@ if TYPE_CHECKING:
     from loop_actors.runtime.fork import Forked as Forked
     from loop_actors.runtime.gc_policy import GcPolicy as GcPolicy
     from loop_actors.runtime.outcome import Outcome as Outcome
-    from loop_actors.runtime.quota import QuotaStatistics as QuotaStatistics
     from loop_actors.runtime.replay import ReplayFilter as ReplayFilter
     from loop_actors.runtime.replay import ReplayMatch as ReplayMatch
     from loop_actors.runtime.replay import ReplayReport as ReplayReport
@@ -138,7 +138,7 @@ _EXPORTS: dict[str, str] = {
     "Clarification": "aggregates.decisions",
     "Wait": "aggregates.decisions",
     "RateLimit": "aggregates.rate_limits",
-    "QuotaStatistics": "loop_actors.runtime.quota",
+    "QuotaStatistics": "loop_actors._statistics",
     "Decision": "aggregates.decisions",
     "Effect": "aggregates.decisions",  # the former name of ToolEffect
     "EffectStatus": "aggregates.decisions",

@@ -17,9 +17,9 @@ from datetime import UTC, datetime
 
 import trio
 
-from aggregates.decisions import Frozen
 from aggregates.rate_limits import Granted, RateLimit, TooLong
 from loop_actors._errors import UsageError
+from loop_actors._statistics import QuotaStatistics
 from loop_actors.agent.quota import QuotaReservation, QuotaWaitError
 from loop_actors.runtime.leases import LeaseKeeper
 
@@ -34,21 +34,6 @@ class Reservation:
     limit: RateLimit
     start: float
     tokens: int
-
-
-class QuotaStatistics(Frozen):
-    """What the runtime's model calls waited for quota, since it opened."""
-
-    granted: int = 0
-    """Requests given quota."""
-    waited: int = 0
-    """Of them, those that had to wait."""
-    waited_s: float = 0.0
-    """The time they waited, in all."""
-    paused: int = 0
-    """Calls whose wait would have passed ``max_wait_s`` (their runs paused ``rate_limited``)."""
-    throttled: int = 0
-    """``rate_limited`` answers that blocked a limit for everyone."""
 
 
 def check_rate_limits(limits: Sequence[RateLimit]) -> dict[tuple[str, str], RateLimit]:

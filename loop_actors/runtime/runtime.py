@@ -557,6 +557,7 @@ class Runtime:
             runs_ended=runs.ended,
             stops_by_reason=dict(runs.stops),
             leases_held=len(driver.leases.held) if driver is not None else 0,
+            quota=self.quota.statistics() if self.quota is not None else None,
             store_down=resources.outages.down if resources is not None else False,
             journal=journal,
             last_error=last_error,

@@ -60,8 +60,8 @@ async def test_many_runs_in_one_process_stay_under_the_providers_limit(
     with trio.fail_after(60):
         async with Runtime(db, rate_limits=[limit()]) as runtime:
             outcomes = await run_all(runtime, agent, 12)
-            assert runtime.quota is not None
-            stats = runtime.quota.statistics()
+            stats = runtime.statistics().quota
+            assert stats is not None
 
     assert {o.reason for o in outcomes} == {TerminalReason.COMPLETED}
     assert service.counts() == (12, 0)  # none over the limit: no 429 at all
