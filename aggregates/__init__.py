@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from aggregates.decisions import ToolEffect as ToolEffect
     from aggregates.decisions import ToolResult as ToolResult
     from aggregates.decisions import Usage as Usage
+    from aggregates.decisions import Wait as Wait
     from aggregates.decisions import parse_decision as parse_decision
     from aggregates.errors import AggregateError as AggregateError
     from aggregates.errors import IllegalTransitionError as IllegalTransitionError
@@ -55,6 +56,7 @@ _EXPORTS: dict[str, str] = {
     "Budget": "aggregates.decisions",
     "CannotContinue": "aggregates.decisions",
     "Clarification": "aggregates.decisions",
+    "Wait": "aggregates.decisions",
     "Decision": "aggregates.decisions",
     "ErrorClass": "aggregates.decisions",
     "ErrorInfo": "aggregates.decisions",
@@ -121,6 +123,7 @@ __all__ = [
     "ToolSpec",
     "Turn",
     "Usage",
+    "Wait",
     "parse_decision",
     "plan_fingerprint",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -36,8 +37,11 @@ from aggregates.vocabulary import RejectionClass as RejectionClass  # noqa: PLC0
 from aggregates.vocabulary import TerminalReason as TerminalReason  # noqa: PLC0414
 from aggregates.vocabulary import ToolEffect as ToolEffect  # noqa: PLC0414
 
-DECISION_SCHEMA_VERSION = 1
-"""The version of the decision union that this code reads and writes."""
+DECISION_SCHEMA_VERSION = 3
+"""The newest version of the decision union that this code reads and writes.
+
+Version 2 added ``handoff``, version 3 ``wait``; each decision carries the version it
+came with, and every earlier one is still read."""
 
 
 class Frozen(BaseModel):
@@ -168,8 +172,25 @@ class Handoff(Frozen):
     """What the target should know (passed on when the handoff's history is ``summary``)."""
 
 
+class Wait(Frozen):
+    """The model asks to wait until a time before it goes on (a durable sleep).
+
+    New in version 3 of the decision schema (versions 1 and 2 are still accepted): a
+    store written before it holds none. The invocation pauses ``sleeping`` with
+    ``wake_at`` set to ``until``; when it wakes, the model is asked again, told when it
+    woke. ``until`` must carry a time zone (a naive time is refused).
+    """
+
+    schema_version: Literal[3] = 3
+    kind: Literal["wait"] = "wait"
+    reason: str
+    """Why it waits (recorded as the pause's question)."""
+    until: AwareDatetime
+    """When it may go on (not before)."""
+
+
 Decision = Annotated[
-    Final | ToolCalls | RequestApproval | Clarification | CannotContinue | Handoff,
+    Final | ToolCalls | RequestApproval | Clarification | CannotContinue | Handoff | Wait,
     Field(discriminator="kind"),
 ]
 """The closed decision union a model may return."""
@@ -184,6 +205,7 @@ _DECISION_CLASSES: tuple[type[BaseModel], ...] = (
     Clarification,
     CannotContinue,
     Handoff,
+    Wait,
 )
 _DECISION_FIELDS = {cls: set(cls.model_fields) for cls in _DECISION_CLASSES}
 
@@ -202,7 +224,9 @@ def decision_fields(model: BaseModel) -> dict[str, Any]:
     """
     for cls in _DECISION_CLASSES:
         if isinstance(model, cls):
-            return model.model_dump(include=_DECISION_FIELDS[cls], warnings=False)
+            # A wait's time is dumped as its ISO text, the JSON a model would send.
+            mode = "json" if cls is Wait else "python"
+            return model.model_dump(include=_DECISION_FIELDS[cls], mode=mode, warnings=False)
     return model.model_dump(warnings=False)
 
 

@@ -44,6 +44,7 @@ from aggregates.decisions import (
     ToolCalls,
     ToolResult,
     Usage,
+    Wait,
 )
 from aggregates.digest import canonical_json, digest_of
 from aggregates.errors import IllegalTransitionError
@@ -68,6 +69,7 @@ from aggregates.invocation_events import (
     Paused,
     ResultsCommitted,
     SettingsChanged,
+    SleepEnded,
     Terminated,
     ToolSpec,
     TraceParent,
@@ -102,6 +104,7 @@ __all__ = [
     "Phase",
     "ResultsCommitted",
     "SettingsChanged",
+    "SleepEnded",
     "Terminated",
     "ToolSpec",
     "TraceParent",
@@ -138,11 +141,14 @@ class Phase(StrEnum):
     AWAITING_CHILD = "awaiting_child"
     """Paused with the batch still dispatched: a child invocation it started waits for a
     person (an approval or an answer, given to the child)."""
+    SLEEPING = "sleeping"
+    """Paused until ``paused.wake_at``: after a ``wait`` decision, or with the batch still
+    dispatched when its tools slept (``ctx.sleep_until``)."""
     TERMINATED = "terminated"
 
     @property
     def paused(self) -> bool:
-        """True for the three phases in which the invocation waits."""
+        """True for the phases in which the invocation waits."""
         return self in _PAUSED_PHASES
 
 
@@ -152,6 +158,7 @@ _PAUSED_PHASES = frozenset(
         Phase.AWAITING_CLARIFICATION,
         Phase.AWAITING_RECONCILIATION,
         Phase.AWAITING_CHILD,
+        Phase.SLEEPING,
     }
 )
 
@@ -159,6 +166,8 @@ PAUSED_PHASE: dict[TerminalReason, Phase] = {
     TerminalReason.APPROVAL_REQUIRED: Phase.AWAITING_APPROVAL,
     TerminalReason.CLARIFICATION_REQUIRED: Phase.AWAITING_CLARIFICATION,
     TerminalReason.RECONCILIATION_REQUIRED: Phase.AWAITING_RECONCILIATION,
+    TerminalReason.SLEEPING: Phase.SLEEPING,
+    TerminalReason.RATE_LIMITED: Phase.SLEEPING,
 }
 """The phase each pausing reason puts an invocation in."""
 
@@ -180,6 +189,8 @@ TRANSITIONS: dict[Phase, dict[type[InvocationEvent], frozenset[Phase]]] = {
         Terminated: _ENDED,
         # What a child of the batch just settled did not use (committed with the results).
         BudgetReturned: _READY,
+        # No quota for the model call yet (rate_limited): asleep until there is.
+        Paused: frozenset({Phase.SLEEPING}),
         **_stays(Phase.READY),
     },
     Phase.CALLS_PROPOSED: {
@@ -189,7 +200,7 @@ TRANSITIONS: dict[Phase, dict[type[InvocationEvent], frozenset[Phase]]] = {
         **_stays(Phase.CALLS_PROPOSED),
     },
     Phase.DECIDED: {
-        Paused: frozenset({Phase.AWAITING_APPROVAL, Phase.AWAITING_CLARIFICATION}),
+        Paused: frozenset({Phase.AWAITING_APPROVAL, Phase.AWAITING_CLARIFICATION, Phase.SLEEPING}),
         VerificationFailed: _READY,
         Terminated: _ENDED,
         **_stays(Phase.DECIDED),
@@ -198,7 +209,7 @@ TRANSITIONS: dict[Phase, dict[type[InvocationEvent], frozenset[Phase]]] = {
         ResultsCommitted: _READY,
         # A child's share of the budget (committed with the batch that starts it).
         BudgetReserved: frozenset({Phase.DISPATCHED}),
-        Paused: frozenset({Phase.AWAITING_RECONCILIATION, Phase.AWAITING_CHILD}),
+        Paused: frozenset({Phase.AWAITING_RECONCILIATION, Phase.AWAITING_CHILD, Phase.SLEEPING}),
         **_stays(Phase.DISPATCHED),
     },
     Phase.AWAITING_APPROVAL: {
@@ -228,6 +239,14 @@ TRANSITIONS: dict[Phase, dict[type[InvocationEvent], frozenset[Phase]]] = {
         # be asked.
         Paused: frozenset({Phase.AWAITING_CHILD, Phase.AWAITING_RECONCILIATION}),
         **_stays(Phase.AWAITING_CHILD),
+    },
+    # Asleep: it wakes (back to the model, or to its dispatched batch), or is cancelled
+    # (a dispatched batch ends with its results first).
+    Phase.SLEEPING: {
+        SleepEnded: frozenset({Phase.READY, Phase.DISPATCHED}),
+        ResultsCommitted: _READY,
+        Terminated: _ENDED,
+        **_stays(Phase.SLEEPING),
     },
     Phase.TERMINATED: {},
 }
@@ -277,6 +296,8 @@ class Invocation(ChainedAggregate):
         self._fingerprinted: tuple[list[DispatchedCall], str] | None = None
         """The calls :meth:`repeat_streak_after` was last asked about, and their fingerprint."""
         self.paused: Paused | None = None
+        self.woken: SleepEnded | None = None
+        """The wake of the dispatched batch whose tools slept, until its results come."""
         self.terminated: Terminated | None = None
         self.started_at: datetime | None = None
         self.approval: ApprovalGranted | ApprovalDenied | None = None
@@ -399,8 +420,10 @@ class Invocation(ChainedAggregate):
         calls: list[DispatchedCall] | None = None,
         needs_approval: list[str] | None = None,
         child_path: list[str] | None = None,
+        wake_at: datetime | None = None,
+        sleeping_calls: list[str] | None = None,
     ) -> None:
-        """Pause for a person or a service (a pausing reason only)."""
+        """Pause for a person, a service or a time (a pausing reason only)."""
         self.trigger_event(
             Paused,
             timestamp=at,
@@ -411,6 +434,26 @@ class Invocation(ChainedAggregate):
             calls=calls,
             needs_approval=needs_approval,
             child_path=child_path,
+            wake_at=wake_at,
+            sleeping_calls=sleeping_calls,
+        )
+
+    def wake(self, *, at: datetime, early: bool = False, by: str | None = None) -> None:
+        """End a sleep: it is due at ``at``, or ``early`` (``by`` whom) it is woken before."""
+        paused = self.paused
+        if self.phase is not Phase.SLEEPING or paused is None or paused.wake_at is None:
+            raise IllegalTransitionError(
+                f"SleepEnded refused in phase {self.phase.value} at step {self.step}: "
+                "the invocation does not sleep"
+            )
+        self.trigger_event(
+            SleepEnded,
+            timestamp=at,
+            step=self.step,
+            wake_at=paused.wake_at,
+            early=early,
+            by=by,
+            calls=paused.sleeping_calls,
         )
 
     def grant_approval(
@@ -603,6 +646,8 @@ class Invocation(ChainedAggregate):
                 self._on_approval(event)
             case ClarificationProvided():
                 self._on_clarification(event)
+            case SleepEnded():
+                self._on_sleep_ended(event)
             case VerificationFailed():
                 self._on_verification_failed(event)
             case ContextCompacted():
@@ -674,7 +719,7 @@ class Invocation(ChainedAggregate):
                 if not answer.strip():
                     raise self._refuse(event, "a final answer must not be empty")
                 phase = Phase.DECIDED
-            case RequestApproval() | Clarification() | CannotContinue() | Handoff():
+            case RequestApproval() | Clarification() | CannotContinue() | Handoff() | Wait():
                 phase = Phase.DECIDED
             case _:
                 assert_never(decision)
@@ -739,6 +784,7 @@ class Invocation(ChainedAggregate):
                 self.failure_signature, self.failure_streak = signature, 1
         self.pending_batch = None
         self.paused = None
+        self.woken = None
         self.approval = None
         self.phase = Phase.READY
 
@@ -788,6 +834,9 @@ class Invocation(ChainedAggregate):
             phase = Phase.AWAITING_CHILD
         if phase not in TRANSITIONS[self.phase][Paused]:
             raise self._refuse(event, f"{event.reason.value} is not a pause of this phase")
+        problem = self._sleep_problem(event)
+        if problem is not None:
+            raise self._refuse(event, problem)
         if event.calls is not None and event.child_path is None:
             decision = self.last_decision
             proposed = (
@@ -799,6 +848,65 @@ class Invocation(ChainedAggregate):
             raise self._refuse(event, f"step must be {self.step}, got {event.step}")
         self.paused = event
         self.phase = phase
+
+    def _sleep_problem(self, event: Paused) -> str | None:
+        """Why a pause's sleep fields do not fit its reason and phase (None: they do)."""
+        quota = event.reason is TerminalReason.RATE_LIMITED
+        if (self.phase is Phase.READY) != quota:
+            return "only a model call waiting for quota pauses before a decision"
+        if event.reason is not TerminalReason.SLEEPING and not quota:
+            if event.wake_at is not None or event.sleeping_calls is not None:
+                return "only a sleep has a wake time and sleeping calls"
+            return None
+        wake_at = event.wake_at
+        if wake_at is None or wake_at.tzinfo is None or wake_at.utcoffset() is None:
+            return "a sleep needs a wake time with a time zone"
+        if event.child_path is not None or event.calls is not None:
+            return "a sleep waits for no child and no approval"
+        if quota:
+            return None if event.sleeping_calls is None else "a wait for quota has no calls"
+        batch = self.pending_batch
+        if batch is None:
+            decision = self.last_decision
+            if not isinstance(decision, Wait) or decision.until != wake_at:
+                return "a sleep without a batch follows a wait decision, until its time"
+            if event.sleeping_calls is not None:
+                return "a wait decision has no sleeping calls"
+            return None
+        slept = event.sleeping_calls or []
+        ids = {call.call_id for call in batch.calls}
+        if not slept or len(set(slept)) != len(slept) or not set(slept) <= ids:
+            return "a sleep of tools names calls of the dispatched batch, each once"
+        return None
+
+    def _on_sleep_ended(self, event: SleepEnded) -> None:
+        paused = self.paused
+        assert paused is not None
+        assert paused.wake_at is not None
+        if event.step != self.step:
+            raise self._refuse(event, f"step must be {self.step}, got {event.step}")
+        if event.wake_at != paused.wake_at or event.calls != paused.sleeping_calls:
+            raise self._refuse(event, "a wake names the sleep's time and calls")
+        if event.early != (event.timestamp < paused.wake_at):
+            raise self._refuse(
+                event,
+                "a wake before its time is early, and only one before its time is"
+                if event.early
+                else f"not due before {paused.wake_at.isoformat()}",
+            )
+        self.paused = None
+        if self.pending_batch is not None:
+            self.woken = event
+            self.phase = Phase.DISPATCHED
+            return
+        if paused.reason is TerminalReason.RATE_LIMITED:
+            self.phase = Phase.READY  # the model is asked again, as if nothing happened
+            return
+        woke = f"woke at {event.timestamp.isoformat()}"
+        if event.early:
+            woke += f" (early, by {event.by})"
+        self.turns.replace_last(self.turns[-1].model_copy(update={"reply": woke}))
+        self.phase = Phase.READY
 
     def _on_approval(self, event: ApprovalGranted | ApprovalDenied) -> None:
         paused = self.paused
@@ -845,6 +953,8 @@ class Invocation(ChainedAggregate):
     def _on_terminate(self, event: Terminated) -> None:
         if event.reason.pauses:
             raise self._refuse(event, f"{event.reason.value} pauses, it does not terminate")
+        if self.pending_batch is not None:
+            raise self._refuse(event, "a dispatched batch ends with its results first")
         if event.steps != self.step or event.tool_calls != self.tool_calls:
             raise self._refuse(event, "totals must match the committed history")
         if event.reason is TerminalReason.COMPLETED:
@@ -900,6 +1010,7 @@ class InvocationState(Frozen):
     last_plan: str | None = None
     repeat_streak: int
     paused: Paused | None = None
+    woken: SleepEnded | None = None
     terminated: Terminated | None = None
     started_at: datetime | None = None
     approval: ApprovalGranted | ApprovalDenied | None = None

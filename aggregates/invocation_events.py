@@ -9,6 +9,7 @@ them here changed no stored name and no chain hash. They are applied by
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any, ClassVar
 
 from eventsourcing.domain import CanInitAggregate
@@ -180,7 +181,7 @@ class BudgetReturned(InvocationEvent):
 
 
 class Paused(InvocationEvent):
-    """The invocation waits for a person (approval or clarification) or for a service."""
+    """The invocation waits for a person (approval or clarification), a service, or a time."""
 
     TOPIC: ClassVar[str] = "aggregates.invocation:Paused"
 
@@ -196,6 +197,32 @@ class Paused(InvocationEvent):
     """For the pause of a child invocation the dispatched batch started (from 0.3): the
     ids from that child down to the invocation that waits; the pause's other fields
     are that one's (its question, the digest to approve, its waiting calls)."""
+    wake_at: datetime | None = None
+    """For ``sleeping`` (from 0.4): when it may be woken (a worker claims it then)."""
+    sleeping_calls: list[str] | None = None
+    """For a sleep of tools (from 0.4): the ids of the dispatched batch's calls that called
+    ``ctx.sleep_until``; the batch stays dispatched, and they are called again on waking.
+    None for a ``wait`` decision."""
+
+
+class SleepEnded(InvocationEvent):
+    """A sleeping invocation woke: its time came, or someone woke it early (``wake``).
+
+    Committed on its own, guarded by the invocation's version: one wake, one runnable
+    transition, whoever (and however many) tried.
+    """
+
+    TOPIC: ClassVar[str] = "aggregates.invocation:SleepEnded"
+
+    step: int
+    wake_at: datetime
+    """The time it slept until (the pause's)."""
+    early: bool = False
+    """True when it was woken before ``wake_at`` (by ``wake``)."""
+    by: str | None = None
+    """Who woke it early (None: it was due)."""
+    calls: list[str] | None = None
+    """The calls that slept (the pause's ``sleeping_calls``): they are called again."""
 
 
 class ApprovalGranted(InvocationEvent):
@@ -297,6 +324,7 @@ EVENT_TYPES: tuple[type[InvocationEvent], ...] = (
     VerificationFailed,
     ContextCompacted,
     SettingsChanged,
+    SleepEnded,
     LeaseAcquired,
     Terminated,
 )

@@ -214,15 +214,22 @@ class Release(Frozen):
     status: QueueStatus
     delay_s: float = 0.0
     """The row is claimable this long after the release (runnable rows only)."""
+    due_at: float | None = None
+    """The row is claimable from this time (seconds since the epoch; a sleep's wake time),
+    instead of ``delay_s`` after the release."""
 
 
-def release_after(reason: TerminalReason) -> Release | None:
+def release_after(reason: TerminalReason, *, wake_at: float | None = None) -> Release | None:
     """How a holder leaves the row after a run stopped with ``reason`` (None: not its row).
 
-    A pause waits for a person or a service; a failed commit is tried again a little
-    later (the store may be back); ``lease_lost`` means another holder owns the row
-    now, so it is left alone; every other reason ended the invocation.
+    A sleep leaves it runnable from its wake time (``wake_at``, seconds since the epoch),
+    so that the claim query (ordered by ``due_at``) hands it to a worker once it is due;
+    another pause waits for a person or a service; a failed commit is tried again a
+    little later (the store may be back); ``lease_lost`` means another holder owns the
+    row now, so it is left alone; every other reason ended the invocation.
     """
+    if reason in (TerminalReason.SLEEPING, TerminalReason.RATE_LIMITED):
+        return Release(status=QueueStatus.RUNNABLE, due_at=wake_at)
     if reason.pauses:
         return Release(status=QueueStatus.PAUSED)
     if reason is TerminalReason.CHECKPOINT_FAILED:

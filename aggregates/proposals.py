@@ -20,6 +20,7 @@ from aggregates.decisions import (
     Rejection,
     RejectionClass,
     ToolCalls,
+    Wait,
     decision_fields,
     parse_decision,
 )
@@ -81,6 +82,8 @@ def validate_proposal(
                 problems.append((RejectionClass.UNKNOWN_HANDOFF, problem))
             elif not reason.strip():
                 problems.append((RejectionClass.SCHEMA_INVALID, "a handoff needs a reason"))
+        case Wait(reason=reason) if not reason.strip():
+            problems.append((RejectionClass.SCHEMA_INVALID, "a wait needs a reason"))
         case ToolCalls(calls=calls):
             if not calls:
                 problems.append((RejectionClass.EMPTY_BATCH, "the tool batch is empty"))

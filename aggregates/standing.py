@@ -7,6 +7,7 @@ anything can drive it on, and whether it waits for the decision a person gives.
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 
 from aggregates.invocation import Invocation, Phase
@@ -43,8 +44,12 @@ def resting_status(phase: Phase) -> QueueStatus:
     """The queue status of an invocation in ``phase`` that no holder drives.
 
     ``ended`` once it terminated, ``paused`` while it waits, else ``runnable`` (a
-    worker may claim it).
+    worker may claim it). A sleeping invocation is ``runnable``: the worker that claims
+    it wakes it when it is due (its row is claimable from ``wake_at`` once a holder has
+    released it so).
     """
+    if phase is Phase.SLEEPING:
+        return QueueStatus.RUNNABLE
     match stopped(phase):
         case Stop.ENDED:
             return QueueStatus.ENDED
@@ -63,10 +68,14 @@ class Standing(StrEnum):
     """It paused for an approval or an answer: only a person's decision moves it."""
     DRIVABLE = "drivable"
     """A run can drive it on (it is running, crashed mid-turn, or waits for reconciliation)."""
+    SLEEPING = "sleeping"
+    """It sleeps until ``paused.wake_at``: a wake (due, or early by ``wake``) moves it."""
 
 
 def standing(invocation: Invocation) -> Standing:
-    """Whether an invocation ended, waits for a person, or can be driven on."""
+    """Whether an invocation ended, waits for a person, sleeps, or can be driven on."""
+    if invocation.phase is Phase.SLEEPING:
+        return Standing.SLEEPING
     match stopped(invocation.phase):
         case Stop.ENDED:
             return Standing.ENDED
@@ -103,3 +112,17 @@ def waits_for_person(invocation: Invocation) -> bool:
 def waits_for_answer(invocation: Invocation) -> bool:
     """True when the invocation paused with a question only a person can answer."""
     return invocation.phase is Phase.AWAITING_CLARIFICATION
+
+
+def wake_at(invocation: Invocation) -> datetime | None:
+    """When a sleeping invocation may be woken (None: it does not sleep)."""
+    paused = invocation.paused
+    if invocation.phase is not Phase.SLEEPING or paused is None:
+        return None
+    return paused.wake_at
+
+
+def wake_due(invocation: Invocation, at: datetime) -> bool:
+    """True when a sleeping invocation's time has come at ``at`` (a wake is not early)."""
+    when = wake_at(invocation)
+    return when is not None and when <= at

@@ -45,6 +45,7 @@ from aggregates.invocation import (
     Paused,
     ResultsCommitted,
     SettingsChanged,
+    SleepEnded,
     Terminated,
     VerificationFailed,
 )
@@ -84,6 +85,8 @@ PERSISTED_TOPICS: Mapping[str, type] = MappingProxyType(
         "aggregates.effect:EffectResolvedByHand": EffectResolvedByHand,
         # Cancel requests.
         "aggregates.requests:CancelRequested": CancelRequested,
+        # Added later (appended: the list is frozen).
+        "aggregates.invocation:SleepEnded": SleepEnded,
     }
 )
 """Every topic a store may hold, and the class it names (frozen: append, never edit)."""

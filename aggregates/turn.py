@@ -28,6 +28,7 @@ results can be fed back in to re-drive it (replay) with no second copy of the ru
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, assert_never
 
 from aggregates.call_secrets import CallSecrets
@@ -61,6 +62,7 @@ from aggregates.decisions import (
     ToolEffect,
     ToolResult,
     Usage,
+    Wait,
 )
 from aggregates.digest import digest_of
 from aggregates.effect import Effect, Resolution
@@ -104,6 +106,7 @@ from aggregates.turn_messages import (
     ModelFailed,
     ModelInterrupted,
     ModelObservation,
+    ModelQuotaWait,
     ModelTimedOut,
     Moment,
     PolicyVerdict,
@@ -155,6 +158,7 @@ __all__ = [
     "ModelFailed",
     "ModelInterrupted",
     "ModelObservation",
+    "ModelQuotaWait",
     "ModelTimedOut",
     "Moment",
     "PolicyVerdict",
@@ -242,8 +246,10 @@ class TurnCore:
         inv = self.invocation
         # Paused for reconciliation, a batch still waits: it goes on (it settles its writes).
         resting = stopped(inv.phase)
-        if resting is Stop.ENDED or (resting is Stop.PAUSED and inv.pending_batch is None):
-            return Finished()
+        if resting is Stop.ENDED or (
+            resting is Stop.PAUSED and (inv.pending_batch is None or inv.phase is Phase.SLEEPING)
+        ):
+            return Finished()  # a sleep goes on once its wake is recorded (SleepEnded)
         if inv.pending_batch is not None:
             # Resume a batch that has no committed results (DESIGN.md, Resume).
             keys = [c.effect_key for c in inv.pending_batch.calls if c.effect_key is not None]
@@ -310,6 +316,21 @@ class TurnCore:
         match observation:
             case ModelInterrupted():
                 return self._cancelled(moment, "cancel requested")
+            case ModelQuotaWait(until=until, limit=limit):
+                left = self.seconds_left(moment)
+                if left is not None and (until - moment.at).total_seconds() >= left:
+                    return self._end(
+                        TerminalReason.DEADLINE_EXCEEDED,
+                        moment,
+                        detail=f"no quota of {limit} before the deadline",
+                    )
+                self.invocation.pause(
+                    TerminalReason.RATE_LIMITED,
+                    question=f"no quota of {limit} before {until.isoformat()}",
+                    wake_at=until,
+                    at=moment.at,
+                )
+                return Finished()
             case ModelTimedOut():
                 return self._end(
                     TerminalReason.DEADLINE_EXCEEDED,
@@ -416,6 +437,16 @@ class TurnCore:
             case RequestApproval(proposal_digest=digest):
                 inv.pause(TerminalReason.APPROVAL_REQUIRED, proposal_digest=digest, at=moment.at)
                 return Finished()
+            case Wait(reason=reason, until=until):
+                left = self.seconds_left(moment)
+                if left is not None and (until - moment.at).total_seconds() > left:
+                    return self._end(
+                        TerminalReason.DEADLINE_EXCEEDED,
+                        moment,
+                        detail=f"asked to wait until {until.isoformat()}, past the deadline",
+                    )
+                inv.pause(TerminalReason.SLEEPING, question=reason, wake_at=until, at=moment.at)
+                return self._asleep(moment)
             case ToolCalls(calls=proposed):
                 pass
             case _:
@@ -699,6 +730,8 @@ class TurnCore:
                 Interruption.CANCELLED,
                 moment,
             )
+        woken = self.invocation.woken
+        slept = set(woken.calls or []) if woken is not None else set()
         return RunCalls(
             step=self.invocation.step,
             calls=runnable,
@@ -709,16 +742,34 @@ class TurnCore:
                 if any(c.call_id == call_id for c in runnable)
             },
             first_dispatch=first_dispatch,
+            woken={c.call_id: woken.wake_at for c in runnable if c.call_id in slept}
+            if woken is not None
+            else {},
+            woke_at=woken.timestamp if woken is not None else None,
         )
 
     def on_executed(
-        self, results: Sequence[ToolResult], interruption: Interruption, moment: Moment
+        self,
+        results: Sequence[ToolResult],
+        interruption: Interruption,
+        moment: Moment,
+        slept: Mapping[str, datetime] | None = None,
     ) -> Action:
-        """The results of the calls run (real outputs: the core redacts what is stored)."""
+        """The results of the calls run (real outputs: the core redacts what is stored).
+
+        ``slept``: the calls that asked to sleep (``ctx.sleep_until``) and the time each
+        asked for, by call id; their entries in ``results`` are placeholders. Unless the
+        batch was cut short, the invocation pauses ``sleeping`` until the latest of those
+        times with the batch still dispatched; a write among them goes back to
+        ``prepared`` (the tool slept before it wrote: it runs again, with the same key).
+        """
         inv = self.invocation
         batch = inv.pending_batch
         assert batch is not None
+        slept = {} if slept is None or interruption is not Interruption.NONE else slept
         for result in results:
+            if result.call_id in slept:
+                continue  # no result yet: the call runs again when it wakes
             stored = self._conceal(batch.step, self._admit_result(result))
             self._results[stored.call_id] = stored
             if stored.effect_key is not None:
@@ -735,7 +786,43 @@ class TurnCore:
                     detail="the deadline passed while tools ran",
                 )
             return self._cancelled(moment, "cancel requested while tools ran")
+        if slept:
+            return self._sleep_batch(slept, moment)
         return self._reconcile_open(moment)
+
+    def _sleep_batch(self, slept: Mapping[str, datetime], moment: Moment) -> Action:
+        """Pause ``sleeping`` with the batch dispatched until the latest time asked for."""
+        inv = self.invocation
+        wake_at = max(slept.values())
+        for call_id, until in slept.items():
+            effect = self._effects.get(call_id)
+            if effect is not None:
+                effect.reconcile(
+                    Resolution.NOT_FOUND,
+                    reason=f"the tool slept until {until.isoformat()} before it wrote; "
+                    "it runs again with the same key when it wakes",
+                    at=moment.at,
+                )
+        inv.pause(
+            TerminalReason.SLEEPING,
+            question=f"{len(slept)} call(s) sleep until {wake_at.isoformat()}",
+            wake_at=wake_at,
+            sleeping_calls=[c.call_id for c in inv.pending_batch.calls if c.call_id in slept]
+            if inv.pending_batch is not None
+            else list(slept),
+            at=moment.at,
+        )
+        return self._asleep(moment)
+
+    def _asleep(self, moment: Moment) -> Action:
+        """Just paused ``sleeping``: stop, or go on at once when the time has come."""
+        paused = self.invocation.paused
+        assert paused is not None
+        assert paused.wake_at is not None
+        if paused.wake_at > moment.at:
+            return Finished()
+        self.invocation.wake(at=moment.at)  # committed with the pause
+        return Continue(after_results=False)
 
     def _admit_result(self, result: ToolResult) -> ToolResult:
         """A result as it may be stored (values checked, size limited).

@@ -132,7 +132,19 @@ class ModelInterrupted:
     """A cancel request interrupted the wait for the model."""
 
 
-ModelObservation = ModelAnswered | ModelFailed | ModelTimedOut | ModelInterrupted
+@dataclass(frozen=True, slots=True)
+class ModelQuotaWait:
+    """The provider's shared rate limit has no quota for the call before ``until``.
+
+    Past the wait its limit allows (``RateLimit.max_wait_s``): nothing was sent.
+    """
+
+    until: datetime
+    limit: str
+    """Which limit (``provider:model``)."""
+
+
+ModelObservation = ModelAnswered | ModelFailed | ModelTimedOut | ModelInterrupted | ModelQuotaWait
 
 
 class EffectAnswered(Frozen):
@@ -245,6 +257,11 @@ class RunCalls(_Action):
     """Attempt number per write call id."""
     first_dispatch: bool
     """True when the commit before it records the batch's dispatch."""
+    woken: dict[str, datetime] = field(default_factory=dict)
+    """The calls that slept (``ctx.sleep_until``) and now run again: the time each slept
+    until, by call id (their ``ctx.sleep_until`` up to it returns at once)."""
+    woke_at: datetime | None = None
+    """When they woke (None: none of them slept)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,7 +79,11 @@ def record_outside_cancellation(
 
 def cancel_paused(invocation: Invocation, detail: str, *, at: datetime) -> None:
     """End a paused invocation ``cancelled`` (a batch waiting for its service gets results)."""
-    waits_for_batch = invocation.phase in (Phase.AWAITING_RECONCILIATION, Phase.AWAITING_CHILD)
+    waits_for_batch = invocation.phase in (
+        Phase.AWAITING_RECONCILIATION,
+        Phase.AWAITING_CHILD,
+        Phase.SLEEPING,
+    )
     if waits_for_batch and invocation.pending_batch is not None:
         invocation.commit_results(
             [unreported_result(call) for call in invocation.pending_batch.calls], at=at

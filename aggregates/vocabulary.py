@@ -35,6 +35,12 @@ class TerminalReason(StrEnum):
     RECONCILIATION_REQUIRED = "reconciliation_required"
     HANDED_OFF = "handed_off"
     """The model handed the conversation to another agent, which goes on as a new invocation."""
+    SLEEPING = "sleeping"
+    """Paused until a time (``Paused.wake_at``): a ``wait`` decision, or a tool that called
+    ``ctx.sleep_until``; a worker (or ``wake``) drives it on once it is due."""
+    RATE_LIMITED = "rate_limited"
+    """Paused before a model call: the provider's shared rate limit had no quota for it
+    within the limit's ``max_wait_s``; it sleeps until the quota is there (``wake_at``)."""
 
     @property
     def pauses(self) -> bool:
@@ -47,6 +53,8 @@ PAUSING_REASONS = frozenset(
         TerminalReason.APPROVAL_REQUIRED,
         TerminalReason.CLARIFICATION_REQUIRED,
         TerminalReason.RECONCILIATION_REQUIRED,
+        TerminalReason.SLEEPING,
+        TerminalReason.RATE_LIMITED,
     }
 )
 

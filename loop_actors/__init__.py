@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from aggregates.decisions import ToolEffect as ToolEffect
     from aggregates.decisions import ToolResult as ToolResult
     from aggregates.decisions import Usage as Usage
+    from aggregates.decisions import Wait as Wait
     from aggregates.effect import Resolution as Resolution
     from aggregates.fork import ForkRefusal as ForkRefusal
     from aggregates.fork_origin import ForkOrigin as ForkOrigin
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from aggregates.fork_origin import SourceWrite as SourceWrite
     from aggregates.handoffs import HandoffHistory as HandoffHistory
     from aggregates.handoffs import HandoffOrigin as HandoffOrigin
+    from aggregates.rate_limits import RateLimit as RateLimit
     from aggregates.replay import Divergence as Divergence
     from aggregates.replay import DivergenceKind as DivergenceKind
     from aggregates.settings import RunSettings as RunSettings
@@ -63,6 +65,7 @@ if TYPE_CHECKING:
     from loop_actors._errors import NotWaitingError as NotWaitingError
     from loop_actors._errors import RuntimeBusyError as RuntimeBusyError
     from loop_actors._errors import ScriptExhaustedError as ScriptExhaustedError
+    from loop_actors._errors import SleepTimeError as SleepTimeError
     from loop_actors._errors import StoreCipherError as StoreCipherError
     from loop_actors._errors import StoreReadOnlyError as StoreReadOnlyError
     from loop_actors._errors import StoreUnavailableError as StoreUnavailableError
@@ -80,6 +83,7 @@ if TYPE_CHECKING:
     from loop_actors._messages import ModelRequest as ModelRequest
     from loop_actors._statistics import ErrorSeen as ErrorSeen
     from loop_actors._statistics import JournalStatistics as JournalStatistics
+    from loop_actors._statistics import QuotaStatistics as QuotaStatistics
     from loop_actors._statistics import RuntimeStatistics as RuntimeStatistics
     from loop_actors._statistics import WorkerStatistics as WorkerStatistics
     from loop_actors.agent.adapters import AnthropicModel as AnthropicModel
@@ -104,6 +108,7 @@ if TYPE_CHECKING:
     from loop_actors.agent.policy import Deny as Deny
     from loop_actors.agent.tools import ChildPausedError as ChildPausedError
     from loop_actors.agent.tools import Reconciled as Reconciled
+    from loop_actors.agent.tools import SleepRequested as SleepRequested
     from loop_actors.agent.tools import Tool as Tool
     from loop_actors.agent.tools import ToolContext as ToolContext
     from loop_actors.agent.tools import tool as tool
@@ -131,6 +136,9 @@ _EXPORTS: dict[str, str] = {
     "Budget": "aggregates.decisions",
     "CannotContinue": "aggregates.decisions",
     "Clarification": "aggregates.decisions",
+    "Wait": "aggregates.decisions",
+    "RateLimit": "aggregates.rate_limits",
+    "QuotaStatistics": "loop_actors._statistics",
     "Decision": "aggregates.decisions",
     "Effect": "aggregates.decisions",  # the former name of ToolEffect
     "EffectStatus": "aggregates.decisions",
@@ -151,6 +159,7 @@ _EXPORTS: dict[str, str] = {
     "ParentEnd": "aggregates.children",
     "Spent": "aggregates.children",
     "ChildPausedError": "loop_actors.agent.tools",
+    "SleepRequested": "loop_actors.agent.tools",
     "ForkRefusal": "aggregates.fork",
     "Handoff": "aggregates.decisions",
     "HandoffHistory": "aggregates.handoffs",
@@ -172,6 +181,7 @@ _EXPORTS: dict[str, str] = {
     "LoopActorsError": "loop_actors._errors",
     "NotWaitingError": "loop_actors._errors",
     "RuntimeBusyError": "loop_actors._errors",
+    "SleepTimeError": "loop_actors._errors",
     "ScriptExhaustedError": "loop_actors._errors",
     "StoreCipherError": "loop_actors._errors",
     "StoreReadOnlyError": "loop_actors._errors",
@@ -298,6 +308,8 @@ __all__ = [
     "ParentEnd",
     "Price",
     "ProviderErrorClass",
+    "QuotaStatistics",
+    "RateLimit",
     "ReadModelsStatus",
     "ReconcileReport",
     "Reconciled",
@@ -317,6 +329,8 @@ __all__ = [
     "ScriptExhaustedError",
     "ScriptedModel",
     "SettingsChangedError",
+    "SleepRequested",
+    "SleepTimeError",
     "SourceWrite",
     "Spent",
     "StdioServer",
@@ -340,6 +354,7 @@ __all__ = [
     "UnreadableEventError",
     "Usage",
     "UsageError",
+    "Wait",
     "Worker",
     "WorkerReport",
     "WorkerStatistics",

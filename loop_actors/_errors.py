@@ -206,6 +206,13 @@ class NotWaitingError(UsageError):
     """Raised when an answer or a decision is given to an invocation that is not waiting for it."""
 
 
+class SleepTimeError(UsageError):
+    """Raised when ``ctx.sleep_until`` is given something other than a datetime with a time zone.
+
+    A naive datetime names no moment (which zone?): it is refused rather than guessed.
+    """
+
+
 class EffectNotFoundError(UsageError):
     """Raised when no effect has the given effect key."""
 

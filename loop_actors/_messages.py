@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -77,6 +78,9 @@ class BatchExecuted:
     step: int
     results: list[ToolResult]
     interruption: Interruption
+    slept: dict[str, datetime] = field(default_factory=dict)
+    """The calls that asked to sleep (``ctx.sleep_until``), with the time each asked for;
+    their entries in ``results`` are placeholders."""
 
 
 # --------------------------------------------------------------------------- journal

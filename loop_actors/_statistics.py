@@ -130,6 +130,21 @@ class JournalCounters:
             )
 
 
+class QuotaStatistics(Frozen):
+    """What the runtime's model calls waited for quota, since it opened."""
+
+    granted: int = 0
+    """Requests given quota."""
+    waited: int = 0
+    """Of them, those that had to wait."""
+    waited_s: float = 0.0
+    """The time they waited, in all."""
+    paused: int = 0
+    """Calls whose wait would have passed ``max_wait_s`` (their runs paused ``rate_limited``)."""
+    throttled: int = 0
+    """``rate_limited`` answers that blocked a limit for everyone."""
+
+
 class RuntimeStatistics(Frozen):
     """What a Runtime does now and has done since it was made (``Runtime.statistics()``)."""
 
@@ -153,6 +168,8 @@ class RuntimeStatistics(Frozen):
     """Whether the last thing its tasks tried on the store failed with an outage."""
     journal: JournalStatistics | None
     """Its Journal's, while it is open."""
+    quota: QuotaStatistics | None = None
+    """What its model calls waited for its shared rate limits, while it is open with some."""
     last_error: ErrorSeen | None
     """The last error its Journal or one of its store tasks caught (None: none yet).
 

@@ -29,6 +29,7 @@ from aggregates.invocation import (
     InvocationStarted,
     Paused,
     ResultsCommitted,
+    SleepEnded,
     Terminated,
     plan_fingerprint,
 )
@@ -280,6 +281,7 @@ _CASES: tuple[tuple[type, Callable[[_Batch, Any], None]], ...] = (
     (ApprovalGranted, _Batch.on_resume),
     (ApprovalDenied, _Batch.on_resume),
     (ClarificationProvided, _Batch.on_resume),
+    (SleepEnded, _Batch.on_resume),
 )
 
 

@@ -42,6 +42,7 @@ from aggregates.invocation import (
     InvocationStarted,
     Paused,
     ResultsCommitted,
+    SleepEnded,
     Terminated,
     VerificationFailed,
 )
@@ -317,6 +318,7 @@ _FOLDS: tuple[tuple[type, _Fold], ...] = (
     (ApprovalGranted, _on_resume),
     (ApprovalDenied, _on_resume),
     (ClarificationProvided, _on_resume),
+    (SleepEnded, _on_resume),
     (InvocationStarted, _on_second_start),
     (VerificationFailed, _counted),
     (ContextCompacted, _counted),

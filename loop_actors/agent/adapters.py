@@ -33,11 +33,14 @@ from aggregates.decisions import (
     ToolCalls,
     ToolResult,
     Usage,
+    Wait,
 )
 from aggregates.invocation import Turn
+from aggregates.rate_limits import estimate_tokens
 from loop_actors._errors import LoopActorsError, UsageError
 from loop_actors._logs import fields, package_logger
 from loop_actors._messages import ModelReply, ModelRequest, ToolSchema
+from loop_actors.agent.quota import quota_gate
 
 log = package_logger(__name__)
 
@@ -146,39 +149,64 @@ def classify(error: Exception) -> ProviderErrorClass:
     return _status_class(status, str(error))
 
 
-async def call_with_retries(call: Callable[[], Awaitable[T]], policy: RetryPolicy) -> tuple[T, int]:
+async def call_with_retries(
+    call: Callable[[], Awaitable[T]],
+    policy: RetryPolicy,
+    *,
+    quota: tuple[str, str] | None = None,
+    tokens: int = 1,
+    used_tokens: Callable[[T], int] | None = None,
+) -> tuple[T, int]:
     """Run ``call`` under the retry policy; return its result and the attempts it took.
+
+    ``quota``: the ``(provider, model)`` the call goes to. When the runtime has a shared
+    rate limit for it (:func:`quota_gate`), each attempt first waits for its quota
+    (``tokens`` estimated, corrected by ``used_tokens(reply)``); that wait is no
+    attempt and burns no retry. A ``rate_limited`` answer blocks the limit for every
+    run and worker (until its ``Retry-After``), and the retry waits for the limit
+    instead of backing off on its own.
 
     Raises:
         ModelCallError: the failure was not retryable, or the budget ran out.
+        QuotaWaitError: the limit has no quota for an attempt within its ``max_wait_s``.
 
-    Cancellation: a checkpoint (also while backing off).
+    Cancellation: a checkpoint (also while backing off, and while it waits for quota).
     """
     import trio  # noqa: PLC0415 - imported with the first call: importing an agent imports no trio
 
+    gate = quota_gate() if quota is not None else None
     attempt = 0
     while True:
+        reservation = await gate.acquire(*quota, tokens) if gate and quota else None
         attempt += 1
         try:
-            return await call(), attempt
+            result = await call()
         except (trio.Cancelled, KeyboardInterrupt):
             raise
         except Exception as error:
             error_class = classify(error)
+            limited = error_class is ProviderErrorClass.RATE_LIMITED
+            if gate is not None and reservation is not None and limited:
+                await gate.throttled(reservation, _retry_after(error))
             if error_class not in RETRYABLE or attempt >= policy.max_attempts:
                 raise ModelCallError(error_class, str(error), attempts=attempt) from error
-            delay = policy.delay(attempt, _retry_after(error))
-            # The class only: a provider's message may quote the request.
-            log.info(
-                "the model call failed (%s, %s, attempt %d of %d); retried in %.3g s",
-                error_class.value,
-                type(error).__name__,
-                attempt,
-                policy.max_attempts,
-                delay,
-                extra=fields(outcome=error_class, error_type=type(error).__name__),
-            )
-            await trio.sleep(delay)
+            if reservation is None or not limited:  # else the limit says when to try again
+                delay = policy.delay(attempt, _retry_after(error))
+                # The class only: a provider's message may quote the request.
+                log.info(
+                    "the model call failed (%s, %s, attempt %d of %d); retried in %.3g s",
+                    error_class.value,
+                    type(error).__name__,
+                    attempt,
+                    policy.max_attempts,
+                    delay,
+                    extra=fields(outcome=error_class, error_type=type(error).__name__),
+                )
+                await trio.sleep(delay)
+        else:
+            if gate is not None and reservation is not None and used_tokens is not None:
+                await gate.settle(reservation, used_tokens(result))
+            return result, attempt
 
 
 def _result_text(result: ToolResult) -> str:
@@ -212,6 +240,12 @@ def text_exchange(turn: Turn) -> list[dict[str, Any]]:
             messages.append({"role": "assistant", "content": question})
             if turn.reply:
                 messages.append({"role": "user", "content": turn.reply})
+        case Wait(reason=reason, until=until):
+            messages.append(
+                {"role": "assistant", "content": f"I wait until {until.isoformat()}: {reason}"}
+            )
+            if turn.reply:
+                messages.append({"role": "user", "content": f"You {turn.reply}."})
         case RequestApproval(summary=summary):
             if turn.approval:
                 messages.append({"role": "assistant", "content": summary or "approval?"})
@@ -477,7 +511,13 @@ class _Adapter:
                 async def create(messages: list[dict[str, Any]] = messages) -> Any:
                     return await self._create(client, request, messages, tools)
 
-                reply, tries = await call_with_retries(create, self.retry)
+                reply, tries = await call_with_retries(
+                    create,
+                    self.retry,
+                    quota=(self.provider, self.model),
+                    tokens=estimate_tokens(len(json.dumps([messages, tools], default=str))),
+                    used_tokens=lambda reply: sum(self._tokens(reply)),
+                )
                 attempts += tries
                 used_in, used_out = self._tokens(reply)
                 tokens_in += used_in
@@ -549,7 +589,9 @@ class OpenAIModel(_Adapter):
                         {"role": "tool", "tool_call_id": r.call_id, "content": _result_text(r)}
                         for r in turn.results
                     )
-                case Final() | Clarification() | RequestApproval() | CannotContinue() | None:
+                case (
+                    Final() | Clarification() | RequestApproval() | CannotContinue() | Wait() | None
+                ):
                     messages.extend(text_exchange(turn))
         return messages
 
@@ -692,7 +734,9 @@ class AnthropicModel(_Adapter):
                             ],
                         }
                     )
-                case Final() | Clarification() | RequestApproval() | CannotContinue() | None:
+                case (
+                    Final() | Clarification() | RequestApproval() | CannotContinue() | Wait() | None
+                ):
                     messages.extend(text_exchange(turn))
         return messages
 

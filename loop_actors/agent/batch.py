@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import contextvars
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import trio
@@ -24,7 +25,7 @@ from loop_actors._errors import ToolError
 from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._guard import is_cancellation
 from loop_actors._messages import BatchExecuted
-from loop_actors.agent.tools import Tool, Toolbox, ToolContext, jsonable
+from loop_actors.agent.tools import SleepRequested, Tool, Toolbox, ToolContext, jsonable
 
 
 class _Ending(Frozen):
@@ -38,6 +39,12 @@ class _Ending(Frozen):
     ran: bool = True
     """The function was called (false: refused before it started)."""
 
+
+_SLEEPING = _Ending(
+    error_class=ErrorClass.OUTCOME_UNKNOWN,
+    message="the call sleeps (a placeholder: the turn core records no result for it)",
+    retryable=False,
+)
 
 _UNKNOWN_CLASSES = frozenset(
     {ErrorClass.TIMEOUT, ErrorClass.OUTCOME_UNKNOWN, ErrorClass.UNAVAILABLE}
@@ -180,12 +187,19 @@ class BatchRun:
         deadline: float | None,
         attempts: dict[str, int],
         grace_s: float,
+        woken: Mapping[str, datetime] | None = None,
+        woke_at: datetime | None = None,
     ) -> None:
         """Prepare the batch (nothing runs before :meth:`run`).
 
         ``deadline`` is on the trio clock (None: none); ``attempts`` the attempt
-        number of each write by call id (1 when absent).
+        number of each write by call id (1 when absent); ``woken`` the calls that slept
+        and run again, with the time each slept until (they woke at ``woke_at``).
         """
+        self.woken = woken or {}
+        self.woke_at = woke_at
+        self.slept: dict[str, datetime] = {}
+        """The calls that asked to sleep this time, and until when."""
         self.toolbox = toolbox
         self.invocation_id = invocation_id
         self.step = step
@@ -276,7 +290,9 @@ class BatchRun:
                 ordered.append(
                     interrupted_result(call, interruption, started=call.call_id in self._started)
                 )
-        return BatchExecuted(step=self.step, results=ordered, interruption=interruption)
+        return BatchExecuted(
+            step=self.step, results=ordered, interruption=interruption, slept=self.slept
+        )
 
     def _stop(self) -> Interruption | None:
         """Why no further call may start (a cancel request, the deadline), or None."""
@@ -327,6 +343,8 @@ class BatchRun:
                 call_id=call_id,
                 effect_key=call.effect_key,
                 attempt=self.attempts.get(call_id, 1),
+                slept_until=self.woken.get(call_id),
+                woke_at=self.woke_at if call_id in self.woken else None,
             )
         return tool_, context, started
 
@@ -392,6 +410,10 @@ class BatchRun:
                                 running.set()
                     else:
                         returned = await tool_.invoke(call.arguments, context, running=running)
+                except SleepRequested as sleep:
+                    # No result yet: the invocation sleeps, and the call runs again on waking.
+                    self.slept[call_id] = sleep.until
+                    ending = _SLEEPING
                 except BaseException as error:
                     if is_cancellation(error):
                         raise

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast, overload
 
 from pydantic import BaseModel, ConfigDict, SkipValidation, create_model
@@ -31,7 +32,7 @@ from aggregates.invocation import DispatchedCall, ToolSpec
 from aggregates.redaction import redact_paths
 from aggregates.revalidation import MalformedValueError, revalidated
 from aggregates.values import check_json, describe_error
-from loop_actors._errors import ToolDefinitionError, ToolError
+from loop_actors._errors import SleepTimeError, ToolDefinitionError, ToolError
 from loop_actors._guard import in_thread, is_cancellation
 from loop_actors._messages import ToolSchema
 
@@ -64,6 +65,41 @@ class ToolContext(Frozen):
     """The effect key of a write (None for a read)."""
     attempt: int
     """1 for the first dispatch; higher when the service said "not found" and it runs again."""
+    slept_until: datetime | None = None
+    """When this call slept (``sleep_until``) and now runs again: the time it slept until."""
+    woke_at: datetime | None = None
+    """When it woke from that sleep (None: it never slept)."""
+
+    async def sleep_until(self, when: datetime) -> None:
+        """Sleep durably until ``when`` (a ``datetime`` with a time zone): no process waits.
+
+        The call stops here, the batch's other calls finish, and the invocation pauses
+        ``sleeping`` with the batch still dispatched (``Paused.wake_at``). When it wakes
+        (a worker claims it once it is due, or ``loop-actors wake ID``), this call runs
+        again from its start, with the same arguments, effect key (a write's next
+        attempt) and ``slept_until``: this ``sleep_until`` then returns at once, and the
+        call's result is what it returns then. So code before the sleep runs twice; keep
+        it free of effects (a write passes ``effect_key`` to its service, as always).
+
+        Raises:
+            SleepTimeError: ``when`` is not a datetime with a time zone.
+            SleepRequested: always, unless the call already slept until ``when`` or
+                later. Let it through (it is a ``BaseException``, like trio's
+                ``Cancelled``): the runtime catches it.
+
+        Cancellation: not a checkpoint when it raises; a checkpoint when it returns.
+        """
+        if not isinstance(when, datetime) or when.tzinfo is None or when.utcoffset() is None:
+            raise SleepTimeError(
+                f"sleep_until needs a datetime with a time zone, got {when!r} "
+                "(e.g. datetime.now(UTC) + timedelta(hours=1))"
+            )
+        if self.slept_until is not None and when <= self.slept_until:
+            import trio  # noqa: PLC0415 - tools.py is imported where trio is not (submit)
+
+            await trio.lowlevel.checkpoint()
+            return
+        raise SleepRequested(when)
 
     async def run_agent(self, agent: object, goal: str, *, key: str | None = None) -> ChildOutcome:
         """Run ``agent`` on ``goal`` as a child invocation of this call's invocation.
@@ -83,6 +119,18 @@ class ToolContext(Frozen):
                 its invocation pauses until the child is settled.
         """
         return await child_runs().run(agent, goal, self, key=key, spec=None)
+
+
+class SleepRequested(BaseException):
+    """Raised by ``ToolContext.sleep_until`` to stop the call until ``until``; let it through.
+
+    The runtime records the sleep (the invocation pauses ``sleeping``) and calls the tool
+    again when it wakes.
+    """
+
+    def __init__(self, until: datetime) -> None:
+        super().__init__(f"the call sleeps until {until.isoformat()}")
+        self.until = until
 
 
 class ChildPausedError(Exception):

@@ -64,6 +64,8 @@ def outcome_json(outcome: Outcome) -> str:
         record["chain"] = outcome.chain
     if outcome.children is not None:
         record["children"] = outcome.children.model_dump(mode="json")
+    if outcome.wake_at is not None:
+        record["wake_at"] = outcome.wake_at.isoformat()
     return json.dumps(record)
 
 
@@ -91,6 +93,8 @@ def outcome_lines(outcome: Outcome, events: int | None) -> list[str]:
     ``events``: the invocation's stored events (``events=?`` when the store could not say).
     """
     lines = [outcome.reason.value]
+    if outcome.wake_at is not None:
+        lines[0] += f" until {outcome.wake_at.isoformat()}"
     if outcome.answer is not None:
         lines.append(terminal_safe(outcome.answer))
     elif outcome.detail:

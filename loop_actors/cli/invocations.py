@@ -1,6 +1,6 @@
 """The commands that run and steer invocations.
 
-``run``, ``resume``, ``approve``, ``deny``, ``clarify``, ``cancel`` and ``reconcile``.
+``run``, ``resume``, ``approve``, ``deny``, ``clarify``, ``cancel``, ``wake`` and ``reconcile``.
 """
 
 from __future__ import annotations
@@ -118,6 +118,25 @@ async def _cancel(runtime: Runtime, args: argparse.Namespace) -> ExitCode:
     return ExitCode.OK
 
 
+async def _wake(runtime: Runtime, agent: Agent | None, args: argparse.Namespace) -> ExitCode:
+    """Record the wake of a sleeping invocation, then resume it if asked."""
+    async with runtime:
+        early = await runtime.wake(args.invocation_id, by=args.by)
+        if agent is None:
+            if args.json:
+                print(json.dumps({"invocation_id": args.invocation_id, "early": early}))
+            else:
+                print(
+                    f"woke {terminal_safe(args.invocation_id)}"
+                    + (" early" if early else "")
+                    + "; a worker drives it on (or resume it)"
+                )
+            return ExitCode.OK
+        outcome = await runtime.resume(args.invocation_id, agent)
+        events = await stored_events(runtime, outcome)
+    return report(outcome, events, as_json=args.json)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run one of this group's commands."""
     match args.command:
@@ -142,6 +161,9 @@ def run(args: argparse.Namespace) -> int:
             return trio_run(_resume, runtime_for(args, existing=True), agent, args)
         case "cancel":
             return trio_run(_cancel, runtime_for(args, existing=True), args)
+        case "wake":
+            waker = load_agent(args.agent) if args.agent else None
+            return trio_run(_wake, runtime_for(args, existing=True), waker, args)
         case "approve" | "deny" | "clarify":
             decider = load_agent(args.agent) if args.agent else None
             return trio_run(_decide, runtime_for(args, existing=True), decider, args)

@@ -40,6 +40,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("deny", "invocations", "deny the batch an invocation waits with"),
     ("clarify", "invocations", "answer the question an invocation asked"),
     ("cancel", "invocations", "ask an invocation to stop (recorded; honoured by any worker)"),
+    ("wake", "invocations", "wake a sleeping invocation now (before its wake time, if need be)"),
     (
         "reconcile",
         "invocations",

@@ -23,6 +23,7 @@ from aggregates.lease import (
     effective_status,
     lease_is_live,
 )
+from aggregates.rate_limits import RateLimit, parse_rate_limit
 from loop_actors._errors import UsageError
 from loop_actors._render import ID, TEXT, console, print_table
 from loop_actors._terminal import terminal_safe
@@ -67,7 +68,23 @@ def make_worker(args: argparse.Namespace, agents: Sequence[Agent]) -> Worker:
         checkpoint_dir=getattr(args, "checkpoint_dir", None),
         checkpoint_key=getattr(args, "checkpoint_key", None),
         checkpoint_every=getattr(args, "checkpoint_every", None),
+        rate_limits=rate_limits_of(args.rate_limits or []),
     )
+
+
+def rate_limits_of(texts: list[str]) -> list[RateLimit]:
+    """``--rate-limit provider:model:rpm:tpm`` values as limits.
+
+    Raises:
+        UsageError: one is malformed.
+    """
+    limits = []
+    for text in texts:
+        try:
+            limits.append(parse_rate_limit(text))
+        except ValueError as error:
+            raise UsageError(f"--rate-limit {text!r}: {error}") from None
+    return limits
 
 
 async def worker_command(worker: Worker, args: argparse.Namespace) -> ExitCode:

@@ -467,6 +467,10 @@ class AsyncioRuntime:
         """:meth:`Runtime.clarify`, awaited from asyncio. Cancellation: as :meth:`approve`."""
         await self._call(lambda runtime: runtime.clarify(invocation_id, answer=answer, by=by))
 
+    async def wake(self, invocation_id: str, *, by: str | None = None) -> bool:
+        """:meth:`Runtime.wake`, awaited from asyncio. Cancellation: as :meth:`approve`."""
+        return await self._call(lambda runtime: runtime.wake(invocation_id, by=by))
+
     async def request_cancel(
         self, invocation_id: str, *, by: str | None = None, reason: str | None = None
     ) -> CancelResult:

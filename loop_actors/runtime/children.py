@@ -38,7 +38,7 @@ from loop_actors._errors import (
     ToolError,
 )
 from loop_actors.agent.agent import Agent
-from loop_actors.agent.tools import ChildPausedError, Reconciled, ToolContext
+from loop_actors.agent.tools import ChildPausedError, Reconciled, SleepRequested, ToolContext
 from loop_actors.runtime.arguments import StartRequest
 from loop_actors.runtime.controller import Controller
 from loop_actors.runtime.outcome import Outcome
@@ -155,7 +155,15 @@ class ChildRunner:
             return Reconciled(status=Resolution.NOT_FOUND)
         self._check_link(existing, effect_key, None)
         outcome = await self._attach(agent, existing)
-        settled = await self._settled(effect_key, child_id, outcome)
+        try:
+            settled = await self._settled(effect_key, child_id, outcome)
+        except SleepRequested as sleeping:
+            # It sleeps: the call is dispatched again (the same key finds the same
+            # child), and sleeps with it.
+            return Reconciled(
+                status=Resolution.NOT_FOUND,
+                reason=f"its child {child_id} sleeps until {sleeping.until.isoformat()}",
+            )
         return Reconciled(status=Resolution.COMMITTED, receipt=settled.model_dump(mode="json"))
 
     # ----------------------------------------------------------------- helpers
@@ -234,8 +242,8 @@ class ChildRunner:
         """Drive a recorded child on to its end or pause, or wait while another drives it."""
         take_over = False
         while True:
-            if await self.driver.standing(child) is not Standing.DRIVABLE:
-                return Outcome.of(child)
+            if await self.driver.standing(child) not in (Standing.DRIVABLE, Standing.SLEEPING):
+                return Outcome.of(child)  # a sleeping child is resumed: woken if it is due
             if child.id not in self.driver.running:
                 try:
                     return await self.driver.resume(
@@ -264,6 +272,10 @@ class ChildRunner:
         """
         child = await self.driver.reads.invocation(child_id)
         paused = child.paused
+        if outcome.paused and paused is not None and paused.wake_at is not None:
+            # The child sleeps: so does the call that runs it, until the child is due;
+            # called again then, it finds the child and drives it on.
+            raise SleepRequested(paused.wake_at)
         if outcome.paused and paused is not None:
             raise ChildPausedError(
                 ChildWaits(

@@ -39,6 +39,7 @@ from aggregates.turn import (
     LoadEffects,
     ModelInterrupted,
     ModelObservation,
+    ModelQuotaWait,
     ModelTimedOut,
     Moment,
     PolicyVerdict,
@@ -65,6 +66,7 @@ from loop_actors.agent.agent import run_verifier
 from loop_actors.agent.batch import BatchRun
 from loop_actors.agent.model import RequestDigests
 from loop_actors.agent.policy import AccessRequest, check_access
+from loop_actors.agent.quota import QuotaWaitError
 from loop_actors.agent.replies import model_answer, model_failure
 from loop_actors.runtime.leases import HeldLease, LeaseDrained
 from loop_actors.runtime.outage import StoreOutages
@@ -327,6 +329,8 @@ class Controller:
             with scope:
                 try:
                     reply = await self.agent.model.decide(request)
+                except QuotaWaitError as waiting:  # nothing was sent: the run pauses
+                    observation = ModelQuotaWait(until=waiting.until, limit=waiting.limit)
                 except BaseException as error:  # a provider's failure is data for the core
                     if is_cancellation(error):
                         raise
@@ -378,7 +382,9 @@ class Controller:
     def _on_executed(self, executed: BatchExecuted) -> Action:
         if log.isEnabledFor(logging.DEBUG):
             _log_results(self.invocation.id, executed)
-        return self.core.on_executed(executed.results, executed.interruption, self._moment())
+        return self.core.on_executed(
+            executed.results, executed.interruption, self._moment(), slept=executed.slept
+        )
 
     async def _run_calls(self, action: RunCalls) -> BatchExecuted:
         """Run calls of the dispatched batch through the ToolActor; honour cancel requests.
@@ -391,14 +397,17 @@ class Controller:
             # Every call runs: the actor answers one result per call, in call order.
             return await self._execute(action, revealed)
         interruption = Interruption.NONE
+        slept: dict[str, datetime] = {}
         if runnable:
             executed = await self._execute(action, runnable)
             results.update((r.call_id, r) for r in executed.results)
             interruption = executed.interruption
+            slept = executed.slept
         return BatchExecuted(
             step=action.step,
             results=[results[c.call_id] for c in action.calls],
             interruption=interruption,
+            slept=slept,
         )
 
     async def _execute(self, action: RunCalls, calls: list[DispatchedCall]) -> BatchExecuted:
@@ -413,6 +422,8 @@ class Controller:
             deadline=self._deadline(),
             attempts=action.attempts,
             grace_s=CANCEL_GRACE_S,
+            woken=action.woken,
+            woke_at=action.woke_at,
         )
         if self.cancel_requested:
             batch.cancel()  # it starts no call

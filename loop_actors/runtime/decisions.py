@@ -15,7 +15,7 @@ from aggregates.effect import Resolution, check_hand_resolution, hand_resolution
 from aggregates.errors import AggregateError
 from aggregates.invocation import Invocation, Phase
 from aggregates.lease import QueueStatus
-from aggregates.standing import ApprovalRefusal, approval_refusal, waits_for_answer
+from aggregates.standing import ApprovalRefusal, approval_refusal, waits_for_answer, wake_due
 from aggregates.turn import KeptSecret
 from loop_actors._errors import (
     ApprovalRefusedError,
@@ -154,6 +154,32 @@ class HumanDecisions:
 
         await self._record(invocation_id, apply)
 
+    async def wake(self, invocation_id: str, *, by: str | None = None) -> bool:
+        """Wake a sleeping invocation now; a worker (or ``resume``) then drives it on.
+
+        Records ``SleepEnded`` (``early`` when its time has not come) and makes its queue
+        row claimable at once. Returns True when it was early.
+
+        Raises:
+            NotWaitingError: the invocation does not sleep (it never did, or it woke).
+            InvocationNotFoundError: no such invocation.
+
+        Cancellation: as :meth:`approve`; waking again is refused only if the first
+        wake is durable.
+        """
+        check_texts(by=by)
+        early: list[bool] = []
+
+        def apply(invocation: Invocation) -> None:
+            at = self.now()
+            if invocation.phase is not Phase.SLEEPING:
+                raise NotWaitingError(f"invocation {invocation.id} does not sleep")
+            early.append(not wake_due(invocation, at))
+            invocation.wake(at=at, early=early[0], by=by)
+
+        await self._record(invocation_id, apply, top_only=True)
+        return early[0]
+
     async def resolve_effect(
         self,
         effect_key: str,
@@ -279,16 +305,30 @@ class HumanDecisions:
             resumable=invocation.paused_for_reconciliation,
         )
 
-    async def _record(self, invocation_id: str, apply: Callable[[Invocation], None]) -> None:
-        await self._source.with_driver(partial(self._record_open, invocation_id, apply))
+    async def _record(
+        self, invocation_id: str, apply: Callable[[Invocation], None], *, top_only: bool = False
+    ) -> None:
+        await self._source.with_driver(
+            partial(self._record_open, invocation_id, apply, top_only=top_only)
+        )
 
     async def _record_open(
-        self, invocation_id: str, apply: Callable[[Invocation], None], driver: Driver
+        self,
+        invocation_id: str,
+        apply: Callable[[Invocation], None],
+        driver: Driver,
+        *,
+        top_only: bool = False,
     ) -> None:
         top = await driver.reads.invocation(invocation_id)
         invocation = top
         paused = top.paused
-        if top.phase is Phase.AWAITING_CHILD and paused is not None and paused.child_path:
+        if (
+            not top_only
+            and top.phase is Phase.AWAITING_CHILD
+            and paused is not None
+            and paused.child_path
+        ):
             # It waits for a child (or one below it): the decision is that one's.
             invocation = await driver.reads.invocation(paused.child_path[-1])
         apply(invocation)
@@ -302,5 +342,8 @@ class HumanDecisions:
         # A worker may take it now (and the tree from the top, which drives it on).
         for ready in {invocation.id: invocation, top.id: top}.values():
             await driver.queue_status(
-                ready.id, QueueStatus.RUNNABLE, [QueueStatus.PAUSED], ready.agent_name
+                ready.id,
+                QueueStatus.RUNNABLE,
+                [QueueStatus.PAUSED, QueueStatus.RUNNABLE],
+                ready.agent_name,
             )

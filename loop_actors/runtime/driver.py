@@ -41,6 +41,7 @@ from aggregates.standing import (
     standing,
     stopped,
     waits_for_person,
+    wake_due,
 )
 from aggregates.turn import cancel_paused
 from aggregates.vocabulary import ToolEffect
@@ -60,6 +61,7 @@ from loop_actors._messages import CommitFailed, Committed
 from loop_actors._statistics import RunCounters
 from loop_actors.agent.agent import Agent, SettingsChangedError, check_catalogue
 from loop_actors.agent.mcp import McpSessions, using_mcp_sessions
+from loop_actors.agent.quota import QuotaGate, using_quota_gate
 from loop_actors.agent.tools import using_child_runs
 from loop_actors.runtime.arguments import StartRequest, new_invocation, requested_by
 from loop_actors.runtime.children import ChildRunner
@@ -132,8 +134,13 @@ class Driver:
         now: Callable[[], datetime],
         work_slots: WorkSlots | None,
         runs: RunCounters | None = None,
+        quota: QuotaGate | None = None,
     ) -> None:
-        """Hold what the runtime opened; count drives in ``runs`` (the Runtime's)."""
+        """Hold what the runtime opened; count drives in ``runs`` (the Runtime's).
+
+        ``quota``: its shared rate limits, if any.
+        """
+        self.quota = quota
         self.store = store
         self.journal = journal
         self.reads = reads
@@ -219,7 +226,7 @@ class Driver:
                 f"invocation {invocation_id} was started by agent {invocation.agent_name!r}, "
                 f"not {agent.name!r}"
             )
-        if await self.standing(invocation) is not Standing.DRIVABLE:
+        if await self.standing(invocation) not in (Standing.DRIVABLE, Standing.SLEEPING):
             return Outcome.of(invocation)
         if not allow_catalogue_change:
             check_catalogue(invocation.tools, agent.toolbox)
@@ -571,7 +578,11 @@ class Driver:
             if request is not None:
                 controller.request_cancel(requested_by(request.by, request.reason))
             assert self.mcp is not None
-            with using_mcp_sessions(self.mcp), using_child_runs(ChildRunner(self, controller)):
+            with (
+                using_mcp_sessions(self.mcp),
+                using_child_runs(ChildRunner(self, controller)),
+                using_quota_gate(self.quota),
+            ):
                 outcome = await controller.run()
         except BaseException as error:  # noted, and raised on to the caller
             log.info(
@@ -732,17 +743,30 @@ class Driver:
     ) -> Outcome:
         """Drive an invocation under a held lease, and leave the queue row as the run ended."""
         leases = self.leases
-        match await self.standing(invocation):
-            case Standing.ENDED:
-                leases.release_soon(lease, Release(status=QueueStatus.ENDED))
-                return Outcome.of(invocation)
-            case Standing.WAITS_FOR_PERSON:
-                leases.release_soon(lease, Release(status=QueueStatus.PAUSED))
-                return Outcome.of(invocation)
-            case Standing.DRIVABLE:
-                pass
-            case unreachable:
-                assert_never(unreachable)
+        while True:
+            match await self.standing(invocation):
+                case Standing.ENDED:
+                    leases.release_soon(lease, Release(status=QueueStatus.ENDED))
+                    return Outcome.of(invocation)
+                case Standing.WAITS_FOR_PERSON:
+                    leases.release_soon(lease, Release(status=QueueStatus.PAUSED))
+                    return Outcome.of(invocation)
+                case Standing.SLEEPING:
+                    try:
+                        woken = await self.wake_if_due(invocation)
+                    except BaseException:
+                        leases.release_soon(lease, RETRY_LATER)
+                        raise
+                    if woken is None:  # not due: a worker claims it when it is
+                        outcome = Outcome.of(invocation)
+                        leases.release_soon(lease, _release(outcome) or DRAINED)
+                        return outcome
+                    invocation = woken
+                    continue
+                case Standing.DRIVABLE:
+                    break
+                case unreachable:
+                    assert_never(unreachable)
         try:
             outcome = await self._drive(invocation, agent, fresh=fresh, lease=lease, before=before)
         except LeaseDrained:
@@ -768,7 +792,7 @@ class Driver:
             leases.outages.commit_failed(outcome.detail or "a commit failed")
         else:  # its commits were answered: the store works (again)
             leases.outages.answered()
-        release = release_after(outcome.reason)
+        release = _release(outcome)
         if outcome.reason is TerminalReason.RECONCILIATION_REQUIRED:
             release = await self._reconciliation_retry(outcome.invocation_id, agent) or release
         if release is None:
@@ -777,6 +801,35 @@ class Driver:
             detail = outcome.detail if release.status is QueueStatus.RUNNABLE else None
             leases.release_soon(lease, release, note=detail)
         return outcome
+
+    async def wake_if_due(self, invocation: Invocation) -> Invocation | None:
+        """Record the wake of a sleeping invocation whose time has come (None: not due).
+
+        ``SleepEnded`` is committed on its own, guarded by the aggregate's version: of
+        several holders (or a ``wake`` of a person) that try at once, one records it; the
+        others reload and find it awake (returned as it is then: awake, or ended).
+
+        Raises:
+            StoreUnavailableError: the wake cannot be recorded.
+        """
+        for attempt in range(LEASE_RECORD_TRIES):
+            if invocation.phase is not Phase.SLEEPING:
+                return invocation
+            at = self.now()
+            if not wake_due(invocation, at):
+                return None
+            invocation.wake(at=at)
+            recorded = await self.journal.commit(invocation.take_events())
+            if isinstance(recorded, Committed):
+                return invocation
+            if not recorded.conflict:
+                raise StoreUnavailableError(
+                    f"cannot record the wake of {invocation.id}: {recorded.error_type}: "
+                    f"{recorded.message}"
+                )
+            await trio.sleep(LEASE_RECORD_BACKOFF_S * attempt)
+            invocation = await self.reads.invocation(invocation.id)
+        raise StoreUnavailableError(f"cannot record the wake of {invocation.id}: it keeps changing")
 
     async def _reconciliation_retry(self, invocation_id: str, agent: Agent) -> Release | None:
         """For a run paused for a service that can be asked again: runnable again later.
@@ -903,6 +956,12 @@ class Driver:
             "exists and has not stopped, and no process holds its lease: resume it "
             "(loop-actors resume ID --agent MODULE:ATTR)",
         )
+
+
+def _release(outcome: Outcome) -> Release | None:
+    """How a holder leaves the row of a run that stopped with ``outcome`` (a sleep: its time)."""
+    wake_at = outcome.wake_at.timestamp() if outcome.wake_at is not None else None
+    return release_after(outcome.reason, wake_at=wake_at)
 
 
 def children_waited_for(invocation: Invocation) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from aggregates.children import Spent
@@ -35,10 +36,12 @@ class Outcome(Frozen):
     children: Spent | None = None
     """For an invocation that started children: what they used (their own children's
     included), apart from its own ``steps`` and ``tool_calls``; None when it started none."""
+    wake_at: datetime | None = None
+    """For ``sleeping``: when it may be woken (a worker claims it then; ``wake`` before)."""
 
     @property
     def paused(self) -> bool:
-        """True when the invocation waits (approval, clarification, reconciliation)."""
+        """True when the invocation waits (approval, clarification, reconciliation, a time)."""
         return self.reason.pauses
 
     @property
@@ -99,6 +102,7 @@ class Outcome(Frozen):
                 digest=paused.proposal_digest,
                 pending_calls=pending,
                 path=[invocation.id, *paused.child_path] if paused.child_path else None,
+                wake_at=paused.wake_at,
                 **_tree(invocation),
             )
         raise ValueError(f"invocation {invocation.id} has not stopped (phase {invocation.phase})")

@@ -351,6 +351,11 @@ async def replay_invocation(
         tenant=started.tenant,
     )
     for _ in range(MAX_PAUSES):
+        if outcome.reason in _SLEEPS:
+            # A replay waits for nothing: what slept is woken at once, and goes on.
+            await target.wake(started.originator_id, by=WOKEN_BY)
+            outcome = await target.resume(started.originator_id, stand_in)
+            continue
         if outcome.reason not in _PAUSES:
             break
         step = outcome.steps
@@ -404,6 +409,10 @@ async def replay_invocation(
 
 
 _PAUSES = frozenset({TerminalReason.APPROVAL_REQUIRED, TerminalReason.CLARIFICATION_REQUIRED})
+_SLEEPS = frozenset({TerminalReason.SLEEPING, TerminalReason.RATE_LIMITED})
+
+WOKEN_BY = "replay"
+"""Who wakes a replayed invocation that sleeps (a replay does not wait for its time)."""
 
 
 def _cancel_detail(events: Sequence[InvocationEvent]) -> str | None:

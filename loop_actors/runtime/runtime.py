@@ -19,6 +19,7 @@ from pydantic import JsonValue
 from aggregates.fork import ForkPoint, ForkWrites
 from aggregates.invocation import Invocation, InvocationEvent
 from aggregates.lease import DEFAULT_LEASE_S, HolderKind, check_lease_s
+from aggregates.rate_limits import RateLimit
 from aggregates.revalidation import MalformedValueError, revalidated
 from loop_actors._errors import RuntimeBusyError, UsageError, single_exception
 from loop_actors._logs import package_logger
@@ -41,6 +42,7 @@ from loop_actors.runtime.gc_policy import GcHold, GcPolicy
 from loop_actors.runtime.handoffs import follow_handoffs
 from loop_actors.runtime.leases import LeaseHolder, LeaseKeeper, new_holder_id
 from loop_actors.runtime.outcome import Outcome
+from loop_actors.runtime.quota import SharedQuota, check_rate_limits
 from loop_actors.runtime.reconcile_sweep import (
     NeedsPerson,
     ReconcileReport,
@@ -124,6 +126,7 @@ class Runtime:
         lease_s: float = DEFAULT_LEASE_S,
         gc_policy: GcPolicy | None = None,
         work_slots: int | None = DEFAULT_WORK_SLOTS,
+        rate_limits: Sequence[RateLimit] = (),
     ) -> None:
         """Prepare a runtime on ``db_url`` (default: ``$LOOP_ACTORS_DB`` or ``sqlite:///loop-actors.db``).
 
@@ -151,14 +154,25 @@ class Runtime:
         thousands of runs in flight this finishes a turn that has begun before starting
         another, so that the runs do not stay bunched (docs/explanation/work-slots.md).
 
+        ``rate_limits``: what the providers allow, per ``(provider, model)``
+        (:class:`RateLimit`). Their state is kept in the store, so every run of every
+        runtime and worker on it shares them: each model call of a model adapter for
+        that provider and model waits for its quota before it is sent
+        (docs/how-to/share-rate-limits-across-workers.md).
+
         Raises:
             StoreUrlError: the URL is malformed.
             UsageError: ``checkpoint_every`` is not a whole number of at least 1, or a
                 checkpoint key or interval is given without a directory; ``lease_s``
                 is not a number of seconds, at least 1; ``gc_policy`` (or
                 ``$LOOP_ACTORS_GC``) names no policy; ``work_slots`` is not a whole
-                number of at least 1 (or None).
+                number of at least 1 (or None); ``rate_limits`` holds something that
+                is not a ``RateLimit``, or two for one model.
         """
+        self.rate_limits = check_rate_limits(rate_limits)
+        """The shared rate limits, by ``(provider, model)``."""
+        self.quota: SharedQuota | None = None
+        """The shared rate limits' gate while the runtime is open with some (else None)."""
         self.db_url = resolve_db_url(db_url)
         StoreUrl.parse(self.db_url)
         self.checkpoints = CheckpointSettings.resolve(
@@ -395,6 +409,7 @@ class Runtime:
         stack, self._exit_stack = self._exit_stack, None
         self._last_error = self.statistics().last_error
         driver, self._driver = self._driver, None
+        self.quota = None
         self.projections = None
         self._read_models = None
         self.checkpointer = None
@@ -475,6 +490,7 @@ class Runtime:
             # Ends first on exit: it answers every commit it took (and closes
             # ``committed``, which ends the follower); its thread stays for the next call.
             journal = await stack.enter_async_context(resources.journal.serving(committed))
+            quota = SharedQuota(self.rate_limits, leases) if self.rate_limits else None
             driver = Driver(
                 store=store,
                 journal=journal,
@@ -485,6 +501,7 @@ class Runtime:
                 now=self._now,
                 work_slots=self.work_slots,
                 runs=self._runs,
+                quota=quota,
             )
             # Runs are signalled from the first run on; stopped first when the runtime closes.
             start = resources.cancels_seen_to
@@ -505,6 +522,7 @@ class Runtime:
                 resources.in_use = False
             raise
         self._driver = driver
+        self.quota = quota
         self.checkpointer = checkpointer
         return stack
 
@@ -539,6 +557,7 @@ class Runtime:
             runs_ended=runs.ended,
             stops_by_reason=dict(runs.stops),
             leases_held=len(driver.leases.held) if driver is not None else 0,
+            quota=self.quota.statistics() if self.quota is not None else None,
             store_down=resources.outages.down if resources is not None else False,
             journal=journal,
             last_error=last_error,
@@ -674,6 +693,52 @@ class Runtime:
             return await follow_handoffs(driver, await resume(driver), agent)
 
         return await self.with_driver(resume_and_follow)
+
+    async def resume_when_due(
+        self,
+        invocation_id: str,
+        agent: Agent,
+        *,
+        allow_catalogue_change: bool = False,
+        allow_settings_change: bool = False,
+        take_over: bool = False,
+    ) -> Outcome:
+        """:meth:`resume`, and while the invocation sleeps, wait in this process and wake it.
+
+        For a runtime in one process with no worker: each time the drive ends
+        ``sleeping`` (or ``rate_limited``: it waits for quota), it sleeps (trio's clock)
+        until ``wake_at`` by the runtime's ``now``, then resumes, which records the wake
+        and drives it on; it returns the first outcome that is not a sleep. The
+        invocation stays durable meanwhile: if this process dies, a worker (or a later
+        ``resume``) wakes it when it is due. This process holds no lease while it waits:
+        a worker may take the invocation when it is due (this resume then finds it
+        driven, or raises ``LeaseHeldError``), and a ``wake`` from another process is
+        driven on by a worker or a ``resume``, not by this wait (which ends at
+        ``wake_at``).
+
+        Raises:
+            As :meth:`resume`.
+
+        Cancellation: a checkpoint; cancelled while it waits, nothing is recorded (the
+        invocation still sleeps).
+        """
+        while True:
+            outcome = await self.resume(
+                invocation_id,
+                agent,
+                allow_catalogue_change=allow_catalogue_change,
+                allow_settings_change=allow_settings_change,
+                take_over=take_over,
+            )
+            if outcome.wake_at is None:  # not asleep (sleeping, or rate_limited)
+                return outcome
+            invocation_id = outcome.invocation_id
+            left = (outcome.wake_at - self._now()).total_seconds()
+            await trio.sleep(max(0.0, left))
+
+    async def wake(self, invocation_id: str, *, by: str | None = None) -> bool:
+        """Wake a sleeping invocation now: :meth:`HumanDecisions.wake` (True: it was early)."""
+        return await self._decisions().wake(invocation_id, by=by)
 
     async def _check_against_checkpoints(
         self, driver: Driver, invocation_id: str, settings: CheckpointSettings

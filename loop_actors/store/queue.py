@@ -43,8 +43,22 @@ from aggregates.lease import (
     claimable,
     decide_acquire,
 )
+from aggregates.rate_limits import (
+    Granted,
+    QuotaRow,
+    RateLimit,
+    TooLong,
+    correct,
+    take,
+    throttle,
+)
 from loop_actors._errors import StoreUnavailableError
-from loop_actors.store.schema import HOLDERS_TABLE, QUEUE_DEFINITIONS, QUEUE_TABLE
+from loop_actors.store.schema import (
+    HOLDERS_TABLE,
+    QUEUE_DEFINITIONS,
+    QUEUE_TABLE,
+    RATE_LIMITS_TABLE,
+)
 from loop_actors.store.sql import Cursor, PlaceholderCursor
 from projections.dialect import Dialect, marks
 
@@ -605,6 +619,7 @@ class WorkQueue:
         The run that gives it back does not wait for a flush.
         """
         alike: dict[tuple[Release, str | None], list[tuple[str, int]]] = {}
+        # A sleep's row is claimable from its wake time; any other from ``delay_s`` on.
         for invocation_id, epoch, release, note in leases:
             alike.setdefault((release, note), []).append((invocation_id, epoch))
         released: set[tuple[Any, ...]] = set()
@@ -619,7 +634,13 @@ class WorkQueue:
                         "(?, ?)",
                         ")",
                     ),
-                    (release.status.value, now + release.delay_s, now, note, holder),
+                    (
+                        release.status.value,
+                        now + release.delay_s if release.due_at is None else release.due_at,
+                        now,
+                        note,
+                        holder,
+                    ),
                     group,
                     "invocation_id",
                 )
@@ -663,6 +684,72 @@ class WorkQueue:
                 ((holder,) if holder is not None else ()) + (() if limit is None else (limit,)),
             )
             return [_queue_row(found) for found in cursor.fetchall()], now
+
+    # ----------------------------------------------------------------- rate limits
+
+    def take_quota(
+        self, limit: RateLimit, *, tokens: int, correction: int = 0
+    ) -> Granted | TooLong | None:
+        """Schedule one model request under ``limit``: when it may start (None: try again).
+
+        One short transaction on the limit's row, locked (SQLite's write lock; on
+        PostgreSQL ``FOR UPDATE NOWAIT``: a row another process holds this instant is
+        not waited for, the caller tries again a few milliseconds later, so no worker
+        queues up on a database lock). ``correction``: tokens that earlier requests used
+        beyond (or, negative, short of) what they reserved, applied first.
+        """
+        try:
+            with self._tx() as (cursor, now):
+                row = self._quota_row(cursor, limit)
+                if correction:
+                    row = correct(row, limit, correction)
+                verdict = take(row, limit, now=now, tokens=tokens, max_wait_s=limit.max_wait_s)
+                if isinstance(verdict, Granted):
+                    self._put_quota(cursor, limit, verdict.row)
+                return verdict
+        except StoreUnavailableError as error:
+            if type(error.__cause__).__name__ == "LockNotAvailable":
+                return None
+            raise
+
+    def throttle_quota(self, limit: RateLimit, *, retry_after_s: float | None) -> float:
+        """The provider refused a request as over its limit: block the limit for everyone.
+
+        Returns until when (the queue's clock).
+        """
+        with self._tx() as (cursor, now):
+            row = self._quota_row(cursor, limit, wait=True)
+            after = throttle(row, limit, now=now, retry_after_s=retry_after_s)
+            self._put_quota(cursor, limit, after)
+            return after.blocked_until
+
+    def _quota_row(self, cursor: Cursor, limit: RateLimit, *, wait: bool = False) -> QuotaRow:
+        # The row is made first (a no-op once it exists), so that the lock below always
+        # has a row to take: two first requests never both read "no row".
+        cursor.execute(
+            f"INSERT INTO {RATE_LIMITS_TABLE} (provider, model, request_due, token_due, "  # noqa: S608
+            "blocked_until) VALUES (?, ?, 0, 0, 0) ON CONFLICT (provider, model) DO NOTHING",
+            limit.key,
+        )
+        lock = ""
+        if self.dialect is Dialect.postgresql:
+            lock = " FOR UPDATE" if wait else " FOR UPDATE NOWAIT"
+        cursor.execute(
+            f"SELECT request_due, token_due, blocked_until FROM {RATE_LIMITS_TABLE} "  # noqa: S608
+            "WHERE provider = ? AND model = ?" + lock,
+            limit.key,
+        )
+        found = cursor.fetchone()
+        return QuotaRow(
+            request_due=float(found[0]), token_due=float(found[1]), blocked_until=float(found[2])
+        )
+
+    def _put_quota(self, cursor: Cursor, limit: RateLimit, row: QuotaRow) -> None:
+        cursor.execute(
+            f"UPDATE {RATE_LIMITS_TABLE} SET request_due = ?, token_due = ?, "  # noqa: S608
+            "blocked_until = ? WHERE provider = ? AND model = ?",
+            (row.request_due, row.token_due, row.blocked_until, *limit.key),
+        )
 
     # ----------------------------------------------------------------- holders
 

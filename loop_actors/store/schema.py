@@ -29,6 +29,9 @@ QUEUE_TABLE = "loop_actors_queue"
 HOLDERS_TABLE = "loop_actors_holders"
 """The processes that hold leases on the queue's rows, with their heartbeats."""
 
+RATE_LIMITS_TABLE = "loop_actors_rate_limits"
+"""The shared state of the providers' rate limits: a row per ``(provider, model)``."""
+
 EFFECT_INDEX = "loop_actors_effects_by_invocation"
 """The index of ``EffectPrepared`` rows by the invocation they belong to (SQLite stores)."""
 
@@ -58,7 +61,7 @@ def queue_definitions(name: Callable[[str], str] = str) -> tuple[str, ...]:
     ``name`` turns a table's name into what a statement writes (schema-qualified and
     quoted on a PostgreSQL store); an index takes the table's schema.
     """
-    queue, holders = name(QUEUE_TABLE), name(HOLDERS_TABLE)
+    queue, holders, limits = name(QUEUE_TABLE), name(HOLDERS_TABLE), name(RATE_LIMITS_TABLE)
     return (
         f"CREATE TABLE IF NOT EXISTS {queue} ("
         "invocation_id TEXT PRIMARY KEY, agent_name TEXT NOT NULL, agent_ref TEXT, "
@@ -67,6 +70,10 @@ def queue_definitions(name: Callable[[str], str] = str) -> tuple[str, ...]:
         "updated_at DOUBLE PRECISION NOT NULL, note TEXT)",
         f"CREATE INDEX IF NOT EXISTS {QUEUE_TABLE}_due ON {queue} (status, due_at)",
         f"CREATE INDEX IF NOT EXISTS {QUEUE_TABLE}_holder ON {queue} (holder)",
+        f"CREATE TABLE IF NOT EXISTS {limits} ("
+        "provider TEXT NOT NULL, model TEXT NOT NULL, "
+        "request_due DOUBLE PRECISION NOT NULL, token_due DOUBLE PRECISION NOT NULL, "
+        "blocked_until DOUBLE PRECISION NOT NULL, PRIMARY KEY (provider, model))",
         # Last: a store that has this table has the others (they are created in this order).
         f"CREATE TABLE IF NOT EXISTS {holders} ("
         "holder TEXT PRIMARY KEY, kind TEXT NOT NULL, host TEXT NOT NULL, machine TEXT NOT NULL, "

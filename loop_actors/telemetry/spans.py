@@ -46,6 +46,7 @@ from aggregates.invocation import (
     Paused,
     ResultsCommitted,
     SettingsChanged,
+    SleepEnded,
     Terminated,
     TraceParent,
 )
@@ -54,7 +55,7 @@ from loop_actors.telemetry import semconv as sc
 AttributeValue = str | int | float | bool | tuple[str, ...]
 Attributes = Mapping[str, AttributeValue]
 
-_PAUSE_FACTS = (ApprovalGranted, ApprovalDenied, ClarificationProvided, SettingsChanged)
+_PAUSE_FACTS = (ApprovalGranted, ApprovalDenied, ClarificationProvided, SettingsChanged, SleepEnded)
 """What is committed while an invocation waits: it belongs to the pause, not to a drive."""
 
 SUCCESS_REASONS = frozenset(

@@ -14,6 +14,7 @@ import trio
 
 from aggregates.decisions import Frozen, TerminalReason
 from aggregates.lease import DEFAULT_LEASE_S, HolderKind, QueueStatus, Release, claim_retry_s
+from aggregates.rate_limits import RateLimit
 from loop_actors._errors import LoopActorsError, StoreUnavailableError, UsageError
 from loop_actors._logs import BackgroundLoop, fields, package_logger
 from loop_actors._statistics import WorkerStatistics
@@ -83,10 +84,11 @@ class Worker:
         checkpoint_every: int | None = None,
         gc_policy: GcPolicy | None = None,
         work_slots: int | None = DEFAULT_WORK_SLOTS,
+        rate_limits: Sequence[RateLimit] = (),
     ) -> None:
         """Prepare a worker for ``agents`` on the store at ``db_url``.
 
-        The checkpoint options, ``gc_policy`` and ``work_slots`` are the
+        The checkpoint options, ``gc_policy``, ``work_slots`` and ``rate_limits`` are the
         :class:`Runtime`'s (and default to the same environment variables): the worker's
         runtime writes checkpoints of the log outside the store.
 
@@ -125,6 +127,7 @@ class Worker:
             checkpoint_every=checkpoint_every,
             gc_policy=gc_policy,
             work_slots=work_slots,
+            rate_limits=rate_limits,
         )
         runtime = self.runtime
         # A worker expires the leases of holders that died on its machine (reap).

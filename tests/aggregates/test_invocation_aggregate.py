@@ -46,6 +46,7 @@ from aggregates.invocation import (
     Paused,
     ResultsCommitted,
     SettingsChanged,
+    SleepEnded,
     Terminated,
     VerificationFailed,
     replay,
@@ -242,7 +243,9 @@ def _fire(inv: Invocation, event_type: type[InvocationEvent]) -> None:
             [ToolResult(call_id=i, name=name, output={"v": 1}) for i, name in named], at=AT
         )
     elif event_type is Paused:
-        if inv.phase is Phase.DISPATCHED:
+        if inv.phase is Phase.READY:
+            inv.pause(TerminalReason.RATE_LIMITED, question="no quota", wake_at=AT, at=AT)
+        elif inv.phase is Phase.DISPATCHED:
             inv.pause(TerminalReason.RECONCILIATION_REQUIRED, question="?", at=AT)
         elif inv.phase in (Phase.AWAITING_RECONCILIATION, Phase.AWAITING_CHILD):
             # A child of the batch waits for a person (again, or now for another answer).
@@ -288,6 +291,8 @@ def _fire(inv: Invocation, event_type: type[InvocationEvent]) -> None:
         call_id, child_id = (reserved.call_id, reserved.child_id) if reserved else ("c9", "child-9")
         share = reserved.allotment.reserved if reserved else Spent()
         inv.return_budget(call_id, child_id, Spent(steps=1), share.minus(Spent(steps=1)), at=AT)
+    elif event_type is SleepEnded:
+        inv.wake(at=AT)
     else:
         raise AssertionError(f"no builder for {event_type.__name__}")
 
@@ -296,6 +301,7 @@ _VARIANTS = {
     Phase.DECIDED: ["final", "question"],
     Phase.READY: ["", "child"],
     Phase.DISPATCHED: ["", "child"],
+    Phase.SLEEPING: ["", "batch"],
 }
 _CELLS = [
     (phase, event_type) for phase in Phase if phase is not Phase.NEW for event_type in EVENT_TYPES

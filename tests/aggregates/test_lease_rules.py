@@ -131,8 +131,11 @@ def test_a_holder_is_gone_when_its_process_died_here_or_its_heartbeat_stopped() 
 
 def test_what_a_holder_leaves_in_the_row_after_each_reason() -> None:
     for reason in TerminalReason:
-        release = release_after(reason)
-        if reason.pauses:
+        release = release_after(reason, wake_at=1234.5)
+        if reason in (TerminalReason.SLEEPING, TerminalReason.RATE_LIMITED):
+            assert release is not None  # claimable once it is due
+            assert (release.status, release.due_at) == (QueueStatus.RUNNABLE, 1234.5)
+        elif reason.pauses:
             assert release is not None
             assert release.status is QueueStatus.PAUSED
         elif reason is TerminalReason.LEASE_LOST:

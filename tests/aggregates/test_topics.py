@@ -45,6 +45,7 @@ FROZEN = [
     "aggregates.effect:EffectReconciled",
     "aggregates.effect:EffectResolvedByHand",
     "aggregates.requests:CancelRequested",
+    "aggregates.invocation:SleepEnded",
 ]
 
 _ROW = re.compile(r"VALUES\('[^']*',\d+,'([^']*)',X'([0-9A-Fa-f]*)'\)")

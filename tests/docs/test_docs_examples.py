@@ -1199,3 +1199,32 @@ def test_logs_and_statistics_example_prints_json_records_and_a_run_in_flight(
         "journal: 4 commits, 6 events, 1.50 events per transaction",
         "last error: None",
     ]
+
+
+TESTED_EXAMPLES.add("let_an_agent_wait.py")
+
+LET_AN_AGENT_WAIT_OUTPUT = [
+    "reminder: sleeping (wake_at set: True)",
+    "reminder: completed: reminded ann",
+    "the tool: called, called, past its sleep",
+    "shopper: sleeping: the shop opens tomorrow",
+    "woken early: True",
+    "shopper: completed: bought bread early",
+]
+
+
+def test_let_an_agent_wait_example_sleeps_wakes_and_is_woken_early(tmp_path: Path) -> None:
+    assert _lines(_run_example("let_an_agent_wait.py", tmp_path)) == LET_AN_AGENT_WAIT_OUTPUT
+
+
+TESTED_EXAMPLES.add("share_rate_limits.py")
+
+SHARE_RATE_LIMITS_OUTPUT = [
+    "without a shared limit: ['completed', 'model_error'], some refused: True",
+    "with RateLimit(requests_per_minute=180): ['completed'], 0 refused",
+    "most served in one second: 3; calls that waited: 8",
+]
+
+
+def test_share_rate_limits_example_stays_under_the_providers_limit(tmp_path: Path) -> None:
+    assert _lines(_run_example("share_rate_limits.py", tmp_path)) == SHARE_RATE_LIMITS_OUTPUT

@@ -6,6 +6,7 @@ import json
 import signal
 import sqlite3
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from loop_actors import (
     ScriptedModel,
     ToolCall,
     ToolCalls,
+    Wait,
     tool,
 )
 from loop_actors.store.store import EventStore
@@ -255,6 +257,14 @@ def delegates(request: ModelRequest) -> Final | ToolCalls | Handoff:
     return Handoff(to="closer", reason="it closes tickets")
 
 
+def waits_a_moment(request: ModelRequest) -> Final | Wait:
+    """Waits until a time already past (it wakes at once), then answers."""
+    if request.step == 1:
+        return Wait(reason="the shop opens", until=datetime(2020, 1, 1, tzinfo=UTC))
+    return Final(answer="bought")
+
+
+WAITING = Agent("waiting", ScriptedModel(waits_a_moment), [])
 HELPER = Agent("helper", ScriptedModel(answers_at_once), [])
 CLOSER = Agent("closer", ScriptedModel(answers_at_once), [])
 DELEGATING = Agent("delegating", ScriptedModel(delegates), [HELPER.as_tool()], handoffs=[CLOSER])
@@ -262,7 +272,7 @@ DELEGATING = Agent("delegating", ScriptedModel(delegates), [HELPER.as_tool()], h
 
 async def every_kind_of_history(url: str) -> None:
     """The six kinds of `populate`, and approvals, answers, verification, compaction, cancel,
-    a child invocation (its budget reserved and returned) and a handoff."""
+    a child invocation (its budget reserved and returned), a handoff and a wait."""
     await populate(url, 0, 6)
     async with Runtime(url) as runtime:
         paused = await runtime.run(REFUNDS, "refund", invocation_id="approval-waits")
@@ -284,6 +294,7 @@ async def every_kind_of_history(url: str) -> None:
         await runtime.run(VERIFIED, "key", invocation_id="verified")
         await runtime.run(COMPACTED, "read", invocation_id="compacted")
         await runtime.run(DELEGATING, "ticket", invocation_id="delegating")
+        await runtime.run(WAITING, "bread", invocation_id="waited")
 
 
 def notification_log(store: EventStore) -> list[DomainEvent]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -289,4 +290,26 @@ def test_a_paused_run_is_approved_and_resumed_from_asyncio(tmp_path: Path) -> No
 
     paused, resumed = asyncio.run(main())
     assert paused.reason is TerminalReason.APPROVAL_REQUIRED
+    assert resumed.reason is TerminalReason.COMPLETED
+
+
+def test_a_sleeping_run_is_woken_early_from_asyncio(tmp_path: Path) -> None:
+    until = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+
+    def agent() -> Agent:
+        script: list[dict[str, Any]] = [
+            {"kind": "wait", "reason": "tomorrow", "until": until},
+            {"kind": "final", "answer": "done"},
+        ]
+        return Agent("waiter", ScriptedModel(script), tools=[])
+
+    async def main() -> tuple[Outcome, bool, Outcome]:
+        async with asyncio.timeout(TIMEOUT_S), AsyncioRuntime(db(tmp_path)) as runtime:
+            slept = await runtime.run(agent(), "wait", invocation_id="w")
+            early = await runtime.wake("w", by="ann")
+            return slept, early, await runtime.resume("w", agent())
+
+    slept, early, resumed = asyncio.run(main())
+    assert slept.reason is TerminalReason.SLEEPING
+    assert early
     assert resumed.reason is TerminalReason.COMPLETED

@@ -23,6 +23,7 @@ from aggregates import (
     ToolEffect,
     ToolResult,
     Usage,
+    Wait,
 )
 from aggregates.children import Allotment
 from aggregates.settings import RunSettings
@@ -164,6 +165,14 @@ def in_phase(phase: Phase, variant: str = "") -> Invocation:
         case Phase.AWAITING_CLARIFICATION:
             inv.propose(Clarification(question="which?"), usage=Usage(), at=AT)
             inv.pause(TerminalReason.CLARIFICATION_REQUIRED, question="which?", at=AT)
+        case Phase.SLEEPING if variant == "batch":
+            # A tool of the dispatched batch slept (due at AT).
+            inv.propose(decision, usage=Usage(), at=AT)
+            inv.dispatch(dispatched(decision), [["c1"]], at=AT)
+            inv.pause(TerminalReason.SLEEPING, wake_at=AT, sleeping_calls=["c1"], at=AT)
+        case Phase.SLEEPING:
+            inv.propose(Wait(reason="later", until=AT), usage=Usage(), at=AT)
+            inv.pause(TerminalReason.SLEEPING, question="later", wake_at=AT, at=AT)
         case Phase.TERMINATED:
             inv.propose(Final(answer="x"), usage=Usage(), at=AT)
             inv.terminate(TerminalReason.COMPLETED, answer="x", at=AT)

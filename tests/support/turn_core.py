@@ -190,6 +190,8 @@ class Ran:
 
     results: list[ToolResult]
     interruption: Interruption = Interruption.NONE
+    slept: dict[str, datetime] = field(default_factory=dict)
+    """The calls that asked to sleep, and until when (their results are placeholders)."""
 
 
 @dataclass(frozen=True)
@@ -304,7 +306,9 @@ class Shell:
             case RunCalls():
                 assert isinstance(observation, Ran)
                 return self._then(
-                    core.on_executed(observation.results, observation.interruption, now)
+                    core.on_executed(
+                        observation.results, observation.interruption, now, slept=observation.slept
+                    )
                 )
             case LoadEffects():
                 assert isinstance(observation, Loaded)

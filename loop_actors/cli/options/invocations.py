@@ -84,6 +84,13 @@ def _add_cancel(cancel: argparse.ArgumentParser) -> None:
     cancel.add_argument("--json", action="store_true")
 
 
+def _add_wake(wake: argparse.ArgumentParser) -> None:
+    wake.add_argument("invocation_id", metavar="ID")
+    wake.add_argument("--by", metavar="NAME", help="who wakes it (audited)")
+    wake.add_argument("--agent", metavar="MODULE:ATTR", help="resume right away with it")
+    wake.add_argument("--json", action="store_true")
+
+
 def _add_reconcile(reconcile: argparse.ArgumentParser) -> None:
     reconcile.add_argument("--agent", required=True, metavar="MODULE:ATTR")
     reconcile.add_argument("--json", action="store_true", help="print a JSON report")
@@ -107,5 +114,6 @@ ARGUMENTS: dict[str, AddArguments] = {
     "deny": _runs(_add_deny),
     "clarify": _runs(_add_clarify),
     "cancel": _runs(_add_cancel),
+    "wake": _runs(_add_wake),
     "reconcile": _runs(_add_reconcile),
 }

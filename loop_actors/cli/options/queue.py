@@ -60,6 +60,14 @@ def _add_worker(worker: argparse.ArgumentParser) -> None:
         help="on SIGTERM/SIGINT, how long runs may take to reach their next commit "
         f"(default {DEFAULT_GRACE_S:g})",
     )
+    worker.add_argument(
+        "--rate-limit",
+        dest="rate_limits",
+        action="append",
+        metavar="PROVIDER:MODEL:RPM:TPM",
+        help="a provider's limit for a model, shared with every run and worker of the store "
+        "(requests and tokens a minute; '-' for none); repeat for more",
+    )
     worker.add_argument("--json", action="store_true", help="print the final report as JSON")
     db_option(worker, shared=True)
     checkpoint_options(worker)

@@ -32,6 +32,8 @@ TERMINAL_REASONS = [
     "lease_lost",
     "reconciliation_required",
     "handed_off",
+    "sleeping",
+    "rate_limited",
 ]
 """The values of ``aggregates.decisions.TerminalReason``, in its order (``list --reason``)."""
 
