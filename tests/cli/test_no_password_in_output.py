@@ -127,6 +127,7 @@ ARGUMENTS: dict[tuple[str, ...], list[str]] = {
     ("replay",): ["done-1", "--agent", "agents:calc"],
     ("fork",): ["done-1", "--at-step", "0", "--by", "ops", "--reason", "try", "--no-run"],
     ("watch",): ["done-1"],
+    ("wake",): ["done-1"],  # refused: it does not sleep
     ("export",): ["done-1", "--html", "done-1.html"],
     ("trace", "export"): ["done-1", "--otlp", "http://127.0.0.1:9/"],  # nothing listens
 }
