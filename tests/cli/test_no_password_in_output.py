@@ -164,39 +164,13 @@ def _run(
     return result.stdout + result.stderr
 
 
-def _worker_output(project: Path, url: str, *extra: str) -> tuple[str, str]:
-    """A worker's start-up line, then everything it printed once SIGTERMed."""
-    process = subprocess.Popen(
-        [*CLI, "worker", "--agent", "agents:calc", *extra, "--db", url],
-        cwd=project,
-        env=cli_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stderr is not None
-        deadline = time.monotonic() + 60
-        line = ""
-        while not line and time.monotonic() < deadline:
-            ready, _, _ = select.select([process.stderr], [], [], 1.0)
-            if ready:
-                line = process.stderr.readline()
-        assert "serving calc" in line, line
-        process.send_signal(signal.SIGTERM)
-        out, err = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert process.returncode == 0, err
-    return line, out + err
+def _until_sigterm(project: Path, args: list[str], started: str) -> tuple[str, str]:
+    """A long-running command's first output up to ``started``, then the rest once SIGTERMed.
 
-
-def _serve_output(project: Path, url: str) -> str:
-    """What ``serve`` printed from its start until SIGTERMed."""
+    The command's start-up lines are read from stderr and stdout alike; it must exit 0.
+    """
     process = subprocess.Popen(
-        [*CLI, "serve", "--port", "0", "--db", url],
+        [*CLI, *args],
         cwd=project,
         env=cli_env(),
         stdout=subprocess.PIPE,
@@ -205,20 +179,36 @@ def _serve_output(project: Path, url: str) -> str:
     )
     try:
         assert process.stdout is not None
+        assert process.stderr is not None
         deadline = time.monotonic() + 60
         first = ""
-        while "console on" not in first and time.monotonic() < deadline:
-            ready, _, _ = select.select([process.stdout], [], [], 1.0)
-            if ready:
-                first += process.stdout.readline()
-        assert "console on http://127.0.0.1:" in first, first
+        while started not in first and time.monotonic() < deadline:
+            ready, _, _ = select.select([process.stderr, process.stdout], [], [], 1.0)
+            for stream in ready:
+                first += stream.readline()
+        assert started in first, first
         process.send_signal(signal.SIGTERM)
         out, err = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
-    return first + out + err
+    assert process.returncode == 0, err
+    return first, out + err
+
+
+def _worker_output(project: Path, url: str, *extra: str) -> tuple[str, str]:
+    """A worker's start-up line, then everything it printed once SIGTERMed."""
+    args = ["worker", "--agent", "agents:calc", *extra, "--db", url]
+    return _until_sigterm(project, args, "serving calc")
+
+
+def _serve_output(project: Path, url: str) -> str:
+    """What ``serve`` printed from its start until SIGTERMed."""
+    first, rest = _until_sigterm(
+        project, ["serve", "--port", "0", "--db", url], "console on http://127.0.0.1:"
+    )
+    return first + rest
 
 
 def test_no_command_prints_the_password_of_a_postgresql_url(
