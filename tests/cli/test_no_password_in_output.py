@@ -219,10 +219,11 @@ def test_no_command_prints_the_password_of_a_postgresql_url(
 ) -> None:
     shown = redacted_url(postgres_url)
     assert shown != postgres_url
-    run_in_process(
+    paused = run_in_process(
         "run", "agents:refunds", "--goal", "refund A-1", "--id", "refund-1",
         cwd=project, capsys=capsys, monkeypatch=monkeypatch, db=postgres_url,
     )  # fmt: skip
+    assert paused.returncode == 3, paused.stderr  # approval_required: the store has refund-1
     printed = {path: _run(project, capsys, monkeypatch, path, postgres_url) for path in ARGUMENTS}
     printed["store", "copy"] = "\n".join(
         run_in_process(
