@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from aggregates.decisions import Frozen, TerminalReason
@@ -70,6 +71,22 @@ class JournalStatistics(Frozen):
     """Events made durable per transaction, on average."""
     last_error: ErrorSeen | None
     """The last commit refused for another reason than a conflict (None: none yet)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionWritten:
+    """One transaction of the Journal, as its ``on_transaction`` hook is told of it."""
+
+    commits: int
+    """Commits in it (a group that a conflict split into single commits counts once)."""
+    events: int
+    """Events it made durable."""
+    failed: int
+    """Commits it refused."""
+    duration_s: float
+    """From its start to its end (the lock waits included), on a monotonic clock."""
+    inline: bool
+    """Written on the trio thread (an idle SQLite runtime's commit)."""
 
 
 class JournalCounters:
@@ -242,6 +259,7 @@ __all__ = [
     "JournalStatistics",
     "RunCounters",
     "RuntimeStatistics",
+    "TransactionWritten",
     "WorkerStatistics",
     "error_seen",
     "later",

@@ -107,6 +107,12 @@ TREE_TOOL_CALLS: Final = "loop_actors.tree.tool_calls"
 TREE_TOKENS: Final = "loop_actors.tree.tokens"
 TREE_COST: Final = "loop_actors.tree.cost"
 PAUSE_REASON: Final = "loop_actors.pause.reason"
+DB_SYSTEM_NAME: Final = "db.system.name"
+"""The database conventions' name of the store's server: ``sqlite`` or ``postgresql``."""
+JOURNAL_INLINE: Final = "loop_actors.journal.inline"
+"""The transaction was written on the trio thread (an idle SQLite runtime's commit)."""
+HOLDER_KIND: Final = "loop_actors.holder.kind"
+"""What holds the leases: ``worker`` or ``run`` (a Runtime's own runs)."""
 
 # --------------------------------------------------------------------------- span events
 
@@ -121,6 +127,8 @@ class InstrumentKind(StrEnum):
 
     COUNTER = "counter"
     HISTOGRAM = "histogram"
+    GAUGE = "gauge"
+    """Observed when the SDK collects (an observable up-down counter): a level, not a sum."""
 
 
 TOKEN_USAGE: Final = "gen_ai.client.token.usage"
@@ -134,6 +142,9 @@ COST_TOTAL: Final = "loop_actors.cost"
 EFFECTS: Final = "loop_actors.effects"
 APPROVAL_WAIT: Final = "loop_actors.approval.wait"
 PAUSED_DURATION_METRIC: Final = "loop_actors.invocation.paused.duration"
+JOURNAL_TRANSACTION_EVENTS: Final = "loop_actors.journal.transaction.events"
+JOURNAL_TRANSACTION_DURATION: Final = "loop_actors.journal.transaction.duration"
+LEASES_HELD: Final = "loop_actors.leases.held"
 
 INSTRUMENTS: Final[dict[str, tuple[InstrumentKind, str, str]]] = {
     TOKEN_USAGE: (InstrumentKind.HISTOGRAM, "{token}", "Tokens used per model call"),
@@ -147,5 +158,16 @@ INSTRUMENTS: Final[dict[str, tuple[InstrumentKind, str, str]]] = {
     EFFECTS: (InstrumentKind.COUNTER, "{effect}", "Write results, by effect status"),
     APPROVAL_WAIT: (InstrumentKind.HISTOGRAM, "s", "From an approval pause to its answer"),
     PAUSED_DURATION_METRIC: (InstrumentKind.HISTOGRAM, "s", "From a pause to the next drive"),
+    JOURNAL_TRANSACTION_EVENTS: (
+        InstrumentKind.HISTOGRAM,
+        "{event}",
+        "Events one Journal transaction made durable",
+    ),
+    JOURNAL_TRANSACTION_DURATION: (
+        InstrumentKind.HISTOGRAM,
+        "s",
+        "Duration of one Journal transaction, lock waits included",
+    ),
+    LEASES_HELD: (InstrumentKind.GAUGE, "{lease}", "Leases this process holds now"),
 }
 """Every metric: its kind, unit and description."""

@@ -18,7 +18,7 @@ from opentelemetry.trace import StatusCode
 
 from loop_actors import Agent, ModelRequest, Runtime, ScriptedModel, tool
 from loop_actors.telemetry import OTEL_ENV
-from loop_actors.telemetry.spans import effect_key_hash, span_id_of
+from loop_actors.telemetry.spans import effect_key_hash, report, span_id_of
 from tests.support.telemetry import attributes_of, in_memory_telemetry, times
 
 CARD = "4111111111111111"
@@ -199,3 +199,38 @@ async def test_the_applications_sampler_decides_which_runs_are_traced() -> None:
             await paused_and_resumed(runtime)
         assert exporter.get_finished_spans() == ()
         assert "loop_actors.invocation.runs" in captured.metrics()  # metrics are not sampled
+
+
+async def test_a_paused_run_cancelled_is_reported_ended_as_a_re_export_reports_it() -> None:
+    """The ``Terminated`` that ``cancel`` commits for a paused run closes a drive of its own.
+
+    It is reported live by the process that cancelled, once: the run is counted in
+    ``loop_actors.invocation.runs`` as ``cancelled``, and the span is the one that
+    ``trace export`` rebuilds from the history (same ids).
+    """
+    with in_memory_telemetry() as captured, trio.fail_after(10):
+        async with Runtime("memory://") as runtime:
+            paused = await runtime.run(AGENT, GOAL, invocation_id="ref-1")
+            assert paused.reason == "approval_required"
+            await runtime.request_cancel("ref-1", by="bob", reason="duplicate")
+            await runtime.request_cancel("ref-1", by="bob")  # already ended: nothing more
+            history = await runtime.history("ref-1")
+        spans = captured.spans()
+        points = captured.metrics()
+    drives = sorted(
+        (s for s in spans if s.name == "invoke_agent refunds"),
+        key=lambda s: attributes_of(s)["loop_actors.drive"],
+    )
+    assert [attributes_of(s)["loop_actors.drive.end"] for s in drives] == ["paused", "ended"]
+    ended = attributes_of(drives[1])
+    assert ended["loop_actors.terminal_reason"] == "cancelled"
+    assert "error.type" not in ended
+    assert [link.context.span_id for link in drives[1].links] == [drives[0].context.span_id]
+    rebuilt = report(history, root_trace_parent=None, content=False)
+    assert {(r.span_id, r.name) for r in rebuilt.spans if r.name.startswith("invoke_agent")} == {
+        (s.context.span_id, s.name) for s in drives
+    }
+    runs = points["loop_actors.invocation.runs"]
+    assert [(a["loop_actors.terminal_reason"], value) for a, value, _ in runs] == [
+        ("cancelled", 1.0)
+    ]
