@@ -19,6 +19,7 @@ from loop_actors.cli.reading import open_for_reading
 from loop_actors.store.store import EventStore
 from loop_actors.telemetry.export import export_to_otlp, shown_url
 from loop_actors.telemetry.live import root_trace_parent
+from loop_actors.telemetry.otel import latest_experimental_on
 from loop_actors.telemetry.spans import SpanRecord, report, root_id_of
 
 
@@ -56,7 +57,13 @@ def tree_spans(
             events = history if current == invocation_id else store.events(current)
         except InvocationNotFoundError:
             continue  # a child its parent has not started yet
-        spans.extend(report(events, root_trace_parent=root, content=content).spans)
+        found = report(
+            events,
+            root_trace_parent=root,
+            content=content,
+            latest_experimental=latest_experimental_on(),
+        )
+        spans.extend(found.spans)
         pending.extend(_children(events))
     return spans, len(seen)
 

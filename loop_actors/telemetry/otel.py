@@ -45,6 +45,12 @@ def content_on() -> bool:
     return os.environ.get(CONTENT_ENV, "").strip().lower() in {"on", "1", "true", "yes"}
 
 
+def latest_experimental_on() -> bool:
+    """True when ``OTEL_SEMCONV_STABILITY_OPT_IN`` lists ``gen_ai_latest_experimental``."""
+    listed = os.environ.get(sc.STABILITY_OPT_IN_ENV, "")
+    return sc.GEN_AI_LATEST_EXPERIMENTAL in {part.strip() for part in listed.split(",")}
+
+
 def sdk_tracer_provider() -> Any | None:
     """The global tracer provider when it is the SDK's (not the API's proxy or no-op)."""
     sdk = sys.modules.get("opentelemetry.sdk.trace")

@@ -234,3 +234,43 @@ async def test_a_paused_run_cancelled_is_reported_ended_as_a_re_export_reports_i
     assert [(a["loop_actors.terminal_reason"], value) for a, value, _ in runs] == [
         ("cancelled", 1.0)
     ]
+
+
+@pytest.mark.parametrize(
+    "opt_in", ["gen_ai_latest_experimental", "http, gen_ai_latest_experimental", "database"]
+)
+async def test_the_semconv_opt_in_names_the_pause_events_and_counts_usage_as_the_drafts_do(
+    opt_in: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental`` (alone or in a list).
+
+    The pause and resume span events take PR #445's names, and each model call is also
+    counted in the draft's ``gen_ai.client.inference.usage.*`` counters; the default
+    names and points stay as they are. Another opt-in value changes nothing.
+    """
+    monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", opt_in)
+    latest = "gen_ai_latest_experimental" in opt_in
+    with in_memory_telemetry() as captured, trio.fail_after(10):
+        async with Runtime("memory://") as runtime:
+            await paused_and_resumed(runtime)
+        spans = captured.spans()
+        points = captured.metrics()
+    drives = sorted(
+        (s for s in spans if s.name == "invoke_agent refunds"),
+        key=lambda s: attributes_of(s)["loop_actors.drive"],
+    )
+    names = [[event.name for event in drive.events] for drive in drives]
+    if latest:
+        assert names == [["gen_ai.agent.paused"], ["gen_ai.agent.resumed"]]
+    else:
+        assert names == [["paused"], ["resumed"]]
+    usage = points["gen_ai.client.token.usage"]
+    inputs = sum(total for a, total, _ in usage if a["gen_ai.token.type"] == "input")
+    drafted = points.get("gen_ai.client.inference.usage.input_tokens", [])
+    if latest:
+        assert [(a["gen_ai.token.modality"], total) for a, total, _ in drafted] == [
+            ("text", inputs)
+        ]
+        assert "gen_ai.client.inference.usage.output_tokens" in points
+    else:
+        assert drafted == []
