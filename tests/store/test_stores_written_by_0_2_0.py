@@ -218,6 +218,14 @@ def test_audit_verify_recomputes_the_log_head_the_fixture_had(fixture_store: Res
     assert (log["size"], log["head"]) == (74, LOG_HEADS[fixture_store.backend])
 
 
+def test_audit_verify_checks_each_fork_against_its_source(fixture_store: Restored) -> None:
+    lines = fixture_store.json_lines("audit", "verify", "--no-state")
+    forks = {line["id"]: line["provenance"] for line in lines if line.get("forked_from")}
+    assert forks == {"fx2-fork": "verified", "fx2-fork-paused": "verified"}
+    alone = fixture_store.json_lines("audit", "verify", "fx2-fork", "--no-state")
+    assert all(line["intact"] for line in alone if "id" in line)  # the reused write too
+
+
 def test_replay_check_finds_every_history_identical_and_writes_nothing(
     fixture_store: Restored,
 ) -> None:
