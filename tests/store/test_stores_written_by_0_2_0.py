@@ -43,8 +43,8 @@ FORK_APPROVAL_DIGEST = "4d1a889541449ab9f6b02d79fc79620b88dc0d87f9b7d2f6f7024c39
 """The digest of the batch ``fx2-fork-paused`` waits with (the source's refund, repeated)."""
 
 LOG_HEADS = {
-    "sqlite": "e220b9d1d75c84429dc40059201b50e9b1ce75268391f2a141e6465b4abd49ba",
-    "postgresql": "1e27485c0e90e05ce4502123f6a4206bcdbee5ee5a16e0cf5d944abd9245fca7",
+    "sqlite": "a605f4dcf8eaa75d6df767dd0f09c7acd176d1115d9a7a82d12ea18a5f362908",
+    "postgresql": "f044b316baed4f7d570d4d239a0105384b35dc2eaf706861daf0fa6bd84e1857",
 }
 """The head of each fixture's global log chain (74 rows), as ``audit verify`` printed it."""
 
