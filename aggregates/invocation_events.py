@@ -85,9 +85,9 @@ class InvocationStarted(InvocationEvent, CanInitAggregate[str]):
     forked_from: ForkOrigin | None = None
     """For a fork: the invocation and step it was copied from, by whom and why (from 0.2)."""
     parent: ParentLink | None = None
-    """For a child invocation: its parent, the call that started it, its depth (from 0.3)."""
+    """For a child invocation: its parent, the call that started it, its depth (from 0.2)."""
     handed_off_from: HandoffOrigin | None = None
-    """For the target of a handoff: the source, why, and what it is told (from 0.3)."""
+    """For the target of a handoff: the source, why, and what it is told (from 0.2)."""
     trace_parent: TraceParent | None = None
     """The application's span current when it was started, if tracing was on."""
 
@@ -194,13 +194,13 @@ class Paused(InvocationEvent):
     needs_approval: list[str] | None = None
     """For an approval: the ids of the calls that require it."""
     child_path: list[str] | None = None
-    """For the pause of a child invocation the dispatched batch started (from 0.3): the
+    """For the pause of a child invocation the dispatched batch started (from 0.2): the
     ids from that child down to the invocation that waits; the pause's other fields
     are that one's (its question, the digest to approve, its waiting calls)."""
     wake_at: datetime | None = None
-    """For ``sleeping`` (from 0.4): when it may be woken (a worker claims it then)."""
+    """For ``sleeping`` (from 0.2): when it may be woken (a worker claims it then)."""
     sleeping_calls: list[str] | None = None
-    """For a sleep of tools (from 0.4): the ids of the dispatched batch's calls that called
+    """For a sleep of tools (from 0.2): the ids of the dispatched batch's calls that called
     ``ctx.sleep_until``; the batch stays dispatched, and they are called again on waking.
     None for a ``wait`` decision."""
 

@@ -478,6 +478,7 @@ class Agent:
             timeout_s=deadline + CHILD_TIMEOUT_MARGIN_S if deadline else DEFAULT_CHILD_TIMEOUT_S,
         )
         tool_.child = spec
+        tool_.child_agent = self
         return tool_
 
     def with_model(self, model: Model | str) -> Agent:

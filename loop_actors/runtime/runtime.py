@@ -50,6 +50,7 @@ from loop_actors.runtime.reconcile_sweep import (
     unaskable_reason,
 )
 from loop_actors.runtime.replay import (
+    ReplayClock,
     ReplayFilter,
     ReplayMatch,
     ReplayReport,
@@ -978,7 +979,8 @@ class Runtime:
             ids = await self.with_driver(
                 lambda driver: driver.reads.call(driver.store.invocation_ids)
             )
-        async with Runtime(into, now=self._now, gc_policy=GcPolicy.UNCHANGED) as target:
+        clock = ReplayClock(self._now)
+        async with Runtime(into, now=clock, gc_policy=GcPolicy.UNCHANGED) as target:
             return await replay_all(
                 self.history,
                 ids,
@@ -989,6 +991,7 @@ class Runtime:
                 assume_approved=assume_approved,
                 check=check,
                 fresh_target=into == "memory://",
+                clock=clock,
             )
 
     # ----------------------------------------------------------------- fork
