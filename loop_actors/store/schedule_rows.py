@@ -1,0 +1,81 @@
+"""A schedule's row in ``loop_actors_schedules``: its columns, written and read back.
+
+The rules of a schedule are :mod:`aggregates.schedules`; the statements that read and
+write these rows are the work queue's (``WorkQueue`` in ``loop_actors.store.queue``).
+The due times are whole seconds, stored as numbers; ``waiting`` and ``submitting``
+are JSON lists (``[600, 660]``; ``[[600, 600.2]]``: a due time and when it was decided).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from aggregates.schedules import Every, ScheduleRow, Timing
+
+SCHEDULE_COLUMNS = (
+    "name, agent_name, agent_ref, goal, every_s, cron, time_zone, overlap, catch_up, state, "
+    "next_due, waiting, submitting, retry_at, last_due, runs, skipped, created_at, updated_at"
+)
+_COLUMN_NAMES = tuple(name.strip() for name in SCHEDULE_COLUMNS.split(","))
+SCHEDULE_PROGRESS = (
+    "state = ?, next_due = ?, waiting = ?, submitting = ?, retry_at = ?, last_due = ?, "
+    "runs = ?, skipped = ?, updated_at = ?"
+)
+"""What a check, a pause or a resume changes (:func:`schedule_progress` gives the values)."""
+
+
+class DueRuns(NamedTuple):
+    """Runs of one schedule that a check decided: the worker that checked submits them."""
+
+    schedule: ScheduleRow
+    """The schedule as the check left it."""
+    dues: tuple[int, ...]
+    """Their due times, oldest first (``schedule.invocation_id(due)`` names each)."""
+
+
+def schedule_values(row: ScheduleRow) -> tuple[Any, ...]:
+    """The row's values in ``SCHEDULE_COLUMNS`` order."""
+    every, cron, zone = _timing_values(row.timing)
+    return (row.name, row.agent_name, row.agent_ref, row.goal, every, cron, zone,
+            row.overlap.value, row.catch_up.value, *schedule_progress(row)[:-1],
+            row.created_at, row.updated_at)  # fmt: skip
+
+
+def schedule_progress(row: ScheduleRow) -> tuple[Any, ...]:
+    """The row's values in ``SCHEDULE_PROGRESS`` order."""
+    return (
+        row.state.value,
+        row.next_due,
+        json.dumps(list(row.waiting)),
+        json.dumps([[run.due, run.decided_at] for run in row.submitting]),
+        row.retry_at,
+        row.last_due,
+        row.runs,
+        row.skipped,
+        row.updated_at,
+    )
+
+
+def _timing_values(timing: Timing) -> tuple[int | None, str | None, str | None]:
+    if isinstance(timing, Every):
+        return timing.seconds, None, None
+    return None, timing.expression, timing.time_zone
+
+
+def schedule_row(found: Sequence[Any]) -> ScheduleRow:
+    """A row read back (``SCHEDULE_COLUMNS``)."""
+    record = dict(zip(_COLUMN_NAMES, found, strict=True))
+    every, cron, zone = record.pop("every_s"), record.pop("cron"), record.pop("time_zone")
+    del record["retry_at"]  # what ``ScheduleRow.retry_at`` says, kept for the query
+    record["timing"] = (
+        {"kind": "every", "seconds": every}
+        if every is not None
+        else {"kind": "cron", "expression": cron, "time_zone": zone}
+    )
+    record["waiting"] = json.loads(record["waiting"])
+    record["submitting"] = [
+        {"due": due, "decided_at": at} for due, at in json.loads(record["submitting"])
+    ]
+    return ScheduleRow.model_validate(record)
