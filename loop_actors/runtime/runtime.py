@@ -222,6 +222,8 @@ class Runtime:
         """What the read models' follower last saw, while it runs."""
         self._runs = RunCounters()
         """Its drives, counted across its opens (``statistics()``)."""
+        self._sleeping = 0
+        """Invocations :meth:`resume_when_due` waits for now."""
         self._last_error: ErrorSeen | None = None
         """The last error caught while it was open before (``statistics()`` once closed)."""
 
@@ -555,6 +557,7 @@ class Runtime:
             runs_resumed=runs.resumed,
             runs_paused=runs.paused,
             runs_ended=runs.ended,
+            runs_sleeping=self._sleeping,
             stops_by_reason=dict(runs.stops),
             leases_held=len(driver.leases.held) if driver is not None else 0,
             quota=self.quota.statistics() if self.quota is not None else None,
@@ -734,7 +737,11 @@ class Runtime:
                 return outcome
             invocation_id = outcome.invocation_id
             left = (outcome.wake_at - self._now()).total_seconds()
-            await trio.sleep(max(0.0, left))
+            self._sleeping += 1
+            try:
+                await trio.sleep(max(0.0, left))
+            finally:
+                self._sleeping -= 1
 
     async def wake(self, invocation_id: str, *, by: str | None = None) -> bool:
         """Wake a sleeping invocation now: :meth:`HumanDecisions.wake` (True: it was early)."""

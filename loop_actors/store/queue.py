@@ -64,7 +64,9 @@ from loop_actors._errors import StoreUnavailableError
 from loop_actors.store.schedule_rows import (
     SCHEDULE_COLUMNS,
     SCHEDULE_PROGRESS,
+    UPCOMING_SCHEDULES,
     DueRuns,
+    SchedulesChecked,
     schedule_progress,
     schedule_row,
     schedule_values,
@@ -821,20 +823,20 @@ class WorkQueue:
 
     def check_schedules(
         self, agent_names: Sequence[str], *, limit: int = CLAIM_AT_MOST
-    ) -> tuple[list[DueRuns], float | None]:
+    ) -> SchedulesChecked:
         """Check the schedules of these agents that may have runs to submit (``check_schedule``).
 
         Returns the runs decided (the caller submits them, then calls
-        :meth:`schedule_submitted`), and when a schedule of these agents is due next
-        (the queue's clock; None: none is). Looked at first without the write lock (a
-        worker checks often, and mostly nothing is due); then, if a check changes a
-        row, the rows are checked again and written in one short transaction that locks
-        them (``FOR UPDATE SKIP LOCKED`` on PostgreSQL: a row another worker checks this
+        :meth:`schedule_submitted`), the next due schedules of these agents, and in how
+        many seconds the next check is due. Looked at first without the write lock (a
+        worker checks often, and mostly nothing is due); then, if a check changes a row,
+        the rows are checked again and written in one short transaction that locks them
+        (``FOR UPDATE SKIP LOCKED`` on PostgreSQL: a row another worker checks this
         instant is left to it). A run is decided once: the row that decides it is
         written in that transaction, and its id names its due time.
         """
         if not agent_names:
-            return [], None
+            return SchedulesChecked([], [], None)
         names = list(agent_names)
         where = (
             f"agent_name IN ({marks(len(names))}) AND ((state = ? AND (next_due <= ? "
@@ -842,14 +844,17 @@ class WorkQueue:
         )
         with self._tx(write=False) as (cursor, now):
             if not any(check.changed for check in self._check_rows(cursor, where, names, now)):
-                return [], self._next_schedule_check(cursor, names)
+                return SchedulesChecked([], *self._upcoming(cursor, names, now))
         with self._tx() as (cursor, now):
             checks = self._check_rows(cursor, where, names, now, limit=limit, lock=True)
             for check in checks:
                 if check.changed:
                     self._put_schedule(cursor, check.row)
-            due = [DueRuns(check.row, check.submit) for check in checks if check.submit]
-            return due, self._next_schedule_check(cursor, names)
+            due = [DueRuns(check.row, check.submit, check.skipped) for check in checks]
+            return SchedulesChecked(
+                [runs for runs in due if runs.dues or runs.skipped],
+                *self._upcoming(cursor, names, now),
+            )
 
     def _check_rows(
         self,
@@ -879,15 +884,27 @@ class WorkQueue:
                 found[queued.invocation_id] = effective_status(queued, now)
         return [check_schedule(row, now=now, found=found) for row in rows]
 
-    def _next_schedule_check(self, cursor: Cursor, names: list[str]) -> float | None:
+    def _upcoming(
+        self, cursor: Cursor, names: list[str], now: float
+    ) -> tuple[list[tuple[str, int]], float | None]:
+        """The next due active schedules (name, due time), and the seconds to the next check."""
         cursor.execute(
-            "SELECT MIN(CASE WHEN state = ? THEN next_due END), MIN(retry_at) "  # noqa: S608
-            f"FROM {SCHEDULES_TABLE} WHERE agent_name IN ({marks(len(names))})",
-            (ScheduleState.ACTIVE.value, *names),
+            f"SELECT name, next_due FROM {SCHEDULES_TABLE} "  # noqa: S608
+            f"WHERE agent_name IN ({marks(len(names))}) AND state = ? "
+            "ORDER BY next_due, name LIMIT ?",
+            (*names, ScheduleState.ACTIVE.value, UPCOMING_SCHEDULES),
         )
-        found = cursor.fetchone()
-        times = [float(value) for value in (found or ()) if value is not None]
-        return min(times) if times else None
+        upcoming = [(str(name), int(due)) for name, due in cursor.fetchall()]
+        cursor.execute(
+            f"SELECT MIN(retry_at) FROM {SCHEDULES_TABLE} "  # noqa: S608
+            f"WHERE agent_name IN ({marks(len(names))})",
+            tuple(names),
+        )
+        retry_at = cursor.fetchone()[0]
+        times = [float(due) for _, due in upcoming[:1]]
+        if retry_at is not None:
+            times.append(float(retry_at))
+        return upcoming, max(0.0, min(times) - now) if times else None
 
     def schedule_submitted(self, name: str, dues: Sequence[int]) -> None:
         """The runs of schedule ``name`` due at ``dues`` are in the store: no longer decided."""

@@ -26,6 +26,10 @@ SCHEDULE_PROGRESS = (
 """What a check, a pause or a resume changes (:func:`schedule_progress` gives the values)."""
 
 
+UPCOMING_SCHEDULES = 5
+"""How many of the next due schedules a check reports."""
+
+
 class DueRuns(NamedTuple):
     """Runs of one schedule that a check decided: the worker that checked submits them."""
 
@@ -33,6 +37,19 @@ class DueRuns(NamedTuple):
     """The schedule as the check left it."""
     dues: tuple[int, ...]
     """Their due times, oldest first (``schedule.invocation_id(due)`` names each)."""
+    skipped: tuple[int, ...] = ()
+    """Due times the check did not run: the previous run had not ended."""
+
+
+class SchedulesChecked(NamedTuple):
+    """What a check of the schedules found (``WorkQueue.check_schedules``)."""
+
+    due: list[DueRuns]
+    """The runs decided (and due times skipped), by schedule."""
+    upcoming: list[tuple[str, int]]
+    """The next due active schedules, soonest first: name and due time."""
+    wait_s: float | None
+    """Seconds until a schedule is due or a decided run is looked for again (None: never)."""
 
 
 def schedule_values(row: ScheduleRow) -> tuple[Any, ...]:

@@ -128,9 +128,13 @@ def test_a_check_before_the_due_time_decides_nothing_and_says_when_to_look(
     row = queue.add_schedule(due_since(-60))
     assert row is not None
 
-    assert queue.check_schedules(["looker"]) == ([], row.next_due)
-    assert queue.check_schedules(["other"]) == ([], None)
-    assert queue.check_schedules([]) == ([], None)
+    checked = queue.check_schedules(["looker"])
+
+    assert (checked.due, checked.upcoming) == ([], [("tick", row.next_due)])
+    assert checked.wait_s is not None
+    assert 55 < checked.wait_s <= 60
+    assert queue.check_schedules(["other"]) == ([], [], None)
+    assert queue.check_schedules([]) == ([], [], None)
 
 
 def test_a_due_check_decides_the_run_once_until_it_is_submitted(make_queue: MakeQueue) -> None:
@@ -138,12 +142,12 @@ def test_a_due_check_decides_the_run_once_until_it_is_submitted(make_queue: Make
     added = queue.add_schedule(due_since(5))
     assert added is not None
 
-    due, next_check = queue.check_schedules(["looker"])
+    due, _, wait_s = queue.check_schedules(["looker"])
 
     assert [(d.schedule.name, d.dues) for d in due] == [("tick", (added.next_due,))]
-    assert next_check is not None
-    assert next_check <= due[0].schedule.submitting[0].decided_at + RESUBMIT_AFTER_S
-    assert queue.check_schedules(["looker"])[0] == []  # decided: not again so soon
+    assert wait_s is not None
+    assert wait_s <= RESUBMIT_AFTER_S  # when a decided run still missing is looked for
+    assert queue.check_schedules(["looker"]).due == []  # decided: not again so soon
     queue.schedule_submitted("tick", due[0].dues)
     [row], _ = queue.schedules()
     assert (row.submitting, row.last_due, row.runs) == ((), added.next_due, 1)
@@ -157,7 +161,7 @@ def test_workers_checking_at_once_decide_a_due_time_once(make_queue: MakeQueue) 
 
     def check(queue: WorkQueue) -> None:
         start.wait()
-        decided.extend(queue.check_schedules(["looker"])[0])
+        decided.extend(queue.check_schedules(["looker"]).due)
 
     threads = [threading.Thread(target=check, args=(queue,)) for queue in queues]
     for thread in threads:
@@ -174,7 +178,7 @@ def test_skip_leaves_a_due_time_unrun_while_the_previous_run_is_in_the_queue(
 ) -> None:
     queue = make_queue()
     queue.add_schedule(due_since(5))
-    [first], _ = queue.check_schedules(["looker"])
+    [first] = queue.check_schedules(["looker"]).due
     previous = first.schedule.invocation_id(first.dues[0])
     queue.enqueue(previous, "looker")
     queue.schedule_submitted("tick", first.dues)
@@ -182,7 +186,8 @@ def test_skip_leaves_a_due_time_unrun_while_the_previous_run_is_in_the_queue(
         "tick", lambda row, now: row.model_copy(update={"next_due": int(now - 1)})
     )
 
-    assert queue.check_schedules(["looker"])[0] == []
+    [skipped] = queue.check_schedules(["looker"]).due
+    assert (skipped.dues, len(skipped.skipped)) == ((), 1)
     [row], _ = queue.schedules()
     assert row.skipped == 1
 
@@ -190,7 +195,7 @@ def test_skip_leaves_a_due_time_unrun_while_the_previous_run_is_in_the_queue(
         "tick", lambda row, now: row.model_copy(update={"next_due": int(now - 1)})
     )
     assert queue.set_status(previous, QueueStatus.ENDED, only_from=[QueueStatus.RUNNABLE])
-    [again], _ = queue.check_schedules(["looker"])
+    [again] = queue.check_schedules(["looker"]).due
     assert len(again.dues) == 1
     assert again.schedule.skipped == 1
 
@@ -200,7 +205,7 @@ def test_a_paused_schedule_is_not_checked(make_queue: MakeQueue) -> None:
     queue.add_schedule(due_since(5))
     queue.change_schedule("tick", lambda row, now: paused(row, now=now))
 
-    assert queue.check_schedules(["looker"]) == ([], None)
+    assert queue.check_schedules(["looker"]) == ([], [], None)
 
 
 def test_a_decided_run_found_in_the_queue_is_forgotten_by_the_next_check(
@@ -208,13 +213,13 @@ def test_a_decided_run_found_in_the_queue_is_forgotten_by_the_next_check(
 ) -> None:
     queue = make_queue()
     queue.add_schedule(due_since(5, overlap=Overlap.ALLOW))
-    [first], _ = queue.check_schedules(["looker"])
+    [first] = queue.check_schedules(["looker"]).due
     queue.enqueue_many([NewRow(first.schedule.invocation_id(first.dues[0]), "looker")])
     queue.change_schedule(
         "tick", lambda row, now: row.model_copy(update={"next_due": int(now - 1)})
     )
 
-    [second], _ = queue.check_schedules(["looker"])
+    [second] = queue.check_schedules(["looker"]).due
 
     assert second.schedule.submitting[0].due == second.dues[0]
     assert len(second.schedule.submitting) == 1  # the first is in the queue: forgotten
