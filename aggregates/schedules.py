@@ -46,7 +46,7 @@ DEFAULT_TIME_ZONE = "UTC"
 MISSED_AFTER_S = 30.0
 """A due time more than this late when a check finds it is missed (``catch_up=none``)."""
 
-RESUBMIT_AFTER_S = 10.0
+RESUBMIT_AFTER_S = 5.0
 """A run decided this long ago whose invocation is still not in the store is submitted
 again, by any worker (the one that decided it died before it submitted it)."""
 

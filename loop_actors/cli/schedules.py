@@ -252,6 +252,7 @@ def schedule_record(row: ScheduleRow, now: float) -> dict[str, Any]:
         "runs": row.runs,
         "skipped": row.skipped,
         "waiting": [_iso(due) for due in row.waiting],
+        "submitting": [row.invocation_id(run.due) for run in row.submitting],
         "last_invocation_id": None if row.last_due is None else row.invocation_id(row.last_due),
         "created_at": _iso(row.created_at),
     }

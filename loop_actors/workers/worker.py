@@ -23,6 +23,7 @@ from loop_actors._errors import (
     SubmissionProblem,
     UsageError,
 )
+from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._logs import BackgroundLoop, fields, package_logger
 from loop_actors._statistics import ScheduleDue, ScheduleStatistics, WorkerStatistics
 from loop_actors.agent.agent import Agent
@@ -401,6 +402,8 @@ class Worker:
         """
         schedule = runs.schedule
         agent = self.agents[schedule.agent_name]
+        if runs.dues:
+            fault_point(CrashPoint.AFTER_SCHEDULE_DECIDED)
         done: list[int] = []
         for due in runs.dues:
             invocation_id = schedule.invocation_id(due)

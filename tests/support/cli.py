@@ -34,6 +34,14 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def kill_all(processes: list[subprocess.Popen[str]]) -> None:
+    """SIGKILL those of ``processes`` still running, and reap every one (a test's clean-up)."""
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+        process.communicate(timeout=10)
+
+
 def run_cli(
     *args: str,
     cwd: Path,
