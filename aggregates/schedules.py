@@ -557,7 +557,7 @@ class Decided(Frozen):
     """When (a worker that finds it still missing ``RESUBMIT_AFTER_S`` later submits it)."""
 
 
-class ScheduleRow(Frozen):
+class Schedule(Frozen):
     """A schedule as the store keeps it: its definition and where it stands."""
 
     name: str
@@ -613,7 +613,7 @@ def new_schedule(
     agent_ref: str | None = None,
     overlap: Overlap = DEFAULT_OVERLAP,
     catch_up: CatchUp = DEFAULT_CATCH_UP,
-) -> ScheduleRow:
+) -> Schedule:
     """A new, active schedule added at ``now``: its first due time is the next one after.
 
     Raises:
@@ -622,7 +622,7 @@ def new_schedule(
     check_schedule_name(name)
     if not goal.strip():
         raise ScheduleSpecError(ScheduleProblem.MISSING_GOAL, "a schedule's goal must not be empty")
-    return ScheduleRow(
+    return Schedule(
         name=name,
         agent_name=agent_name,
         agent_ref=agent_ref,
@@ -639,7 +639,7 @@ def new_schedule(
 class ScheduleCheck(Frozen):
     """What one check of a schedule decided."""
 
-    row: ScheduleRow
+    row: Schedule
     """The row to write (``updated_at`` moved when ``changed``)."""
     submit: tuple[int, ...]
     """Due times whose runs the checking worker submits now, oldest first."""
@@ -650,11 +650,11 @@ class ScheduleCheck(Frozen):
 
 
 def check_schedule(
-    row: ScheduleRow, *, now: float, found: Mapping[str, QueueStatus | None]
+    row: Schedule, *, now: float, found: Mapping[str, QueueStatus | None]
 ) -> ScheduleCheck:
     """Check a schedule at ``now``: which runs to submit, and the row after.
 
-    ``found``: the queue status of each invocation of :meth:`ScheduleRow.looked_up`
+    ``found``: the queue status of each invocation of :meth:`Schedule.looked_up`
     (None, or left out: it is not in the store). A decided run found there was
     submitted: it is forgotten. The previous run has not ended while one decided is
     not found yet, or while the last decided is there and not ``ended``.
@@ -705,7 +705,7 @@ def check_schedule(
     return ScheduleCheck(row=after, submit=tuple(submit), skipped=tuple(skipped), changed=changed)
 
 
-def submitted(row: ScheduleRow, dues: Sequence[int], *, now: float) -> ScheduleRow:
+def submitted(row: Schedule, dues: Sequence[int], *, now: float) -> Schedule:
     """The row once the runs due at ``dues`` are in the store: they are no longer decided."""
     kept = tuple(run for run in row.submitting if run.due not in dues)
     if kept == row.submitting:
@@ -713,14 +713,14 @@ def submitted(row: ScheduleRow, dues: Sequence[int], *, now: float) -> ScheduleR
     return row.model_copy(update={"submitting": kept, "updated_at": now})
 
 
-def paused(row: ScheduleRow, *, now: float) -> ScheduleRow:
+def paused(row: Schedule, *, now: float) -> Schedule:
     """The schedule paused (as it is when it was already)."""
     if row.state is ScheduleState.PAUSED:
         return row
     return row.model_copy(update={"state": ScheduleState.PAUSED, "updated_at": now})
 
 
-def resumed(row: ScheduleRow, *, now: float) -> ScheduleRow:
+def resumed(row: Schedule, *, now: float) -> Schedule:
     """The schedule active again, due next at the first due time after ``now``.
 
     The due times that passed while it was paused are not run. An active schedule is

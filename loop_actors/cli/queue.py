@@ -24,7 +24,7 @@ from aggregates.lease import (
     lease_is_live,
 )
 from aggregates.rate_limits import QuotaRow, RateLimit, parse_rate_limit
-from aggregates.schedules import ScheduleRow, ScheduleState
+from aggregates.schedules import Schedule, ScheduleState
 from loop_actors._errors import UsageError
 from loop_actors._render import ID, TEXT, console, print_table
 from loop_actors._terminal import terminal_safe
@@ -234,7 +234,7 @@ SHOWN_WAITS = 5
 
 def _waits(
     rows: list[QueueRow],
-    schedules: list[ScheduleRow],
+    schedules: list[Schedule],
     limits: list[tuple[str, str, QuotaRow]],
     now: float,
 ) -> list[dict[str, Any]]:

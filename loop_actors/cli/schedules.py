@@ -11,40 +11,36 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from functools import partial
+from typing import Any
 
+import trio
 from rich.table import Table
 
 from aggregates.schedules import (
     Cron,
     Every,
-    ScheduleRow,
-    ScheduleSpecError,
+    Schedule,
     ScheduleState,
     Timing,
-    check_schedule_name,
-    new_schedule,
-    parse_timing,
     paused,
     resumed,
-    scheduled_invocation_id,
     time_zone,
 )
-from loop_actors._errors import UsageError
+from loop_actors._errors import ScheduleNotFoundError, UsageError
 from loop_actors._render import ID, TEXT, WHOLE, console, print_table
 from loop_actors._terminal import terminal_safe
 from loop_actors.cli.agents import load_agent
 from loop_actors.cli.exit_codes import ExitCode
 from loop_actors.cli.queue import read_queue
 from loop_actors.cli.reading import open_for_reading
-from loop_actors.runtime.submission import Submission, submission_requests
+from loop_actors.runtime.runtime import Runtime
 from loop_actors.store.queue import WorkQueue
 from loop_actors.store.store import EventStore
 from loop_actors.store.url import StoreUrl, resolve_db_url
-
-T = TypeVar("T")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,56 +58,31 @@ def run(args: argparse.Namespace) -> int:
             return _remove(args)
 
 
-def _checked(check: Callable[[], T]) -> T:
-    """``check()``, a malformed definition a usage error (exit 2)."""
-    try:
-        return check()
-    except ScheduleSpecError as error:
-        raise UsageError(str(error)) from None
-
-
 def _add(args: argparse.Namespace) -> int:
-    timing = _checked(lambda: parse_timing(every=args.every, cron=args.cron, tz=args.tz))
-    _checked(lambda: check_schedule_name(args.name))
+    """``schedule add``: through ``Runtime.add_schedule`` (its checks, then one write)."""
     agent = load_agent(args.schedule_agent)
-    # The goal as a run's is checked now: every run of the schedule is submitted with it.
-    first = Submission(args.goal, invocation_id=scheduled_invocation_id(args.name, 0))
-    submission_requests(
-        agent,
-        [first],
-        agent_ref=args.schedule_agent,
-        where=lambda _: "--goal",
-        caller="schedule add",
-    )
-    with _open_queue(args.db, create=True) as queue:
-        row = queue.add_schedule(
-            lambda now: new_schedule(
-                args.name,
-                agent_name=agent.name,
+    url = _writable_url(args.db)
+    runtime = Runtime(url)
+    try:
+        row: Schedule = trio.run(
+            partial(
+                runtime.add_schedule, args.name, agent, args.goal, every=args.every,
+                cron=args.cron, tz=args.tz, overlap=args.overlap, catch_up=args.catch_up,
                 agent_ref=args.schedule_agent,
-                goal=args.goal,
-                timing=timing,
-                now=now,
-                overlap=args.overlap,
-                catch_up=args.catch_up,
             )
-        )
-        _, now = queue.schedules()
-    if row is None:
-        raise UsageError(
-            f"a schedule named {args.name!r} exists already: remove it first "
-            f"(loop-actors schedule remove {args.name})"
-        )
+        )  # fmt: skip
+    finally:
+        runtime.close()
     if args.json:
-        print(json.dumps(schedule_record(row, now)))
+        print(json.dumps(schedule_record(row, time.time())))
         return ExitCode.OK
     print(
         f"schedule {terminal_safe(row.name)} added: {_when(row.timing)}, overlap "
         f"{row.overlap.value}, catch-up {row.catch_up.value}"
     )
     print(
-        f"next due {_due_text(row)}; a worker serving {terminal_safe(agent.name)} submits its "
-        f"runs (loop-actors worker --agent {terminal_safe(args.schedule_agent)})"
+        f"next due {_due_text(row)}; a worker serving {terminal_safe(row.agent_name)} submits "
+        f"its runs (loop-actors worker --agent {terminal_safe(args.schedule_agent)})"
     )
     return ExitCode.OK
 
@@ -147,10 +118,10 @@ def _list(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def _change(args: argparse.Namespace, change: Callable[[ScheduleRow, float], ScheduleRow]) -> int:
-    before: list[ScheduleRow] = []
+def _change(args: argparse.Namespace, change: Callable[[Schedule, float], Schedule]) -> int:
+    before: list[Schedule] = []
 
-    def noted(row: ScheduleRow, now: float) -> ScheduleRow:
+    def noted(row: Schedule, now: float) -> Schedule:
         before.append(row)
         return change(row, now)
 
@@ -158,7 +129,7 @@ def _change(args: argparse.Namespace, change: Callable[[ScheduleRow, float], Sch
         row = queue.change_schedule(args.name, noted)
         _, now = queue.schedules()
     if row is None:
-        raise _no_schedule(args.name)
+        raise ScheduleNotFoundError(args.name)
     if args.json:
         print(json.dumps(schedule_record(row, now)))
         return ExitCode.OK
@@ -177,18 +148,13 @@ def _remove(args: argparse.Namespace) -> int:
     with _open_queue(args.db) as queue:
         removed = queue.remove_schedule(args.name)
     if not removed:
-        raise _no_schedule(args.name)
+        raise ScheduleNotFoundError(args.name)
     print(f"schedule {terminal_safe(args.name)} removed (its runs are left as they are)")
     return ExitCode.OK
 
 
-def _no_schedule(name: str) -> UsageError:
-    return UsageError(f"no schedule named {name!r} (loop-actors schedule list shows them)")
-
-
-@contextlib.contextmanager
-def _open_queue(db: str | None, *, create: bool = False) -> Iterator[WorkQueue]:
-    """The store's queue, for writing (``create``: the store is made if it is missing).
+def _writable_url(db: str | None) -> str:
+    """The store's URL (``--db``, ``$LOOP_ACTORS_DB``...).
 
     Raises:
         UsageError: a ``memory://`` store (no worker would ever see the schedule).
@@ -199,7 +165,13 @@ def _open_queue(db: str | None, *, create: bool = False) -> Iterator[WorkQueue]:
             "a memory:// store ends with this process: no worker would run the schedule "
             "(use a SQLite file or PostgreSQL)"
         )
-    store = EventStore(url, create=create)
+    return url
+
+
+@contextlib.contextmanager
+def _open_queue(db: str | None) -> Iterator[WorkQueue]:
+    """The queue of the store, which must exist, for writing."""
+    store = EventStore(_writable_url(db), create=False)
     try:
         queue = store.open_queue()
         try:
@@ -220,7 +192,7 @@ def _when(timing: Timing) -> str:
     return f"cron {timing.expression} ({timing.time_zone})"
 
 
-def _due_text(row: ScheduleRow) -> str:
+def _due_text(row: Schedule) -> str:
     """The next due time in UTC, and in the zone's wall time for a cron (paused: ``-``)."""
     if row.state is ScheduleState.PAUSED:
         return "- (paused)"
@@ -231,7 +203,7 @@ def _due_text(row: ScheduleRow) -> str:
     return text
 
 
-def schedule_record(row: ScheduleRow, now: float) -> dict[str, Any]:
+def schedule_record(row: Schedule, now: float) -> dict[str, Any]:
     """A schedule as ``schedule list --json`` prints it."""
     timing = row.timing
     active = row.state is ScheduleState.ACTIVE

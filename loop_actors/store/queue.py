@@ -54,8 +54,8 @@ from aggregates.rate_limits import (
     throttle,
 )
 from aggregates.schedules import (
+    Schedule,
     ScheduleCheck,
-    ScheduleRow,
     ScheduleState,
     check_schedule,
     submitted,
@@ -785,7 +785,7 @@ class WorkQueue:
 
     # ----------------------------------------------------------------- schedules
 
-    def add_schedule(self, make: Callable[[float], ScheduleRow]) -> ScheduleRow | None:
+    def add_schedule(self, make: Callable[[float], Schedule]) -> Schedule | None:
         """Add the schedule ``make(now)`` builds at the queue's time; None if its name is taken."""
         with self._tx() as (cursor, now):
             row = make(now)
@@ -796,15 +796,15 @@ class WorkQueue:
             )
             return row if cursor.rowcount == 1 else None
 
-    def schedules(self) -> tuple[list[ScheduleRow], float]:
+    def schedules(self) -> tuple[list[Schedule], float]:
         """Every schedule, by name, and the queue's time of reading."""
         with self._tx(write=False) as (cursor, now):
             cursor.execute(f"SELECT {SCHEDULE_COLUMNS} FROM {SCHEDULES_TABLE} ORDER BY name")  # noqa: S608
             return [schedule_row(found) for found in cursor.fetchall()], now
 
     def change_schedule(
-        self, name: str, change: Callable[[ScheduleRow, float], ScheduleRow]
-    ) -> ScheduleRow | None:
+        self, name: str, change: Callable[[Schedule, float], Schedule]
+    ) -> Schedule | None:
         """Write ``change(row, now)`` of the schedule ``name`` (None: there is no such schedule)."""
         with self._tx() as (cursor, now):
             row = self._schedule(cursor, name, lock=True)
@@ -916,7 +916,7 @@ class WorkQueue:
             if after is not row:
                 self._put_schedule(cursor, after)
 
-    def _schedule(self, cursor: Cursor, name: str, *, lock: bool) -> ScheduleRow | None:
+    def _schedule(self, cursor: Cursor, name: str, *, lock: bool) -> Schedule | None:
         cursor.execute(
             f"SELECT {SCHEDULE_COLUMNS} FROM {SCHEDULES_TABLE} WHERE name = ?"  # noqa: S608
             + (self.dialect.for_update if lock else ""),
@@ -925,7 +925,7 @@ class WorkQueue:
         found = cursor.fetchone()
         return None if found is None else schedule_row(found)
 
-    def _put_schedule(self, cursor: Cursor, row: ScheduleRow) -> None:
+    def _put_schedule(self, cursor: Cursor, row: Schedule) -> None:
         cursor.execute(
             f"UPDATE {SCHEDULES_TABLE} SET {SCHEDULE_PROGRESS} WHERE name = ?",  # noqa: S608
             (*schedule_progress(row), row.name),
@@ -1151,7 +1151,7 @@ class SQLiteQueue(WorkQueue):
         except _NoQueue:
             return [], time.time()
 
-    def schedules(self) -> tuple[list[ScheduleRow], float]:
+    def schedules(self) -> tuple[list[Schedule], float]:
         """As :meth:`WorkQueue.schedules`; a store without the table has no schedules."""
         try:
             return super().schedules()

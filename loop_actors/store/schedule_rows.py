@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from aggregates.schedules import Every, ScheduleRow, Timing
+from aggregates.schedules import Every, Schedule, Timing
 
 SCHEDULE_COLUMNS = (
     "name, agent_name, agent_ref, goal, every_s, cron, time_zone, overlap, catch_up, state, "
@@ -33,7 +33,7 @@ UPCOMING_SCHEDULES = 5
 class DueRuns(NamedTuple):
     """Runs of one schedule that a check decided: the worker that checked submits them."""
 
-    schedule: ScheduleRow
+    schedule: Schedule
     """The schedule as the check left it."""
     dues: tuple[int, ...]
     """Their due times, oldest first (``schedule.invocation_id(due)`` names each)."""
@@ -52,7 +52,7 @@ class SchedulesChecked(NamedTuple):
     """Seconds until a schedule is due or a decided run is looked for again (None: never)."""
 
 
-def schedule_values(row: ScheduleRow) -> tuple[Any, ...]:
+def schedule_values(row: Schedule) -> tuple[Any, ...]:
     """The row's values in ``SCHEDULE_COLUMNS`` order."""
     every, cron, zone = _timing_values(row.timing)
     return (row.name, row.agent_name, row.agent_ref, row.goal, every, cron, zone,
@@ -60,7 +60,7 @@ def schedule_values(row: ScheduleRow) -> tuple[Any, ...]:
             row.created_at, row.updated_at)  # fmt: skip
 
 
-def schedule_progress(row: ScheduleRow) -> tuple[Any, ...]:
+def schedule_progress(row: Schedule) -> tuple[Any, ...]:
     """The row's values in ``SCHEDULE_PROGRESS`` order."""
     return (
         row.state.value,
@@ -81,11 +81,11 @@ def _timing_values(timing: Timing) -> tuple[int | None, str | None, str | None]:
     return None, timing.expression, timing.time_zone
 
 
-def schedule_row(found: Sequence[Any]) -> ScheduleRow:
+def schedule_row(found: Sequence[Any]) -> Schedule:
     """A row read back (``SCHEDULE_COLUMNS``)."""
     record = dict(zip(_COLUMN_NAMES, found, strict=True))
     every, cron, zone = record.pop("every_s"), record.pop("cron"), record.pop("time_zone")
-    del record["retry_at"]  # what ``ScheduleRow.retry_at`` says, kept for the query
+    del record["retry_at"]  # what ``Schedule.retry_at`` says, kept for the query
     record["timing"] = (
         {"kind": "every", "seconds": every}
         if every is not None
@@ -95,4 +95,4 @@ def schedule_row(found: Sequence[Any]) -> ScheduleRow:
     record["submitting"] = [
         {"due": due, "decided_at": at} for due, at in json.loads(record["submitting"])
     ]
-    return ScheduleRow.model_validate(record)
+    return Schedule.model_validate(record)

@@ -80,7 +80,7 @@ def queue_definitions(name: Callable[[str], str] = str) -> tuple[str, ...]:
         "request_due DOUBLE PRECISION NOT NULL, token_due DOUBLE PRECISION NOT NULL, "
         "blocked_until DOUBLE PRECISION NOT NULL, PRIMARY KEY (provider, model))",
         # The timing is every_s, or cron in time_zone; waiting and submitting are JSON
-        # lists (aggregates.schedules.ScheduleRow); retry_at is NULL while nothing decided
+        # lists (aggregates.schedules.Schedule); retry_at is NULL while nothing decided
         # is missing from the store.
         f"CREATE TABLE IF NOT EXISTS {schedules} ("
         "name TEXT PRIMARY KEY, agent_name TEXT NOT NULL, agent_ref TEXT, goal TEXT NOT NULL, "

@@ -27,8 +27,8 @@ from aggregates.schedules import (
     Decided,
     Every,
     Overlap,
+    Schedule,
     ScheduleProblem,
-    ScheduleRow,
     ScheduleSpecError,
     ScheduleState,
     Timing,
@@ -391,7 +391,7 @@ def test_an_empty_goal_is_refused() -> None:
 
 def schedule(
     *, overlap: Overlap = Overlap.SKIP, catch_up: CatchUp = CatchUp.ONE, now: float = 590.0
-) -> ScheduleRow:
+) -> Schedule:
     row = new_schedule(
         "s", agent_name="a", goal="g", timing=MINUTE, now=now, overlap=overlap, catch_up=catch_up
     )

@@ -179,7 +179,7 @@ def test_a_bad_timing_is_a_usage_error_and_adds_nothing(
     [
         (["has space", *AGENT, "--goal", "g"], "a schedule's name is 1 to 64 letters"),
         (["tick", "--agent", "sleepers_app:nobody", "--goal", "g"], "has no attribute 'nobody'"),
-        (["tick", *AGENT, "--goal", "  "], "--goal: the goal is empty"),
+        (["tick", *AGENT, "--goal", "  "], "goal: the goal is empty"),
     ],
 )
 def test_a_bad_name_agent_or_goal_is_a_usage_error(cli: Cli, args: list[str], says: str) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from aggregates.schedules import ScheduleRow
+from aggregates.schedules import Schedule
 from loop_actors import EventStore
 from tests.support.cli import CLI, cli_env, kill_all, run_cli
 
@@ -61,7 +61,7 @@ class Folder:
         self.workers.append(process)
         return process
 
-    def row(self) -> ScheduleRow:
+    def row(self) -> Schedule:
         store = EventStore(self.db, read_only=True)
         try:
             queue = store.open_queue()

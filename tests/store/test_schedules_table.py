@@ -18,7 +18,7 @@ from aggregates.schedules import (
     CatchUp,
     Every,
     Overlap,
-    ScheduleRow,
+    Schedule,
     ScheduleState,
     new_schedule,
     parse_cron,
@@ -60,10 +60,10 @@ def due_since(
     overlap: Overlap = Overlap.SKIP,
     catch_up: CatchUp = CatchUp.ONE,
     agent_name: str = "looker",
-) -> Callable[[float], ScheduleRow]:
+) -> Callable[[float], Schedule]:
     """A schedule of every hour whose next due time was ``seconds_ago`` before the add."""
 
-    def make(now: float) -> ScheduleRow:
+    def make(now: float) -> Schedule:
         row = new_schedule(
             name,
             agent_name=agent_name,

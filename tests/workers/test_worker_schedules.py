@@ -18,14 +18,14 @@ from aggregates.schedules import (
     Decided,
     Every,
     Overlap,
-    ScheduleRow,
+    Schedule,
     new_schedule,
 )
 from loop_actors import EventStore, Runtime, Worker
 from tests.support.workers import AGENT
 
 
-def add_schedule(db_url: str, make: Callable[[float], ScheduleRow]) -> ScheduleRow:
+def add_schedule(db_url: str, make: Callable[[float], Schedule]) -> Schedule:
     store = EventStore(db_url)
     try:
         queue = store.open_queue()
@@ -39,7 +39,7 @@ def add_schedule(db_url: str, make: Callable[[float], ScheduleRow]) -> ScheduleR
         store.close()
 
 
-def schedules(db_url: str) -> list[ScheduleRow]:
+def schedules(db_url: str) -> list[Schedule]:
     store = EventStore(db_url)
     try:
         queue = store.open_queue()
@@ -53,7 +53,7 @@ def schedules(db_url: str) -> list[ScheduleRow]:
 
 def every_second(
     now: float, *, overlap: Overlap = Overlap.SKIP, catch_up: CatchUp = CatchUp.ONE
-) -> ScheduleRow:
+) -> Schedule:
     return new_schedule(
         "tick",
         agent_name=AGENT.name,
@@ -106,7 +106,7 @@ async def test_a_worker_submits_each_due_time_once_and_drives_the_runs(db_url: s
 
 
 async def test_a_run_decided_by_a_worker_that_died_is_submitted_by_another(db_url: str) -> None:
-    def decided_long_ago(now: float) -> ScheduleRow:
+    def decided_long_ago(now: float) -> Schedule:
         row = every_second(now, overlap=Overlap.ALLOW).model_copy(
             update={"next_due": int(now) + 3600}
         )
