@@ -34,6 +34,8 @@ class CrashPoint(StrEnum):
     """The final answer is decided; ``Terminated`` is not yet committed."""
     AFTER_SUBMIT_CHUNK_COMMIT = "after_submit_chunk_commit"
     """A chunk of a bulk submission is durable, with its queue rows; the next is not written."""
+    AFTER_SCHEDULE_DECIDED = "after_schedule_decided"
+    """A worker's check of a schedule decided runs (the schedule moved on); none is submitted."""
     PROJECTION_BATCH_APPLIED = "projection_batch_applied"
     """A read model applied a batch of events; its transaction is not yet committed."""
 

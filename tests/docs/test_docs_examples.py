@@ -1228,3 +1228,18 @@ SHARE_RATE_LIMITS_OUTPUT = [
 
 def test_share_rate_limits_example_stays_under_the_providers_limit(tmp_path: Path) -> None:
     assert _lines(_run_example("share_rate_limits.py", tmp_path)) == SHARE_RATE_LIMITS_OUTPUT
+
+
+TESTED_EXAMPLES.add("schedule_an_agent.py")
+
+SCHEDULE_AN_AGENT_OUTPUT = [
+    "added tick: every 2s, overlap allow, active",
+    "added weekday-report: 0 9 * * 1-5 (Europe/Paris), next at 09:00 in Paris, paused",
+    "one run a due time: True",
+    "the worker submitted each: True",
+    "all completed: True",
+]
+
+
+def test_schedule_an_agent_example_runs_each_due_time_once(tmp_path: Path) -> None:
+    assert _lines(_run_example("schedule_an_agent.py", tmp_path)) == SCHEDULE_AN_AGENT_OUTPUT

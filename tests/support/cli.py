@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,15 @@ from loop_actors.cli import main
 CLI = [sys.executable, "-m", "loop_actors.cli.main"]
 """The command line that runs the CLI with this interpreter."""
 
+SUPPORT = Path(__file__).parent
+
+
+def sleepers_folder(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``folder`` holding ``sleepers_app.py``, whose tool notes its calls in ``calls.log`` there."""
+    shutil.copy(SUPPORT / "sleepers_app.py", folder / "sleepers_app.py")
+    monkeypatch.setenv("SLEEPERS_LOG", str(folder / "calls.log"))
+    return folder
+
 
 def cli_env(**extra: str) -> dict[str, str]:
     """This process's environment without loop-actors' own variables, plus ``extra``."""
@@ -22,6 +32,14 @@ def cli_env(**extra: str) -> dict[str, str]:
     }
     env.update(extra)
     return env
+
+
+def kill_all(processes: list[subprocess.Popen[str]]) -> None:
+    """SIGKILL those of ``processes`` still running, and reap every one (a test's clean-up)."""
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+        process.communicate(timeout=10)
 
 
 def run_cli(
