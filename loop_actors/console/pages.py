@@ -108,7 +108,11 @@ def page_routes(reads: ConsoleReads, console_token: str) -> list[Route | Mount]:
         if not token_matches(token, console_token):
             return render("login.html.j2", 401, title="Token", failed=True)
         response = RedirectResponse("/invocations", status_code=303)
-        response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/")
+        # Secure when served over https (behind a TLS-terminating proxy it names).
+        secure = request.url.scheme == "https"
+        response.set_cookie(
+            COOKIE, token, httponly=True, samesite="strict", path="/", secure=secure
+        )
         return response
 
     routes: list[Route | Mount] = [
