@@ -17,8 +17,8 @@ from aggregates.lazy_names import lazy_names
 
 if TYPE_CHECKING:
     from loop_actors.console.app import create_app as create_app
-    from loop_actors.console.bulk import ConsoleRuns as ConsoleRuns
     from loop_actors.console.app import serve_console as serve_console
+    from loop_actors.console.bulk import ConsoleRuns as ConsoleRuns
     from loop_actors.console.follow import follow_history as follow_history
     from loop_actors.console.settings import TOKEN_ENV as TOKEN_ENV
     from loop_actors.console.settings import ConsoleSettings as ConsoleSettings
