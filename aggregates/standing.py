@@ -188,8 +188,11 @@ def reconcile_skip(invocation: Invocation, *, agent_served: bool) -> BulkSkip | 
     """Why a reconcile sweep would leave an invocation with open writes alone; None if not.
 
     A sweep settles the writes of an invocation that ended, and resumes one paused
-    for reconciliation; one that may still be running settles its own.
+    for reconciliation; one that waits for a child's person, or may still be running,
+    settles its own (the calls that started its children are open writes of it).
     """
+    if invocation.phase is Phase.AWAITING_CHILD:
+        return BulkSkip.WAITS_FOR_CHILD
     if not agent_served:
         return BulkSkip.AGENT_NOT_SERVED
     if invocation.phase is Phase.TERMINATED or invocation.paused_for_reconciliation:

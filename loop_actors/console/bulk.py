@@ -313,9 +313,10 @@ def skip_detail(skip: BulkSkip, invocation: Invocation) -> str:
         case BulkSkip.WAITS_FOR_CHILD:
             return "a child it started waits for a person's approval or answer (Approvals)"
         case BulkSkip.NOT_DUE:
+            when = wake_at(invocation)
             return (
-                f"it sleeps until {wake_at(invocation)}: a worker wakes it then "
-                f"(or: loop-actors wake {invocation.id})"
+                f"it sleeps until {when.isoformat() if when else 'its wake time'}: a worker "
+                f"wakes it then (or: loop-actors wake {invocation.id})"
             )
         case BulkSkip.LEASE_HELD:
             return "a live holder drives it now (a worker, a run, this console)"

@@ -4,7 +4,9 @@ On SQLite and PostgreSQL (``store_url``). The console resumes and reconciles wit
 agents it serves (``serve_console(agents=...)``, ``serve --agent``). Bad inputs tried: a
 bulk resume or reconcile of a console that serves no agent (409 ``no_agent``), a dry
 run without the token (401), a confirmation with another count (409), an unknown bulk
-action (404), a filter that is not the list's (400).
+action (404), a filter that is not the list's (400); invocations a resume would not
+drive (waiting for an approval, an answer, a child's person; asleep; another agent's;
+held by a live lease), each skipped with its reason.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from tests.support.console import (
     bearer,
     client,
     completed_refund,
+    delegating_root,
     event_types,
     gated_agent,
     paused_refund,
@@ -109,6 +112,8 @@ async def test_a_bulk_reconcile_settles_what_the_filter_matches_with_the_sweep(
                 paused = await runtime.run(lost, "say hello", invocation_id=invocation_id)
                 assert paused.reason is TerminalReason.RECONCILIATION_REQUIRED
             await paused_run(runtime, writer)  # inv-1: its write's outcome is unknown
+            # Its calls that started children are open: it waits for a child's person.
+            await runtime.run(delegating_root, "pay big", invocation_id="root-1")
         await paused_refund(store_url, "refund-1")  # nothing to reconcile
         relay.losing = False
         async with (
@@ -133,7 +138,9 @@ async def test_a_bulk_reconcile_settles_what_the_filter_matches_with_the_sweep(
     assert done_one.json()["results"] == {"lost-1": "completed"}
     assert lost_2_after == lost_2_before  # not matched: not swept
     assert dry_all.json()["invocation_ids"] == ["inv-1", "lost-2"]
-    assert dry_all.json()["skipped"] == []
+    skipped = {(s["invocation_id"], s["why"]) for s in dry_all.json()["skipped"]}
+    assert ("root-1", "waits_for_child") in skipped
+    assert {why for _, why in skipped} == {"waits_for_child"}  # root-1 and its middle child
     results = done_all.json()["results"]
     assert results == {"inv-1": "needs_person", "lost-2": "completed"}
     assert "no reconcile function" in done_all.json()["details"]["inv-1"]

@@ -14,7 +14,7 @@ from typing import Any
 import trio
 
 from loop_actors import Agent, Budget, ModelRequest, Runtime, ScriptedModel, TerminalReason, tool
-from tests.support.console import client, paused_refund, serving
+from tests.support.console import client, delegating_root, paused_refund, serving
 
 
 @tool
@@ -87,40 +87,12 @@ async def test_a_batchs_parallel_calls_are_drawn_in_lanes_and_compactions_are_ma
     assert f"before step {compacted[0].step}" in page.text
 
 
-@tool(effect="write", requires_approval=True)
-def big_charge(amount: int) -> dict[str, int]:
-    """Charge a large amount (a person approves it first)."""
-    return {"charged": amount}
-
-
-def _delegates_to(tool_name: str, goal: str) -> Any:
-    def decide(request: ModelRequest) -> dict[str, Any]:
-        if request.step == 1:
-            call = {"id": "d", "name": tool_name, "arguments": {"goal": goal}}
-            return {"kind": "tool_calls", "calls": [call]}
-        return {"kind": "final", "answer": "done"}
-
-    return decide
-
-
-def _charges(request: ModelRequest) -> dict[str, Any]:
-    if request.step == 1:
-        call = {"id": "c", "name": "big_charge", "arguments": {"amount": 900}}
-        return {"kind": "tool_calls", "calls": [call]}
-    return {"kind": "final", "answer": "paid"}
-
-
-approver = Agent("approver", ScriptedModel(_charges), [big_charge])
-middle = Agent("middle", ScriptedModel(_delegates_to("approver", "pay 900")), [approver.as_tool()])
-root = Agent("root", ScriptedModel(_delegates_to("middle", "get it paid")), [middle.as_tool()])
-
-
 async def test_the_inbox_shows_the_requesting_path_from_the_root_each_id_a_link(
     store_url: str,
 ) -> None:
     with trio.fail_after(60):
         async with Runtime(store_url) as runtime:
-            paused = await runtime.run(root, "pay big", invocation_id="root-1")
+            paused = await runtime.run(delegating_root, "pay big", invocation_id="root-1")
         assert paused.path is not None
         async with serving(store_url) as base, client(base) as http:
             (item,) = (await http.get("/api/approvals")).json()["approvals"]

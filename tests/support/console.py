@@ -168,3 +168,34 @@ async def event_types(db_url: str, invocation_id: str) -> list[str]:
     """The types of an invocation's committed events, in order."""
     async with Runtime(db_url) as runtime:
         return [type(event).__name__ for event in await runtime.history(invocation_id)]
+
+
+@tool(effect="write", requires_approval=True)
+def big_charge(amount: int) -> dict[str, int]:
+    """Charge a large amount (a person approves it first)."""
+    return {"charged": amount}
+
+
+def _delegates_to(tool_name: str, goal: str) -> Any:
+    def decide(request: ModelRequest) -> dict[str, Any]:
+        if request.step == 1:
+            call = {"id": "d", "name": tool_name, "arguments": {"goal": goal}}
+            return {"kind": "tool_calls", "calls": [call]}
+        return {"kind": "final", "answer": "done"}
+
+    return decide
+
+
+def _charges(request: ModelRequest) -> dict[str, Any]:
+    if request.step == 1:
+        call = {"id": "c", "name": "big_charge", "arguments": {"amount": 900}}
+        return {"kind": "tool_calls", "calls": [call]}
+    return {"kind": "final", "answer": "paid"}
+
+
+approver = Agent("approver", ScriptedModel(_charges), [big_charge])
+middle = Agent("middle", ScriptedModel(_delegates_to("approver", "pay 900")), [approver.as_tool()])
+delegating_root = Agent(
+    "root", ScriptedModel(_delegates_to("middle", "get it paid")), [middle.as_tool()]
+)
+"""Delegates to ``middle``, which delegates to ``approver``, which waits for an approval."""
