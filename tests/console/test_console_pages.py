@@ -13,6 +13,7 @@ from typing import Any
 
 import trio
 
+from aggregates.invocation import ContextCompacted
 from loop_actors import Agent, Budget, ModelRequest, Runtime, ScriptedModel, TerminalReason, tool
 from tests.support.console import client, delegating_root, paused_refund, serving
 
@@ -62,9 +63,7 @@ async def test_a_batchs_parallel_calls_are_drawn_in_lanes_and_compactions_are_ma
             done = await runtime.run(reader, "read the manual", invocation_id="reader-1")
             assert done.reason is TerminalReason.COMPLETED
             compacted = [
-                e
-                for e in await runtime.history("reader-1")
-                if type(e).__name__ == "ContextCompacted"
+                e for e in await runtime.history("reader-1") if isinstance(e, ContextCompacted)
             ]
         async with serving(store_url) as base, client(base) as http:
             shown = (await http.get("/api/invocations/reader-1")).json()
