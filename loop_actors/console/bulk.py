@@ -32,7 +32,7 @@ from aggregates.standing import BulkSkip, reconcile_skip, resume_skip, wake_at
 from loop_actors._errors import InvocationExistsError, LeaseHeldError, UsageError
 from loop_actors.agent.agent import Agent
 from loop_actors.console.reads import ConsoleReads, InvocationFilter
-from loop_actors.runtime.leases import is_gone
+from loop_actors.runtime.leases import LeaseDrained, is_gone
 from loop_actors.runtime.outcome import Outcome
 from loop_actors.runtime.reconcile_sweep import ReconcileReport
 from loop_actors.runtime.runtime import Runtime
@@ -47,6 +47,8 @@ ANSWER_WAIT_S = 5.0
 """How long the answer to a resume or a reconcile waits for its runs (they go on after)."""
 GRACE_S = 1.0
 """When the console stops, how long its runs get to reach a commit before they are abandoned."""
+CONCURRENCY = 8
+"""How many of its runs (resumes, sweeps) the console drives at once; the others wait."""
 
 
 class BulkAction(StrEnum):
@@ -91,6 +93,11 @@ class Pending:
     result: Any = None
     error: Exception | None = None
 
+    @property
+    def answered(self) -> bool:
+        """It returned or raised (not: still running, or never started as the console stopped)."""
+        return self.done.is_set() and (self.result is not None or self.error is not None)
+
 
 class ConsoleRuns:
     """The agents the console serves, and the runs it drives for bulk resume and reconcile.
@@ -116,6 +123,8 @@ class ConsoleRuns:
         self._nursery: trio.Nursery | None = None
         self._scopes: set[trio.CancelScope] = set()
         self._idle = trio.Event()
+        self._limiter = trio.CapacityLimiter(CONCURRENCY)
+        self._stopping = False
 
     async def serve(
         self,
@@ -141,6 +150,7 @@ class ConsoleRuns:
                     await self._stop(grace_s)
 
     async def _stop(self, grace_s: float) -> None:
+        self._stopping = True  # a run still waiting for its turn does not start
         held = self.runtime.driver.leases.held
         for lease in held.values():
             lease.draining = True
@@ -172,10 +182,12 @@ class ConsoleRuns:
         with trio.CancelScope(shield=True) as scope:
             self._scopes.add(scope)
             try:
-                pending.result = await work()
+                async with self._limiter:
+                    if not self._stopping:
+                        pending.result = await work()
             except Exception as error:
                 pending.error = error
-                if not isinstance(error, InvocationExistsError):
+                if not isinstance(error, InvocationExistsError | LeaseDrained):
                     logger.warning(
                         "a bulk action's run failed: %s: %s", type(error).__name__, error
                     )
@@ -398,7 +410,7 @@ async def _wait(pending: Iterable[Pending]) -> None:
 
 def _resumed(pending: Pending) -> tuple[str, str | None]:
     """A resume's result as the answer gives it: its outcome's reason, or why not."""
-    if not pending.done.is_set():
+    if not pending.answered:
         return StillRunning.RUNNING.value, None
     error = pending.error
     if error is None:
@@ -434,7 +446,7 @@ def _swept(
     details: dict[str, str],
 ) -> None:
     """Each invocation's result of one agent's sweep."""
-    if not pending.done.is_set() or pending.error is not None:
+    if not pending.answered or pending.error is not None:
         for invocation_id in invocation_ids:
             if pending.error is None:
                 results[invocation_id] = StillRunning.RUNNING.value
