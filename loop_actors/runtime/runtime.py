@@ -6,7 +6,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from functools import partial
@@ -824,9 +824,14 @@ class Runtime:
             agent=agent,
         )
 
-    async def reconcile(self, agent: Agent) -> ReconcileReport:
-        """Sweep the effect ledger for ``agent``'s invocations: :meth:`ReconcileSweep.run`."""
-        return await ReconcileSweep(self).run(agent)
+    async def reconcile(
+        self, agent: Agent, *, invocation_ids: Collection[str] | None = None
+    ) -> ReconcileReport:
+        """Sweep the effect ledger for ``agent``'s invocations: :meth:`ReconcileSweep.run`.
+
+        ``invocation_ids``: only these of them (None: all).
+        """
+        return await ReconcileSweep(self).run(agent, invocation_ids=invocation_ids)
 
     def cancel(self, invocation_id: str, *, detail: str | None = None) -> bool:
         """Ask a run of this runtime to stop; it ends ``cancelled`` and starts no new call.

@@ -529,6 +529,7 @@ TESTED_EXAMPLES.add("verify_checkpoint.py")  # run by tests/audit/test_audit_che
 TESTED_EXAMPLES.add("issue_tracker.py")  # run by tests/docs/test_docs_samples.py
 TESTED_EXAMPLES.add("otel_traces.py")  # run by tests/telemetry/test_otel_example.py
 TESTED_EXAMPLES.add("follow_stream.py")  # run by tests/console/test_stream_example.py
+TESTED_EXAMPLES.add("console_bulk.py")  # by tests/docs/test_docs_printed_outputs.py
 
 
 def test_mcp_agent_calls_the_tools_of_its_mcp_server_over_stdio(tmp_path: Path) -> None:
