@@ -56,10 +56,24 @@ class ApproveBy(StrEnum):
     """The agent's policy, asked about each planned write (only when the agent says so)."""
 
 
-class PlanningSettings(Frozen):
-    """How a run plans (recorded in ``RunSettings.planning``, followed on resume)."""
+class Planning(Frozen):
+    """An agent plans before it writes: ``Agent(..., planning=Planning(approve_by="person"))``.
+
+    Recorded in ``RunSettings.planning`` and followed on resume. ``approve_by``: who
+    approves its plans, ``person`` (the default) or ``policy`` (its policy decides; only
+    when the agent says so).
+    """
 
     approve_by: ApproveBy = ApproveBy.PERSON
+
+    def __init__(self, approve_by: ApproveBy | str = ApproveBy.PERSON) -> None:
+        """Plan before writing; ``approve_by`` says who approves the plans.
+
+        Raises:
+            pydantic.ValidationError: ``approve_by`` is neither ``person`` nor ``policy``.
+        """
+        # The pydantic plugin types the base __init__ as field-less Frozen's.
+        super().__init__(approve_by=approve_by)  # type: ignore[call-arg]
 
 
 class PlannedWrite(Frozen):
@@ -148,7 +162,7 @@ def plan_digest(invocation_id: str, step: int, writes: Sequence[PlannedWrite]) -
 
 
 def plan_problems(
-    plan: Plan, tools: _Tools, planning: PlanningSettings | None
+    plan: Plan, tools: _Tools, planning: Planning | None
 ) -> tuple[list[tuple[RejectionClass, str]], dict[str, dict[str, Any]]]:
     """What is wrong with a proposed plan, and each step's validated arguments.
 
@@ -318,7 +332,7 @@ def planned_approval(
 # --------------------------------------------------------------------------- the record's rules
 
 
-def started(planning: PlanningSettings | None) -> PlanState | None:
+def started(planning: Planning | None) -> PlanState | None:
     """The plan state of an invocation that starts with these settings (None: no planning)."""
     return PlanState() if planning is not None else None
 

@@ -35,7 +35,12 @@ STATUS_STYLE = {
     "outcome_unknown": "bold yellow",
     "running": "yellow",
 }
-PAUSES = {"approval_required", "clarification_required", "reconciliation_required"}
+PAUSES = {
+    "approval_required",
+    "clarification_required",
+    "reconciliation_required",
+    "plan_approval_required",
+}
 
 
 def console() -> Console:

@@ -38,14 +38,14 @@ from aggregates.invocation import (
     Phase,
     PlanProposed,
 )
-from aggregates.planning import ApproveBy, PlanningSettings, PlanStage, write_digest
+from aggregates.planning import ApproveBy, Planning, PlanStage, write_digest
 from aggregates.settings import RunSettings
 from aggregates.standing import ApprovalRefusal, approval_refusal
 from aggregates.turn import AskModel, Authorise, Finished, PolicyVerdict, RunCalls
 from tests.support.replies import calls
 from tests.support.turn_core import Shell, call_of, ok, replayed_invocation, types
 
-PLANS = RunSettings(planning=PlanningSettings())
+PLANS = RunSettings(planning=Planning())
 
 
 def plan(*steps: tuple[str, dict[str, Any]], summary: str = "tell bob") -> dict[str, Any]:
@@ -308,7 +308,7 @@ def test_a_denied_plan_goes_back_to_the_model_with_the_denial_as_notice() -> Non
 
 
 def test_a_policy_approves_a_plan_only_when_the_agent_says_so() -> None:
-    by_policy = RunSettings(planning=PlanningSettings(approve_by=ApproveBy.POLICY))
+    by_policy = RunSettings(planning=Planning(approve_by=ApproveBy.POLICY))
     shell = planning(by_policy, authorises=True)
     review = shell.answer(plan(BOB))
     assert isinstance(review, Authorise)
@@ -321,7 +321,7 @@ def test_a_policy_approves_a_plan_only_when_the_agent_says_so() -> None:
 
 
 def test_a_policy_that_refuses_a_planned_write_denies_the_plan() -> None:
-    by_policy = RunSettings(planning=PlanningSettings(approve_by=ApproveBy.POLICY))
+    by_policy = RunSettings(planning=Planning(approve_by=ApproveBy.POLICY))
     shell = planning(by_policy, authorises=True)
     shell.answer(plan(BOB))
     ask = shell.feed(PolicyVerdict(refused={"plan-1": "bob is not a customer"}))

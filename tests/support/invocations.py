@@ -27,7 +27,7 @@ from aggregates import (
 )
 from aggregates.children import Allotment
 from aggregates.decisions import Plan, PlanStep
-from aggregates.planning import PlannedWrite, PlanningSettings, write_digest
+from aggregates.planning import PlannedWrite, Planning, write_digest
 from aggregates.settings import RunSettings
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -43,7 +43,7 @@ def new(budget: Budget | None = None, *, plans: bool = False) -> Invocation:
         catalogue_digest="d",
         tools=[],
         budget=budget or Budget(max_steps=6, max_tool_calls=6, max_repeated_plan=2),
-        settings=RunSettings(planning=PlanningSettings()) if plans else None,
+        settings=RunSettings(planning=Planning()) if plans else None,
         at=AT,
     )
 
