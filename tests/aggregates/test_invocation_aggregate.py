@@ -27,6 +27,7 @@ from aggregates import (
     Usage,
 )
 from aggregates.children import Allotment, Spent
+from aggregates.decisions import Plan
 from aggregates.invocation import (
     EVENT_TYPES,
     TRANSITIONS,
@@ -52,7 +53,6 @@ from aggregates.invocation import (
     VerificationFailed,
     replay,
 )
-from aggregates.decisions import Plan
 from aggregates.settings import RunSettings
 from tests.support.invocations import (
     AT,

@@ -94,9 +94,7 @@ def test_an_approved_plan_runs_its_write_and_a_write_outside_it_pauses(app: Path
     assert outside.returncode == 3, outside.stderr
     waiting = json.loads(outside.stdout)
     assert waiting["reason"] == "approval_required"
-    assert [(c["call_id"], c["needs_approval"]) for c in waiting["pending_calls"]] == [
-        ("c3", True)
-    ]
+    assert [(c["call_id"], c["needs_approval"]) for c in waiting["pending_calls"]] == [("c3", True)]
     # The planned write ran without a pause; the one outside the plan waits.
     assert (app / "refunds.log").read_text() == "A-1 250\n"
 

@@ -32,7 +32,7 @@ from loop_actors import (
 )
 from tests.support.replies import calls, final
 
-PLAN = {
+PLAN: dict[str, Any] = {
     "kind": "plan",
     "summary": "refund order A-1",
     "steps": [
@@ -153,16 +153,16 @@ async def test_a_denied_plan_goes_back_to_the_model_which_proposes_a_revised_one
     db_url: str,
 ) -> None:
     ledger = Ledger()
-    revised = {**PLAN, "steps": [{**PLAN["steps"][0], "arguments": {"order_id": "A-1", "amount": 200}}]}  # type: ignore[index]
+    step = {**PLAN["steps"][0], "arguments": {"order_id": "A-1", "amount": 200}}
+    revised = {**PLAN, "steps": [step]}
     agent = shop_agent(ledger, [PLAN, revised])
     first = await Runtime(db_url).run(agent, "refund A-1", invocation_id="p5")
     await Runtime(db_url).deny("p5", by="bob", reason="refund 200 at most")
     second = await Runtime(db_url).resume("p5", agent)
     assert second.reason is TerminalReason.PLAN_APPROVAL_REQUIRED
     assert second.digest != first.digest
-    assert "Your last plan was denied by bob: refund 200 at most." in (
-        ledger.requests[1].notices[1]
-    )
+    notice = ledger.requests[1].notices[1]
+    assert notice.startswith("Your last plan was denied by bob: refund 200 at most.")
     assert ledger.requests[1].turns[-1].approval == "denied by bob: refund 200 at most"
     events = await Runtime(db_url).history("p5")
     plans = [e for e in events if isinstance(e, PlanProposed)]
