@@ -321,6 +321,7 @@ class Controller:
                 "notices": action.notices,
                 "handoffs": list(self.agent.handoffs),
                 "handed_off_from": inv.handed_off_from,
+                "planning": action.read_only,
             },
         )
         deadline = self._deadline()
