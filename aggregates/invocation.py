@@ -415,7 +415,7 @@ class Invocation(ChainedAggregate):
     def propose_plan(self, writes: list[PlannedWrite], *, summary: str, at: datetime) -> str:
         """Record the plan the model just proposed (``PlanProposed``); returns its digest."""
         state = self.planning
-        digest = plan_digest(self.id, self.step, writes)
+        digest = plan_digest(self.step, writes)
         self.trigger_event(
             PlanProposed,
             timestamp=at,
@@ -771,7 +771,7 @@ class Invocation(ChainedAggregate):
             digest=event.digest,
             writes=event.writes,
             decision=self.last_decision,
-            expected_digest=plan_digest(self.id, event.step, event.writes),
+            expected_digest=plan_digest(event.step, event.writes),
         )
         if isinstance(state, str):
             raise self._refuse(event, state)

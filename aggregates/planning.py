@@ -146,16 +146,13 @@ def write_digest(tool: str, arguments: Mapping[str, Any]) -> str:
     return digest_of(["planned-write", tool, dict(arguments)])
 
 
-def plan_digest(invocation_id: str, step: int, writes: Sequence[PlannedWrite]) -> str:
-    """The digest of a plan: what a person approves (``approve --digest``)."""
-    return digest_of(
-        [
-            "plan",
-            invocation_id,
-            step,
-            [[w.tool, w.arguments_digest, w.description] for w in writes],
-        ]
-    )
+def plan_digest(step: int, writes: Sequence[PlannedWrite]) -> str:
+    """The digest of a plan: what a person approves (``approve --digest``, with its id).
+
+    Of its step and its writes, not of the invocation's id: a fork that copies the plan
+    copies its digest with it, and the approval named by the digest still holds there.
+    """
+    return digest_of(["plan", step, [[w.tool, w.arguments_digest, w.description] for w in writes]])
 
 
 # --------------------------------------------------------------------------- the proposal

@@ -14,6 +14,7 @@ import pydantic
 import pytest
 
 from aggregates.invocation import ApprovalDenied, ApprovalGranted, PlanProposed
+from aggregates.planning import PlanStage
 from loop_actors import (
     AccessRequest,
     Agent,
@@ -187,6 +188,45 @@ async def test_a_policy_approves_the_plan_when_the_agent_says_so(db_url: str) ->
     assert asked[0].arguments == {"order_id": "A-1", "amount": 250}
     granted = [e for e in await Runtime(db_url).history("p6") if isinstance(e, ApprovalGranted)]
     assert [g.by for g in granted] == ["policy"]
+
+
+async def test_a_replay_of_a_planned_run_gives_the_plans_approval_again(db_url: str) -> None:
+    ledger = Ledger()
+    script = [
+        PLAN,
+        calls(("c1", "refund", {"order_id": "A-1", "amount": 250})),
+        final("refunded"),
+    ]
+    agent = shop_agent(ledger, script)
+    paused = await Runtime(db_url).run(agent, "refund A-1", invocation_id="p7")
+    assert paused.digest is not None
+    await Runtime(db_url).approve("p7", digest=paused.digest, by="alice")
+    assert (await Runtime(db_url).resume("p7", agent)).reason is TerminalReason.COMPLETED
+    report = await Runtime(db_url).replay(shop_agent(Ledger(), script), ["p7"])
+    [result] = report.results
+    assert result.identical, result.divergences
+    assert ledger.refunds == [("A-1", 250)]  # the replay called no tool
+
+
+async def test_a_fork_after_the_approval_copies_the_plan_in_force(db_url: str) -> None:
+    ledger = Ledger()
+    script = [
+        PLAN,
+        calls(("c1", "refund", {"order_id": "A-1", "amount": 250})),
+        final("refunded"),
+    ]
+    agent = shop_agent(ledger, script)
+    paused = await Runtime(db_url).run(agent, "refund A-1", invocation_id="p8")
+    assert paused.digest is not None
+    await Runtime(db_url).approve("p8", digest=paused.digest, by="alice")
+    await Runtime(db_url).resume("p8", agent)
+    forked = await Runtime(db_url).fork(
+        "p8", at_step=2, by="carol", reason="again", agent=agent, fork_id="p8-fork", run=False
+    )
+    copy = await Runtime(db_url).load(forked.fork_id)
+    assert copy.planning is not None
+    assert copy.planning.stage is PlanStage.APPROVED
+    assert copy.planning.digest == paused.digest
 
 
 def test_an_agent_whose_policy_would_approve_plans_needs_a_policy() -> None:
