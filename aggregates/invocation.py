@@ -898,7 +898,11 @@ class Invocation(ChainedAggregate):
         if phase not in TRANSITIONS[self.phase][Paused]:
             raise self._refuse(event, f"{event.reason.value} is not a pause of this phase")
         problem = self._sleep_problem(event)
-        if problem is None and event.reason is TerminalReason.PLAN_APPROVAL_REQUIRED:
+        if (
+            problem is None
+            and event.reason is TerminalReason.PLAN_APPROVAL_REQUIRED
+            and event.child_path is None  # a child's plan is checked by the child
+        ):
             problem = plans.pause_problem(
                 self.planning, step=event.step, digest=event.proposal_digest
             )

@@ -12,6 +12,7 @@ from typing import Any
 
 import pydantic
 import pytest
+import trio
 
 from aggregates.invocation import ApprovalDenied, ApprovalGranted, PlanProposed
 from aggregates.planning import PlanStage
@@ -227,6 +228,32 @@ async def test_a_fork_after_the_approval_copies_the_plan_in_force(db_url: str) -
     assert copy.planning is not None
     assert copy.planning.stage is PlanStage.APPROVED
     assert copy.planning.digest == paused.digest
+
+
+async def test_a_childs_plan_surfaces_at_the_root_and_is_approved_by_the_roots_id(
+    db_url: str,
+) -> None:
+    ledger = Ledger()
+    child = shop_agent(
+        ledger,
+        [PLAN, calls(("c1", "refund", {"order_id": "A-1", "amount": 250})), final("refunded")],
+    )
+    delegate = {
+        "kind": "tool_calls",
+        "calls": [{"id": "d1", "name": "shop", "arguments": {"goal": "refund A-1"}}],
+    }
+    root = Agent("desk", ScriptedModel([delegate, final("done")]), [child.as_tool()])
+    with trio.fail_after(30):
+        paused = await Runtime(db_url).run(root, "help the customer", invocation_id="root")
+        assert paused.reason is TerminalReason.PLAN_APPROVAL_REQUIRED
+        assert paused.path is not None
+        assert paused.path[0] == "root"
+        assert paused.digest is not None
+        assert ledger.refunds == []
+        await Runtime(db_url).approve("root", digest=paused.digest, by="alice")
+        done = await Runtime(db_url).resume("root", root)
+    assert done.reason is TerminalReason.COMPLETED
+    assert ledger.refunds == [("A-1", 250)]
 
 
 def test_an_agent_whose_policy_would_approve_plans_needs_a_policy() -> None:
