@@ -30,6 +30,7 @@ from aggregates.events import DomainEvent
 from aggregates.fork_origin import ForkOrigin
 from aggregates.handoffs import HandoffOrigin
 from aggregates.model_input import ModelInput
+from aggregates.planning import PlannedWrite
 from aggregates.settings import RunSettings
 
 
@@ -128,6 +129,28 @@ class DispatchedCall(Frozen):
     """Why the call was denied (by a person or the policy): it is dispatched, never run."""
     child_id: str | None = None
     """For a call that starts a child invocation: its id, derived from the effect key."""
+    plan_step: int | None = None
+    """For a write of the approved plan in force (from 0.5): the plan's step it makes (1 for
+    the first); such a write needs no other approval."""
+
+
+class PlanProposed(InvocationEvent):
+    """The model proposed a plan: the writes it will make, to be approved by their digest.
+
+    Recorded with its ``plan`` decision (from 0.5, for an agent given ``planning``); the
+    invocation then pauses ``plan_approval_required``. It supersedes the plan before it:
+    until it is approved, no write runs.
+    """
+
+    TOPIC: ClassVar[str] = "aggregates.invocation:PlanProposed"
+
+    step: int
+    digest: str
+    """What ``approve --digest`` names (``aggregates.planning.plan_digest``)."""
+    writes: list[PlannedWrite]
+    summary: str = ""
+    supersedes: str | None = None
+    """The digest of the plan it replaces (approved or not), if there was one."""
 
 
 class BatchDispatched(InvocationEvent):
@@ -327,4 +350,5 @@ EVENT_TYPES: tuple[type[InvocationEvent], ...] = (
     SleepEnded,
     LeaseAcquired,
     Terminated,
+    PlanProposed,
 )

@@ -16,6 +16,7 @@ from typing import Annotated
 from pydantic import Field
 
 from aggregates.decisions import Frozen, Price
+from aggregates.planning import Planning
 from aggregates.values import DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_PROPOSAL_BYTES
 
 MIN_SIZE_LIMIT = 512
@@ -58,6 +59,9 @@ class RunSettings(Frozen):
     handoffs: dict[str, str] | None = None
     """The agents the model may hand off to, by name → the handoff's history policy
     (``full``, ``summary``, ``none``); None without handoffs (and before they existed)."""
+    planning: Planning | None = None
+    """For an agent that plans before it writes (``aggregates.planning``): who approves its
+    plans; None for one that does not (and before plans existed)."""
 
     @property
     def output_limit(self) -> int:

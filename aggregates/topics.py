@@ -43,6 +43,7 @@ from aggregates.invocation import (
     InvocationStarted,
     LeaseAcquired,
     Paused,
+    PlanProposed,
     ResultsCommitted,
     SettingsChanged,
     SleepEnded,
@@ -87,6 +88,7 @@ PERSISTED_TOPICS: Mapping[str, type] = MappingProxyType(
         "aggregates.requests:CancelRequested": CancelRequested,
         # Added later (appended: the list is frozen).
         "aggregates.invocation:SleepEnded": SleepEnded,
+        "aggregates.invocation:PlanProposed": PlanProposed,
     }
 )
 """Every topic a store may hold, and the class it names (frozen: append, never edit)."""

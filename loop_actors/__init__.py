@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from aggregates.decisions import ErrorInfo as ErrorInfo
     from aggregates.decisions import Final as Final
     from aggregates.decisions import Handoff as Handoff
+    from aggregates.decisions import Plan as Plan
+    from aggregates.decisions import PlanStep as PlanStep
     from aggregates.decisions import Price as Price
     from aggregates.decisions import RejectionClass as RejectionClass
     from aggregates.decisions import RequestApproval as RequestApproval
@@ -48,6 +50,8 @@ if TYPE_CHECKING:
     from aggregates.fork_origin import SourceWrite as SourceWrite
     from aggregates.handoffs import HandoffHistory as HandoffHistory
     from aggregates.handoffs import HandoffOrigin as HandoffOrigin
+    from aggregates.planning import ApproveBy as ApproveBy
+    from aggregates.planning import Planning as Planning
     from aggregates.rate_limits import RateLimit as RateLimit
     from aggregates.replay import Divergence as Divergence
     from aggregates.replay import DivergenceKind as DivergenceKind
@@ -147,6 +151,10 @@ _EXPORTS: dict[str, str] = {
     "CannotContinue": "aggregates.decisions",
     "Clarification": "aggregates.decisions",
     "Wait": "aggregates.decisions",
+    "Plan": "aggregates.decisions",
+    "PlanStep": "aggregates.decisions",
+    "ApproveBy": "aggregates.planning",
+    "Planning": "aggregates.planning",
     "RateLimit": "aggregates.rate_limits",
     "QuotaStatistics": "loop_actors._statistics",
     "CatchUp": "aggregates.schedules",
@@ -275,6 +283,7 @@ __all__ = [
     "AgentLoadError",
     "AnthropicModel",
     "ApprovalRefusedError",
+    "ApproveBy",
     "AsyncioRuntime",
     "BackgroundLoop",
     "Budget",
@@ -328,6 +337,9 @@ __all__ = [
     "Outcome",
     "Overlap",
     "ParentEnd",
+    "Plan",
+    "PlanStep",
+    "Planning",
     "Price",
     "ProviderErrorClass",
     "QuotaStatistics",

@@ -23,8 +23,9 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from aggregates.decisions import Plan
 from loop_actors._terminal import terminal_safe
-from projections import MetricsRow, Trajectory
+from projections import MetricsRow, Trajectory, plans_against_done
 
 STATUS_STYLE = {
     "ok": "green",
@@ -35,7 +36,12 @@ STATUS_STYLE = {
     "outcome_unknown": "bold yellow",
     "running": "yellow",
 }
-PAUSES = {"approval_required", "clarification_required", "reconciliation_required"}
+PAUSES = {
+    "approval_required",
+    "clarification_required",
+    "reconciliation_required",
+    "plan_approval_required",
+}
 
 
 def console() -> Console:
@@ -104,7 +110,12 @@ def render_tree(trajectory: Trajectory, *, width: int = 200) -> Tree:
     tree.add(_text(f"goal: {trajectory.goal}", style="dim"))
     for step in trajectory.steps:
         usage = f"  tokens={step.input_tokens}/{step.output_tokens}" if step.input_tokens else ""
-        branch = tree.add(_text(f"step {step.step}: {step.kind} — {step.summary}{usage}"))
+        decided = f" ({step.approval})" if step.approval else ""
+        branch = tree.add(_text(f"step {step.step}: {step.kind} — {step.summary}{decided}{usage}"))
+        if isinstance(step.decision, Plan):
+            for index, planned in enumerate(step.decision.steps, start=1):
+                why = f" — {planned.description}" if planned.description else ""
+                branch.add(_text(f"{index}. {planned.tool}({_json(planned.arguments)}){why}"))
         for call in step.calls:
             effect = f" [effect {call.effect_status}]" if call.effect_status else ""
             duration = f" {call.duration_ms:.1f} ms" if call.duration_ms is not None else ""
@@ -122,10 +133,21 @@ def render_tree(trajectory: Trajectory, *, width: int = 200) -> Tree:
                 label.append(effect, style=_style(call.effect_status))
             if duration:
                 label.append(duration, style="dim")
+            if call.plan_step is not None:
+                label.append(f" [plan step {call.plan_step}]", style="dim")
             shown = _short(call.output, for_output) if call.status == "ok" else output
             if shown:
                 label.append(terminal_safe(f": {shown}"))
             branch.add(label)
+    for plan in plans_against_done(trajectory):
+        made = sum(1 for w in plan.writes if w.made_at is not None)
+        tree.add(
+            _text(
+                f"plan of step {plan.step}: {made} of {len(plan.writes)} write(s) made, "
+                f"{len(plan.outside)} outside it",
+                style="dim",
+            )
+        )
     if trajectory.answer:
         tree.add(_text(f"answer: {trajectory.answer}", style="bold"))
     if trajectory.detail:

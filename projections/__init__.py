@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from projections.effects import list_open_effects as list_open_effects
     from projections.metrics import MetricsProjection as MetricsProjection
     from projections.metrics import MetricsRow as MetricsRow
+    from projections.plans import PlannedWriteView as PlannedWriteView
+    from projections.plans import PlanView as PlanView
+    from projections.plans import WriteMade as WriteMade
+    from projections.plans import plans_against_done as plans_against_done
     from projections.runner import CatchUpReport as CatchUpReport
     from projections.runner import ForeignReadModelsError as ForeignReadModelsError
     from projections.runner import Projection as Projection
@@ -47,6 +51,10 @@ _EXPORTS: dict[str, str] = {
     "list_open_effects": "projections.effects",
     "MetricsProjection": "projections.metrics",
     "MetricsRow": "projections.metrics",
+    "PlanView": "projections.plans",
+    "PlannedWriteView": "projections.plans",
+    "WriteMade": "projections.plans",
+    "plans_against_done": "projections.plans",
     "CatchUpReport": "projections.runner",
     "ForeignReadModelsError": "projections.runner",
     "Projection": "projections.runner",
@@ -79,6 +87,8 @@ __all__ = [
     "MetricsProjection",
     "MetricsRow",
     "OpenEffectsProjection",
+    "PlanView",
+    "PlannedWriteView",
     "Projection",
     "ProjectionError",
     "ProjectionRunner",
@@ -90,6 +100,7 @@ __all__ = [
     "Trajectory",
     "TrajectoryProjection",
     "ViewCursor",
+    "WriteMade",
     "build_trajectory",
     "default_projections",
     "evolve_trajectory",
@@ -98,6 +109,7 @@ __all__ = [
     "list_open_effects",
     "load_trajectory",
     "metrics",
+    "plans_against_done",
 ]
 
 

@@ -13,6 +13,7 @@ from aggregates.children import ChildSpec, ParentEnd
 from aggregates.decisions import Budget, Price
 from aggregates.handoffs import HandoffHistory
 from aggregates.invocation import ToolSpec, Turn
+from aggregates.planning import ApproveBy, Planning
 from aggregates.revalidation import MalformedValueError, revalidated
 from aggregates.settings import DEFAULT_WIND_DOWN_NOTICE, MIN_SIZE_LIMIT, RunSettings
 from aggregates.values import (
@@ -240,6 +241,7 @@ class Agent:
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
         max_proposal_bytes: int = DEFAULT_MAX_PROPOSAL_BYTES,
         handoffs: Iterable[Agent | HandoffTo] = (),
+        planning: Planning | None = None,
     ) -> None:
         """Describe an agent.
 
@@ -285,6 +287,12 @@ class Agent:
             handoffs: the agents the model may hand the conversation to (an Agent, or
                 ``HandoffTo(agent, history=...)``: what the target is told of this
                 run's work, ``full`` by default); see docs/how-to/hand-off-to-another-agent.md.
+            planning: ``Planning(approve_by="person")`` makes each run plan before it
+                writes: it starts read-only (only read tools are offered, a write is
+                refused), its model's plan pauses ``plan_approval_required``, and once a
+                person approves it exactly its writes run; any other write waits for
+                approval (``approve_by="policy"``: the policy approves, only if it is
+                set); see docs/how-to/plan-then-approve.md.
 
         The budget and the settings (``max_verification_attempts``,
         ``max_repeated_failures`` and each tool's own, ``max_invalid_proposals``,
@@ -327,6 +335,12 @@ class Agent:
         ):
             if type(limit) is not int or limit < MIN_SIZE_LIMIT:
                 raise UsageError(f"agent {name}: {setting} must be an integer >= {MIN_SIZE_LIMIT}")
+        if planning is not None:
+            planning = _checked(name, "planning", Planning, planning)
+            if planning.approve_by is ApproveBy.POLICY and policy is None:
+                raise UsageError(
+                    f"agent {name}: planning approve_by='policy' needs a policy to approve plans"
+                )
         toolbox = Toolbox(_tool_list(name, tools), default_timeout_s=tool_timeout_s)
         routes = _handoff_routes(name, handoffs)
         settings = RunSettings(
@@ -346,6 +360,7 @@ class Agent:
             max_output_bytes=max_output_bytes,
             max_proposal_bytes=max_proposal_bytes,
             handoffs={n: route.history.value for n, route in routes.items()} or None,
+            planning=planning,
         )
         for attribute, value in (
             ("name", name),
@@ -382,6 +397,11 @@ class Agent:
     def price(self) -> Price | None:
         """The recorded price."""
         return self.settings.price
+
+    @property
+    def planning(self) -> Planning | None:
+        """How the agent plans before it writes (None: it does not)."""
+        return self.settings.planning
 
     @property
     def max_verification_attempts(self) -> int:

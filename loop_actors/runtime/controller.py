@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 
 import trio
 
-from aggregates.decisions import ToolCalls, ToolResult, built
+from aggregates.decisions import ToolCalls, ToolEffect, ToolResult, built
 from aggregates.effect import Effect
 from aggregates.invocation import DispatchedCall, Invocation, Turn
 from aggregates.lease import DEFAULT_LEASE_S, stop_for_lost_lease
@@ -156,6 +156,11 @@ class Controller:
         self._started = trio.current_time()
         self._confirmed = (invocation.step, invocation.tool_calls)
         self._digests = RequestDigests(agent.model, agent.toolbox.schemas)
+        # Under a plan's read-only ceiling (AskModel.read_only) only these are offered.
+        self._read_schemas = [
+            s for s in agent.toolbox.schemas if agent.toolbox.effect_of(s.name) is ToolEffect.READ
+        ]
+        self._read_names = frozenset(s.name for s in self._read_schemas)
 
     @property
     def invocation(self) -> Invocation:
@@ -312,10 +317,11 @@ class Controller:
                 "goal": inv.goal,
                 "step": action.step,
                 "turns": self._reveal_turns(action.turns),
-                "tools": self.agent.toolbox.schemas,
+                "tools": self._read_schemas if action.read_only else self.agent.toolbox.schemas,
                 "notices": action.notices,
                 "handoffs": list(self.agent.handoffs),
                 "handed_off_from": inv.handed_off_from,
+                "planning": action.read_only,
             },
         )
         deadline = self._deadline()
@@ -338,7 +344,12 @@ class Controller:
                 else:
                     observation = model_answer(
                         reply,
-                        self._digests.of(goal=inv.goal, notices=action.notices, turns=action.turns),
+                        self._digests.of(
+                            goal=inv.goal,
+                            notices=action.notices,
+                            turns=action.turns,
+                            offered=self._read_names if action.read_only else None,
+                        ),
                     )
         finally:
             self._wait_scope = None

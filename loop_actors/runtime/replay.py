@@ -481,7 +481,13 @@ async def replay_invocation(
     )
 
 
-_PAUSES = frozenset({TerminalReason.APPROVAL_REQUIRED, TerminalReason.CLARIFICATION_REQUIRED})
+_PAUSES = frozenset(
+    {
+        TerminalReason.APPROVAL_REQUIRED,
+        TerminalReason.CLARIFICATION_REQUIRED,
+        TerminalReason.PLAN_APPROVAL_REQUIRED,  # a plan's approval (or denial) is given again
+    }
+)
 _SLEEPS = frozenset({TerminalReason.SLEEPING, TerminalReason.RATE_LIMITED})
 
 WOKEN_BY = "replay"

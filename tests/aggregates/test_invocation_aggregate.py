@@ -27,6 +27,7 @@ from aggregates import (
     Usage,
 )
 from aggregates.children import Allotment, Spent
+from aggregates.decisions import Plan
 from aggregates.invocation import (
     EVENT_TYPES,
     TRANSITIONS,
@@ -44,6 +45,7 @@ from aggregates.invocation import (
     InvocationState,
     LeaseAcquired,
     Paused,
+    PlanProposed,
     ResultsCommitted,
     SettingsChanged,
     SleepEnded,
@@ -63,6 +65,7 @@ from tests.support.invocations import (
     in_phase,
     new,
     ok,
+    plan_writes,
 )
 
 # --------------------------------------------------------------------------- examples
@@ -293,12 +296,16 @@ def _fire(inv: Invocation, event_type: type[InvocationEvent]) -> None:
         inv.return_budget(call_id, child_id, Spent(steps=1), share.minus(Spent(steps=1)), at=AT)
     elif event_type is SleepEnded:
         inv.wake(at=AT)
+    elif event_type is PlanProposed:
+        inv.propose_plan(
+            plan_writes(decision) if isinstance(decision, Plan) else [], summary="", at=AT
+        )
     else:
         raise AssertionError(f"no builder for {event_type.__name__}")
 
 
 _VARIANTS = {
-    Phase.DECIDED: ["final", "question"],
+    Phase.DECIDED: ["final", "question", "plan"],
     Phase.READY: ["", "child"],
     Phase.DISPATCHED: ["", "child"],
     Phase.SLEEPING: ["", "batch"],
