@@ -18,9 +18,10 @@ limit's length no more than ``requests_per_minute`` start. A provider's ``Retry-
 from __future__ import annotations
 
 import math
-from typing import Annotated
+from collections.abc import Mapping
+from typing import Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from aggregates.decisions import Frozen
 
@@ -97,6 +98,39 @@ def parse_rate_limit(text: str) -> RateLimit:
         requests_per_minute=count("rpm", rpm),
         tokens_per_minute=count("tpm", tpm),
     )
+
+
+CONFIG_TABLE = "rate_limit"
+"""A worker's config file holds its limits as ``[[rate_limit]]`` tables."""
+
+
+def rate_limits_of_config(document: Mapping[str, Any]) -> list[RateLimit]:
+    """The limits of a worker's parsed config file (TOML): its ``[[rate_limit]]`` tables.
+
+    Each table has the fields of :class:`RateLimit` (``provider``, ``model``,
+    ``requests_per_minute``, ``tokens_per_minute``, ``window_s``, ``max_wait_s``).
+
+    Raises:
+        ValueError: a key the file may not have, a ``rate_limit`` that is not a list of
+            tables, or a table that is not a valid limit (which one, and why).
+    """
+    unknown = sorted(set(document) - {CONFIG_TABLE})
+    if unknown:
+        raise ValueError(f"unknown key(s) {', '.join(unknown)}: the file holds [[{CONFIG_TABLE}]]")
+    tables = document.get(CONFIG_TABLE, [])
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise ValueError(f"{CONFIG_TABLE} must be tables, written [[{CONFIG_TABLE}]]")
+    limits = []
+    for number, table in enumerate(tables, start=1):
+        try:
+            limits.append(RateLimit.model_validate(table, strict=False))
+        except ValidationError as error:
+            problems = "; ".join(
+                f"{'.'.join(str(part) for part in e['loc']) or 'limit'}: {e['msg']}"
+                for e in error.errors()
+            )
+            raise ValueError(f"[[{CONFIG_TABLE}]] number {number}: {problems}") from None
+    return limits
 
 
 def estimate_tokens(characters: int) -> int:

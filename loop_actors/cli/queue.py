@@ -9,8 +9,10 @@ import argparse
 import json
 import signal
 import sys
+import tomllib
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -23,7 +25,7 @@ from aggregates.lease import (
     effective_status,
     lease_is_live,
 )
-from aggregates.rate_limits import QuotaRow, RateLimit, parse_rate_limit
+from aggregates.rate_limits import QuotaRow, RateLimit, parse_rate_limit, rate_limits_of_config
 from aggregates.schedules import Schedule, ScheduleState
 from loop_actors._errors import UsageError
 from loop_actors._render import ID, TEXT, console, print_table
@@ -69,8 +71,31 @@ def make_worker(args: argparse.Namespace, agents: Sequence[Agent]) -> Worker:
         checkpoint_dir=getattr(args, "checkpoint_dir", None),
         checkpoint_key=getattr(args, "checkpoint_key", None),
         checkpoint_every=getattr(args, "checkpoint_every", None),
-        rate_limits=rate_limits_of(args.rate_limits or []),
+        rate_limits=[
+            *config_rate_limits(getattr(args, "config", None)),
+            *rate_limits_of(args.rate_limits or []),
+        ],
     )
+
+
+def config_rate_limits(path: str | None) -> list[RateLimit]:
+    """The ``[[rate_limit]]`` tables of ``worker --config FILE`` (none without a file).
+
+    Raises:
+        UsageError: the file cannot be read, is not TOML, or holds something else.
+    """
+    if path is None:
+        return []
+    try:
+        document = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as error:
+        raise UsageError(f"--config {path}: cannot read it: {error.strerror or error}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise UsageError(f"--config {path}: not TOML: {error}") from None
+    try:
+        return rate_limits_of_config(document)
+    except ValueError as error:
+        raise UsageError(f"--config {path}: {error}") from None
 
 
 def rate_limits_of(texts: list[str]) -> list[RateLimit]:

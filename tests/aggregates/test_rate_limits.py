@@ -2,10 +2,14 @@
 
 Bad inputs tried: a limit with neither count, counts of 0, an empty provider, a
 ``--rate-limit`` text of three fields, with a count that is not a number, with neither
-count; a request larger than the whole token limit; a ``Retry-After`` of 0.
+count; a request larger than the whole token limit; a ``Retry-After`` of 0; a worker's
+config file with an unknown key, a ``rate_limit`` that is not tables, a limit with a
+count of 0, a misspelled field and a text where a number goes.
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 from pydantic import ValidationError
@@ -18,6 +22,7 @@ from aggregates.rate_limits import (
     correct,
     estimate_tokens,
     parse_rate_limit,
+    rate_limits_of_config,
     take,
     throttle,
 )
@@ -133,3 +138,48 @@ def test_a_malformed_limit_text_is_refused(text: str) -> None:
 
 def test_a_request_is_estimated_at_a_token_for_four_characters() -> None:
     assert (estimate_tokens(0), estimate_tokens(4), estimate_tokens(5)) == (1, 1, 2)
+
+
+def test_a_config_file_s_rate_limit_tables_are_limits() -> None:
+    document = {
+        "rate_limit": [
+            {"provider": "openai", "model": "gpt-4o", "requests_per_minute": 500},
+            {
+                "provider": "anthropic",
+                "model": "claude",
+                "tokens_per_minute": 200_000,
+                "max_wait_s": 5,
+            },
+        ]
+    }
+    assert rate_limits_of_config(document) == [
+        RateLimit(provider="openai", model="gpt-4o", requests_per_minute=500),
+        RateLimit(provider="anthropic", model="claude", tokens_per_minute=200_000, max_wait_s=5),
+    ]
+    assert rate_limits_of_config({}) == []
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ({"rate_limits": []}, "unknown key(s) rate_limits"),
+        ({"rate_limit": {"provider": "p"}}, "rate_limit must be tables"),
+        (
+            {"rate_limit": [{"provider": "p", "model": "m", "requests_per_minute": 0}]},
+            "number 1: requests_per_minute: Input should be greater than or equal to 1",
+        ),
+        (
+            {"rate_limit": [{"provider": "p", "model": "m", "requests_per_minut": 5}]},
+            "requests_per_minut: Extra inputs are not permitted",
+        ),
+        (
+            {"rate_limit": [RPM.model_dump(), {"provider": "p", "model": "m", "window_s": "x"}]},
+            "number 2: ",
+        ),
+    ],
+)
+def test_a_config_file_that_is_not_limits_says_where(
+    document: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        rate_limits_of_config(document)

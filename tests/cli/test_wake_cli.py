@@ -129,3 +129,37 @@ def test_a_malformed_rate_limit_of_a_worker_is_a_usage_error(
 
     assert done.returncode == 2
     assert "--rate-limit" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (None, "cannot read it"),
+        ("[[rate_limit]\nprovider = 1", "not TOML"),
+        ('[[rate_limit]]\nprovider = "fake"\nmodel = "m"\n', "number 1: "),
+        (
+            '[[rate_limit]]\nprovider = "fake"\nmodel = "m"\nrequests_per_minute = 60\n',
+            "two rate limits for fake:m",
+        ),
+    ],
+)
+def test_a_worker_config_that_cannot_be_read_or_is_not_limits_is_a_usage_error(
+    folder: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    text: str | None,
+    message: str,
+) -> None:
+    """A missing file, a file that is not TOML, a limit with no count, and a limit the
+    command line gives too (``fake``/``m`` twice): exit 2 before anything starts."""
+    config = folder / "worker.toml"
+    if text is not None:
+        config.write_text(text)
+    done = run_in_process(
+        "worker", "--agent", "sleepers_app:agent", "--config", str(config),
+        "--rate-limit", "fake:m:120:-",
+        cwd=folder, db=f"sqlite:///{folder / 'run.db'}", capsys=capsys, monkeypatch=monkeypatch,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+    assert not (folder / "run.db").exists()

@@ -1,6 +1,7 @@
 """Shared rate limits across worker processes, on SQLite and PostgreSQL (real processes).
 
-Three ``loop-actors worker --rate-limit fake:m:100:-`` processes drive invocations of
+Three ``loop-actors worker --rate-limit fake:m:100:-`` processes (one given the limit
+in a ``--config`` file instead) drive invocations of
 an agent whose model is the fake provider of ``tests/support/quota_provider.py``, which
 serves 2 requests a second (120 a minute) and refuses the next with HTTP 429, across
 processes (its ledger is one SQLite file). The workers share the limit through the
@@ -60,19 +61,20 @@ class Folder:
         }
         self.workers: list[subprocess.Popen[str]] = []
 
-    def start_worker(self) -> None:
+    def start_worker(self, *, from_config: bool = False) -> None:
+        """A worker given the limit on its command line, or in a ``--config`` file."""
+        if from_config:
+            config = self.path / "worker.toml"
+            config.write_text(
+                f'[[rate_limit]]\nprovider = "{PROVIDER}"\nmodel = "{MODEL}"\n'
+                f"requests_per_minute = {LIMIT_PER_MINUTE}\n"
+            )
+            limit = ["--config", str(config)]
+        else:
+            limit = ["--rate-limit", f"{PROVIDER}:{MODEL}:{LIMIT_PER_MINUTE}:-"]
         self.workers.append(
             subprocess.Popen(
-                [
-                    *CLI,
-                    "worker",
-                    "--agent",
-                    "quota_provider:agent",
-                    "--rate-limit",
-                    f"{PROVIDER}:{MODEL}:{LIMIT_PER_MINUTE}:-",
-                    "--db",
-                    self.db,
-                ],
+                [*CLI, "worker", "--agent", "quota_provider:agent", *limit, "--db", self.db],
                 cwd=self.path,
                 env=cli_env(**self.env),
                 stdout=subprocess.PIPE,
@@ -118,8 +120,8 @@ def test_three_workers_and_many_runs_share_the_limit_and_stay_under_it(
             await runtime.submit_many(agent, [Submission(goal=i, invocation_id=i) for i in ids])
 
     trio.run(submit)
-    for _ in range(3):
-        folder.start_worker()
+    for number in range(3):
+        folder.start_worker(from_config=number == 0)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and None in folder.reasons(ids):
         time.sleep(0.3)

@@ -68,6 +68,12 @@ def _add_worker(worker: argparse.ArgumentParser) -> None:
         help="a provider's limit for a model, shared with every run and worker of the store "
         "(requests and tokens a minute; '-' for none); repeat for more",
     )
+    worker.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a TOML file of [[rate_limit]] tables (provider, model, requests_per_minute, "
+        "tokens_per_minute, window_s, max_wait_s), with those of --rate-limit",
+    )
     worker.add_argument("--json", action="store_true", help="print the final report as JSON")
     db_option(worker, shared=True)
     checkpoint_options(worker)
