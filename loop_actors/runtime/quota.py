@@ -64,6 +64,10 @@ class SharedQuota:
         """Tokens used beyond (or short of) what was reserved, not yet written, by limit."""
         self._blocked: dict[tuple[str, str], float] = {}
         """Until when a ``rate_limited`` answer seen here blocked each limit (queue clock)."""
+        self._asking = trio.CapacityLimiter(1)
+        """One request of quota at a time goes to the queue's thread: the thread is
+        shared with the heartbeat, which must not wait behind a thousand of them (its
+        leases would run out, and another worker would take the runs over)."""
 
     def _count(self, **more: float) -> None:
         for name, value in more.items():
@@ -96,9 +100,10 @@ class SharedQuota:
         while True:
             correction = self._corrections.pop(limit.key, 0)
             try:
-                verdict = await self.leases.call(
-                    queue.take_quota, limit, tokens=tokens, correction=correction
-                )
+                async with self._asking:
+                    verdict = await self.leases.call(
+                        queue.take_quota, limit, tokens=tokens, correction=correction
+                    )
             except BaseException:
                 self._keep_correction(limit.key, correction)
                 raise
