@@ -138,14 +138,16 @@ class ConsoleReads:
 
         Cancellation: a checkpoint; the reads' threads are abandoned (nothing changes).
         """
-        rows = await self._read_models(
-            partial(
-                list_invocations,
-                status=InvocationStatus.PAUSED,
-                reason=TerminalReason.APPROVAL_REQUIRED.value,
-                limit=INBOX_LIMIT,
+        rows = []
+        for reason in (TerminalReason.APPROVAL_REQUIRED, TerminalReason.PLAN_APPROVAL_REQUIRED):
+            rows += await self._read_models(
+                partial(
+                    list_invocations,
+                    status=InvocationStatus.PAUSED,
+                    reason=reason.value,
+                    limit=INBOX_LIMIT,
+                )
             )
-        )
         inbox = []
         for row in rows:
             invocation = await self.runtime.load(row["invocation_id"])
@@ -293,10 +295,28 @@ def batch_lanes(
 
 
 def waiting_of(invocation: Invocation) -> dict[str, Any] | None:
-    """The batch an invocation waits to have approved (digest, calls); None if it waits for none."""
+    """The batch (or plan) an invocation waits to have approved; None if it waits for none.
+
+    A plan shows its planned writes as calls (``step N``: approving the plan authorises
+    exactly those), with ``kind`` ``plan`` and the plan's digest.
+    """
     paused = invocation.paused
     if invocation.phase is not Phase.AWAITING_APPROVAL or paused is None:
         return None
+    plan = invocation.planning
+    if paused.reason is TerminalReason.PLAN_APPROVAL_REQUIRED and plan is not None:
+        steps = [f"step {n}" for n in range(1, len(plan.writes) + 1)]
+        return {
+            "kind": "plan",
+            "step": paused.step,
+            "digest": plan.digest,
+            "calls": [
+                {"call_id": n, "name": w.tool, "effect": "write", "arguments": w.arguments}
+                for n, w in zip(steps, plan.writes, strict=True)
+            ],
+            "needs_approval": steps,
+            "paused_at": paused.timestamp.isoformat(),
+        }
     return {
         "kind": "approval",
         "step": paused.step,

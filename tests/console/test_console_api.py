@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import trio
 
-from loop_actors import Runtime
+from loop_actors import Agent, Planning, Runtime, ScriptedModel, tool
 from tests.support.console import (
     HOSTILE,
     TOKEN,
@@ -396,3 +396,45 @@ async def test_a_question_is_answered_and_shown_escaped(store_url: str) -> None:
     ]
     assert shown["audit"]["intact"] is True
     assert shown["audit"]["summary"].startswith("1 chain intact")
+
+
+async def test_a_plan_waiting_for_a_person_is_in_the_inbox_and_approved_from_it(
+    store_url: str,
+) -> None:
+    """A ``plan_approval_required`` pause lists its planned writes, by the plan's digest;
+    approving it through the API records the plan's approval (by who)."""
+
+    @tool(effect="write")
+    def refund(order_id: str, amount: int) -> str:
+        """Refund an order."""
+        return f"refunded {amount}"
+
+    plan = {
+        "kind": "plan",
+        "summary": "refund A-1",
+        "steps": [{"tool": "refund", "arguments": {"order_id": "A-1", "amount": 250}}],
+    }
+    agent = Agent(
+        "planner", ScriptedModel([plan]), [refund], planning=Planning(approve_by="person")
+    )
+    with trio.fail_after(30):
+        async with Runtime(store_url) as runtime:
+            paused = await runtime.run(agent, "refund A-1", invocation_id="plan-1")
+        assert paused.reason == "plan_approval_required"
+        async with serving(store_url) as base, client(base) as http:
+            (item,) = (await http.get("/api/approvals")).json()["approvals"]
+            page = (await http.get("/approvals")).text
+            approved = await http.post(
+                "/api/invocations/plan-1/approve",
+                json={"digest": item["digest"], "by": "alice"},
+                headers=bearer(),
+            )
+            after = (await http.get("/api/approvals")).json()["approvals"]
+    assert (item["kind"], item["digest"]) == ("plan", paused.digest)
+    assert [(c["call_id"], c["name"], c["arguments"]) for c in item["calls"]] == [
+        ("step 1", "refund", {"order_id": "A-1", "amount": 250})
+    ]
+    assert "A plan: approving it lets exactly these writes run" in page
+    assert approved.status_code == 200, approved.text
+    assert after == []
+    assert "ApprovalGranted" in await event_types(store_url, "plan-1")
