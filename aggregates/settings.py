@@ -15,6 +15,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from aggregates.critic import CriticSettings
 from aggregates.decisions import Frozen, Price
 from aggregates.values import DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_PROPOSAL_BYTES
 
@@ -58,6 +59,9 @@ class RunSettings(Frozen):
     handoffs: dict[str, str] | None = None
     """The agents the model may hand off to, by name → the handoff's history policy
     (``full``, ``summary``, ``none``); None without handoffs (and before they existed)."""
+    critic: CriticSettings | None = None
+    """For an agent with a critic (reflection): its rounds, budget and instructions; None
+    without one (and before critics existed)."""
 
     @property
     def output_limit(self) -> int:

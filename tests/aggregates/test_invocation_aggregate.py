@@ -27,6 +27,7 @@ from aggregates import (
     Usage,
 )
 from aggregates.children import Allotment, Spent
+from aggregates.critic import Verdict
 from aggregates.invocation import (
     EVENT_TYPES,
     TRANSITIONS,
@@ -37,6 +38,7 @@ from aggregates.invocation import (
     BudgetReturned,
     ClarificationProvided,
     ContextCompacted,
+    CritiqueReturned,
     DecisionProposed,
     InvocationEvent,
     InvocationSnapshot,
@@ -293,6 +295,8 @@ def _fire(inv: Invocation, event_type: type[InvocationEvent]) -> None:
         inv.return_budget(call_id, child_id, Spent(steps=1), share.minus(Spent(steps=1)), at=AT)
     elif event_type is SleepEnded:
         inv.wake(at=AT)
+    elif event_type is CritiqueReturned:
+        inv.record_critique(Verdict.REVISE, critique="say why", usage=Usage(), at=AT)
     else:
         raise AssertionError(f"no builder for {event_type.__name__}")
 

@@ -46,6 +46,7 @@ FROZEN = [
     "aggregates.effect:EffectResolvedByHand",
     "aggregates.requests:CancelRequested",
     "aggregates.invocation:SleepEnded",
+    "aggregates.invocation:CritiqueReturned",
 ]
 
 _ROW = re.compile(r"VALUES\('[^']*',\d+,'([^']*)',X'([0-9A-Fa-f]*)'\)")
