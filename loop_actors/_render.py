@@ -24,7 +24,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from loop_actors._terminal import terminal_safe
-from projections import MetricsRow, Trajectory
+from projections import CritiqueView, MetricsRow, Trajectory
 
 STATUS_STYLE = {
     "ok": "green",
@@ -34,6 +34,8 @@ STATUS_STYLE = {
     "dispatched": "yellow",
     "outcome_unknown": "bold yellow",
     "running": "yellow",
+    "accept": "green",
+    "revise": "yellow",
 }
 PAUSES = {"approval_required", "clarification_required", "reconciliation_required"}
 
@@ -126,11 +128,40 @@ def render_tree(trajectory: Trajectory, *, width: int = 200) -> Tree:
             if shown:
                 label.append(terminal_safe(f": {shown}"))
             branch.add(label)
+        for critique in trajectory.critiques:
+            if critique.step == step.step:
+                branch.add(_critique_label(critique))
+    if trajectory.critiques:
+        tree.add(
+            _text(
+                f"critic: {len(trajectory.critiques)} round(s)  tokens="
+                f"{trajectory.critic_input_tokens}/{trajectory.critic_output_tokens}"
+                f"  cost={trajectory.critic_cost:.4f} (apart from the agent's)",
+                style="dim",
+            )
+        )
     if trajectory.answer:
         tree.add(_text(f"answer: {trajectory.answer}", style="bold"))
     if trajectory.detail:
         tree.add(_text(f"detail: {trajectory.detail}", style=_style(reason)))
     return tree
+
+
+def _critique_label(critique: CritiqueView) -> Text:
+    """A critic's round under the step it reviewed: ``critic round 1: revise — why``."""
+    said = critique.critique or critique.problem
+    usage = (
+        f"  tokens={critique.input_tokens}/{critique.output_tokens}"
+        if critique.input_tokens
+        else ""
+    )
+    label = Text(f"critic round {critique.round}: ")
+    label.append(critique.verdict, style=_style(critique.verdict))
+    if said:
+        label.append(terminal_safe(f" — {said}"))
+    if usage:
+        label.append(usage, style="dim")
+    return label
 
 
 # --------------------------------------------------------------------------- fitted tables

@@ -25,6 +25,7 @@ from aggregates.effect import Effect
 from aggregates.invocation import DispatchedCall, Invocation, Turn
 from aggregates.lease import DEFAULT_LEASE_S, stop_for_lost_lease
 from aggregates.ledger_check import missing_effects_problem
+from aggregates.model_input import ModelInput
 from aggregates.results import Interruption, split_unrevealed
 from aggregates.settings import RunSettings
 from aggregates.standing import stopped
@@ -34,6 +35,7 @@ from aggregates.turn import (
     AttemptStillRunning,
     Authorise,
     Continue,
+    Critique,
     EffectObservation,
     Finished,
     LoadEffects,
@@ -64,7 +66,7 @@ from loop_actors._messages import (
 )
 from loop_actors.agent.agent import run_verifier
 from loop_actors.agent.batch import BatchRun
-from loop_actors.agent.model import RequestDigests
+from loop_actors.agent.model import Model, RequestDigests
 from loop_actors.agent.policy import AccessRequest, check_access
 from loop_actors.agent.quota import QuotaWaitError
 from loop_actors.agent.replies import model_answer, model_failure
@@ -127,6 +129,7 @@ class Controller:
             catalogue=agent.toolbox,
             verifies=agent.verifier is not None,
             authorises=agent.policy is not None,
+            critiques=agent.critic is not None,
             # A function of the secret store, not a method of this controller: a bound
             # method would make controller and core a reference cycle, so that every
             # finished invocation's objects waited for the cyclic garbage collector
@@ -266,9 +269,14 @@ class Controller:
                     evidence = await self._verify(action)
                     await self._slot.take(mid_turn=True)
                     action = core.on_verified(evidence, self._moment())
+                case Critique():
+                    fault_point(CrashPoint.BEFORE_CRITIQUE)
+                    action = core.on_critique(await self._ask_critic(action), self._moment())
                 case Continue():
                     if action.after_results:
                         fault_point(CrashPoint.AFTER_RESULTS_COMMIT)
+                    if action.after_critique:
+                        fault_point(CrashPoint.AFTER_CRITIQUE_COMMIT)
                     action = core.next(self._moment())
                 case Finished():
                     outcome = Outcome.of(self.invocation)
@@ -318,6 +326,44 @@ class Controller:
                 "handed_off_from": inv.handed_off_from,
             },
         )
+        return await self._observe(
+            self.agent.model,
+            request,
+            lambda: self._digests.of(goal=inv.goal, notices=action.notices, turns=action.turns),
+        )
+
+    async def _ask_critic(self, action: Critique) -> ModelObservation:
+        """Ask the agent's critic for its verdict: as a model call, offered no tool."""
+        critic = self.agent.critic
+        assert critic is not None  # the core asks only with one (``critiques``)
+        inv = self.invocation
+        request = built(
+            ModelRequest,
+            {
+                "invocation_id": inv.id,
+                "agent_name": inv.agent_name,
+                "goal": inv.goal,
+                "step": action.round,
+                "turns": self._reveal_turns(action.turns),
+                "tools": [],
+                "notices": [action.instructions],
+                "handoffs": [],
+                "handed_off_from": None,
+                "review": action.answer,
+            },
+        )
+        return await self._observe(critic.model, request, None)
+
+    async def _observe(
+        self,
+        model: Model,
+        request: ModelRequest,
+        model_input: Callable[[], ModelInput] | None,
+    ) -> ModelObservation:
+        """What one model call gave, bounded by the deadline; interrupted by a cancel request.
+
+        ``model_input``: the digests its decision records (the agent's model), if any.
+        """
         deadline = self._deadline()
         scope = trio.CancelScope(deadline=math.inf if deadline is None else deadline)
         if self.cancel_requested:
@@ -328,7 +374,7 @@ class Controller:
         try:
             with scope:
                 try:
-                    reply = await self.agent.model.decide(request)
+                    reply = await model.decide(request)
                 except QuotaWaitError as waiting:  # nothing was sent: the run pauses
                     observation = ModelQuotaWait(until=waiting.until, limit=waiting.limit)
                 except BaseException as error:  # a provider's failure is data for the core
@@ -337,8 +383,7 @@ class Controller:
                     observation = model_failure(error)
                 else:
                     observation = model_answer(
-                        reply,
-                        self._digests.of(goal=inv.goal, notices=action.notices, turns=action.turns),
+                        reply, model_input() if model_input is not None else None
                     )
         finally:
             self._wait_scope = None
