@@ -183,10 +183,11 @@ class _Batch:
         e = event.__dict__
         if (row := self._row(e["originator_id"])) is not None:
             usage = e["usage"].__dict__
-            row[_CRITIQUES] += 1
-            row[_CRITIC_INPUT] += usage["input_tokens"]
-            row[_CRITIC_OUTPUT] += usage["output_tokens"]
-            row[_CRITIC_COST] += usage["cost"]
+            # NULL until its first round: an invocation without a critic has none.
+            row[_CRITIQUES] = (row[_CRITIQUES] or 0) + 1
+            row[_CRITIC_INPUT] = (row[_CRITIC_INPUT] or 0) + usage["input_tokens"]
+            row[_CRITIC_OUTPUT] = (row[_CRITIC_OUTPUT] or 0) + usage["output_tokens"]
+            row[_CRITIC_COST] = (row[_CRITIC_COST] or 0.0) + usage["cost"]
 
     def on_start(self, event: InvocationStarted) -> None:
         """A new row (a second start fails the batch, as the INSERT would)."""
@@ -196,7 +197,7 @@ class _Batch:
             raise IntegrityError(f"invocation {invocation_id} started twice")
         self.held[invocation_id] = [
             invocation_id, e["agent_name"], e["task_class"] or "", None,
-            0, 0, 0, 0, 0.0, isoformat(e["timestamp"]), None, 0, None, 0, 0, 0, 0.0,
+            0, 0, 0, 0, 0.0, isoformat(e["timestamp"]), None, 0, None, None, None, None, None,
         ]  # fmt: skip
         self.new.add(invocation_id)
         self.touched[invocation_id] = None
@@ -392,10 +393,10 @@ def metrics(runner: ReadModelRunner, by: GroupBy = "reason") -> list[MetricsRow]
                 repeated_plans=sum(m["repeated_plans"] for m in members),
                 failed_calls={f["error_class"]: f["calls"] for f in failed if f["grp"] == group},
                 effects={e["status"]: e["n"] for e in effects if e["grp"] == group},
-                critique_rounds=sum(m["critique_rounds"] for m in members),
-                critic_input_tokens=sum(m["critic_input_tokens"] for m in members),
-                critic_output_tokens=sum(m["critic_output_tokens"] for m in members),
-                critic_cost=sum(m["critic_cost"] for m in members),
+                critique_rounds=sum(m["critique_rounds"] or 0 for m in members),
+                critic_input_tokens=sum(m["critic_input_tokens"] or 0 for m in members),
+                critic_output_tokens=sum(m["critic_output_tokens"] or 0 for m in members),
+                critic_cost=sum(m["critic_cost"] or 0.0 for m in members),
             )
         )
     return rows

@@ -324,6 +324,7 @@ class Controller:
                 "notices": action.notices,
                 "handoffs": list(self.agent.handoffs),
                 "handed_off_from": inv.handed_off_from,
+                "review": None,
             },
         )
         return await self._observe(
