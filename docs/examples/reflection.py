@@ -64,11 +64,12 @@ async def main() -> None:
             if isinstance(event, CritiqueReturned):
                 said = f": {event.critique}" if event.critique else ""
                 print(f"  round {event.round} on step {event.step}: {event.verdict}{said}")
-        critic = outcome.critic
+        critic = outcome.critic  # the critic's rounds and usage, apart from the agent's
         assert critic is not None
+        invocation = await runtime.load("r-1")
         print(
-            f"agent tokens: {outcome.steps * 220}; critic: {critic.rounds} round(s), "
-            f"{critic.input_tokens + critic.output_tokens} tokens"
+            f"agent: {invocation.input_tokens + invocation.output_tokens} tokens; "
+            f"critic: {critic.rounds} round(s), {critic.tokens} tokens"
         )
 
 

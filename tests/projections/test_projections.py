@@ -278,7 +278,7 @@ REFLECTED = Agent(
         ScriptedModel(
             [
                 {"kind": "revise", "critique": "quote the key"},
-                "fine",
+                {"kind": "fine"},
                 {"kind": "accept"},
             ],
             usage=Usage(input_tokens=7, output_tokens=2),
