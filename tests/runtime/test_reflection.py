@@ -251,3 +251,19 @@ def test_a_critic_with_malformed_settings_is_refused() -> None:
         Critic(object())  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="must be a Critic"):
         Agent("a", model, critic=model)  # type: ignore[arg-type]
+
+
+async def test_a_replay_follows_the_recorded_verdicts_without_asking_the_critic(
+    db_url: str,
+) -> None:
+    await run(agent_with(Reviewer(revise("Say how many."), ACCEPT)), db_url)
+    untouched = Reviewer()  # a critic with no reply: asking it would fail the replay
+
+    with trio.fail_after(20):
+        async with Runtime(db_url) as runtime:
+            report = await runtime.replay(agent_with(untouched), ["r-1"])
+
+    (result,) = report.results
+    assert result.identical, result.divergences
+    assert result.replayed is TerminalReason.COMPLETED
+    assert untouched.requests == []
