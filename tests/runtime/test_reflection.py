@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import trio
 
 from aggregates.invocation import CritiqueReturned, DecisionProposed
@@ -18,7 +17,6 @@ from loop_actors import (
     ScriptedModel,
     TerminalReason,
     Usage,
-    UsageError,
     Verdict,
     tool,
 )
@@ -238,19 +236,6 @@ async def test_the_read_models_show_the_critics_rounds_and_usage_apart(db_url: s
     ]
     assert (trajectory.input_tokens, trajectory.critic_input_tokens) == (300, 140)
     assert (row.input_tokens, row.critique_rounds, row.critic_input_tokens) == (300, 2, 140)
-
-
-def test_a_critic_with_malformed_settings_is_refused() -> None:
-    """max_rounds 0, a budget that is not a CriticBudget, a model without decide()."""
-    model = ScriptedModel([ACCEPT])
-    with pytest.raises(UsageError, match="max_rounds"):
-        Critic(model, max_rounds=0)
-    with pytest.raises(UsageError, match="CriticBudget"):
-        Critic(model, budget={"max_tokens": 10})  # type: ignore[arg-type]
-    with pytest.raises(UsageError, match="decide"):
-        Critic(object())  # type: ignore[arg-type]
-    with pytest.raises(UsageError, match="must be a Critic"):
-        Agent("a", model, critic=model)  # type: ignore[arg-type]
 
 
 async def test_a_replay_follows_the_recorded_verdicts_without_asking_the_critic(
