@@ -22,6 +22,7 @@ import trio
 
 from aggregates.decisions import ToolCalls, ToolResult, built
 from aggregates.effect import Effect
+from aggregates.handoffs import HandoffOrigin
 from aggregates.invocation import DispatchedCall, Invocation, Turn
 from aggregates.lease import DEFAULT_LEASE_S, stop_for_lost_lease
 from aggregates.ledger_check import missing_effects_problem
@@ -63,6 +64,7 @@ from loop_actors._messages import (
     Committed,
     ModelRequest,
     ReconcileEffect,
+    ToolSchema,
 )
 from loop_actors.agent.agent import run_verifier
 from loop_actors.agent.batch import BatchRun
@@ -310,22 +312,13 @@ class Controller:
         cancel request (:meth:`request_cancel`) cancels it.
         """
         inv = self.invocation
-        # Built without validation: every value comes from the core's validated state
-        # (its turns, its notices) and the agent's tool schemas.
-        request = built(
-            ModelRequest,
-            {
-                "invocation_id": inv.id,
-                "agent_name": inv.agent_name,
-                "goal": inv.goal,
-                "step": action.step,
-                "turns": self._reveal_turns(action.turns),
-                "tools": self.agent.toolbox.schemas,
-                "notices": action.notices,
-                "handoffs": list(self.agent.handoffs),
-                "handed_off_from": inv.handed_off_from,
-                "review": None,
-            },
+        request = self._request(
+            action.step,
+            action.turns,
+            tools=self.agent.toolbox.schemas,
+            notices=action.notices,
+            handoffs=list(self.agent.handoffs),
+            handed_off_from=inv.handed_off_from,
         )
         return await self._observe(
             self.agent.model,
@@ -337,23 +330,41 @@ class Controller:
         """Ask the agent's critic for its verdict: as a model call, offered no tool."""
         critic = self.agent.critic
         assert critic is not None  # the core asks only with one (``critiques``)
+        request = self._request(
+            action.round, action.turns, notices=[action.instructions], review=action.answer
+        )
+        return await self._observe(critic.model, request, None)
+
+    def _request(
+        self,
+        step: int,
+        turns: list[Turn],
+        *,
+        notices: list[str],
+        tools: list[ToolSchema] | None = None,
+        handoffs: list[str] | None = None,
+        handed_off_from: HandoffOrigin | None = None,
+        review: str | None = None,
+    ) -> ModelRequest:
+        """A model's request for this invocation (the critic's: no tools, its ``review``)."""
         inv = self.invocation
-        request = built(
+        # Built without validation: every value comes from the core's validated state
+        # (its turns, its notices) and the agent's tool schemas.
+        return built(
             ModelRequest,
             {
                 "invocation_id": inv.id,
                 "agent_name": inv.agent_name,
                 "goal": inv.goal,
-                "step": action.round,
-                "turns": self._reveal_turns(action.turns),
-                "tools": [],
-                "notices": [action.instructions],
-                "handoffs": [],
-                "handed_off_from": None,
-                "review": action.answer,
+                "step": step,
+                "turns": self._reveal_turns(turns),
+                "tools": tools if tools is not None else [],
+                "notices": notices,
+                "handoffs": handoffs if handoffs is not None else [],
+                "handed_off_from": handed_off_from,
+                "review": review,
             },
         )
-        return await self._observe(critic.model, request, None)
 
     async def _observe(
         self,
