@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from aggregates.decisions import ErrorClass as ErrorClass
     from aggregates.decisions import ErrorInfo as ErrorInfo
     from aggregates.decisions import Final as Final
+    from aggregates.decisions import Plan as Plan
+    from aggregates.decisions import PlanStep as PlanStep
     from aggregates.decisions import Rejection as Rejection
     from aggregates.decisions import RejectionClass as RejectionClass
     from aggregates.decisions import RequestApproval as RequestApproval
@@ -61,6 +63,8 @@ _EXPORTS: dict[str, str] = {
     "ErrorClass": "aggregates.decisions",
     "ErrorInfo": "aggregates.decisions",
     "Final": "aggregates.decisions",
+    "Plan": "aggregates.decisions",
+    "PlanStep": "aggregates.decisions",
     "Rejection": "aggregates.decisions",
     "RejectionClass": "aggregates.decisions",
     "RequestApproval": "aggregates.decisions",
@@ -110,6 +114,8 @@ __all__ = [
     "InvocationStarted",
     "Paused",
     "Phase",
+    "Plan",
+    "PlanStep",
     "Rejection",
     "RejectionClass",
     "RequestApproval",

@@ -23,13 +23,21 @@ still refer to one another. These rules cover them:
 - **snapshots** must equal the snapshot taken from a replay of the events up to
   their version (a snapshot is a pure function of the events: no clock read);
 - **references**: an effect belongs to an invocation that is stored and whose
-  dispatched batches name it; a cancel request to an invocation that is stored.
+  dispatched batches name it; a cancel request to an invocation that is stored;
+- **provenance**: a fork's first event records its source's head hash at the fork
+  point (``ForkOrigin.source_head_hash``, the hash of the source's event at
+  ``source_version``); when the source is in the store, its whole chain must have that
+  hash there (:func:`fork_provenance`). The two chains are each whole on their own: only
+  this check ties them, so a source rewritten before the fork point with its chain
+  recomputed, or a fork whose record of its source was rewritten with its own chain
+  recomputed, is reported here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from eventsourcing.utils import get_topic
@@ -38,6 +46,7 @@ from aggregates.audit import split_stored, stored_link
 from aggregates.effect import Effect, EffectEvent, EffectPrepared
 from aggregates.errors import IllegalTransitionError
 from aggregates.events import DomainEvent, fold
+from aggregates.fork_origin import ForkOrigin
 from aggregates.ids import CANCEL_REQUEST_PREFIX, EFFECT_KEY_PREFIX
 from aggregates.invocation import (
     BatchDispatched,
@@ -227,3 +236,63 @@ def dispatched_effect_keys(events: Iterable[DomainEvent]) -> set[str]:
         for call in event.calls
         if call.effect_key
     }
+
+
+class Provenance(StrEnum):
+    """What the audit found of a fork's claim about its source (``ForkOrigin``)."""
+
+    VERIFIED = "verified"
+    """The source is in the store, its chain whole up to the fork point, and its event there
+    has the hash the fork recorded."""
+    SOURCE_NOT_IN_STORE = "source_not_in_store"
+    """The source has no stored events here (deleted, or the fork was copied to another
+    store): the claim cannot be checked. Not a finding: the fork's chain is checked alone."""
+    SOURCE_BROKEN = "source_broken"
+    """The source's own chain is broken at or before the fork point (reported on the
+    source): the claim cannot be checked against it."""
+    SOURCE_HEAD_MISMATCH = "source_head_mismatch"
+    """A finding: the source's event at the fork point has another hash than the fork
+    recorded. The source's history up to the fork point was rewritten (its chain
+    recomputed), or the fork's record of it was (its own chain recomputed)."""
+    SOURCE_TRUNCATED = "source_truncated"
+    """A finding: the source has no event at the fork point: its tail was cut."""
+
+
+PROVENANCE_FINDINGS = frozenset({Provenance.SOURCE_HEAD_MISMATCH, Provenance.SOURCE_TRUNCATED})
+"""The verdicts that make a fork's report broken."""
+
+
+def fork_provenance(
+    origin: ForkOrigin, source: Sequence[tuple[int, Any]], source_broken_at: int | None
+) -> tuple[Provenance, str]:
+    """Whether a fork's source, as stored, has the head the fork recorded; and in words.
+
+    ``source`` is the source's stored entries (``(position, event)``, an event possibly
+    an exception for a row that does not decode), empty when it has none;
+    ``source_broken_at`` the first position at which its own audit found it broken.
+    """
+    at, recorded = origin.source_version, origin.source_head_hash
+    where = f"forked from {origin.source_id} at its version {at}"
+    if not source:
+        return Provenance.SOURCE_NOT_IN_STORE, f"{where}: the source is not in this store"
+    if source_broken_at is not None and source_broken_at <= at:
+        return (
+            Provenance.SOURCE_BROKEN,
+            f"{where}: the source's chain is broken at position {source_broken_at}, "
+            "so the fork's record of it cannot be checked",
+        )
+    event = next((e for position, e in source if position == at), None)
+    if event is None:
+        return (
+            Provenance.SOURCE_TRUNCATED,
+            f"{where}: the source has {len(source)} events, none at version {at} "
+            "(its tail was cut)",
+        )
+    if getattr(event, "chain_hash", None) != recorded:
+        return (
+            Provenance.SOURCE_HEAD_MISMATCH,
+            f"{where}: the fork recorded its head hash {recorded}, the source's event there "
+            f"has {getattr(event, 'chain_hash', None)} (the source before the fork point, or "
+            "the fork's record of it, was rewritten)",
+        )
+    return Provenance.VERIFIED, f"{where}: its head hash there is the one the fork recorded"

@@ -37,11 +37,11 @@ from aggregates.vocabulary import RejectionClass as RejectionClass  # noqa: PLC0
 from aggregates.vocabulary import TerminalReason as TerminalReason  # noqa: PLC0414
 from aggregates.vocabulary import ToolEffect as ToolEffect  # noqa: PLC0414
 
-DECISION_SCHEMA_VERSION = 3
+DECISION_SCHEMA_VERSION = 4
 """The newest version of the decision union that this code reads and writes.
 
-Version 2 added ``handoff``, version 3 ``wait``; each decision carries the version it
-came with, and every earlier one is still read."""
+Version 2 added ``handoff``, version 3 ``wait``, version 4 ``plan``; each decision carries
+the version it came with, and every earlier one is still read."""
 
 
 class Frozen(BaseModel):
@@ -189,8 +189,38 @@ class Wait(Frozen):
     """When it may go on (not before)."""
 
 
+class PlanStep(Frozen):
+    """One step of a plan: the write it will make (a tool and its arguments), and why."""
+
+    tool: Annotated[str, Field(min_length=1, max_length=200)]
+    arguments: dict[str, JsonValue] = Field(default_factory=dict)
+    description: str = ""
+    """What the step is for (shown to the person who approves the plan)."""
+
+    _parse_arguments = field_validator("arguments", mode="before")(_parse_json_object)
+
+
+class Plan(Frozen):
+    """The model proposes the writes it will make, for a person (or a policy) to approve.
+
+    New in version 4 of the decision schema (versions 1 to 3 are still accepted): a
+    store written before it holds none. Only an agent given ``planning=Planning(...)``
+    may propose one (``aggregates.planning``): the invocation pauses
+    ``plan_approval_required``; once approved, exactly these writes run without
+    another approval (matched by tool and arguments), any other write waits for one.
+    A new plan supersedes the last.
+    """
+
+    schema_version: Literal[4] = 4
+    kind: Literal["plan"] = "plan"
+    steps: list[PlanStep]
+    """Each write the plan will make, in order (at least one)."""
+    summary: str = ""
+    """What the plan does, in a sentence (shown with it)."""
+
+
 Decision = Annotated[
-    Final | ToolCalls | RequestApproval | Clarification | CannotContinue | Handoff | Wait,
+    Final | ToolCalls | RequestApproval | Clarification | CannotContinue | Handoff | Wait | Plan,
     Field(discriminator="kind"),
 ]
 """The closed decision union a model may return."""
@@ -206,6 +236,7 @@ _DECISION_CLASSES: tuple[type[BaseModel], ...] = (
     CannotContinue,
     Handoff,
     Wait,
+    Plan,
 )
 _DECISION_FIELDS = {cls: set(cls.model_fields) for cls in _DECISION_CLASSES}
 

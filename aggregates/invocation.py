@@ -27,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from aggregates import planning as plans
 from aggregates.audit import AUDIT_FORMAT
 from aggregates.children import Allotment, ParentLink, Spent
 from aggregates.critic import NO_CRITIC, CriticSpent, Verdict
@@ -38,6 +39,7 @@ from aggregates.decisions import (
     Final,
     Frozen,
     Handoff,
+    Plan,
     Rejection,
     RequestApproval,
     TerminalReason,
@@ -69,6 +71,7 @@ from aggregates.invocation_events import (
     InvocationStarted,
     LeaseAcquired,
     Paused,
+    PlanProposed,
     ResultsCommitted,
     SettingsChanged,
     SleepEnded,
@@ -78,6 +81,7 @@ from aggregates.invocation_events import (
     VerificationFailed,
 )
 from aggregates.model_input import ModelInput
+from aggregates.planning import PlannedWrite, PlanState, plan_digest
 from aggregates.settings import RunSettings
 from aggregates.turns import LAZY_TURNS, Turn, Turns
 
@@ -105,6 +109,7 @@ __all__ = [
     "LeaseAcquired",
     "Paused",
     "Phase",
+    "PlanProposed",
     "ResultsCommitted",
     "SettingsChanged",
     "SleepEnded",
@@ -171,6 +176,7 @@ PAUSED_PHASE: dict[TerminalReason, Phase] = {
     TerminalReason.RECONCILIATION_REQUIRED: Phase.AWAITING_RECONCILIATION,
     TerminalReason.SLEEPING: Phase.SLEEPING,
     TerminalReason.RATE_LIMITED: Phase.SLEEPING,
+    TerminalReason.PLAN_APPROVAL_REQUIRED: Phase.AWAITING_APPROVAL,
 }
 """The phase each pausing reason puts an invocation in."""
 
@@ -203,6 +209,8 @@ TRANSITIONS: dict[Phase, dict[type[InvocationEvent], frozenset[Phase]]] = {
         **_stays(Phase.CALLS_PROPOSED),
     },
     Phase.DECIDED: {
+        # The plan a plan decision proposes (committed with it, then paused for approval).
+        PlanProposed: frozenset({Phase.DECIDED}),
         Paused: frozenset({Phase.AWAITING_APPROVAL, Phase.AWAITING_CLARIFICATION, Phase.SLEEPING}),
         VerificationFailed: _READY,
         # The critic's verdict on the committed final answer: ``revise`` sends it back.
@@ -285,6 +293,8 @@ class Invocation(ChainedAggregate):
         """For a child invocation: its parent (its start's ``parent``)."""
         self.handed_off_from: HandoffOrigin | None = None
         """For the target of a handoff: where it comes from (its start's ``handed_off_from``)."""
+        self.planning: PlanState | None = None
+        """For an invocation that plans before it writes: its plan (``aggregates.planning``)."""
         self.children_started = 0
         """How many calls started (or may have started) a child, in all batches."""
         self.reservations: dict[str, BudgetReserved] = {}
@@ -408,6 +418,21 @@ class Invocation(ChainedAggregate):
             usage=usage,
             model_input=model_input,
         )
+
+    def propose_plan(self, writes: list[PlannedWrite], *, summary: str, at: datetime) -> str:
+        """Record the plan the model just proposed (``PlanProposed``); returns its digest."""
+        state = self.planning
+        digest = plan_digest(self.step, writes)
+        self.trigger_event(
+            PlanProposed,
+            timestamp=at,
+            step=self.step,
+            digest=digest,
+            writes=writes,
+            summary=summary,
+            supersedes=state.digest if state is not None else None,
+        )
+        return digest
 
     def dispatch(self, calls: list[DispatchedCall], plan: list[list[str]], *, at: datetime) -> None:
         """Record that the proposed batch is about to run (before any call starts)."""
@@ -660,6 +685,8 @@ class Invocation(ChainedAggregate):
                 self._start(event)
             case DecisionProposed():
                 self._on_decision(event)
+            case PlanProposed():
+                self._on_plan(event)
             case BatchDispatched():
                 self._on_dispatch(event)
             case ResultsCommitted():
@@ -721,6 +748,7 @@ class Invocation(ChainedAggregate):
         self.forked_from = event.forked_from
         self.parent = event.parent
         self.handed_off_from = event.handed_off_from
+        self.planning = plans.started(event.settings.planning if event.settings else None)
         self.started_at = event.timestamp
         self.phase = Phase.READY
 
@@ -751,6 +779,10 @@ class Invocation(ChainedAggregate):
                 phase = Phase.DECIDED
             case RequestApproval() | Clarification() | CannotContinue() | Handoff() | Wait():
                 phase = Phase.DECIDED
+            case Plan():
+                if self.planning is None:
+                    raise self._refuse(event, "only an invocation that plans proposes a plan")
+                phase = Phase.DECIDED
             case _:
                 assert_never(decision)
         self.step = event.step
@@ -759,6 +791,23 @@ class Invocation(ChainedAggregate):
         self.cost += event.usage.cost
         self.turns.append(Turn(step=event.step, decision=decision, rejection=event.rejection))
         self.phase = phase
+
+    def _on_plan(self, event: PlanProposed) -> None:
+        if event.step != self.step:
+            raise self._refuse(event, f"step must be {self.step}, got {event.step}")
+        state = plans.proposed(
+            self.planning,
+            step=event.step,
+            digest=event.digest,
+            writes=event.writes,
+            decision=self.last_decision,
+            expected_digest=plan_digest(event.step, event.writes),
+        )
+        if isinstance(state, str):
+            raise self._refuse(event, state)
+        if event.supersedes != (self.planning.digest if self.planning is not None else None):
+            raise self._refuse(event, "a plan supersedes the plan before it")
+        self.planning = state
 
     def _on_dispatch(self, event: BatchDispatched) -> None:
         if event.step != self.step:
@@ -774,6 +823,16 @@ class Invocation(ChainedAggregate):
             raise self._refuse(event, "the plan must schedule every call exactly once")
         if self.tool_calls + len(event.calls) > self.budget.max_tool_calls:
             raise self._refuse(event, f"max_tool_calls {self.budget.max_tool_calls} exceeded")
+        problem = plans.dispatch_problem(
+            self.planning,
+            [
+                (c.name, c.effect, c.denied is not None, c.plan_step, c.arguments)
+                for c in event.calls
+            ],
+            approved_by_person=isinstance(self.approval, ApprovalGranted),
+        )
+        if problem is not None:
+            raise self._refuse(event, problem)
         # The plan is judged on the calls as dispatched: normalised (defaults filled
         # in) and redacted, the only form a resumed run can see.
         fingerprint = self._fingerprint_of(event.calls)
@@ -783,6 +842,10 @@ class Invocation(ChainedAggregate):
         self.last_plan = fingerprint
         self.repeat_streak = streak
         self.approved_calls = None
+        self.planning = plans.dispatched(
+            self.planning,
+            [c.plan_step for c in event.calls if c.plan_step is not None and c.denied is None],
+        )
         self.tool_calls += len(event.calls)
         self.children_started += sum(1 for call in event.calls if call.child_id is not None)
         self.pending_batch = event
@@ -865,6 +928,14 @@ class Invocation(ChainedAggregate):
         if phase not in TRANSITIONS[self.phase][Paused]:
             raise self._refuse(event, f"{event.reason.value} is not a pause of this phase")
         problem = self._sleep_problem(event)
+        if (
+            problem is None
+            and event.reason is TerminalReason.PLAN_APPROVAL_REQUIRED
+            and event.child_path is None  # a child's plan is checked by the child
+        ):
+            problem = plans.pause_problem(
+                self.planning, step=event.step, digest=event.proposal_digest
+            )
         if problem is not None:
             raise self._refuse(event, problem)
         if event.calls is not None and event.child_path is None:
@@ -952,6 +1023,9 @@ class Invocation(ChainedAggregate):
             summary = f"denied by {event.by}: {event.reason}"
         self.turns.replace_last(self.turns[-1].model_copy(update={"approval": summary}))
         self.paused = None
+        if paused.reason is TerminalReason.PLAN_APPROVAL_REQUIRED and self.planning is not None:
+            denial = event.reason if isinstance(event, ApprovalDenied) else None
+            self.planning = plans.decided(self.planning, by=event.by, denial=denial)
         if paused.calls is None:
             # The model itself asked for approval of a proposal: it is told the
             # decision (in its turn) and decides again.
@@ -1046,6 +1120,7 @@ class InvocationState(Frozen):
     forked_from: ForkOrigin | None = None
     parent: ParentLink | None = None
     handed_off_from: HandoffOrigin | None = None
+    planning: PlanState | None = None
     children_started: int = 0
     reservations: dict[str, BudgetReserved] = {}
     children_spent: Spent = Spent()

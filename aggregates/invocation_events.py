@@ -31,6 +31,7 @@ from aggregates.events import DomainEvent
 from aggregates.fork_origin import ForkOrigin
 from aggregates.handoffs import HandoffOrigin
 from aggregates.model_input import ModelInput
+from aggregates.planning import PlannedWrite
 from aggregates.settings import RunSettings
 
 
@@ -86,9 +87,9 @@ class InvocationStarted(InvocationEvent, CanInitAggregate[str]):
     forked_from: ForkOrigin | None = None
     """For a fork: the invocation and step it was copied from, by whom and why (from 0.2)."""
     parent: ParentLink | None = None
-    """For a child invocation: its parent, the call that started it, its depth (from 0.3)."""
+    """For a child invocation: its parent, the call that started it, its depth (from 0.2)."""
     handed_off_from: HandoffOrigin | None = None
-    """For the target of a handoff: the source, why, and what it is told (from 0.3)."""
+    """For the target of a handoff: the source, why, and what it is told (from 0.2)."""
     trace_parent: TraceParent | None = None
     """The application's span current when it was started, if tracing was on."""
 
@@ -129,6 +130,28 @@ class DispatchedCall(Frozen):
     """Why the call was denied (by a person or the policy): it is dispatched, never run."""
     child_id: str | None = None
     """For a call that starts a child invocation: its id, derived from the effect key."""
+    plan_step: int | None = None
+    """For a write of the approved plan in force (from 0.5): the plan's step it makes (1 for
+    the first); such a write needs no other approval."""
+
+
+class PlanProposed(InvocationEvent):
+    """The model proposed a plan: the writes it will make, to be approved by their digest.
+
+    Recorded with its ``plan`` decision (from 0.5, for an agent given ``planning``); the
+    invocation then pauses ``plan_approval_required``. It supersedes the plan before it:
+    until it is approved, no write runs.
+    """
+
+    TOPIC: ClassVar[str] = "aggregates.invocation:PlanProposed"
+
+    step: int
+    digest: str
+    """What ``approve --digest`` names (``aggregates.planning.plan_digest``)."""
+    writes: list[PlannedWrite]
+    summary: str = ""
+    supersedes: str | None = None
+    """The digest of the plan it replaces (approved or not), if there was one."""
 
 
 class BatchDispatched(InvocationEvent):
@@ -195,13 +218,13 @@ class Paused(InvocationEvent):
     needs_approval: list[str] | None = None
     """For an approval: the ids of the calls that require it."""
     child_path: list[str] | None = None
-    """For the pause of a child invocation the dispatched batch started (from 0.3): the
+    """For the pause of a child invocation the dispatched batch started (from 0.2): the
     ids from that child down to the invocation that waits; the pause's other fields
     are that one's (its question, the digest to approve, its waiting calls)."""
     wake_at: datetime | None = None
-    """For ``sleeping`` (from 0.4): when it may be woken (a worker claims it then)."""
+    """For ``sleeping`` (from 0.2): when it may be woken (a worker claims it then)."""
     sleeping_calls: list[str] | None = None
-    """For a sleep of tools (from 0.4): the ids of the dispatched batch's calls that called
+    """For a sleep of tools (from 0.2): the ids of the dispatched batch's calls that called
     ``ctx.sleep_until``; the batch stays dispatched, and they are called again on waking.
     None for a ``wait`` decision."""
 
@@ -350,5 +373,6 @@ EVENT_TYPES: tuple[type[InvocationEvent], ...] = (
     SleepEnded,
     LeaseAcquired,
     Terminated,
+    PlanProposed,
     CritiqueReturned,
 )

@@ -17,6 +17,7 @@ from aggregates.decisions import (
     Decision,
     Final,
     Handoff,
+    Plan,
     Rejection,
     RejectionClass,
     ToolCalls,
@@ -25,6 +26,7 @@ from aggregates.decisions import (
     parse_decision,
 )
 from aggregates.handoffs import handoff_problem
+from aggregates.planning import plan_problems
 from aggregates.redaction import (
     redact_proposal,
     scrub,
@@ -84,6 +86,10 @@ def validate_proposal(
                 problems.append((RejectionClass.SCHEMA_INVALID, "a handoff needs a reason"))
         case Wait(reason=reason) if not reason.strip():
             problems.append((RejectionClass.SCHEMA_INVALID, "a wait needs a reason"))
+        case Plan():
+            # Each step's arguments are checked as a call's are, keyed ``plan-N``.
+            plan_issues, arguments = plan_problems(decision, catalogue, settings.planning)
+            problems.extend(plan_issues)
         case ToolCalls(calls=calls):
             if not calls:
                 problems.append((RejectionClass.EMPTY_BATCH, "the tool batch is empty"))

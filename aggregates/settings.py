@@ -17,6 +17,7 @@ from pydantic import Field
 
 from aggregates.critic import CriticSettings
 from aggregates.decisions import Frozen, Price
+from aggregates.planning import Planning
 from aggregates.values import DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_PROPOSAL_BYTES
 
 MIN_SIZE_LIMIT = 512
@@ -59,6 +60,9 @@ class RunSettings(Frozen):
     handoffs: dict[str, str] | None = None
     """The agents the model may hand off to, by name → the handoff's history policy
     (``full``, ``summary``, ``none``); None without handoffs (and before they existed)."""
+    planning: Planning | None = None
+    """For an agent that plans before it writes (``aggregates.planning``): who approves its
+    plans; None for one that does not (and before plans existed)."""
     critic: CriticSettings | None = None
     """For an agent with a critic (reflection): its rounds, budget and instructions; None
     without one (and before critics existed)."""

@@ -126,3 +126,75 @@ def wake_due(invocation: Invocation, at: datetime) -> bool:
     """True when a sleeping invocation's time has come at ``at`` (a wake is not early)."""
     when = wake_at(invocation)
     return when is not None and when <= at
+
+
+class BulkSkip(StrEnum):
+    """Why a bulk resume or reconcile (the console's) leaves an invocation the filter matched."""
+
+    ENDED = "ended"
+    """It terminated (since the list was read): nothing runs again."""
+    WAITS_FOR_APPROVAL = "waits_for_approval"
+    """It waits for a person to approve or deny its batch: a resume drives nothing."""
+    WAITS_FOR_ANSWER = "waits_for_answer"
+    """It waits for a person to answer its question."""
+    WAITS_FOR_CHILD = "waits_for_child"
+    """A child it started (or theirs) waits for a person's approval or answer."""
+    NOT_DUE = "not_due"
+    """It sleeps and its wake time has not come (a ``wake`` goes on early)."""
+    LEASE_HELD = "lease_held"
+    """A live holder drives it now (a worker, a run, this console)."""
+    AGENT_NOT_SERVED = "agent_not_served"
+    """Its agent is none of those the console was given (``serve --agent``)."""
+    MAY_BE_RUNNING = "may_be_running"
+    """Its open writes belong to a batch it may still be running (not paused for them):
+    its run settles them, or a resume."""
+
+
+def resume_skip(
+    invocation: Invocation,
+    found: Standing,
+    *,
+    agent_served: bool,
+    lease_live: bool,
+    at: datetime,
+) -> BulkSkip | None:
+    """Why a resume of ``invocation`` would drive nothing now; None when it would.
+
+    ``found`` is its standing as the shell sees it (an invocation paused for a child
+    waits for a person while the one at the end of its path does); ``lease_live``:
+    another holder's lease on it still runs and its holder is not gone.
+    """
+    match found:
+        case Standing.ENDED:
+            return BulkSkip.ENDED
+        case Standing.WAITS_FOR_PERSON if invocation.phase is Phase.AWAITING_APPROVAL:
+            return BulkSkip.WAITS_FOR_APPROVAL
+        case Standing.WAITS_FOR_PERSON if invocation.phase is Phase.AWAITING_CLARIFICATION:
+            return BulkSkip.WAITS_FOR_ANSWER
+        case Standing.WAITS_FOR_PERSON:
+            return BulkSkip.WAITS_FOR_CHILD
+        case _:
+            pass
+    if not agent_served:
+        return BulkSkip.AGENT_NOT_SERVED
+    if found is Standing.SLEEPING and not wake_due(invocation, at):
+        return BulkSkip.NOT_DUE
+    if lease_live:
+        return BulkSkip.LEASE_HELD
+    return None
+
+
+def reconcile_skip(invocation: Invocation, *, agent_served: bool) -> BulkSkip | None:
+    """Why a reconcile sweep would leave an invocation with open writes alone; None if not.
+
+    A sweep settles the writes of an invocation that ended, and resumes one paused
+    for reconciliation; one that waits for a child's person, or may still be running,
+    settles its own (the calls that started its children are open writes of it).
+    """
+    if invocation.phase is Phase.AWAITING_CHILD:
+        return BulkSkip.WAITS_FOR_CHILD
+    if not agent_served:
+        return BulkSkip.AGENT_NOT_SERVED
+    if invocation.phase is Phase.TERMINATED or invocation.paused_for_reconciliation:
+        return None
+    return BulkSkip.MAY_BE_RUNNING

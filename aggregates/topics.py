@@ -44,6 +44,7 @@ from aggregates.invocation import (
     InvocationStarted,
     LeaseAcquired,
     Paused,
+    PlanProposed,
     ResultsCommitted,
     SettingsChanged,
     SleepEnded,
@@ -88,6 +89,7 @@ PERSISTED_TOPICS: Mapping[str, type] = MappingProxyType(
         "aggregates.requests:CancelRequested": CancelRequested,
         # Added later (appended: the list is frozen).
         "aggregates.invocation:SleepEnded": SleepEnded,
+        "aggregates.invocation:PlanProposed": PlanProposed,
         "aggregates.invocation:CritiqueReturned": CritiqueReturned,
     }
 )

@@ -56,6 +56,7 @@ from aggregates.decisions import (
     ErrorInfo,
     Final,
     Handoff,
+    Plan,
     Rejection,
     RequestApproval,
     TerminalReason,
@@ -73,6 +74,18 @@ from aggregates.fork import repeat_note, repeated_writes, reused_source_keys
 from aggregates.fork_origin import ForkWrites, SourceWrite
 from aggregates.invocation import ApprovalDenied, DispatchedCall, Invocation, Phase
 from aggregates.model_input import ModelInput
+from aggregates.planning import (
+    POLICY_APPROVER,
+    ApproveBy,
+    PlannedWrite,
+    match_planned,
+    plan_call_id,
+    planned_approval,
+    planned_writes,
+    planning_notices,
+    refused_while_planning,
+    stored_plan,
+)
 from aggregates.proposals import validate_proposal
 from aggregates.redaction import (
     redacted_values,
@@ -217,6 +230,8 @@ class TurnCore(CriticRounds):
         self._arguments: dict[str, dict[str, Any]] = {}
         """Real (normalised) arguments of the proposed batch, by call id."""
         self._approved = False
+        self._plan_review = False
+        """True while the agent's policy decides on the plan just proposed."""
         self._reused: dict[str, ToolResult] = {}
         """A fork's results of the writes that reuse its source's (``--writes dedupe``)."""
         self._call_secrets = CallSecrets(catalogue, kept)
@@ -311,7 +326,13 @@ class TurnCore(CriticRounds):
                     at=moment.at,
                 )
                 notices = [compaction.note, *notices]
-        return AskModel(step=inv.step + 1, turns=turns, notices=notices)
+        planning = inv.planning
+        return AskModel(
+            step=inv.step + 1,
+            turns=turns,
+            notices=[*planning_notices(planning), *notices],
+            read_only=planning is not None and planning.read_only,
+        )
 
     def _notices(self) -> list[str]:
         """What the model is told about its remaining budget (graceful wind-down)."""
@@ -423,6 +444,11 @@ class TurnCore(CriticRounds):
                 calls.append(call)
             if redacted_any:  # store the redacted copy; else the decision as it is
                 stored = ToolCalls(calls=calls)
+        writes: list[PlannedWrite] = []
+        if isinstance(decision, Plan):
+            # Stored as it is matched: validated arguments, redacted.
+            writes = planned_writes(decision, arguments, self.catalogue)
+            stored = stored_plan(decision, writes)
         inv.propose(stored, usage=usage, at=moment.at, model_input=model_input)
         overrun = self._usage_exhausted(reserving=False)
         if overrun is not None and not isinstance(decision, Final):
@@ -456,6 +482,8 @@ class TurnCore(CriticRounds):
                     )
                 inv.pause(TerminalReason.SLEEPING, question=reason, wake_at=until, at=moment.at)
                 return self._asleep(moment)
+            case Plan(summary=summary):
+                return self._plan_proposed(writes, summary, arguments, moment)
             case ToolCalls(calls=proposed):
                 pass
             case _:
@@ -480,6 +508,70 @@ class TurnCore(CriticRounds):
         if self.authorises:
             return Authorise(step=inv.step, calls=planned)
         return self.on_authorised(PolicyVerdict(), moment)
+
+    def _plan_proposed(
+        self,
+        writes: list[PlannedWrite],
+        summary: str,
+        arguments: dict[str, dict[str, Any]],
+        moment: Moment,
+    ) -> Action:
+        """Record the plan; pause for a person, or ask the policy when the agent says so."""
+        inv = self.invocation
+        for index, write in enumerate(writes, start=1):
+            real = arguments[plan_call_id(index)]
+            if write.arguments is not real:  # redacted: the policy sees the real values
+                self._call_secrets.keep(
+                    inv.step, plan_call_id(index), write.tool, "arguments", real
+                )
+        digest = inv.propose_plan(writes, summary=summary, at=moment.at)
+        planning = self.settings.planning
+        if planning is not None and planning.approve_by is ApproveBy.POLICY and self.authorises:
+            self._plan_review = True
+            return Authorise(
+                step=inv.step,
+                calls=[
+                    DispatchedCall(
+                        call_id=plan_call_id(index),
+                        name=write.tool,
+                        arguments=write.arguments,
+                        effect=ToolEffect.WRITE,
+                    )
+                    for index, write in enumerate(writes, start=1)
+                ],
+            )
+        inv.pause(
+            TerminalReason.PLAN_APPROVAL_REQUIRED,
+            question=summary or None,
+            proposal_digest=digest,
+            at=moment.at,
+        )
+        return Finished()
+
+    def _plan_reviewed(self, verdict: PolicyVerdict, moment: Moment) -> Action:
+        """The policy's verdict on the plan: approved when it refused none of its writes."""
+        self._plan_review = False
+        inv = self.invocation
+        state = inv.planning
+        decision = inv.last_decision
+        assert state is not None
+        assert state.digest is not None
+        assert isinstance(decision, Plan)
+        inv.pause(
+            TerminalReason.PLAN_APPROVAL_REQUIRED,
+            question=decision.summary or None,
+            proposal_digest=state.digest,
+            at=moment.at,
+        )
+        if verdict.refused:
+            reason = "; ".join(
+                f"{step}: " + safe_text(self._call_secrets.scrub_call(inv.step, step, "", why))
+                for step, why in sorted(verdict.refused.items())
+            )
+            inv.deny_approval(state.digest, by=POLICY_APPROVER, reason=reason, at=moment.at)
+        else:
+            inv.grant_approval(state.digest, by=POLICY_APPROVER, at=moment.at)
+        return Continue(after_results=False)
 
     def _refuse_dispatch(self, planned: list[DispatchedCall], moment: Moment) -> Action | None:
         """The stop that comes before a batch would run, if any."""
@@ -531,6 +623,8 @@ class TurnCore(CriticRounds):
                 moment,
                 detail=self._call_secrets.scrub_all(f"refused by policy: {verdict.stop}"),
             )
+        if self._plan_review:
+            return self._plan_reviewed(verdict, moment)
         planned = self._planned
         names = {call.call_id: call.name for call in planned}
         refused = {
@@ -540,6 +634,15 @@ class TurnCore(CriticRounds):
             for call_id, why in verdict.refused.items()
         }
         repeats, reused = self._source_repeats(planned, refused)
+        # No write runs under the read-only ceiling of a run that plans.
+        refused.update(
+            refused_while_planning(
+                inv.planning,
+                [(c.call_id, c.name, c.effect) for c in planned if c.call_id not in refused],
+            )
+        )
+        if not self._approved:
+            planned = self._planned = self._with_plan_steps(planned, refused, reused)
         if self._approved:
             approval = inv.approval
             if isinstance(approval, ApprovalDenied):
@@ -554,10 +657,7 @@ class TurnCore(CriticRounds):
             for call in planned
             if call.call_id not in refused
             and call.call_id not in reused
-            and (
-                call.call_id in repeats
-                or self.catalogue.needs_approval(call.name, self._arguments[call.call_id])
-            )
+            and (call.call_id in repeats or self._needs_approval(call))
         ]
         if needing:
             question = None
@@ -577,6 +677,37 @@ class TurnCore(CriticRounds):
             )
             return Finished()
         return self._dispatch(planned, refused, moment, reused)
+
+    def _with_plan_steps(
+        self,
+        planned: list[DispatchedCall],
+        refused: Mapping[str, str],
+        reused: Mapping[str, SourceWrite],
+    ) -> list[DispatchedCall]:
+        """The batch with each write the plan in force authorises marked with its step."""
+        matched = match_planned(
+            self.invocation.planning,
+            [
+                (c.call_id, c.name, self._arguments[c.call_id])
+                for c in planned
+                if c.effect is ToolEffect.WRITE
+                and c.call_id not in refused
+                and c.call_id not in reused
+            ],
+        )
+        if not matched:
+            return planned
+        return [
+            c.model_copy(update={"plan_step": matched[c.call_id]}) if c.call_id in matched else c
+            for c in planned
+        ]
+
+    def _needs_approval(self, call: DispatchedCall) -> bool:
+        """Whether a call of a new batch waits for a person: the plan's rule, else its tool's."""
+        by_plan = planned_approval(self.invocation.planning, call.effect, call.plan_step)
+        if by_plan is not None:
+            return by_plan
+        return self.catalogue.needs_approval(call.name, self._arguments[call.call_id])
 
     def _source_repeats(
         self, planned: list[DispatchedCall], refused: dict[str, str]

@@ -227,6 +227,9 @@ class AskModel(_Action):
     turns: list[Turn]
     """The committed turns in the model's view (stored form: the shell reveals secrets)."""
     notices: list[str]
+    read_only: bool = False
+    """True under a plan's read-only ceiling (``aggregates.planning``): only the read tools
+    are offered to the model."""
 
 
 @dataclass(frozen=True, slots=True)

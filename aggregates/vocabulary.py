@@ -41,6 +41,9 @@ class TerminalReason(StrEnum):
     RATE_LIMITED = "rate_limited"
     """Paused before a model call: the provider's shared rate limit had no quota for it
     within the limit's ``max_wait_s``; it sleeps until the quota is there (``wake_at``)."""
+    PLAN_APPROVAL_REQUIRED = "plan_approval_required"
+    """Paused: the model of an agent with ``planning`` proposed a plan (``PlanProposed``);
+    a person approves it (by its digest) or denies it, and the run goes on."""
 
     @property
     def pauses(self) -> bool:
@@ -55,6 +58,7 @@ PAUSING_REASONS = frozenset(
         TerminalReason.RECONCILIATION_REQUIRED,
         TerminalReason.SLEEPING,
         TerminalReason.RATE_LIMITED,
+        TerminalReason.PLAN_APPROVAL_REQUIRED,
     }
 )
 
@@ -90,6 +94,9 @@ class RejectionClass(StrEnum):
     """It holds a value that cannot be stored faithfully (NaN, a lone surrogate, too deep...)."""
     TOO_LARGE = "too_large"
     """It is larger than the run's ``max_proposal_bytes``."""
+    INVALID_PLAN = "invalid_plan"
+    """A plan that cannot be approved: no steps, a step that is not a write, or a plan
+    from an agent that does not plan."""
 
 
 class EffectStatus(StrEnum):

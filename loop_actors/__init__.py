@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from aggregates.decisions import ErrorInfo as ErrorInfo
     from aggregates.decisions import Final as Final
     from aggregates.decisions import Handoff as Handoff
+    from aggregates.decisions import Plan as Plan
+    from aggregates.decisions import PlanStep as PlanStep
     from aggregates.decisions import Price as Price
     from aggregates.decisions import RejectionClass as RejectionClass
     from aggregates.decisions import RequestApproval as RequestApproval
@@ -51,9 +53,16 @@ if TYPE_CHECKING:
     from aggregates.fork_origin import SourceWrite as SourceWrite
     from aggregates.handoffs import HandoffHistory as HandoffHistory
     from aggregates.handoffs import HandoffOrigin as HandoffOrigin
+    from aggregates.planning import ApproveBy as ApproveBy
+    from aggregates.planning import Planning as Planning
     from aggregates.rate_limits import RateLimit as RateLimit
     from aggregates.replay import Divergence as Divergence
     from aggregates.replay import DivergenceKind as DivergenceKind
+    from aggregates.schedules import CatchUp as CatchUp
+    from aggregates.schedules import Overlap as Overlap
+    from aggregates.schedules import Schedule as Schedule
+    from aggregates.schedules import ScheduleProblem as ScheduleProblem
+    from aggregates.schedules import ScheduleState as ScheduleState
     from aggregates.settings import RunSettings as RunSettings
     from loop_actors._errors import AgentLoadError as AgentLoadError
     from loop_actors._errors import ApprovalRefusedError as ApprovalRefusedError
@@ -67,6 +76,9 @@ if TYPE_CHECKING:
     from loop_actors._errors import LoopActorsError as LoopActorsError
     from loop_actors._errors import NotWaitingError as NotWaitingError
     from loop_actors._errors import RuntimeBusyError as RuntimeBusyError
+    from loop_actors._errors import ScheduleError as ScheduleError
+    from loop_actors._errors import ScheduleExistsError as ScheduleExistsError
+    from loop_actors._errors import ScheduleNotFoundError as ScheduleNotFoundError
     from loop_actors._errors import ScriptExhaustedError as ScriptExhaustedError
     from loop_actors._errors import SleepTimeError as SleepTimeError
     from loop_actors._errors import StoreCipherError as StoreCipherError
@@ -88,6 +100,8 @@ if TYPE_CHECKING:
     from loop_actors._statistics import JournalStatistics as JournalStatistics
     from loop_actors._statistics import QuotaStatistics as QuotaStatistics
     from loop_actors._statistics import RuntimeStatistics as RuntimeStatistics
+    from loop_actors._statistics import ScheduleDue as ScheduleDue
+    from loop_actors._statistics import ScheduleStatistics as ScheduleStatistics
     from loop_actors._statistics import WorkerStatistics as WorkerStatistics
     from loop_actors.agent.adapters import AnthropicModel as AnthropicModel
     from loop_actors.agent.adapters import ModelCallError as ModelCallError
@@ -145,8 +159,22 @@ _EXPORTS: dict[str, str] = {
     "CannotContinue": "aggregates.decisions",
     "Clarification": "aggregates.decisions",
     "Wait": "aggregates.decisions",
+    "Plan": "aggregates.decisions",
+    "PlanStep": "aggregates.decisions",
+    "ApproveBy": "aggregates.planning",
+    "Planning": "aggregates.planning",
     "RateLimit": "aggregates.rate_limits",
     "QuotaStatistics": "loop_actors._statistics",
+    "CatchUp": "aggregates.schedules",
+    "Overlap": "aggregates.schedules",
+    "Schedule": "aggregates.schedules",
+    "ScheduleProblem": "aggregates.schedules",
+    "ScheduleState": "aggregates.schedules",
+    "ScheduleError": "loop_actors._errors",
+    "ScheduleExistsError": "loop_actors._errors",
+    "ScheduleNotFoundError": "loop_actors._errors",
+    "ScheduleDue": "loop_actors._statistics",
+    "ScheduleStatistics": "loop_actors._statistics",
     "Decision": "aggregates.decisions",
     "Effect": "aggregates.decisions",  # the former name of ToolEffect
     "EffectStatus": "aggregates.decisions",
@@ -263,12 +291,14 @@ __all__ = [
     "AgentLoadError",
     "AnthropicModel",
     "ApprovalRefusedError",
+    "ApproveBy",
     "AsyncioRuntime",
     "BackgroundLoop",
     "Budget",
     "CancelResult",
     "CannotContinue",
     "CatalogueChangedError",
+    "CatchUp",
     "ChildOutcome",
     "ChildPausedError",
     "Clarification",
@@ -316,7 +346,11 @@ __all__ = [
     "NotWaitingError",
     "OpenAIModel",
     "Outcome",
+    "Overlap",
     "ParentEnd",
+    "Plan",
+    "PlanStep",
+    "Planning",
     "Price",
     "ProviderErrorClass",
     "QuotaStatistics",
@@ -337,6 +371,14 @@ __all__ = [
     "Runtime",
     "RuntimeBusyError",
     "RuntimeStatistics",
+    "Schedule",
+    "ScheduleDue",
+    "ScheduleError",
+    "ScheduleExistsError",
+    "ScheduleNotFoundError",
+    "ScheduleProblem",
+    "ScheduleState",
+    "ScheduleStatistics",
     "ScriptExhaustedError",
     "ScriptedModel",
     "SettingsChangedError",

@@ -10,6 +10,7 @@ from aggregates.vocabulary import ErrorClass
 
 if TYPE_CHECKING:
     from aggregates.fork import ForkRefusal
+    from aggregates.schedules import ScheduleProblem
     from aggregates.standing import ApprovalRefusal
 
 
@@ -211,6 +212,37 @@ class SleepTimeError(UsageError):
 
     A naive datetime names no moment (which zone?): it is refused rather than guessed.
     """
+
+
+class ScheduleError(UsageError):
+    """Raised when a schedule's definition is malformed; ``problem`` says how. Nothing is written.
+
+    A bad ``every`` (``0m``, ``5x``), a malformed or never-due cron expression, an unknown
+    time zone, a time zone with ``every``, a bad name, an empty goal.
+    """
+
+    def __init__(self, message: str, problem: ScheduleProblem) -> None:
+        super().__init__(message)
+        self.problem = problem
+
+
+class ScheduleExistsError(UsageError):
+    """Raised when a schedule is added under a name another schedule of the store has."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"a schedule named {name!r} exists already: remove it first "
+            f"(loop-actors schedule remove {name})"
+        )
+        self.name = name
+
+
+class ScheduleNotFoundError(UsageError):
+    """Raised when no schedule of the store has the given name."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no schedule named {name!r} (loop-actors schedule list shows them)")
+        self.name = name
 
 
 class EffectNotFoundError(UsageError):

@@ -39,6 +39,8 @@ class CrashPoint(StrEnum):
     """The critic's ``revise`` verdict is durable; the agent's model was not asked again."""
     AFTER_SUBMIT_CHUNK_COMMIT = "after_submit_chunk_commit"
     """A chunk of a bulk submission is durable, with its queue rows; the next is not written."""
+    AFTER_SCHEDULE_DECIDED = "after_schedule_decided"
+    """A worker's check of a schedule decided runs (the schedule moved on); none is submitted."""
     PROJECTION_BATCH_APPLIED = "projection_batch_applied"
     """A read model applied a batch of events; its transaction is not yet committed."""
 

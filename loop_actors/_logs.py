@@ -56,6 +56,8 @@ class BackgroundLoop(StrEnum):
     """A worker reading what its claimed runs need, for a batch at once."""
     DRIVES = "drives"
     """A worker driving the runs it claimed."""
+    SCHEDULES = "schedules"
+    """A worker checking the schedules and submitting their due runs."""
     JOURNAL = "journal"
     """The Journal writing a group of commits."""
     AFTER_COMMIT = "after_commit"

@@ -53,6 +53,9 @@ class ModelRequest(Message):
     """For a critic (reflection): the final answer it reviews; its reply is a verdict
     (``{"kind": "accept"}`` or ``{"kind": "revise", "critique": "..."}``), and ``step`` is
     its round."""
+    planning: bool = False
+    """True under a plan's read-only ceiling: ``tools`` are the read tools only, and the
+    model may propose a ``plan`` decision (the adapters offer ``propose_plan`` for it)."""
 
     @property
     def results(self) -> list[ToolResult]:

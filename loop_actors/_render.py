@@ -23,8 +23,9 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from aggregates.decisions import Plan
 from loop_actors._terminal import terminal_safe
-from projections import CritiqueView, MetricsRow, Trajectory
+from projections import CritiqueView, MetricsRow, Trajectory, plans_against_done
 
 STATUS_STYLE = {
     "ok": "green",
@@ -37,7 +38,12 @@ STATUS_STYLE = {
     "accept": "green",
     "revise": "yellow",
 }
-PAUSES = {"approval_required", "clarification_required", "reconciliation_required"}
+PAUSES = {
+    "approval_required",
+    "clarification_required",
+    "reconciliation_required",
+    "plan_approval_required",
+}
 
 
 def console() -> Console:
@@ -106,7 +112,12 @@ def render_tree(trajectory: Trajectory, *, width: int = 200) -> Tree:
     tree.add(_text(f"goal: {trajectory.goal}", style="dim"))
     for step in trajectory.steps:
         usage = f"  tokens={step.input_tokens}/{step.output_tokens}" if step.input_tokens else ""
-        branch = tree.add(_text(f"step {step.step}: {step.kind} — {step.summary}{usage}"))
+        decided = f" ({step.approval})" if step.approval else ""
+        branch = tree.add(_text(f"step {step.step}: {step.kind} — {step.summary}{decided}{usage}"))
+        if isinstance(step.decision, Plan):
+            for index, planned in enumerate(step.decision.steps, start=1):
+                why = f" — {planned.description}" if planned.description else ""
+                branch.add(_text(f"{index}. {planned.tool}({_json(planned.arguments)}){why}"))
         for call in step.calls:
             effect = f" [effect {call.effect_status}]" if call.effect_status else ""
             duration = f" {call.duration_ms:.1f} ms" if call.duration_ms is not None else ""
@@ -124,6 +135,8 @@ def render_tree(trajectory: Trajectory, *, width: int = 200) -> Tree:
                 label.append(effect, style=_style(call.effect_status))
             if duration:
                 label.append(duration, style="dim")
+            if call.plan_step is not None:
+                label.append(f" [plan step {call.plan_step}]", style="dim")
             shown = _short(call.output, for_output) if call.status == "ok" else output
             if shown:
                 label.append(terminal_safe(f": {shown}"))
@@ -137,6 +150,15 @@ def render_tree(trajectory: Trajectory, *, width: int = 200) -> Tree:
                 f"critic: {len(trajectory.critiques)} round(s)  tokens="
                 f"{trajectory.critic_input_tokens}/{trajectory.critic_output_tokens}"
                 f"  cost={trajectory.critic_cost:.4f} (apart from the agent's)",
+                style="dim",
+            )
+        )
+    for plan in plans_against_done(trajectory):
+        made = sum(1 for w in plan.writes if w.made_at is not None)
+        tree.add(
+            _text(
+                f"plan of step {plan.step}: {made} of {len(plan.writes)} write(s) made, "
+                f"{len(plan.outside)} outside it",
                 style="dim",
             )
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from aggregates.decisions import Frozen, TerminalReason
@@ -70,6 +71,22 @@ class JournalStatistics(Frozen):
     """Events made durable per transaction, on average."""
     last_error: ErrorSeen | None
     """The last commit refused for another reason than a conflict (None: none yet)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionWritten:
+    """One transaction of the Journal, as its ``on_transaction`` hook is told of it."""
+
+    commits: int
+    """Commits in it (a group that a conflict split into single commits counts once)."""
+    events: int
+    """Events it made durable."""
+    failed: int
+    """Commits it refused."""
+    duration_s: float
+    """From its start to its end (the lock waits included), on a monotonic clock."""
+    inline: bool
+    """Written on the trio thread (an idle SQLite runtime's commit)."""
 
 
 class JournalCounters:
@@ -145,6 +162,29 @@ class QuotaStatistics(Frozen):
     """``rate_limited`` answers that blocked a limit for everyone."""
 
 
+class ScheduleDue(Frozen):
+    """A schedule and its next due time."""
+
+    name: str
+    due_at: datetime
+    """In UTC."""
+
+
+class ScheduleStatistics(Frozen):
+    """What a worker's checks of the schedules did, since it started (``WorkerStatistics``)."""
+
+    checks: int = 0
+    """Checks of the schedules of its agents it made."""
+    submitted: int = 0
+    """Runs of schedules it recorded."""
+    already_submitted: int = 0
+    """Runs it submitted that were in the store already (another worker's, or its own again)."""
+    skipped: int = 0
+    """Due times its checks did not run because the previous run had not ended."""
+    next_due: list[ScheduleDue] = []
+    """The next due active schedules of its agents, soonest first, as of its last check."""
+
+
 class RuntimeStatistics(Frozen):
     """What a Runtime does now and has done since it was made (``Runtime.statistics()``)."""
 
@@ -160,6 +200,9 @@ class RuntimeStatistics(Frozen):
     """Drives that stopped at a pause (approval, clarification, reconciliation)."""
     runs_ended: int
     """Drives that stopped otherwise: for good, or recording nothing (``lease_lost``)."""
+    runs_sleeping: int = 0
+    """Invocations :meth:`Runtime.resume_when_due` waits for in this process now (until
+    their ``wake_at``)."""
     stops_by_reason: dict[TerminalReason, int]
     """Paused and ended drives, by reason."""
     leases_held: int
@@ -232,6 +275,8 @@ class WorkerStatistics(Frozen):
     """Claims it could not drive (left paused with a note, for a person)."""
     claim_failures: int
     """Claims that failed in a row just now (0 once one works)."""
+    schedules: ScheduleStatistics = ScheduleStatistics()
+    """What its checks of the schedules of its agents did, and their next due times."""
     runtime: RuntimeStatistics
     """Its runtime's: the Journal, the leases, the runs in flight."""
 
@@ -242,6 +287,9 @@ __all__ = [
     "JournalStatistics",
     "RunCounters",
     "RuntimeStatistics",
+    "ScheduleDue",
+    "ScheduleStatistics",
+    "TransactionWritten",
     "WorkerStatistics",
     "error_seen",
     "later",

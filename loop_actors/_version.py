@@ -4,4 +4,4 @@ A literal, so that ``loop-actors --version`` need not ask ``importlib.metadata``
 reads every installed distribution's metadata: about 30 ms).
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from projections.effects import list_open_effects as list_open_effects
     from projections.metrics import MetricsProjection as MetricsProjection
     from projections.metrics import MetricsRow as MetricsRow
+    from projections.plans import PlannedWriteView as PlannedWriteView
+    from projections.plans import PlanView as PlanView
+    from projections.plans import WriteMade as WriteMade
+    from projections.plans import plans_against_done as plans_against_done
     from projections.runner import CatchUpReport as CatchUpReport
     from projections.runner import ForeignReadModelsError as ForeignReadModelsError
     from projections.runner import Projection as Projection
@@ -48,6 +52,10 @@ _EXPORTS: dict[str, str] = {
     "list_open_effects": "projections.effects",
     "MetricsProjection": "projections.metrics",
     "MetricsRow": "projections.metrics",
+    "PlanView": "projections.plans",
+    "PlannedWriteView": "projections.plans",
+    "WriteMade": "projections.plans",
+    "plans_against_done": "projections.plans",
     "CatchUpReport": "projections.runner",
     "ForeignReadModelsError": "projections.runner",
     "Projection": "projections.runner",
@@ -82,6 +90,8 @@ __all__ = [
     "MetricsProjection",
     "MetricsRow",
     "OpenEffectsProjection",
+    "PlanView",
+    "PlannedWriteView",
     "Projection",
     "ProjectionError",
     "ProjectionRunner",
@@ -93,6 +103,7 @@ __all__ = [
     "Trajectory",
     "TrajectoryProjection",
     "ViewCursor",
+    "WriteMade",
     "build_trajectory",
     "default_projections",
     "evolve_trajectory",
@@ -101,6 +112,7 @@ __all__ = [
     "list_open_effects",
     "load_trajectory",
     "metrics",
+    "plans_against_done",
 ]
 
 

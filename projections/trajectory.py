@@ -81,7 +81,7 @@ class TrajectoryProjection(ReadModel):
     """
 
     name = "trajectory"
-    version = 7
+    version = 8
 
     CACHE_STEPS: ClassVar[int] = 20_000
     """How many trajectories' steps (plus one per trajectory) the cache may hold."""
@@ -102,12 +102,12 @@ class TrajectoryProjection(ReadModel):
             "CREATE TABLE IF NOT EXISTS trajectory_steps ("
             "invocation_id TEXT, step BIGINT, kind TEXT, summary TEXT, decision TEXT, "
             "rejection TEXT, input_tokens BIGINT, output_tokens BIGINT, cost DOUBLE PRECISION, "
-            "latency_ms DOUBLE PRECISION, PRIMARY KEY (invocation_id, step))",
+            "latency_ms DOUBLE PRECISION, approval TEXT, PRIMARY KEY (invocation_id, step))",
             "CREATE TABLE IF NOT EXISTS trajectory_calls ("
             "invocation_id TEXT, step BIGINT, call_order BIGINT, call_id TEXT, tool TEXT, "
             "arguments TEXT, effect TEXT, effect_key TEXT, status TEXT, error_class TEXT, "
             "error_message TEXT, output TEXT, duration_ms DOUBLE PRECISION, effect_status TEXT, "
-            "PRIMARY KEY (invocation_id, step, call_id))",
+            "plan_step BIGINT, PRIMARY KEY (invocation_id, step, call_id))",
             "CREATE INDEX IF NOT EXISTS trajectory_calls_effect ON trajectory_calls (effect_key)",
             "CREATE TABLE IF NOT EXISTS trajectory_critiques ("
             "invocation_id TEXT, round BIGINT, step BIGINT, verdict TEXT, critique TEXT, "
@@ -372,6 +372,7 @@ def _step_row(invocation_id: str, step: StepView) -> tuple[Any, ...]:
         s["output_tokens"],
         s["cost"],
         s["latency_ms"],
+        s["approval"],
     )
 
 
@@ -414,6 +415,7 @@ def _call_row(invocation_id: str, step: int, order: int, call: CallView) -> tupl
         ENUM_VALUES[c["effect"]],
         c["effect_key"],
         *_result_columns(call),
+        c["plan_step"],
     )
 
 
@@ -433,7 +435,7 @@ def _result_columns(call: CallView) -> tuple[Any, ...]:
 
 
 _STEP_COLUMNS = tuple(name for name in StepView.model_fields if name != "calls")
-_CALL_DISPATCHED = ("call_id", "name", "arguments", "effect", "effect_key")
+_CALL_DISPATCHED = ("call_id", "name", "arguments", "effect", "effect_key", "plan_step")
 """What a call's row holds from ``BatchDispatched``: it never changes after."""
 _CALL_SETTLED = ("status", "output", "error_message", "duration_ms")
 """What ``ResultsCommitted`` sets (and ``effect_status``, which effect events change too)."""
@@ -572,6 +574,7 @@ _STEP_TABLE = (
     "output_tokens",
     "cost",
     "latency_ms",
+    "approval",
 )
 _CRITIQUE_COLUMNS = tuple(CritiqueView.model_fields)
 """The columns of ``trajectory_critiques`` after ``invocation_id``: the view's fields."""
@@ -598,6 +601,7 @@ _CALL_TABLE = (
     "output",
     "duration_ms",
     "effect_status",
+    "plan_step",
 )
 
 
@@ -641,6 +645,7 @@ def _from_rows(
                 effect=Effect(call["effect"]),
                 effect_key=call["effect_key"],
                 effect_status=call["effect_status"],
+                plan_step=call["plan_step"],
             )
         )
     return Trajectory(
@@ -662,6 +667,7 @@ def _from_rows(
                 latency_ms=s["latency_ms"],
                 decision=DECISION_ADAPTER.validate_json(s["decision"]) if s["decision"] else None,
                 rejection=Rejection.model_validate_json(s["rejection"]) if s["rejection"] else None,
+                approval=s["approval"],
             )
             for s in step_rows
         ],

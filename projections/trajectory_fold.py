@@ -78,6 +78,8 @@ class CallView(Frozen):
     """For a write: its effect key (the ``effects`` listing and the ledger use it)."""
     effect_status: str | None = None
     """For a write: what the effect ledger says (``committed``, ``reconciled``...)."""
+    plan_step: int | None = None
+    """For a write of the approved plan in force: the plan's step it made (1 for the first)."""
 
 
 class StepView(Frozen):
@@ -94,6 +96,9 @@ class StepView(Frozen):
     latency_ms: float = 0.0
     decision: Decision | None = None
     rejection: Rejection | None = None
+    approval: str | None = None
+    """For a batch or a plan a person (or a policy) decided on: ``approved by NAME (note)``
+    or ``denied by NAME: REASON``."""
 
 
 class CritiqueView(Frozen):
@@ -178,6 +183,9 @@ def _summary(decision: Decision | None, rejection: Rejection | None) -> tuple[st
             return "cannot_continue", d["reason"]
         case "handoff":
             return "handoff", f"to {d['to']}: {d['reason']}"
+        case "plan":
+            writes = f"{len(d['steps'])} write(s)"
+            return "plan", f"{writes}: {d['summary']}" if d["summary"] else writes
     return kind, ""
 
 
@@ -264,6 +272,7 @@ def _on_decision(trajectory: Trajectory, event: dict[str, Any], head: dict[str, 
             "latency_ms": usage["latency_ms"],
             "decision": decision,
             "rejection": rejection,
+            "approval": None,
         },
     )
     t = trajectory.__dict__
@@ -293,6 +302,7 @@ def _on_dispatch(trajectory: Trajectory, event: dict[str, Any], head: dict[str, 
                     "effect": c["effect"],
                     "effect_key": key,
                     "effect_status": "dispatched" if key else None,
+                    "plan_step": c["plan_step"],
                 },
             )
         )
@@ -337,6 +347,18 @@ def _on_resume(trajectory: Trajectory, event: dict[str, Any], head: dict[str, An
     head |= _RUNNING
 
 
+def _on_approval(trajectory: Trajectory, event: dict[str, Any], head: dict[str, Any]) -> None:
+    """An ``ApprovalGranted`` or ``ApprovalDenied``: the step says who decided (as its turn)."""
+    head |= _RUNNING
+    if "reason" in event:
+        approval = f"denied by {event['by']}: {event['reason']}"
+    else:
+        approval = f"approved by {event['by']}" + (f" ({event['note']})" if event["note"] else "")
+    index = _step_index(trajectory, event["step"])
+    step = trajectory.__dict__["steps"][index]
+    head["steps"] = _with_step(trajectory, index, _replace(step, {"approval": approval}))
+
+
 def _on_second_start(trajectory: Trajectory, event: dict[str, Any], head: dict[str, Any]) -> None:
     raise ValueError(f"invocation {trajectory.invocation_id} started twice")
 
@@ -372,8 +394,8 @@ _FOLDS: tuple[tuple[type, _Fold], ...] = (
     (ResultsCommitted, _on_results),
     (Paused, _on_pause),
     (Terminated, _on_end),
-    (ApprovalGranted, _on_resume),
-    (ApprovalDenied, _on_resume),
+    (ApprovalGranted, _on_approval),
+    (ApprovalDenied, _on_approval),
     (ClarificationProvided, _on_resume),
     (SleepEnded, _on_resume),
     (InvocationStarted, _on_second_start),
@@ -503,7 +525,7 @@ def step_changed_by(event: InvocationEvent) -> int | None:
     nothing else. An effect event changes the step holding its effect key.
     """
     match event:
-        case BatchDispatched() | ResultsCommitted():
+        case BatchDispatched() | ResultsCommitted() | ApprovalGranted() | ApprovalDenied():
             return event.step
         case _:
             return None

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -45,6 +46,24 @@ def _verifier_state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
             patch.delenv(name, raising=False)
         patch.delenv("LOOP_ACTORS_CHECKPOINT_EVERY", raising=False)
         yield
+
+
+@pytest.fixture(autouse=True)
+def _forget_modules_of_test_folders(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Forget, after each test, the modules it imported from a test's folder.
+
+    Many tests write an ``agents.py`` of their own and import it (``--agent agents:calc``
+    in process, or ``from agents import ...``): left in ``sys.modules``, the next test's
+    ``agents`` would be the last one's, with other agents in it. One at a time the tests
+    happened to run in an order where that did not matter; in parallel workers they do not.
+    """
+    before = set(sys.modules)
+    yield
+    folders = tmp_path_factory.getbasetemp()
+    for name in set(sys.modules) - before:
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if file and Path(file).is_relative_to(folders):
+            del sys.modules[name]
 
 
 @pytest.fixture

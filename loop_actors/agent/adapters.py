@@ -28,6 +28,7 @@ from aggregates.decisions import (
     CannotContinue,
     Clarification,
     Final,
+    Plan,
     Price,
     RequestApproval,
     ToolCalls,
@@ -40,7 +41,9 @@ from aggregates.rate_limits import estimate_tokens
 from loop_actors._errors import LoopActorsError, UsageError
 from loop_actors._logs import fields, package_logger
 from loop_actors._messages import ModelReply, ModelRequest, ToolSchema
+from loop_actors.agent.plan_tool import PLAN_INSTRUCTION, as_plan, plan_exchange, plan_schemas
 from loop_actors.agent.quota import quota_gate
+from loop_actors.agent.replies import lone_call
 
 log = package_logger(__name__)
 
@@ -308,6 +311,8 @@ def system_prompt(request: ModelRequest) -> str:
             + " (alone in its turn) with the reason, and a summary of what it should know."
         )
     lines.extend(request.notices)
+    if request.planning:
+        lines.append(PLAN_INSTRUCTION)
     return "\n".join(lines)
 
 
@@ -347,23 +352,12 @@ def as_handoff(proposal: Any, request: ModelRequest) -> Any:
     Any other proposal as it is (a handoff call among others is an unknown tool: the
     core rejects it, and the model is told).
     """
-    if not request.handoffs or not isinstance(proposal, dict):
+    called = lone_call(proposal) if request.handoffs else None
+    if called is None:
         return proposal
-    calls = proposal.get("calls")
-    if proposal.get("kind") != "tool_calls" or not isinstance(calls, list) or len(calls) != 1:
-        return proposal
-    targets = {handoff_tool_name(name): name for name in request.handoffs}
-    call = calls[0]
-    to = targets.get(call.get("name"))
+    name, arguments = called
+    to = {handoff_tool_name(n): n for n in request.handoffs}.get(name)
     if to is None:
-        return proposal
-    arguments = call.get("arguments")
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments or "{}")
-        except ValueError:
-            return proposal  # malformed: the core says so
-    if not isinstance(arguments, dict):
         return proposal
     return {
         "kind": "handoff",
@@ -526,7 +520,10 @@ class _Adapter:
         started = time.perf_counter()
         messages = self.messages(request)
         tools = self.tools(request)
-        names = {tool_.name for tool_ in [*request.tools, *handoff_schemas(request)]}
+        names = {
+            tool_.name
+            for tool_ in [*request.tools, *handoff_schemas(request), *plan_schemas(request)]
+        }
         tokens_in = tokens_out = attempts = 0
         async with self._client() as client:
             for round_ in range(self.reprompt_malformed + 1):
@@ -555,7 +552,10 @@ class _Adapter:
         usage = usage.model_copy(
             update={"provider": self.provider, "model": self.model, **self._reply_facts(reply)}
         )
-        return ModelReply(proposal=as_handoff(self._proposal(reply, calls), request), usage=usage)
+        return ModelReply(
+            proposal=as_plan(as_handoff(self._proposal(reply, calls), request), request),
+            usage=usage,
+        )
 
 
 class OpenAIModel(_Adapter):
@@ -616,6 +616,8 @@ class OpenAIModel(_Adapter):
                     Final() | Clarification() | RequestApproval() | CannotContinue() | Wait() | None
                 ):
                     messages.extend(text_exchange(turn))
+                case Plan():
+                    messages.extend(plan_exchange(turn))
         messages.extend(review_request(request))
         return messages
 
@@ -630,7 +632,7 @@ class OpenAIModel(_Adapter):
                     "parameters": tool_.parameters,
                 },
             }
-            for tool_ in [*request.tools, *handoff_schemas(request)]
+            for tool_ in [*request.tools, *handoff_schemas(request), *plan_schemas(request)]
         ]
 
     async def _create(
@@ -762,6 +764,8 @@ class AnthropicModel(_Adapter):
                     Final() | Clarification() | RequestApproval() | CannotContinue() | Wait() | None
                 ):
                     messages.extend(text_exchange(turn))
+                case Plan():
+                    messages.extend(plan_exchange(turn))
         messages.extend(review_request(request))
         return messages
 
@@ -769,7 +773,7 @@ class AnthropicModel(_Adapter):
         """The tools, as JSON Schema from the pydantic models that validate them."""
         return [
             {"name": t.name, "description": t.description, "input_schema": t.parameters}
-            for t in [*request.tools, *handoff_schemas(request)]
+            for t in [*request.tools, *handoff_schemas(request), *plan_schemas(request)]
         ]
 
     async def _create(

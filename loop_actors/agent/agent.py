@@ -13,6 +13,7 @@ from aggregates.children import ChildSpec, ParentEnd
 from aggregates.decisions import Budget, Price
 from aggregates.handoffs import HandoffHistory
 from aggregates.invocation import ToolSpec, Turn
+from aggregates.planning import ApproveBy, Planning
 from aggregates.revalidation import MalformedValueError, revalidated
 from aggregates.settings import DEFAULT_WIND_DOWN_NOTICE, MIN_SIZE_LIMIT, RunSettings
 from aggregates.values import (
@@ -242,6 +243,7 @@ class Agent:
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
         max_proposal_bytes: int = DEFAULT_MAX_PROPOSAL_BYTES,
         handoffs: Iterable[Agent | HandoffTo] = (),
+        planning: Planning | None = None,
         critic: Critic | None = None,
     ) -> None:
         """Describe an agent.
@@ -291,6 +293,12 @@ class Agent:
             critic: a :class:`Critic` reviews each final answer (after the verifier):
                 ``revise`` sends it back to the model with the critique, ``accept`` or
                 its spent rounds let it stand; see docs/how-to/add-a-critic.md.
+            planning: ``Planning(approve_by="person")`` makes each run plan before it
+                writes: it starts read-only (only read tools are offered, a write is
+                refused), its model's plan pauses ``plan_approval_required``, and once a
+                person approves it exactly its writes run; any other write waits for
+                approval (``approve_by="policy"``: the policy approves, only if it is
+                set); see docs/how-to/plan-then-approve.md.
 
         The budget and the settings (``max_verification_attempts``,
         ``max_repeated_failures`` and each tool's own, ``max_invalid_proposals``,
@@ -335,6 +343,12 @@ class Agent:
         ):
             if type(limit) is not int or limit < MIN_SIZE_LIMIT:
                 raise UsageError(f"agent {name}: {setting} must be an integer >= {MIN_SIZE_LIMIT}")
+        if planning is not None:
+            planning = _checked(name, "planning", Planning, planning)
+            if planning.approve_by is ApproveBy.POLICY and policy is None:
+                raise UsageError(
+                    f"agent {name}: planning approve_by='policy' needs a policy to approve plans"
+                )
         toolbox = Toolbox(_tool_list(name, tools), default_timeout_s=tool_timeout_s)
         routes = _handoff_routes(name, handoffs)
         settings = RunSettings(
@@ -354,6 +368,7 @@ class Agent:
             max_output_bytes=max_output_bytes,
             max_proposal_bytes=max_proposal_bytes,
             handoffs={n: route.history.value for n, route in routes.items()} or None,
+            planning=planning,
             critic=critic.settings if critic is not None else None,
         )
         for attribute, value in (
@@ -394,6 +409,11 @@ class Agent:
     def price(self) -> Price | None:
         """The recorded price."""
         return self.settings.price
+
+    @property
+    def planning(self) -> Planning | None:
+        """How the agent plans before it writes (None: it does not)."""
+        return self.settings.planning
 
     @property
     def max_verification_attempts(self) -> int:
@@ -490,6 +510,7 @@ class Agent:
             timeout_s=deadline + CHILD_TIMEOUT_MARGIN_S if deadline else DEFAULT_CHILD_TIMEOUT_S,
         )
         tool_.child = spec
+        tool_.child_agent = self
         return tool_
 
     def with_model(self, model: Model | str) -> Agent:

@@ -366,9 +366,13 @@ class BatchRun:
             # In a copy of this task's context, as a task of its own would be: what the
             # function sets in context variables does not reach the batch's task.
             returned = contextvars.copy_context().run(tool_.fn, **kwargs)
-        except BaseException as error:  # a tool's failure is its result, whatever it is
-            ending: _Ending | None = _failure(error)
+        except SleepRequested as sleep:  # replay's stand-in of a call that slept
+            self.slept[call.call_id] = sleep.until
+            ending: _Ending | None = _SLEEPING
             output: Any = None
+        except BaseException as error:  # a tool's failure is its result, whatever it is
+            ending = _failure(error)
+            output = None
         else:
             output, ending = _output(returned)
         finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
@@ -160,10 +160,19 @@ class RequestDigests:
         self._notices: tuple[tuple[str, ...], str] | None = None
         self._model = text_digest(self.identity)
 
-    def of(self, *, goal: str, notices: Sequence[str], turns: Sequence[Turn]) -> ModelInput:
+    def of(
+        self,
+        *,
+        goal: str,
+        notices: Sequence[str],
+        turns: Sequence[Turn],
+        offered: Collection[str] | None = None,
+    ) -> ModelInput:
         """What a decision records of a request for this goal, these notices and this view.
 
         Its parts that differ from the request before (all of them for the first).
+        ``offered``: the names of the tools the request offers, when not all of them
+        (a plan's read-only ceiling).
         """
         digests = []
         for turn in turns:
@@ -180,7 +189,9 @@ class RequestDigests:
             model=self._model,
             instructions=self._goal[1],
             notices=self._notices[1],
-            tools=self.tools,
+            tools=self.tools
+            if offered is None
+            else {name: d for name, d in self.tools.items() if name in offered},
             turn_digests=digests,
         )
         recorded, self._last = recorded_form(self._last, current), current

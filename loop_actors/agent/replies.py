@@ -7,6 +7,9 @@ core's messages.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from aggregates.model_input import ModelInput
 from aggregates.turn_messages import ModelAnswered, ModelFailed
 from aggregates.values import safe_text
@@ -40,3 +43,29 @@ def model_answer(
     return ModelAnswered(
         proposal=fields.get("proposal"), usage=fields.get("usage"), model_input=model_input
     )
+
+
+def lone_call(proposal: object) -> tuple[str, dict[str, Any]] | None:
+    """A proposal of exactly one tool call: the tool's name and its arguments as an object.
+
+    None for anything else (another decision, several calls, arguments that are not a
+    JSON object): the turn core judges those as they are. What the adapters read as the
+    decision a tool of their own stands for (a handoff, a plan).
+    """
+    if not isinstance(proposal, dict):
+        return None
+    calls = proposal.get("calls")
+    if proposal.get("kind") != "tool_calls" or not isinstance(calls, list) or len(calls) != 1:
+        return None
+    call = calls[0]
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        return None
+    arguments = call.get("arguments")
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments or "{}")
+        except ValueError:
+            return None  # malformed: the core says so
+    if not isinstance(arguments, dict):
+        return None
+    return call["name"], arguments

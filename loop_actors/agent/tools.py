@@ -330,6 +330,8 @@ class Tool:
         self.schema_digest = schema_digest(self.name, self.effect, self.schema)
         self.child: ChildSpec | None = None
         """For a tool that starts a child invocation (``Agent.as_tool``): its budget and policy."""
+        self.child_agent: object | None = None
+        """For a tool made by ``Agent.as_tool``: the agent its children run (replay finds it)."""
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r}, effect={self.effect.value!r})"

@@ -17,7 +17,10 @@ from aggregates.audit import StoredForm, verify_chain
 from aggregates.audit_coverage import (
     EFFECT,
     INVOCATION,
+    PROVENANCE_FINDINGS,
+    Provenance,
     dispatched_effect_keys,
+    fork_provenance,
     kind_of,
     kind_problem,
     snapshot_problems,
@@ -26,7 +29,7 @@ from aggregates.audit_coverage import (
 from aggregates.decisions import Frozen
 from aggregates.effect import EffectPrepared
 from aggregates.events import DomainEvent
-from aggregates.invocation import BatchDispatched
+from aggregates.invocation import BatchDispatched, InvocationStarted
 from aggregates.requests import CancelRequested
 from loop_actors._errors import InvocationNotFoundError
 from loop_actors.store.store import EventStore
@@ -48,6 +51,13 @@ class ChainReport(Frozen):
     """The first broken position (for a snapshot, its version); None when none is."""
     problem: str | None = None
     """Why it is broken, or what it refers to that is missing; None when intact."""
+    forked_from: str | None = None
+    """For a fork whose own chain is whole: the source it records."""
+    provenance: Provenance | None = None
+    """For a fork whose own chain is whole: what was found of its source's head at the
+    fork point (a mismatch, or a source cut before it, is its ``problem``)."""
+    provenance_detail: str | None = None
+    """The provenance in words."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -122,6 +132,38 @@ def _chain_report(
     return ChainReport(id=aggregate_id, kind=kind.name, events=checked, head_hash=head)
 
 
+def _with_provenance(
+    report: ChainReport,
+    entries: Entries,
+    source: Entries,
+    source_report: ChainReport | None,
+) -> ChainReport:
+    """A whole fork's report with what its source (``source``, as stored) says of its origin."""
+    first = entries[0][1] if entries else None
+    if not report.intact or not isinstance(first, InvocationStarted):
+        return report
+    origin = first.forked_from
+    if origin is None:
+        return report
+    broken_at = None if source_report is None else source_report.broken_at
+    verdict, detail = fork_provenance(origin, source, broken_at)
+    update: dict[str, Any] = {
+        "forked_from": origin.source_id,
+        "provenance": verdict,
+        "provenance_detail": detail,
+    }
+    if verdict in PROVENANCE_FINDINGS:
+        update["problem"] = f"{verdict.value}: {detail}"
+    return report.model_copy(update=update)
+
+
+def _source_id(entries: Entries) -> str | None:
+    first = entries[0][1] if entries else None
+    if isinstance(first, InvocationStarted) and first.forked_from is not None:
+        return first.forked_from.source_id
+    return None
+
+
 def verify_aggregate(store: EventStore, aggregate_id: str) -> ChainReport:
     """Check one aggregate's chain as stored (blocking); its kind follows from its id."""
     forms: dict[int, StoredForm] = {}
@@ -192,7 +234,14 @@ def verify_invocation(store: EventStore, invocation_id: str) -> list[ChainReport
     entries = store.stored_entries(invocation_id, forms=forms)
     if not entries:
         raise InvocationNotFoundError(invocation_id)
-    reports = [_chain_report(invocation_id, entries, forms)]
+    report = _chain_report(invocation_id, entries, forms)
+    source_id = _source_id(entries)
+    if source_id is not None:
+        source_forms: dict[int, StoredForm] = {}
+        source = store.stored_entries(source_id, forms=source_forms)
+        source_report = _chain_report(source_id, source, source_forms) if source else None
+        report = _with_provenance(report, entries, source, source_report)
+    reports = [report]
     snapshots = store.stored_snapshots().get(invocation_id, [])
     reports.extend(_snapshot_reports(invocation_id, entries, snapshots))
     named = _named_keys(entries)
@@ -203,6 +252,10 @@ def verify_invocation(store: EventStore, invocation_id: str) -> list[ChainReport
         effect_entries = store.stored_entries(key, forms=effect_forms)
         report = _chain_report(key, effect_entries, effect_forms)
         if report.intact:
+            first = effect_entries[0][1]
+            owner = first.invocation_id if isinstance(first, EffectPrepared) else invocation_id
+            if owner not in invocations:  # a fork's write that reused its source's (dedupe)
+                invocations[owner] = store.stored_entries(owner)
             problem = _referral_problem(report, effect_entries, invocations)
             if problem is not None:
                 report = report.model_copy(update={"problem": problem})
@@ -271,12 +324,17 @@ def verify_all(store: EventStore) -> tuple[list[ChainReport], Coverage]:
     invocations = {i: e for i, e in stored.items() if kind_of(i) is INVOCATION}
     reports: list[ChainReport] = []
     snapshots = store.stored_snapshots()
+    chains = {i: _chain_report(i, entries, forms[i]) for i, entries in stored.items()}
     for aggregate_id, entries in stored.items():
-        report = _chain_report(aggregate_id, entries, forms[aggregate_id])
+        report = chains[aggregate_id]
         if report.intact and report.kind != INVOCATION.name:
             problem = _referral_problem(report, entries, invocations)
             if problem is not None:
                 report = report.model_copy(update={"problem": problem})
+        source_id = _source_id(entries) if aggregate_id in invocations else None
+        if source_id is not None:
+            source = invocations.get(source_id, [])
+            report = _with_provenance(report, entries, source, chains.get(source_id))
         reports.append(report)
         if aggregate_id in invocations:
             reports.extend(

@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+from aggregates.audit_coverage import Provenance
 from loop_actors._errors import UsageError
 from loop_actors._terminal import terminal_safe
 from loop_actors.audit.checkpoint import (
@@ -85,6 +86,15 @@ def _audit_checkpoint(args: argparse.Namespace) -> int:
         sys.stdout.write(note)
     return ExitCode.OK
 
+
+_PROVENANCE = {
+    Provenance.VERIFIED: "its source's head at the fork point verified",
+    Provenance.SOURCE_NOT_IN_STORE: "source not in this store",
+    Provenance.SOURCE_BROKEN: "source broken before the fork point (not checked)",
+    Provenance.SOURCE_HEAD_MISMATCH: "its source's head at the fork point differs",
+    Provenance.SOURCE_TRUNCATED: "its source has no event at the fork point",
+}
+"""How a fork's provenance reads after its ``ok`` line (the findings are ``BROKEN`` lines)."""
 
 _SIGNED = {
     "verified": "signature verified",
@@ -189,6 +199,8 @@ def _audit_verify(args: argparse.Namespace) -> int:
                 if report.kind == "snapshot"
                 else f"events={report.events}  head={report.head_hash}"
             )
+            if report.provenance is not None:
+                detail += f"  forked from {report.forked_from}: {_PROVENANCE[report.provenance]}"
             print(f"ok      {report.kind:<10} {terminal_safe(report.id)}  {detail}")
         else:
             where = f"at position {report.broken_at}: " if report.broken_at is not None else ""

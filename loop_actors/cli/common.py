@@ -68,6 +68,8 @@ def outcome_json(outcome: Outcome) -> str:
         record["wake_at"] = outcome.wake_at.isoformat()
     if outcome.critic is not None:
         record["critic"] = outcome.critic.model_dump(mode="json")
+    if outcome.plan is not None:
+        record["plan"] = outcome.plan
     return json.dumps(record)
 
 
@@ -101,6 +103,12 @@ def outcome_lines(outcome: Outcome, events: int | None) -> list[str]:
         lines.append(terminal_safe(outcome.answer))
     elif outcome.detail:
         lines.append(terminal_safe(outcome.detail))
+    if outcome.plan is not None:  # what a person approves, and by which digest
+        lines.extend(
+            terminal_safe(f"  {w['step']}. {w['tool']} {json.dumps(w['arguments'])}")
+            for w in outcome.plan
+        )
+        lines.append(f"digest={outcome.digest}")
     lines.append(
         f"steps={outcome.steps} tool_calls={outcome.tool_calls} "
         f"events={'?' if events is None else events} "

@@ -11,6 +11,7 @@ from typing import Any
 import trio
 
 from loop_actors._errors import UsageError
+from loop_actors.cli.agents import load_agent
 from loop_actors.cli.common import trio_run
 from loop_actors.cli.exit_codes import ExitCode
 from loop_actors.cli.history import record_line
@@ -31,8 +32,13 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as error:
         raise UsageError(f"serve needs the console extra ({EXTRA}): {error}") from None
     settings = ConsoleSettings.resolve(
-        db_url=args.db, host=args.host, port=args.port, token=args.token
+        db_url=args.db,
+        host=args.host,
+        port=args.port,
+        token=args.token,
+        forwarded_allow_ips=args.forwarded_allow_ips,
     )
+    agents = [load_agent(reference) for reference in args.agents]  # before the database
     # The store must exist: a mistyped path would show an empty console (and create it).
     EventStore(resolve_db_url(args.db), create=False).close()
 
@@ -43,12 +49,15 @@ def run(args: argparse.Namespace) -> int:
             print(f"token (decisions need it): {settings.token}", flush=True)
         else:
             print("token: the one given (--token or $LOOP_ACTORS_CONSOLE_TOKEN)", flush=True)
+        if agents:
+            names = ", ".join(agent.name for agent in agents)
+            print(f"agents (bulk resume and reconcile run here): {names}", flush=True)
 
     async def serve() -> int:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_stop_on_sigterm, nursery.cancel_scope)
             try:
-                await serve_console(settings, ready=ready)
+                await serve_console(settings, agents=agents, ready=ready)
                 nursery.cancel_scope.cancel()  # it returned: stop the signal watcher too
             except OSError as error:
                 raise UsageError(

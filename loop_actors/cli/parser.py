@@ -72,6 +72,12 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ),
     ("worker", "queue", "claim runnable invocations of these agents and run them, many at once"),
     ("workers", "queue", "live lease holders (workers and runs), their leases, last heartbeat"),
+    (
+        "schedule",
+        "schedules",
+        "run an agent on a schedule ('schedule add NAME --agent MODULE:ATTR --goal TEXT "
+        "--every 15m'; list, pause, resume, remove): workers submit each due run once",
+    ),
     ("history", "history", "print an invocation's committed events"),
     (
         "trace",

@@ -23,7 +23,8 @@ from aggregates.lease import (
     effective_status,
     lease_is_live,
 )
-from aggregates.rate_limits import RateLimit, parse_rate_limit
+from aggregates.rate_limits import QuotaRow, RateLimit, parse_rate_limit
+from aggregates.schedules import Schedule, ScheduleState
 from loop_actors._errors import UsageError
 from loop_actors._render import ID, TEXT, console, print_table
 from loop_actors._terminal import terminal_safe
@@ -166,13 +167,21 @@ def _iso(seconds: float) -> str:
 
 
 def workers_command(store: EventStore, args: argparse.Namespace) -> ExitCode:
-    """``workers``: the registered holders, live or not, with their leases."""
+    """``workers``: the registered holders, live or not, with their leases; what waits.
+
+    After the holders: the next due active schedules, the runs that wait to be due
+    (asleep, waiting for quota, or retried later), and the rate limits that make
+    requests wait.
+    """
     queue = read_queue(store)
     try:
         holders, now = queue.holders()
         rows, _ = queue.rows()
+        schedules, _ = queue.schedules()
+        limits, _ = queue.quota_rows()
     finally:
         queue.close()
+    waits = _waits(rows, schedules, limits, now)
     leases: dict[str, list[QueueRow]] = {}
     expired: dict[str, list[QueueRow]] = {}
     for row in rows:
@@ -184,7 +193,7 @@ def workers_command(store: EventStore, args: argparse.Namespace) -> ExitCode:
         for holder in holders
     ]
     if args.json:
-        for record in records:
+        for record in [*records, *waits]:
             print(json.dumps(record))
         return ExitCode.OK
     table = Table("holder", "kind", "alive", "heartbeat", "agents", "leases", box=None)
@@ -214,7 +223,103 @@ def workers_command(store: EventStore, args: argparse.Namespace) -> ExitCode:
         f"{live} live holder(s), {sum(len(v) for v in leases.values())} lease(s) held"
         + (f", {ran_out} run out (to be taken over)" if ran_out else "")
     )
+    for line in _wait_lines(waits):
+        print(terminal_safe(line))
     return ExitCode.OK
+
+
+SHOWN_WAITS = 5
+"""How many of each kind of wait the text of ``workers`` names (``--json``: every one)."""
+
+
+def _waits(
+    rows: list[QueueRow],
+    schedules: list[Schedule],
+    limits: list[tuple[str, str, QuotaRow]],
+    now: float,
+) -> list[dict[str, Any]]:
+    """What waits for a time, soonest first within each kind: schedules, runs, rate limits."""
+    found: list[dict[str, Any]] = [
+        {
+            "kind": "schedule",
+            "schedule": row.name,
+            "agent": row.agent_name,
+            "next_due": _iso(row.next_due),
+            "due_in_s": round(row.next_due - now, 3),
+            "next_invocation_id": row.invocation_id(row.next_due),
+        }
+        for row in sorted(schedules, key=lambda row: (row.next_due, row.name))
+        if row.state is ScheduleState.ACTIVE
+    ]
+    found += [
+        {
+            "kind": "waiting",
+            "invocation_id": row.invocation_id,
+            "agent": row.agent_name,
+            "due_at": _iso(row.due_at),
+            "due_in_s": round(row.due_at - now, 3),
+            "note": row.note,
+        }
+        for row in sorted(rows, key=lambda row: (row.due_at, row.invocation_id))
+        if row.status is QueueStatus.RUNNABLE and row.due_at > now
+    ]
+    for provider, model, quota in limits:
+        next_request = max(quota.request_due, quota.token_due, quota.blocked_until)
+        if next_request > now:
+            found.append(
+                {
+                    "kind": "rate_limit",
+                    "provider": provider,
+                    "model": model,
+                    "next_request_at": _iso(next_request),
+                    "wait_s": round(next_request - now, 3),
+                    "blocked_until": _iso(quota.blocked_until)
+                    if quota.blocked_until > now
+                    else None,
+                }
+            )
+    return found
+
+
+WAIT_TITLES = (
+    ("schedule", "next due schedule(s)"),
+    ("waiting", "run(s) waiting to be due (asleep, for quota, or retried)"),
+    ("rate_limit", "rate limit(s) making requests wait"),
+)
+
+
+def _wait_lines(waits: list[dict[str, Any]]) -> list[str]:
+    """The text of ``workers``' last lines: a line for each kind of wait there is."""
+    lines = []
+    for kind, title in WAIT_TITLES:
+        of_kind = [wait for wait in waits if wait["kind"] == kind]
+        if of_kind:
+            shown = ", ".join(_wait_text(wait) for wait in of_kind[:SHOWN_WAITS])
+            more = f", {len(of_kind) - SHOWN_WAITS} more" if len(of_kind) > SHOWN_WAITS else ""
+            lines.append(f"{len(of_kind)} {title}: {shown}{more}")
+    return lines
+
+
+def _wait_text(wait: dict[str, Any]) -> str:
+    match wait["kind"]:
+        case "schedule":
+            return f"{wait['schedule']} {_due_in(wait['due_in_s'])}"
+        case "waiting":
+            return f"{wait['invocation_id']} {_due_in(wait['due_in_s'])}"
+        case _:
+            return f"{wait['provider']}:{wait['model']} for {_duration(wait['wait_s'])}"
+
+
+def _due_in(seconds: float) -> str:
+    """``in 5 s``, ``in 3 h``; ``overdue by 2 min`` (no worker of its agent checked it)."""
+    return f"overdue by {_duration(-seconds)}" if seconds < 0 else f"in {_duration(seconds)}"
+
+
+def _duration(seconds: float) -> str:
+    for size, unit, more_than in ((86400, "days", 2), (3600, "h", 2), (60, "min", 2)):
+        if seconds >= more_than * size:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{seconds:.0f} s"
 
 
 def _lease_record(row: QueueRow, now: float) -> dict[str, Any]:

@@ -18,7 +18,13 @@ from loop_actors.cli.common import trio_run
 from loop_actors.cli.exit_codes import ExitCode
 from loop_actors.cli.reading import open_for_reading
 from loop_actors.runtime.gc_policy import GcPolicy
-from loop_actors.runtime.replay import ReplayFilter, ReplayMatch, ReplayReport, replay_all
+from loop_actors.runtime.replay import (
+    ReplayClock,
+    ReplayFilter,
+    ReplayMatch,
+    ReplayReport,
+    replay_all,
+)
 from loop_actors.runtime.runtime import Runtime
 from loop_actors.store.url import StoreUrl
 
@@ -78,7 +84,8 @@ async def _replay(agent: Agent, args: argparse.Namespace) -> ExitCode:
         async def read_events(invocation_id: str) -> list[InvocationEvent]:
             return await trio.to_thread.run_sync(source.events, invocation_id)
 
-        async with Runtime(args.into, gc_policy=GcPolicy.UNCHANGED) as target:
+        clock = ReplayClock()
+        async with Runtime(args.into, now=clock, gc_policy=GcPolicy.UNCHANGED) as target:
             report = await replay_all(
                 read_events,
                 ids,
@@ -89,6 +96,7 @@ async def _replay(agent: Agent, args: argparse.Namespace) -> ExitCode:
                 assume_approved=args.assume_approved,
                 check=args.check,
                 fresh_target=args.into == "memory://",
+                clock=clock,
             )
     finally:
         source.close()

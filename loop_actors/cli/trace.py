@@ -1,8 +1,9 @@
-"""The ``trace export`` command: the spans of an invocation and of those it led to, sent."""
+"""The ``trace export`` command: the spans of an invocation and of those it led to."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from aggregates.decisions import TerminalReason
 from aggregates.handoffs import handoff_id_of
@@ -13,12 +14,13 @@ from aggregates.invocation import (
     InvocationStarted,
     Terminated,
 )
-from loop_actors._errors import InvocationNotFoundError
+from loop_actors._errors import InvocationNotFoundError, UsageError
 from loop_actors.cli.exit_codes import ExitCode
 from loop_actors.cli.reading import open_for_reading
 from loop_actors.store.store import EventStore
-from loop_actors.telemetry.export import export_to_otlp, shown_url
+from loop_actors.telemetry.export import export_to_otlp, otlp_json, shown_url
 from loop_actors.telemetry.live import root_trace_parent
+from loop_actors.telemetry.otel import latest_experimental_on
 from loop_actors.telemetry.spans import SpanRecord, report, root_id_of
 
 
@@ -56,18 +58,37 @@ def tree_spans(
             events = history if current == invocation_id else store.events(current)
         except InvocationNotFoundError:
             continue  # a child its parent has not started yet
-        spans.extend(report(events, root_trace_parent=root, content=content).spans)
+        found = report(
+            events,
+            root_trace_parent=root,
+            content=content,
+            latest_experimental=latest_experimental_on(),
+        )
+        spans.extend(found.spans)
         pending.extend(_children(events))
     return spans, len(seen)
 
 
 def run(args: argparse.Namespace) -> int:
-    """``trace export ID --otlp URL``: send the spans; print what was sent where."""
+    """``trace export ID --otlp URL | --out FILE``: send or write the spans; say where."""
     store = open_for_reading(args.db)
     try:
         spans, invocations = tree_spans(store, args.invocation_id, content=args.content)
     finally:
         store.close()
-    endpoint = export_to_otlp(spans, args.otlp)
-    print(f"exported {len(spans)} spans of {invocations} invocation(s) to {shown_url(endpoint)}")
+    if args.out is None:
+        endpoint = export_to_otlp(spans, args.otlp)
+        print(
+            f"exported {len(spans)} spans of {invocations} invocation(s) to {shown_url(endpoint)}"
+        )
+        return ExitCode.OK
+    document = otlp_json(spans)
+    if args.out == "-":
+        print(document)
+        return ExitCode.OK
+    try:
+        Path(args.out).write_text(document + "\n", encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"cannot write {args.out}: {error.strerror or error}") from None
+    print(f"wrote {len(spans)} spans of {invocations} invocation(s) to {args.out} as OTLP/JSON")
     return ExitCode.OK

@@ -29,6 +29,14 @@ from loop_actors._errors import (
     StoreUnavailableError,
     UsageError,
 )
+from loop_actors.console.bulk import (
+    MAX_BULK,
+    BulkAction,
+    BulkBody,
+    ConsoleRuns,
+    NoAgentError,
+    bulk_answer,
+)
 from loop_actors.console.reads import MAX_PAGE, ConsoleReads, InvocationFilter
 from loop_actors.console.stream import event_stream, tree_stream
 from loop_actors.runtime.runtime import Runtime
@@ -58,6 +66,8 @@ def error_response(error: Exception) -> JSONResponse:
             return _error(409, "conflict", str(error))
         case NotWaitingError():
             return _error(409, "not_waiting", str(error))
+        case NoAgentError():
+            return _error(409, "no_agent", str(error))
         case StoreUnavailableError():
             return _error(503, "store_unavailable", str(error))
         case UsageError():
@@ -190,7 +200,30 @@ def _typed(handler: Handler) -> Handler:
     return answer
 
 
-def api_routes(runtime: Runtime, reads: ConsoleReads) -> list[Route]:
+def parse_bulk_body(body: dict[str, Any]) -> BulkBody:
+    """A bulk action's body: ``where`` (the list's filters), ``dry_run``, ``by``, ``confirm``...
+
+    Raises:
+        BadRequestError: ``where`` is not an object of strings or not a filter the list
+            takes, ``dry_run`` is not a boolean, or (without a dry run) ``by`` or
+            ``confirm`` is missing.
+    """
+    where = body.get("where", {})
+    if not isinstance(where, dict) or not all(isinstance(v, str) for v in where.values()):
+        raise BadRequestError("'where' must be an object of filters (strings), as the list's")
+    dry_run = body.get("dry_run", True)
+    if not isinstance(dry_run, bool):
+        raise BadRequestError("'dry_run' must be true or false")
+    return BulkBody(
+        where=parse_filter({**where, "limit": str(MAX_BULK), "offset": "0"}),
+        dry_run=dry_run,
+        by=_text(body, "by", required=not dry_run),
+        reason=_text(body, "reason", required=False),
+        confirm=_text(body, "confirm", required=not dry_run),
+    )
+
+
+def api_routes(runtime: Runtime, reads: ConsoleReads, runs: ConsoleRuns) -> list[Route]:
     """The routes of ``/api/``."""
 
     async def invocations(request: Request) -> Response:
@@ -286,39 +319,14 @@ def api_routes(runtime: Runtime, reads: ConsoleReads) -> list[Route]:
         )
         return JSONResponse(resolved.model_dump(mode="json"))
 
-    async def bulk_cancel(request: Request) -> Response:
-        body = await read_body(request)
-        where = body.get("where", {})
-        if not isinstance(where, dict) or not all(isinstance(v, str) for v in where.values()):
-            raise BadRequestError("'where' must be an object of filters (strings), as the list's")
-        dry_run = body.get("dry_run", True)
-        if not isinstance(dry_run, bool):
-            raise BadRequestError("'dry_run' must be true or false")
-        by = _text(body, "by", required=not dry_run)
-        reason = _text(body, "reason", required=False)
-        matched = await _cancellable(reads, parse_filter({**where, "limit": str(MAX_BULK)}))
-        confirm = f"cancel {len(matched)}"
-        if dry_run:
-            return JSONResponse(
-                {
-                    "dry_run": True,
-                    "matched": len(matched),
-                    "invocation_ids": matched,
-                    "confirm": confirm,
-                }
-            )
-        if _text(body, "confirm", required=True) != confirm:
+    async def bulk(request: Request) -> Response:
+        name = request.path_params["action"]
+        if name not in {action.value for action in BulkAction}:
             return _error(
-                409,
-                "confirmation_mismatch",
-                f"the filter matches {len(matched)} invocations now: confirm with {confirm!r} "
-                "(after a new dry run); nothing was cancelled",
+                404, "not_found", f"no bulk action {name!r} (one of {', '.join(BulkAction)})"
             )
-        results = {}
-        for invocation_id in matched:
-            result = await runtime.request_cancel(invocation_id, by=by, reason=reason)
-            results[invocation_id] = result.value
-        return JSONResponse({"dry_run": False, "matched": len(matched), "results": results})
+        body = parse_bulk_body(await read_body(request))
+        return await bulk_answer(BulkAction(name), body, reads, runs)
 
     return [
         Route("/api/invocations", _typed(invocations), methods=["GET"]),
@@ -330,7 +338,7 @@ def api_routes(runtime: Runtime, reads: ConsoleReads) -> list[Route]:
             _typed(decide),
             methods=["POST"],
         ),
-        Route("/api/bulk/cancel", _typed(bulk_cancel), methods=["POST"]),
+        Route("/api/bulk/{action:str}", _typed(bulk), methods=["POST"]),
         Route("/api/approvals", _typed(approvals), methods=["GET"]),
         Route("/api/summary", _typed(summary), methods=["GET"]),
         Route("/api/metrics", _typed(metrics), methods=["GET"]),
@@ -340,14 +348,6 @@ def api_routes(runtime: Runtime, reads: ConsoleReads) -> list[Route]:
 
 
 ACTIONS = ("approve", "deny", "clarify", "cancel")
-MAX_BULK = 500
-"""A bulk action acts on at most this many invocations (the newest that match)."""
-
-
-async def _cancellable(reads: ConsoleReads, where: InvocationFilter) -> list[str]:
-    """The ids of the invocations that match and have not ended (a cancel would change them)."""
-    rows = await reads.invocations(where)
-    return [row["invocation_id"] for row in rows if row["status"] != InvocationStatus.TERMINATED]
 
 
 def _recorded(invocation_id: str, decision: str, by: str | None) -> JSONResponse:

@@ -9,8 +9,14 @@ An ASGI middleware around the whole app, so that no route can forget it:
 - every mutating request (anything but GET, HEAD and OPTIONS) needs the token as
   ``Authorization: Bearer …`` (``401``, nothing recorded) and, when a browser sends
   ``Origin`` or ``Sec-Fetch-Site``, to come from the console's own origin (``403``);
-- bound beyond loopback, every request needs the token (the header, or the
-  ``HttpOnly`` ``SameSite=Strict`` cookie ``POST /login`` sets for pages);
+- behind a TLS-terminating proxy the operator named (``--forwarded-allow-ips``), a
+  request from that proxy's address is taken at the scheme and host it forwards
+  (``Forwarded: proto=…;host=…``, else ``X-Forwarded-Proto`` / ``X-Forwarded-Host``):
+  the console's own origin is then ``https://console.example``; the proxy picked the
+  site, so its ``Host`` is not checked. The same headers from any other peer are
+  ignored (a forged ``X-Forwarded-Proto`` changes nothing);
+- bound beyond loopback, or behind a proxy, every request needs the token (the
+  header, or the ``HttpOnly`` ``SameSite=Strict`` cookie ``POST /login`` sets for pages);
 - every response carries a Content-Security-Policy that allows only the console's
   own script and style (no inline script, nothing from elsewhere) and
   ``frame-ancestors 'none'``.
@@ -83,7 +89,13 @@ class ConsoleGuard:
             return
         headers = _headers(scope)
         host = headers.get("host", "")
-        if self.hosts is not None and host_name(host) not in self.hosts:
+        client = scope.get("client")
+        proxied = self.settings.trusts_proxy(client[0] if client else None)
+        if proxied:
+            scheme, forwarded_host = forwarded(headers)
+            scope = {**scope, "scheme": scheme or scope.get("scheme", "http")}
+            host = forwarded_host or host
+        elif self.hosts is not None and host_name(host) not in self.hosts:
             await _refuse(send, 421, "wrong_host", f"this console does not answer for {host!r}")
             return
         method = scope["method"]
@@ -94,7 +106,7 @@ class ConsoleGuard:
             if problem is not None:
                 await _refuse(send, 403, "cross_origin", problem)
                 return
-        needs_token = path != LOGIN_PATH and (mutating or not self.settings.loopback)
+        needs_token = path != LOGIN_PATH and (mutating or self.settings.reads_need_token)
         if needs_token and not self._authorised(headers, cookie_too=not mutating):
             await _refuse(
                 send,
@@ -140,6 +152,31 @@ def _headers(scope: Scope) -> dict[str, str]:
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
 
 
+def forwarded(headers: dict[str, str]) -> tuple[str | None, str | None]:
+    """The scheme and host a proxy forwarded: ``Forwarded`` (RFC 7239), else ``X-Forwarded-*``.
+
+    Of a list (proxies in a chain), the first: what the client asked the first proxy.
+    A scheme other than ``http`` or ``https`` is ignored.
+    """
+    proto: str | None = None
+    host: str | None = None
+    if "forwarded" in headers:
+        first = headers["forwarded"].split(",", 1)[0]
+        for pair in first.split(";"):
+            name, _, value = pair.strip().partition("=")
+            value = value.strip().strip('"')
+            if name.lower() == "proto":
+                proto = value.lower()
+            elif name.lower() == "host":
+                host = value
+    else:
+        if "x-forwarded-proto" in headers:
+            proto = headers["x-forwarded-proto"].split(",", 1)[0].strip().lower()
+        if "x-forwarded-host" in headers:
+            host = headers["x-forwarded-host"].split(",", 1)[0].strip()
+    return (proto if proto in ("http", "https") else None), (host or None)
+
+
 def _cross_origin(headers: dict[str, str], scope: Scope, host: str) -> str | None:
     """Why a mutating request is not from the console's own page; None if it is (or no browser)."""
     site = headers.get("sec-fetch-site")
@@ -170,6 +207,7 @@ __all__ = [
     "CSP",
     "ConsoleGuard",
     "allowed_hosts",
+    "forwarded",
     "host_name",
     "is_loopback",
     "token_matches",

@@ -8,6 +8,7 @@ package) sends the forms with the token and follows the live stream.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
@@ -19,10 +20,14 @@ from starlette.staticfiles import StaticFiles
 from aggregates.decisions import TerminalReason
 from loop_actors._errors import InvocationNotFoundError, UsageError
 from loop_actors.console.api import GROUPS, error_response, parse_filter, parse_group
+from loop_actors.console.bulk import BulkAction
 from loop_actors.console.guard import COOKIE, token_matches
 from loop_actors.console.reads import ConsoleReads
 from loop_actors.console.render import CHARTS, PACKAGE, bar_chart, render_html
 from projections.trajectory import InvocationStatus
+
+FILTERS = ("id", "agent", "status", "reason", "from", "before", "roots")
+"""The list's filters a bulk action over it takes (not its page: ``limit``, ``offset``)."""
 
 
 def render(name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
@@ -65,6 +70,8 @@ def page_routes(reads: ConsoleReads, console_token: str) -> list[Route | Mount]:
             pages=pages,
             summary=sorted(summary.items()),
             query=query,
+            bulk_where=json.dumps({k: v for k, v in kept.items() if k in FILTERS}),
+            bulk_actions=[action.value for action in BulkAction],
         )
 
     async def invocation(request: Request) -> Response:
@@ -108,7 +115,11 @@ def page_routes(reads: ConsoleReads, console_token: str) -> list[Route | Mount]:
         if not token_matches(token, console_token):
             return render("login.html.j2", 401, title="Token", failed=True)
         response = RedirectResponse("/invocations", status_code=303)
-        response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/")
+        # Secure when served over https (behind a TLS-terminating proxy it names).
+        secure = request.url.scheme == "https"
+        response.set_cookie(
+            COOKIE, token, httponly=True, samesite="strict", path="/", secure=secure
+        )
         return response
 
     routes: list[Route | Mount] = [

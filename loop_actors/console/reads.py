@@ -13,11 +13,14 @@ from aggregates.decisions import TerminalReason
 from aggregates.invocation import (
     ApprovalDenied,
     ApprovalGranted,
+    BatchDispatched,
     ClarificationProvided,
+    ContextCompacted,
     Invocation,
     InvocationEvent,
     Phase,
 )
+from loop_actors._errors import InvocationNotFoundError
 from loop_actors.audit.verify import ChainReport, verify_invocation
 from loop_actors.runtime.runtime import Runtime
 from loop_actors.store.history_records import history_records
@@ -39,6 +42,8 @@ MAX_PAGE = 500
 """At most this many invocations a page (``limit``)."""
 INBOX_LIMIT = 500
 """The approvals inbox looks at this many paused invocations at most."""
+MAX_DEPTH = 64
+"""A requesting path is followed up this many parents at most."""
 
 
 @dataclass(frozen=True)
@@ -128,13 +133,6 @@ class ConsoleReads:
             view["audit"] = audit_verdict(invocation_id, reports)
         return view
 
-    async def waiting(self, invocation_id: str) -> dict[str, Any] | None:
-        """The batch the invocation waits to have approved (:func:`waiting_of`).
-
-        Cancellation: a checkpoint; the read's thread is abandoned (nothing changes).
-        """
-        return waiting_of(await self.runtime.load(invocation_id))
-
     async def approvals(self) -> list[dict[str, Any]]:
         """Every invocation that waits for an approval, oldest pause first, with its batch.
 
@@ -150,11 +148,26 @@ class ConsoleReads:
         )
         inbox = []
         for row in rows:
-            waiting = await self.waiting(row["invocation_id"])
+            invocation = await self.runtime.load(row["invocation_id"])
+            waiting = waiting_of(invocation)
             if waiting is not None:  # decided since the read models looked
-                inbox.append({**row, **waiting})
+                inbox.append({**row, **waiting, "path": await self.path_to(invocation)})
         inbox.sort(key=lambda item: str(item["paused_at"]))
         return inbox
+
+    async def path_to(self, invocation: Invocation) -> list[str]:
+        """The ids from the root of ``invocation``'s tree down to it (just its own for a root).
+
+        Cancellation: a checkpoint; the reads' threads are abandoned (nothing changes).
+        """
+        path = [invocation.id]
+        while invocation.parent is not None and len(path) <= MAX_DEPTH:
+            try:
+                invocation = await self.runtime.load(invocation.parent.parent_id)
+            except InvocationNotFoundError:  # its parent's rows were deleted: stop there
+                break
+            path.insert(0, invocation.id)
+        return path
 
     async def open_effects(self) -> list[dict[str, Any]]:
         """The effects dispatched or of unknown outcome, oldest first (``loop-actors effects``).
@@ -203,13 +216,80 @@ def invocation_view(
     if trajectory is None:
         return None
     many = 2**62
+    shown = trajectory.model_dump(mode="json")
+    plans = {event.step: event.plan for event in events if isinstance(event, BatchDispatched)}
     return {
-        **trajectory.model_dump(mode="json"),
+        **shown,
+        "batches": [
+            batch_lanes(step["step"], step["calls"], plans[step["step"]])
+            for step in shown["steps"]
+            if len(step["calls"]) > 1 and step["step"] in plans
+        ],
+        "compactions": [
+            {
+                "step": event.step,
+                "dropped_steps": event.dropped_steps,
+                "kept_steps": event.kept_steps,
+                "size_before": event.size_before,
+                "size_after": event.size_after,
+                "position": event.originator_version,
+            }
+            for event in events
+            if isinstance(event, ContextCompacted)
+        ],
         "children": list_invocations(runner, parent_id=invocation_id, limit=many),
         "forks": list_invocations(runner, forked_from=invocation_id, limit=many),
         "decisions": [_decision(event) for event in events if _is_decision(event)],
         "waiting": waiting_of(invocation),
+        "waits_for_child": child_path_of(invocation),
     }
+
+
+def child_path_of(invocation: Invocation) -> list[str] | None:
+    """While it waits for a child's person: the ids from it down to the one that waits."""
+    paused = invocation.paused
+    if invocation.phase is not Phase.AWAITING_CHILD or paused is None:
+        return None
+    return [invocation.id, *(paused.child_path or [])]
+
+
+def batch_lanes(
+    step: int, calls: Sequence[dict[str, Any]], plan: list[list[str]]
+) -> dict[str, Any]:
+    """A batch's calls as lanes on one time axis: its groups in turn, a group's side by side.
+
+    The dispatch runs the plan's groups in order and the calls of a group together, so
+    a group starts when the slowest call of the one before ended; each call's lane
+    starts there and lasts its duration (a call without a result yet lasts to the
+    end). ``left`` and ``width`` are fractions of the batch's time (for the bars).
+    """
+    by_id = {call["call_id"]: call for call in calls}
+    group_of = {call_id: index for index, group in enumerate(plan) for call_id in group}
+    starts: list[float] = []
+    start = 0.0
+    for group in plan:
+        starts.append(start)
+        start += max((by_id[c]["duration_ms"] or 0.0 for c in group if c in by_id), default=0.0)
+    total = start
+    lanes = []
+    for call in calls:
+        index = group_of.get(call["call_id"], 0)
+        begins = starts[index] if starts else 0.0
+        duration = call["duration_ms"]
+        ends = total if duration is None else begins + duration
+        lanes.append(
+            {
+                "call_id": call["call_id"],
+                "name": call["name"],
+                "status": call["status"],
+                "group": index,
+                "start_ms": begins,
+                "duration_ms": duration,
+                "left": begins / total if total else 0.0,
+                "width": (ends - begins) / total if total else 1.0,
+            }
+        )
+    return {"step": step, "plan": plan, "total_ms": total, "lanes": lanes}
 
 
 def waiting_of(invocation: Invocation) -> dict[str, Any] | None:

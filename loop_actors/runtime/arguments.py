@@ -8,6 +8,7 @@ from uuid import uuid4
 
 from aggregates.children import ParentLink
 from aggregates.decisions import Budget
+from aggregates.fork_origin import ForkOrigin
 from aggregates.handoffs import HandoffOrigin
 from aggregates.ids import invocation_id_problem
 from aggregates.invocation import Invocation, TraceParent
@@ -72,6 +73,8 @@ class StartRequest:
     """For the target of a handoff (started by the runtime): where it comes from."""
     trace_parent: TraceParent | None = None
     """The caller's current span (when tracing is on); a child's trace comes from its root."""
+    forked_from: ForkOrigin | None = None
+    """For the replay of a fork: where the recorded fork came from (its writes' judgement)."""
 
     def check(self, caller: str) -> None:
         """Refuse a malformed request of ``caller`` (``run``, ``submit``): nothing is written.
@@ -116,6 +119,7 @@ def new_invocation(request: StartRequest, *, at: datetime) -> Invocation:
         parent=request.parent,
         handed_off_from=request.handed_off_from,
         trace_parent=request.trace_parent,
+        forked_from=request.forked_from,
     )
 
 

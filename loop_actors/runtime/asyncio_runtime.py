@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
@@ -483,9 +483,13 @@ class AsyncioRuntime:
             lambda runtime: runtime.request_cancel(invocation_id, by=by, reason=reason)
         )
 
-    async def reconcile(self, agent: Agent) -> ReconcileReport:
+    async def reconcile(
+        self, agent: Agent, *, invocation_ids: Collection[str] | None = None
+    ) -> ReconcileReport:
         """:meth:`Runtime.reconcile`, awaited from asyncio. Cancellation: as :meth:`run`."""
-        return await self._call(lambda runtime: runtime.reconcile(agent))
+        return await self._call(
+            lambda runtime: runtime.reconcile(agent, invocation_ids=invocation_ids)
+        )
 
     async def history(self, invocation_id: str) -> list[InvocationEvent]:
         """:meth:`Runtime.history`, awaited from asyncio. Cancellation: nothing changes."""

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 
 import trio
 
-from aggregates.decisions import ToolCalls, ToolResult, built
+from aggregates.decisions import ToolCalls, ToolEffect, ToolResult, built
 from aggregates.effect import Effect
 from aggregates.handoffs import HandoffOrigin
 from aggregates.invocation import DispatchedCall, Invocation, Turn
@@ -161,6 +161,11 @@ class Controller:
         self._started = trio.current_time()
         self._confirmed = (invocation.step, invocation.tool_calls)
         self._digests = RequestDigests(agent.model, agent.toolbox.schemas)
+        # Under a plan's read-only ceiling (AskModel.read_only) only these are offered.
+        self._read_schemas = [
+            s for s in agent.toolbox.schemas if agent.toolbox.effect_of(s.name) is ToolEffect.READ
+        ]
+        self._read_names = frozenset(s.name for s in self._read_schemas)
 
     @property
     def invocation(self) -> Invocation:
@@ -315,15 +320,21 @@ class Controller:
         request = self._request(
             action.step,
             action.turns,
-            tools=self.agent.toolbox.schemas,
+            tools=self._read_schemas if action.read_only else self.agent.toolbox.schemas,
             notices=action.notices,
             handoffs=list(self.agent.handoffs),
             handed_off_from=inv.handed_off_from,
+            planning=action.read_only,
         )
         return await self._observe(
             self.agent.model,
             request,
-            lambda: self._digests.of(goal=inv.goal, notices=action.notices, turns=action.turns),
+            lambda: self._digests.of(
+                goal=inv.goal,
+                notices=action.notices,
+                turns=action.turns,
+                offered=self._read_names if action.read_only else None,
+            ),
         )
 
     async def _ask_critic(self, action: Critique) -> ModelObservation:
@@ -345,6 +356,7 @@ class Controller:
         handoffs: list[str] | None = None,
         handed_off_from: HandoffOrigin | None = None,
         review: str | None = None,
+        planning: bool = False,
     ) -> ModelRequest:
         """A model's request for this invocation (the critic's: no tools, its ``review``)."""
         inv = self.invocation
@@ -363,6 +375,7 @@ class Controller:
                 "handoffs": handoffs if handoffs is not None else [],
                 "handed_off_from": handed_off_from,
                 "review": review,
+                "planning": planning,
             },
         )
 

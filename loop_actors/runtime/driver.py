@@ -267,6 +267,7 @@ class Driver:
         if stop is Stop.PAUSED:
             children = children_waited_for(invocation)
             who = f" by {by}" if by else ""
+            version_at_start = invocation.version
             cancel_paused(
                 invocation,
                 f"cancelled{who} while paused" + (f": {reason}" if reason else ""),
@@ -282,6 +283,8 @@ class Driver:
                     invocation.agent_name,
                 )
                 await self.cancel_children(invocation_id, children, by=by, reason=reason)
+                if telemetry_on():  # the end this process committed: a drive of one event
+                    await report_drive(self.reads, invocation_id, version_at_start)
                 return CancelResult.ENDED
             if not ended.conflict:
                 raise StoreUnavailableError(

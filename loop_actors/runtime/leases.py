@@ -40,6 +40,7 @@ from loop_actors._logs import BackgroundLoop, fields, package_logger
 from loop_actors.runtime.outage import StoreOutages
 from loop_actors.store.journal import loop_idle
 from loop_actors.store.queue import Claimed, NewRow, QueueBusyError, WorkQueue
+from loop_actors.telemetry.otel import watch_leases
 
 log = package_logger(__name__)
 
@@ -296,6 +297,7 @@ class LeaseKeeper:
         self.outages = self.shared_outages or StoreOutages(lease_s=self.lease_s)
         if self.holder_state is None:
             self.holder_state = HolderRegistration(self.holder)
+        watch_leases(self)  # loop_actors.leases.held, observed when metrics are collected
 
     @property
     def _registered(self) -> bool:

@@ -42,6 +42,10 @@ class Outcome(Frozen):
     critic: CriticSpent | None = None
     """For an agent with a critic: its rounds, their verdicts and its usage, apart from the
     agent's own (``steps`` and the like); None without a critic."""
+    plan: list[dict[str, Any]] | None = None
+    """For ``plan_approval_required``: the writes the plan will make, each its ``step`` (1
+    for the first), ``tool``, ``arguments`` (as stored: redacted) and ``description``;
+    approve them all with ``digest``."""
 
     @property
     def paused(self) -> bool:
@@ -107,9 +111,28 @@ class Outcome(Frozen):
                 pending_calls=pending,
                 path=[invocation.id, *paused.child_path] if paused.child_path else None,
                 wake_at=paused.wake_at,
+                plan=_plan(invocation)
+                if paused.reason is TerminalReason.PLAN_APPROVAL_REQUIRED
+                else None,
                 **_tree(invocation),
             )
         raise ValueError(f"invocation {invocation.id} has not stopped (phase {invocation.phase})")
+
+
+def _plan(invocation: Invocation) -> list[dict[str, Any]] | None:
+    """The writes of the plan that waits for approval."""
+    state = invocation.planning
+    if state is None:
+        return None
+    return [
+        {
+            "step": index,
+            "tool": write.tool,
+            "arguments": write.arguments,
+            "description": write.description,
+        }
+        for index, write in enumerate(state.writes, start=1)
+    ]
 
 
 def _tree(invocation: Invocation) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from functools import partial
 
 from aggregates.decisions import Frozen, TerminalReason
@@ -67,8 +68,13 @@ class ReconcileSweep:
         """A sweep through ``source``'s Driver (the runtime opens for it if closed)."""
         self._source = source
 
-    async def run(self, agent: Agent) -> ReconcileReport:
+    async def run(
+        self, agent: Agent, *, invocation_ids: Collection[str] | None = None
+    ) -> ReconcileReport:
         """Sweep the effect ledger: settle the open effects of ``agent``'s invocations.
+
+        ``invocation_ids``: only these of them (the console's bulk reconcile over a
+        filter); None: all of them.
 
         Every invocation of ``agent`` paused with ``reconciliation_required`` is
         resumed (its effects are reconciled, a write its service did not know is
@@ -81,9 +87,12 @@ class ReconcileSweep:
 
         Cancellation: as :meth:`resume`, for the invocation being resumed.
         """
-        return await self._source.with_driver(partial(self._sweep, agent))
+        only = None if invocation_ids is None else frozenset(invocation_ids)
+        return await self._source.with_driver(partial(self._sweep, agent, only))
 
-    async def _sweep(self, agent: Agent, driver: Driver) -> ReconcileReport:
+    async def _sweep(
+        self, agent: Agent, only: frozenset[str] | None, driver: Driver
+    ) -> ReconcileReport:
         open_effects = await driver.reads.open_effects()
         by_invocation: dict[str, list[Effect]] = {}
         for effect in open_effects:
@@ -96,6 +105,8 @@ class ReconcileSweep:
         swept: set[str] = set()
         ended: set[str] = set()
         for invocation_id in dict.fromkeys([*by_invocation, *paused]):
+            if only is not None and invocation_id not in only:
+                continue  # not asked for: another sweep settles it
             effects = by_invocation.get(invocation_id, [])
             if invocation_id in paused:
                 invocation = paused[invocation_id]

@@ -15,7 +15,9 @@ from __future__ import annotations
 import copy
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
+from functools import partial
 from typing import Any, assert_never
 
 from pydantic import JsonValue
@@ -30,7 +32,9 @@ from aggregates.invocation_events import (
     DecisionProposed,
     InvocationEvent,
     InvocationStarted,
+    Paused,
     ResultsCommitted,
+    SleepEnded,
     Terminated,
 )
 from aggregates.replay import Divergence, DivergenceKind, History, divergences
@@ -43,7 +47,10 @@ from loop_actors._errors import (
 from loop_actors._messages import ModelReply, ModelRequest
 from loop_actors.agent.agent import Agent
 from loop_actors.agent.model import model_identity
-from loop_actors.agent.tools import Tool, ToolContext
+from loop_actors.agent.tools import SleepRequested, Tool, ToolContext
+from loop_actors.runtime.arguments import StartRequest
+from loop_actors.runtime.driver import Driver
+from loop_actors.runtime.outcome import Outcome
 from loop_actors.store.url import redacted_url
 
 
@@ -168,11 +175,17 @@ def _shown(reason: TerminalReason | None) -> str:
 
 @dataclass
 class _Recording:
-    """What a recorded invocation answered: its decisions by step, its results by call."""
+    """What a recorded invocation answered: its decisions by step, its results by call.
+
+    And its sleeps: the calls that slept (``ctx.sleep_until``) by step and call id,
+    with the time they slept until, and the wakes recorded at each step, in order.
+    """
 
     decisions: dict[int, DecisionProposed]
     results: dict[int, list[ToolResult]]
     match: ReplayMatch
+    slept: dict[tuple[int, str], datetime] = field(default_factory=dict)
+    wakes: dict[int, list[SleepEnded]] = field(default_factory=dict)
     critiques: dict[int, CritiqueReturned] = field(default_factory=dict)
     """The critic's rounds, by round."""
     step: int = 0
@@ -182,17 +195,27 @@ class _Recording:
 
     @classmethod
     def of(cls, events: Sequence[InvocationEvent], match: ReplayMatch) -> _Recording:
-        decisions: dict[int, DecisionProposed] = {}
-        results: dict[int, list[ToolResult]] = {}
-        critiques: dict[int, CritiqueReturned] = {}
+        recording = cls(decisions={}, results={}, match=match)
         for event in events:
             if isinstance(event, DecisionProposed):
-                decisions[event.step] = event
+                recording.decisions[event.step] = event
             elif isinstance(event, ResultsCommitted):
-                results[event.step] = list(event.results)
+                recording.results[event.step] = list(event.results)
+            elif isinstance(event, Paused) and event.wake_at is not None:
+                for call_id in event.sleeping_calls or ():
+                    recording.slept.setdefault((event.step, call_id), event.wake_at)
+            elif isinstance(event, SleepEnded):
+                recording.wakes.setdefault(event.step, []).append(event)
             elif isinstance(event, CritiqueReturned):
-                critiques[event.round] = event
-        return cls(decisions=decisions, results=results, match=match, critiques=critiques)
+                recording.critiques[event.round] = event
+        return recording
+
+    def sleeps(self, call_id: str, context: ToolContext) -> datetime | None:
+        """When a call sleeps until, if it slept in the recorded run and has not slept yet."""
+        until = self.slept.get((self.step, call_id))
+        if until is None or (context.slept_until is not None and context.slept_until >= until):
+            return None
+        return until
 
     def result_for(self, name: str, call_id: str) -> ToolResult | None:
         """The recorded result this call is answered with (None: the run made no such call)."""
@@ -266,6 +289,9 @@ def _replayed_tool(real: Tool, recording: _Recording) -> Tool:
     """``real`` answering with the recorded results: the same spec, no function, no service."""
 
     def answer(_replay: ToolContext, **_arguments: Any) -> JsonValue:
+        until = recording.sleeps(_replay.call_id, _replay)
+        if until is not None:
+            raise SleepRequested(until)  # it slept there: so does the replay
         result = recording.result_for(real.name, _replay.call_id)
         if result is None:
             raise ToolError(
@@ -293,6 +319,49 @@ def replaying(agent: Agent, recording: _Recording) -> Agent:
     if agent.critic is not None:  # its verdicts are the recorded ones: no critic is asked
         stand_in = stand_in.with_critic(agent.critic.with_model(ReplayCritic(recording)))
     return stand_in.with_tools(*tools) if tools else stand_in
+
+
+def agents_of(agent: Agent) -> dict[str, Agent]:
+    """``agent`` and every agent it reaches, by name: its sub-agents and its handoffs' targets.
+
+    The ones offered with ``Agent.as_tool`` and handed off to, theirs, and so on (the
+    first of a name found wins): a replay drives each recorded invocation with the one
+    that ran it. A child run from a tool's body (``ToolContext.run_agent``) is not found.
+    """
+    found: dict[str, Agent] = {}
+    waiting = [agent]
+    while waiting:
+        one = waiting.pop(0)
+        if one.name in found:
+            continue
+        found[one.name] = one
+        waiting.extend(
+            tool_.child_agent
+            for tool_ in one.toolbox.tools.values()
+            if isinstance(tool_.child_agent, Agent)
+        )
+        waiting.extend(route.agent for route in one.handoffs.values())
+    return found
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class ReplayClock:
+    """The replay store's clock: ``base``'s time, except while a recorded wake is given again.
+
+    A wake's time is in what the model is told next (``woke at ...``): given again at its
+    recorded time, the replay asks the model what the recorded run asked it.
+    """
+
+    def __init__(self, base: Callable[[], datetime] | None = None) -> None:
+        self._base = base or _utc_now
+        self.at: datetime | None = None
+
+    def __call__(self) -> datetime:
+        """The time now, as the replay store records it."""
+        return self.at if self.at is not None else self._base()
 
 
 # --------------------------------------------------------------------------- driving
@@ -323,7 +392,9 @@ def compatibility(started: InvocationStarted, agent: Agent) -> list[Divergence]:
             continue
         found.append(Divergence(kind=DivergenceKind.CATALOGUE_CHANGED, step=None, detail=problem))
     changed = []
-    if started.budget != agent.budget:
+    # A child's budget is its agent's within the share its parent reserved (the parent's
+    # replay compares that share): it is the recorded one, given again.
+    if started.budget != agent.budget and started.parent is None:
         changed.append("the budget")
     if started.settings is not None and started.settings != agent.settings:
         rules = started.settings.changed_approval_rules(agent.settings)
@@ -366,12 +437,16 @@ async def replay_invocation(
     match: ReplayMatch = ReplayMatch.STRICT,
     assume_approved: bool = False,
     check: bool = False,
+    clock: ReplayClock | None = None,
 ) -> ReplayResult:
     """Replay one recorded invocation (its events) under ``agent``, driven by ``target``.
 
     ``target`` is a :class:`~loop_actors.runtime.runtime.Runtime` on the store the
-    replay is written to; the invocation keeps its id there. ``check``: the agent is
-    meant to be the unchanged one, and its catalogue and settings are compared first.
+    replay is written to; the invocation keeps its id there, and where it came from (a
+    fork's origin, a child's parent and budget, a handoff's source); a handoff is not
+    followed (its target is an invocation of its own, replayed on its own). ``check``:
+    the agent is meant to be the unchanged one, and its catalogue and settings are
+    compared first. ``clock``: ``target``'s, to give the recorded wakes at their times.
     """
     started = events[0]
     assert isinstance(started, InvocationStarted)
@@ -380,25 +455,22 @@ async def replay_invocation(
     recording = _Recording.of(events, match)
     stand_in = replaying(agent, recording)
     people = _people(events)
-    outcome = await target.run(
-        stand_in,
-        started.goal,
-        invocation_id=started.originator_id,
-        task_class=started.task_class,
-        actor=started.actor,
-        tenant=started.tenant,
-    )
+    iid = started.originator_id
+    outcome = await _start(target, started, stand_in)
     for _ in range(MAX_PAUSES):
         if outcome.reason in _SLEEPS:
-            # A replay waits for nothing: what slept is woken at once, and goes on.
-            await target.wake(started.originator_id, by=WOKEN_BY)
-            outcome = await target.resume(started.originator_id, stand_in)
+            woke = recording.wakes.get(outcome.steps)
+            if not woke and recorded.paused in _SLEEPS and recorded.last_step == outcome.steps:
+                break  # the recorded run still sleeps there
+            # A replay waits for nothing: what slept is woken at once (as and when the
+            # recorded run was, by whom it was), and goes on.
+            await _wake(target, iid, woke.pop(0) if woke else None, clock)
+            outcome = await _resume(target, iid, stand_in)
             continue
         if outcome.reason not in _PAUSES:
             break
         step = outcome.steps
         decided = people.get(step)
-        iid = started.originator_id
         if isinstance(decided, ApprovalGranted) and outcome.digest is not None:
             await target.approve(iid, digest=outcome.digest, by=decided.by, note=decided.note)
         elif isinstance(decided, ApprovalDenied):
@@ -414,7 +486,7 @@ async def replay_invocation(
         else:
             break
         people.pop(step, None)
-        outcome = await target.resume(iid, stand_in)
+        outcome = await _resume(target, iid, stand_in)
     if (
         outcome.reason in _PAUSES
         and recorded.ended is TerminalReason.CANCELLED
@@ -446,11 +518,65 @@ async def replay_invocation(
     )
 
 
-_PAUSES = frozenset({TerminalReason.APPROVAL_REQUIRED, TerminalReason.CLARIFICATION_REQUIRED})
+_PAUSES = frozenset(
+    {
+        TerminalReason.APPROVAL_REQUIRED,
+        TerminalReason.CLARIFICATION_REQUIRED,
+        TerminalReason.PLAN_APPROVAL_REQUIRED,  # a plan's approval (or denial) is given again
+    }
+)
 _SLEEPS = frozenset({TerminalReason.SLEEPING, TerminalReason.RATE_LIMITED})
 
 WOKEN_BY = "replay"
-"""Who wakes a replayed invocation that sleeps (a replay does not wait for its time)."""
+"""Who wakes a replayed invocation that sleeps where the recorded run did not."""
+
+
+async def _start(target: Any, started: InvocationStarted, agent: Agent) -> Outcome:
+    """Start the replay of ``started``'s invocation: its id, goal and origin, not followed."""
+    request = StartRequest(
+        agent=agent,
+        goal=started.goal,
+        invocation_id=started.originator_id,
+        task_class=started.task_class,
+        actor=started.actor,
+        tenant=started.tenant,
+        parent=started.parent,
+        budget=started.budget if started.parent is not None else None,
+        handed_off_from=started.handed_off_from,
+        forked_from=started.forked_from,
+    )
+    request.check("replay")
+    outcome: Outcome = await target.with_driver(lambda driver: driver.start(request=request))
+    return outcome
+
+
+async def _resume(target: Any, invocation_id: str, agent: Agent) -> Outcome:
+    """Drive the replay on after a pause (a handoff it ends with is not followed)."""
+    outcome: Outcome = await target.with_driver(
+        partial(
+            Driver.resume,
+            invocation_id=invocation_id,
+            agent=agent,
+            allow_catalogue_change=False,
+            allow_settings_change=False,
+            take_over=False,
+        )
+    )
+    return outcome
+
+
+async def _wake(
+    target: Any, invocation_id: str, recorded: SleepEnded | None, clock: ReplayClock | None
+) -> None:
+    """Wake the replay: as ``recorded`` was (its time and who), else now by :data:`WOKEN_BY`."""
+    if recorded is None or clock is None:
+        await target.wake(invocation_id, by=WOKEN_BY if recorded is None else recorded.by)
+        return
+    clock.at = recorded.timestamp
+    try:
+        await target.wake(invocation_id, by=recorded.by)
+    finally:
+        clock.at = None
 
 
 def _cancel_detail(events: Sequence[InvocationEvent]) -> str | None:
@@ -486,11 +612,13 @@ async def replay_all(
     assume_approved: bool = False,
     check: bool = False,
     fresh_target: bool = True,
+    clock: ReplayClock | None = None,
 ) -> ReplayReport:
     """Replay each of ``invocation_ids`` (read with ``read_events``) into ``target``.
 
-    ``fresh_target``: ``target`` is a new, empty store (``memory://``); otherwise an
-    invocation it already holds is refused.
+    Each is driven by the agent that ran it among ``agent`` and the agents it reaches
+    (:func:`agents_of`), else by ``agent``. ``fresh_target``: ``target`` is a new, empty
+    store (``memory://``); otherwise an invocation it already holds is refused.
 
     Raises:
         UsageError: ``target`` already holds an invocation being replayed.
@@ -498,6 +626,7 @@ async def replay_all(
         StoreUnavailableError: a store cannot be read.
     """
     results: list[ReplayResult] = []
+    agents = agents_of(agent)
     for invocation_id in invocation_ids:
         try:
             events = await read_events(invocation_id)
@@ -513,9 +642,21 @@ async def replay_all(
                 f"{redacted_url(target.db_url)} already holds {invocation_id}: replay into "
                 "an empty store"
             )
+        started = events[0] if events else None
+        ran = (
+            agents.get(started.agent_name, agent)
+            if isinstance(started, InvocationStarted)
+            else agent
+        )
         results.append(
             await replay_invocation(
-                events, agent, target, match=match, assume_approved=assume_approved, check=check
+                events,
+                ran,
+                target,
+                match=match,
+                assume_approved=assume_approved,
+                check=check,
+                clock=clock,
             )
         )
     return ReplayReport(agent=agent.name, match=match, results=results)

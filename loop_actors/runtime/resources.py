@@ -32,6 +32,7 @@ from loop_actors.store.queue import QueueBusyError, WorkQueue
 from loop_actors.store.read_models import open_runner
 from loop_actors.store.secrets import SecretStore
 from loop_actors.store.store import EventStore
+from loop_actors.telemetry.otel import db_system_name, record_transaction
 from projections import ProjectionRunner
 
 log = package_logger(__name__)
@@ -196,7 +197,11 @@ def open_resources(settings: ResourceSettings, secrets: SecretStore, holder: str
         if settings.checkpoints is not None:
             checkpointer = open_checkpointer(store, settings.checkpoints)
             opened.append(checkpointer.close)
-        journal = Journal(store, after_commit=checkpointer.note_commits if checkpointer else None)
+        journal = Journal(
+            store,
+            after_commit=checkpointer.note_commits if checkpointer else None,
+            on_transaction=partial(record_transaction, db_system_name(store.url.kind)),
+        )
         journal.start()
     except BaseException:
         for close in reversed(opened):

@@ -6,7 +6,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from functools import partial
@@ -21,7 +21,26 @@ from aggregates.invocation import Invocation, InvocationEvent
 from aggregates.lease import DEFAULT_LEASE_S, HolderKind, check_lease_s
 from aggregates.rate_limits import RateLimit
 from aggregates.revalidation import MalformedValueError, revalidated
-from loop_actors._errors import RuntimeBusyError, UsageError, single_exception
+from aggregates.schedules import (
+    CatchUp,
+    Overlap,
+    Schedule,
+    ScheduleSpecError,
+    check_schedule_name,
+    new_schedule,
+    parse_timing,
+    paused,
+    resumed,
+    scheduled_invocation_id,
+)
+from loop_actors._errors import (
+    RuntimeBusyError,
+    ScheduleError,
+    ScheduleExistsError,
+    ScheduleNotFoundError,
+    UsageError,
+    single_exception,
+)
 from loop_actors._logs import package_logger
 from loop_actors._statistics import (
     ErrorSeen,
@@ -50,6 +69,7 @@ from loop_actors.runtime.reconcile_sweep import (
     unaskable_reason,
 )
 from loop_actors.runtime.replay import (
+    ReplayClock,
     ReplayFilter,
     ReplayMatch,
     ReplayReport,
@@ -70,6 +90,7 @@ from loop_actors.runtime.submission import (
     check_chunk_size,
     submission_requests,
 )
+from loop_actors.store.queue import WorkQueue
 from loop_actors.store.reader import StoreReader
 from loop_actors.store.secrets import SecretStore
 from loop_actors.store.url import StoreUrl, resolve_db_url
@@ -222,6 +243,8 @@ class Runtime:
         """What the read models' follower last saw, while it runs."""
         self._runs = RunCounters()
         """Its drives, counted across its opens (``statistics()``)."""
+        self._sleeping = 0
+        """Invocations :meth:`resume_when_due` waits for now."""
         self._last_error: ErrorSeen | None = None
         """The last error caught while it was open before (``statistics()`` once closed)."""
 
@@ -555,6 +578,7 @@ class Runtime:
             runs_resumed=runs.resumed,
             runs_paused=runs.paused,
             runs_ended=runs.ended,
+            runs_sleeping=self._sleeping,
             stops_by_reason=dict(runs.stops),
             leases_held=len(driver.leases.held) if driver is not None else 0,
             quota=self.quota.statistics() if self.quota is not None else None,
@@ -734,7 +758,11 @@ class Runtime:
                 return outcome
             invocation_id = outcome.invocation_id
             left = (outcome.wake_at - self._now()).total_seconds()
-            await trio.sleep(max(0.0, left))
+            self._sleeping += 1
+            try:
+                await trio.sleep(max(0.0, left))
+            finally:
+                self._sleeping -= 1
 
     async def wake(self, invocation_id: str, *, by: str | None = None) -> bool:
         """Wake a sleeping invocation now: :meth:`HumanDecisions.wake` (True: it was early)."""
@@ -796,9 +824,14 @@ class Runtime:
             agent=agent,
         )
 
-    async def reconcile(self, agent: Agent) -> ReconcileReport:
-        """Sweep the effect ledger for ``agent``'s invocations: :meth:`ReconcileSweep.run`."""
-        return await ReconcileSweep(self).run(agent)
+    async def reconcile(
+        self, agent: Agent, *, invocation_ids: Collection[str] | None = None
+    ) -> ReconcileReport:
+        """Sweep the effect ledger for ``agent``'s invocations: :meth:`ReconcileSweep.run`.
+
+        ``invocation_ids``: only these of them (None: all).
+        """
+        return await ReconcileSweep(self).run(agent, invocation_ids=invocation_ids)
 
     def cancel(self, invocation_id: str, *, detail: str | None = None) -> bool:
         """Ask a run of this runtime to stop; it ends ``cancelled`` and starts no new call.
@@ -978,7 +1011,8 @@ class Runtime:
             ids = await self.with_driver(
                 lambda driver: driver.reads.call(driver.store.invocation_ids)
             )
-        async with Runtime(into, now=self._now, gc_policy=GcPolicy.UNCHANGED) as target:
+        clock = ReplayClock(self._now)
+        async with Runtime(into, now=clock, gc_policy=GcPolicy.UNCHANGED) as target:
             return await replay_all(
                 self.history,
                 ids,
@@ -989,6 +1023,7 @@ class Runtime:
                 assume_approved=assume_approved,
                 check=check,
                 fresh_target=into == "memory://",
+                clock=clock,
             )
 
     # ----------------------------------------------------------------- fork
@@ -1179,6 +1214,112 @@ class Runtime:
             partial(Driver.submit_many, requests=requests, chunk_size=chunk_size, on_chunk=progress)
         )
         return [goal.invocation_id for goal in submitted]
+
+    # ----------------------------------------------------------------- schedules
+
+    async def add_schedule(
+        self,
+        name: str,
+        agent: Agent,
+        goal: str,
+        *,
+        every: str | None = None,
+        cron: str | None = None,
+        tz: str | None = None,
+        overlap: Overlap | str = Overlap.SKIP,
+        catch_up: CatchUp | str = CatchUp.ONE,
+        agent_ref: str | None = None,
+    ) -> Schedule:
+        """Add a schedule to the store: a worker serving ``agent`` submits a run at each due time.
+
+        ``every`` (``"30s"``, ``"15m"``, ``"2h"``: the multiples of the interval since
+        the epoch, UTC) or ``cron`` (five fields, read in the wall-clock time of ``tz``,
+        default UTC); ``overlap`` and ``catch_up`` as ``loop-actors schedule add`` takes
+        them (docs/how-to/schedule-an-agent.md). Each run is an invocation of ``goal``
+        whose id is ``NAME@TIME`` (its due time, UTC).
+
+        Raises:
+            ScheduleError: a bad timing or name (``error.problem`` says which).
+            ScheduleExistsError: the store has a schedule of that name.
+            UsageError: neither or both of ``every`` and ``cron``; an unknown policy.
+            SubmissionError: an empty goal, or one that cannot be stored.
+
+        Cancellation: a checkpoint; cancelled, the schedule is added or not.
+        """
+        try:
+            timing = parse_timing(every=every, cron=cron, tz=tz)
+            check_schedule_name(name)
+        except ScheduleSpecError as error:
+            raise ScheduleError(str(error), error.problem) from None
+        except ValueError as error:  # neither or both
+            raise UsageError(f"{error}: give every (15m) or cron ('0 9 * * 1-5')") from None
+        try:
+            overlap, catch_up = Overlap(overlap), CatchUp(catch_up)
+        except ValueError as error:
+            raise UsageError(
+                f"{error} (overlap: {', '.join(Overlap)}; catch_up: {', '.join(CatchUp)})"
+            ) from None
+        # The goal as each run's: every run is submitted with it.
+        first = Submission(goal, invocation_id=scheduled_invocation_id(name, 0))
+        submission_requests(
+            agent, [first], agent_ref=agent_ref, where=lambda _: "goal", caller="add_schedule"
+        )
+
+        def make(now: float) -> Schedule:
+            return new_schedule(
+                name, agent_name=agent.name, agent_ref=agent_ref, goal=goal, timing=timing,
+                now=now, overlap=overlap, catch_up=catch_up,
+            )  # fmt: skip
+
+        added = await self._on_queue(lambda queue: queue.add_schedule(make))
+        if added is None:
+            raise ScheduleExistsError(name)
+        return added
+
+    async def schedules(self) -> list[Schedule]:
+        """The store's schedules, by name."""
+        return await self._on_queue(lambda queue: queue.schedules()[0])
+
+    async def pause_schedule(self, name: str) -> Schedule:
+        """Pause a schedule: its due times pass unrun (one paused already stays so).
+
+        Raises:
+            ScheduleNotFoundError: the store has no schedule of that name.
+        """
+        return await self._change_schedule(name, paused)
+
+    async def resume_schedule(self, name: str) -> Schedule:
+        """Resume a paused schedule from its next due time on (the missed ones are not run).
+
+        Raises:
+            ScheduleNotFoundError: the store has no schedule of that name.
+        """
+        return await self._change_schedule(name, resumed)
+
+    async def remove_schedule(self, name: str) -> None:
+        """Remove a schedule; the invocations it submitted are left as they are.
+
+        Raises:
+            ScheduleNotFoundError: the store has no schedule of that name.
+        """
+        if not await self._on_queue(lambda queue: queue.remove_schedule(name)):
+            raise ScheduleNotFoundError(name)
+
+    async def _change_schedule(self, name: str, change: Callable[..., Schedule]) -> Schedule:
+        changed = await self._on_queue(
+            lambda queue: queue.change_schedule(name, lambda row, now: change(row, now=now))
+        )
+        if changed is None:
+            raise ScheduleNotFoundError(name)
+        return changed
+
+    async def _on_queue(self, use: Callable[[WorkQueue], T]) -> T:
+        """``use(queue)`` in the queue's thread, with the open (or opened) runtime's queue."""
+
+        async def call(driver: Driver) -> T:
+            return await driver.leases.call(use, driver.leases.queue)
+
+        return await self.with_driver(call)
 
     # ----------------------------------------------------------------- the driver
 

@@ -31,7 +31,7 @@ from eventsourcing.persistence import (
 from aggregates.events import DomainEvent
 from loop_actors._logs import BackgroundLoop, Throttle, package_logger
 from loop_actors._messages import CommitFailed, CommitOutcome, Committed
-from loop_actors._statistics import JournalCounters, JournalStatistics
+from loop_actors._statistics import JournalCounters, JournalStatistics, TransactionWritten
 from loop_actors.store.queue import NewRow
 from loop_actors.store.store import EventStore
 from loop_actors.store.url import DEFAULT_LOCK_RETRY_S, StoreUrl, redacted_url
@@ -424,6 +424,7 @@ class Journal:
         *,
         committed: trio.MemorySendChannel[None] | None = None,
         after_commit: Callable[[Sequence[Sequence[DomainEvent]]], None] | None = None,
+        on_transaction: Callable[[TransactionWritten], None] | None = None,
         inline: bool = True,
     ) -> None:
         """Prepare the Journal; ``committed`` (buffer of one) is poked after each transaction.
@@ -431,12 +432,14 @@ class Journal:
         ``after_commit`` is called after each transaction, once its commits were
         answered, with the commits that were written, on the thread that wrote them:
         the Journal's, or the trio thread for a commit written inline (so it must be
-        thread-safe and quick; what it raises is logged). ``inline=False`` hands every
-        commit to the thread.
+        thread-safe and quick; what it raises is logged). ``on_transaction`` likewise,
+        after every transaction, written or not, with its size and duration (the
+        runtime's metrics). ``inline=False`` hands every commit to the thread.
         """
         self._store = store
         self._committed = committed
         self._after_commit = after_commit
+        self._on_transaction = on_transaction
         self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
         self._token: trio.lowlevel.TrioToken | None = None
         """The event loop served now (its tasks are woken through it); None between loops."""
@@ -610,6 +613,7 @@ class Journal:
         """Commit on the trio thread, if the store can be written at once."""
         if not self._writing.acquire(blocking=False):
             return _Refused.BUSY  # the thread is writing
+        began = time.monotonic()
         try:
             try:
                 [result] = commit_group(_NoLockWait(self._store), [commit], throttle=self.throttle)
@@ -618,7 +622,7 @@ class Journal:
         finally:
             self._writing.release()
         self._poke()
-        self._after([commit], [result], inline=True)
+        self._after([commit], [result], time.monotonic() - began, inline=True)
         return result
 
     async def aclose(self) -> None:
@@ -643,6 +647,7 @@ class Journal:
             if first is None:
                 return
             group = [first]
+            began = time.monotonic()
             with self._writing:
                 self._take(group)
                 try:
@@ -672,12 +677,17 @@ class Journal:
             # handed these over is still served: its serving waits for this answer.
             assert self._token is not None
             self._token.run_sync_soon(self._deliver, group, results)
-            self._after([commit for commit, _ in group], results)
+            self._after([commit for commit, _ in group], results, time.monotonic() - began)
 
     def _after(
-        self, commits: list[Commit], results: list[CommitOutcome], *, inline: bool = False
+        self,
+        commits: list[Commit],
+        results: list[CommitOutcome],
+        duration_s: float,
+        *,
+        inline: bool = False,
     ) -> None:
-        """Count the transaction; call the after-commit hook with the commits written."""
+        """Count the transaction; call the hooks (the after-commit one with what was written)."""
         written = [
             commit.events
             for commit, result in zip(commits, results, strict=True)
@@ -685,13 +695,22 @@ class Journal:
         ]
         refused = [result for result in results if isinstance(result, CommitFailed)]
         errors = [result.error_type for result in refused if not result.conflict]
+        events = sum(len(events) for events in written)
         self._counters.note(
             commits=len(commits),
-            events=sum(len(events) for events in written),
+            events=events,
             failed=len(refused),
             error_type=errors[-1] if errors else None,
             inline=inline,
         )
+        if self._on_transaction is not None:
+            done = TransactionWritten(len(commits), events, len(refused), duration_s, inline)
+            try:
+                self._on_transaction(done)
+            except Exception as error:  # only a report: the commits are answered
+                self.throttle.caught(
+                    log, BackgroundLoop.AFTER_COMMIT, error, "the transaction hook failed"
+                )
         if self._after_commit is None:
             return
         if written:

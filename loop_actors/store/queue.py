@@ -42,6 +42,7 @@ from aggregates.lease import (
     Take,
     claimable,
     decide_acquire,
+    effective_status,
 )
 from aggregates.rate_limits import (
     Granted,
@@ -52,12 +53,30 @@ from aggregates.rate_limits import (
     take,
     throttle,
 )
+from aggregates.schedules import (
+    Schedule,
+    ScheduleCheck,
+    ScheduleState,
+    check_schedule,
+    submitted,
+)
 from loop_actors._errors import StoreUnavailableError
+from loop_actors.store.schedule_rows import (
+    SCHEDULE_COLUMNS,
+    SCHEDULE_PROGRESS,
+    UPCOMING_SCHEDULES,
+    DueRuns,
+    SchedulesChecked,
+    schedule_progress,
+    schedule_row,
+    schedule_values,
+)
 from loop_actors.store.schema import (
     HOLDERS_TABLE,
     QUEUE_DEFINITIONS,
     QUEUE_TABLE,
     RATE_LIMITS_TABLE,
+    SCHEDULES_TABLE,
 )
 from loop_actors.store.sql import Cursor, PlaceholderCursor
 from projections.dialect import Dialect, marks
@@ -751,6 +770,167 @@ class WorkQueue:
             (row.request_due, row.token_due, row.blocked_until, *limit.key),
         )
 
+    def quota_rows(self) -> tuple[list[tuple[str, str, QuotaRow]], float]:
+        """Every limit's shared state (provider, model, row), and the queue's time of reading."""
+        with self._tx(write=False) as (cursor, now):
+            cursor.execute(
+                f"SELECT provider, model, request_due, token_due, blocked_until "  # noqa: S608
+                f"FROM {RATE_LIMITS_TABLE} ORDER BY provider, model"
+            )
+            return [
+                (str(found[0]), str(found[1]), QuotaRow(request_due=float(found[2]),
+                 token_due=float(found[3]), blocked_until=float(found[4])))
+                for found in cursor.fetchall()
+            ], now  # fmt: skip
+
+    # ----------------------------------------------------------------- schedules
+
+    def add_schedule(self, make: Callable[[float], Schedule]) -> Schedule | None:
+        """Add the schedule ``make(now)`` builds at the queue's time; None if its name is taken."""
+        with self._tx() as (cursor, now):
+            row = make(now)
+            cursor.execute(
+                f"INSERT INTO {SCHEDULES_TABLE} ({SCHEDULE_COLUMNS}) VALUES "  # noqa: S608
+                f"({marks(len(SCHEDULE_COLUMNS.split(',')))}) ON CONFLICT (name) DO NOTHING",
+                schedule_values(row),
+            )
+            return row if cursor.rowcount == 1 else None
+
+    def schedules(self) -> tuple[list[Schedule], float]:
+        """Every schedule, by name, and the queue's time of reading."""
+        with self._tx(write=False) as (cursor, now):
+            cursor.execute(f"SELECT {SCHEDULE_COLUMNS} FROM {SCHEDULES_TABLE} ORDER BY name")  # noqa: S608
+            return [schedule_row(found) for found in cursor.fetchall()], now
+
+    def change_schedule(
+        self, name: str, change: Callable[[Schedule, float], Schedule]
+    ) -> Schedule | None:
+        """Write ``change(row, now)`` of the schedule ``name`` (None: there is no such schedule)."""
+        with self._tx() as (cursor, now):
+            row = self._schedule(cursor, name, lock=True)
+            if row is None:
+                return None
+            after = change(row, now)
+            if after != row:
+                self._put_schedule(cursor, after)
+            return after
+
+    def remove_schedule(self, name: str) -> bool:
+        """Remove the schedule ``name``; False when there is none (its runs stay as they are)."""
+        with self._tx() as (cursor, _):
+            cursor.execute(f"DELETE FROM {SCHEDULES_TABLE} WHERE name = ?", (name,))  # noqa: S608
+            return bool(cursor.rowcount == 1)
+
+    def check_schedules(
+        self, agent_names: Sequence[str], *, limit: int = CLAIM_AT_MOST
+    ) -> SchedulesChecked:
+        """Check the schedules of these agents that may have runs to submit (``check_schedule``).
+
+        Returns the runs decided (the caller submits them, then calls
+        :meth:`schedule_submitted`), the next due schedules of these agents, and in how
+        many seconds the next check is due. Looked at first without the write lock (a
+        worker checks often, and mostly nothing is due); then, if a check changes a row,
+        the rows are checked again and written in one short transaction that locks them
+        (``FOR UPDATE SKIP LOCKED`` on PostgreSQL: a row another worker checks this
+        instant is left to it). A run is decided once: the row that decides it is
+        written in that transaction, and its id names its due time.
+        """
+        if not agent_names:
+            return SchedulesChecked([], [], None)
+        names = list(agent_names)
+        where = (
+            f"agent_name IN ({marks(len(names))}) AND ((state = ? AND (next_due <= ? "
+            "OR waiting <> '[]')) OR retry_at <= ?)"
+        )
+        with self._tx(write=False) as (cursor, now):
+            if not any(check.changed for check in self._check_rows(cursor, where, names, now)):
+                return SchedulesChecked([], *self._upcoming(cursor, names, now))
+        with self._tx() as (cursor, now):
+            checks = self._check_rows(cursor, where, names, now, limit=limit, lock=True)
+            for check in checks:
+                if check.changed:
+                    self._put_schedule(cursor, check.row)
+            due = [DueRuns(check.row, check.submit, check.skipped) for check in checks]
+            return SchedulesChecked(
+                [runs for runs in due if runs.dues or runs.skipped],
+                *self._upcoming(cursor, names, now),
+            )
+
+    def _check_rows(
+        self,
+        cursor: Cursor,
+        where: str,
+        names: list[str],
+        now: float,
+        *,
+        limit: int = CLAIM_AT_MOST,
+        lock: bool = False,
+    ) -> list[ScheduleCheck]:
+        cursor.execute(
+            f"SELECT {SCHEDULE_COLUMNS} FROM {SCHEDULES_TABLE} WHERE {where} "  # noqa: S608
+            "ORDER BY next_due, name LIMIT ?" + (self.dialect.skip_locked if lock else ""),
+            (*names, ScheduleState.ACTIVE.value, now, now, limit),
+        )
+        rows = [schedule_row(found) for found in cursor.fetchall()]
+        wanted = sorted({invocation_id for row in rows for invocation_id in row.looked_up()})
+        found: dict[str, QueueStatus | None] = {}
+        for chunk in _chunks(wanted):
+            cursor.execute(
+                f"SELECT {_QUEUE_COLUMNS} FROM {QUEUE_TABLE} "  # noqa: S608
+                f"WHERE invocation_id IN ({marks(len(chunk))})",
+                tuple(chunk),
+            )
+            for queued in map(_queue_row, cursor.fetchall()):
+                found[queued.invocation_id] = effective_status(queued, now)
+        return [check_schedule(row, now=now, found=found) for row in rows]
+
+    def _upcoming(
+        self, cursor: Cursor, names: list[str], now: float
+    ) -> tuple[list[tuple[str, int]], float | None]:
+        """The next due active schedules (name, due time), and the seconds to the next check."""
+        cursor.execute(
+            f"SELECT name, next_due FROM {SCHEDULES_TABLE} "  # noqa: S608
+            f"WHERE agent_name IN ({marks(len(names))}) AND state = ? "
+            "ORDER BY next_due, name LIMIT ?",
+            (*names, ScheduleState.ACTIVE.value, UPCOMING_SCHEDULES),
+        )
+        upcoming = [(str(name), int(due)) for name, due in cursor.fetchall()]
+        cursor.execute(
+            f"SELECT MIN(retry_at) FROM {SCHEDULES_TABLE} "  # noqa: S608
+            f"WHERE agent_name IN ({marks(len(names))})",
+            tuple(names),
+        )
+        retry_at = cursor.fetchone()[0]
+        times = [float(due) for _, due in upcoming[:1]]
+        if retry_at is not None:
+            times.append(float(retry_at))
+        return upcoming, max(0.0, min(times) - now) if times else None
+
+    def schedule_submitted(self, name: str, dues: Sequence[int]) -> None:
+        """The runs of schedule ``name`` due at ``dues`` are in the store: no longer decided."""
+        with self._tx() as (cursor, now):
+            row = self._schedule(cursor, name, lock=True)
+            if row is None:
+                return  # removed meanwhile
+            after = submitted(row, dues, now=now)
+            if after is not row:
+                self._put_schedule(cursor, after)
+
+    def _schedule(self, cursor: Cursor, name: str, *, lock: bool) -> Schedule | None:
+        cursor.execute(
+            f"SELECT {SCHEDULE_COLUMNS} FROM {SCHEDULES_TABLE} WHERE name = ?"  # noqa: S608
+            + (self.dialect.for_update if lock else ""),
+            (name,),
+        )
+        found = cursor.fetchone()
+        return None if found is None else schedule_row(found)
+
+    def _put_schedule(self, cursor: Cursor, row: Schedule) -> None:
+        cursor.execute(
+            f"UPDATE {SCHEDULES_TABLE} SET {SCHEDULE_PROGRESS} WHERE name = ?",  # noqa: S608
+            (*schedule_progress(row), row.name),
+        )
+
     # ----------------------------------------------------------------- holders
 
     def register(self, row: HolderRow) -> float:
@@ -968,6 +1148,20 @@ class SQLiteQueue(WorkQueue):
         """As :meth:`WorkQueue.holders`; a store without a queue has no holders."""
         try:
             return super().holders()
+        except _NoQueue:
+            return [], time.time()
+
+    def schedules(self) -> tuple[list[Schedule], float]:
+        """As :meth:`WorkQueue.schedules`; a store without the table has no schedules."""
+        try:
+            return super().schedules()
+        except _NoQueue:
+            return [], time.time()
+
+    def quota_rows(self) -> tuple[list[tuple[str, str, QuotaRow]], float]:
+        """As :meth:`WorkQueue.quota_rows`; a store without the table has no limits."""
+        try:
+            return super().quota_rows()
         except _NoQueue:
             return [], time.time()
 

@@ -3,9 +3,10 @@
 The events and snapshots tables are eventsourcing's (its recorders name and create
 them); the read models' tables are in ``projections.sql`` (the read models may not
 import the runtime). What is here is the runtime's own: the store's identity, the
-sealed secrets, the work queue and its holders, and the index of effects by
-invocation. Each definition is written once over :class:`projections.dialect.Dialect`:
-both engines read the same statement, except where a type is spelt differently.
+sealed secrets, the work queue and its holders, the rate limits, the schedules, and
+the index of effects by invocation. Each definition is written once over
+:class:`projections.dialect.Dialect`: both engines read the same statement, except where
+a type is spelt differently.
 
 These names are a stored format: a store written by an earlier version has these
 tables under these names, and renaming one would orphan it.
@@ -31,6 +32,9 @@ HOLDERS_TABLE = "loop_actors_holders"
 
 RATE_LIMITS_TABLE = "loop_actors_rate_limits"
 """The shared state of the providers' rate limits: a row per ``(provider, model)``."""
+
+SCHEDULES_TABLE = "loop_actors_schedules"
+"""The schedules (``loop-actors schedule add``): a row per schedule, with where it stands."""
 
 EFFECT_INDEX = "loop_actors_effects_by_invocation"
 """The index of ``EffectPrepared`` rows by the invocation they belong to (SQLite stores)."""
@@ -62,6 +66,7 @@ def queue_definitions(name: Callable[[str], str] = str) -> tuple[str, ...]:
     quoted on a PostgreSQL store); an index takes the table's schema.
     """
     queue, holders, limits = name(QUEUE_TABLE), name(HOLDERS_TABLE), name(RATE_LIMITS_TABLE)
+    schedules = name(SCHEDULES_TABLE)
     return (
         f"CREATE TABLE IF NOT EXISTS {queue} ("
         "invocation_id TEXT PRIMARY KEY, agent_name TEXT NOT NULL, agent_ref TEXT, "
@@ -74,6 +79,17 @@ def queue_definitions(name: Callable[[str], str] = str) -> tuple[str, ...]:
         "provider TEXT NOT NULL, model TEXT NOT NULL, "
         "request_due DOUBLE PRECISION NOT NULL, token_due DOUBLE PRECISION NOT NULL, "
         "blocked_until DOUBLE PRECISION NOT NULL, PRIMARY KEY (provider, model))",
+        # The timing is every_s, or cron in time_zone; waiting and submitting are JSON
+        # lists (aggregates.schedules.Schedule); retry_at is NULL while nothing decided
+        # is missing from the store.
+        f"CREATE TABLE IF NOT EXISTS {schedules} ("
+        "name TEXT PRIMARY KEY, agent_name TEXT NOT NULL, agent_ref TEXT, goal TEXT NOT NULL, "
+        "every_s INTEGER, cron TEXT, time_zone TEXT, overlap TEXT NOT NULL, "
+        "catch_up TEXT NOT NULL, state TEXT NOT NULL, next_due DOUBLE PRECISION NOT NULL, "
+        "waiting TEXT NOT NULL, submitting TEXT NOT NULL, retry_at DOUBLE PRECISION, "
+        "last_due DOUBLE PRECISION, runs INTEGER NOT NULL, skipped INTEGER NOT NULL, "
+        "created_at DOUBLE PRECISION NOT NULL, updated_at DOUBLE PRECISION NOT NULL)",
+        f"CREATE INDEX IF NOT EXISTS {SCHEDULES_TABLE}_due ON {schedules} (state, next_due)",
         # Last: a store that has this table has the others (they are created in this order).
         f"CREATE TABLE IF NOT EXISTS {holders} ("
         "holder TEXT PRIMARY KEY, kind TEXT NOT NULL, host TEXT NOT NULL, machine TEXT NOT NULL, "

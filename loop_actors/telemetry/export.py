@@ -1,8 +1,11 @@
-"""Send derived spans to an OTLP/HTTP endpoint (``loop-actors trace export``)."""
+"""Send derived spans to an OTLP/HTTP endpoint, or write them as OTLP/JSON (``trace export``)."""
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Sequence
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from loop_actors._errors import UsageError
@@ -69,3 +72,44 @@ def export_to_otlp(records: Sequence[SpanRecord], url: str, *, timeout_s: float 
             "(unreachable, or it refused them: see its log)"
         )
     return endpoint
+
+
+_ID_FIELDS = ("traceId", "spanId", "parentSpanId")
+"""The byte fields of OTLP/JSON that are hex strings (protobuf's own JSON would base64 them)."""
+
+
+def _hex_ids(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            key: base64.b64decode(item).hex() if key in _ID_FIELDS else _hex_ids(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [_hex_ids(item) for item in value]
+    return value
+
+
+def otlp_json(records: Sequence[SpanRecord]) -> str:
+    """``records`` as one OTLP/JSON ``ExportTraceServiceRequest`` (one line, no newline).
+
+    The encoding of the OTLP specification: field names in lowerCamelCase, enums as
+    integers, trace and span ids as lower-case hex, 64-bit integers as decimal strings;
+    what an OTLP/HTTP receiver takes with ``Content-Type: application/json``, and the
+    collector's ``otlpjsonfile`` receiver reads line by line.
+
+    Raises:
+        UsageError: the OpenTelemetry SDK and its OTLP encoder are not installed.
+    """
+    try:
+        from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped]
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+        from opentelemetry.sdk.resources import Resource
+    except ImportError as error:
+        raise UsageError(
+            "writing OTLP/JSON needs the OpenTelemetry SDK and OTLP exporter: "
+            "pip install 'loop-actors[otel]'"
+        ) from error
+    resource = Resource.create({"service.name": SERVICE_NAME})
+    request = encode_spans(readable_spans(records, resource))
+    document = MessageToDict(request, use_integers_for_enums=True)
+    return json.dumps(_hex_ids(document), separators=(",", ":"), sort_keys=True)

@@ -9,7 +9,7 @@ from typing import Protocol
 import trio
 
 from aggregates.invocation import InvocationEvent, InvocationStarted, TraceParent
-from loop_actors.telemetry.otel import content_on, emit_points, emit_spans
+from loop_actors.telemetry.otel import content_on, emit_points, emit_spans, latest_experimental_on
 from loop_actors.telemetry.spans import Report, drives_to_report, report, root_id_of
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,13 @@ def closing_report(
     drives = drives_to_report(history, version_at_start)
     if not drives:
         return Report((), ())
-    return report(history, root_trace_parent=root, content=content_on(), drives=drives)
+    return report(
+        history,
+        root_trace_parent=root,
+        content=content_on(),
+        drives=drives,
+        latest_experimental=latest_experimental_on(),
+    )
 
 
 async def report_drive(reads: HistoryReader, invocation_id: str, version_at_start: int) -> None:

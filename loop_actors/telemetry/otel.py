@@ -16,12 +16,14 @@ from __future__ import annotations
 import os
 import sys
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from aggregates.invocation import TraceParent
+from aggregates.lease import HolderKind
+from loop_actors._statistics import TransactionWritten
 from loop_actors._version import __version__
 from loop_actors.telemetry import semconv as sc
 from loop_actors.telemetry.spans import MetricPoint, SpanKind, SpanRecord
@@ -41,6 +43,12 @@ def _off() -> bool:
 def content_on() -> bool:
     """True when the application asked for content in spans (``LOOP_ACTORS_OTEL_CONTENT=on``)."""
     return os.environ.get(CONTENT_ENV, "").strip().lower() in {"on", "1", "true", "yes"}
+
+
+def latest_experimental_on() -> bool:
+    """True when ``OTEL_SEMCONV_STABILITY_OPT_IN`` lists ``gen_ai_latest_experimental``."""
+    listed = os.environ.get(sc.STABILITY_OPT_IN_ENV, "")
+    return sc.GEN_AI_LATEST_EXPERIMENTAL in {part.strip() for part in listed.split(",")}
 
 
 def sdk_tracer_provider() -> Any | None:
@@ -190,7 +198,73 @@ def _instrument(provider: Any, name: str) -> Any:
                 made[name] = meter.create_counter(name, unit=unit, description=description)
             case sc.InstrumentKind.HISTOGRAM:
                 made[name] = meter.create_histogram(name, unit=unit, description=description)
+            case sc.InstrumentKind.GAUGE:
+                made[name] = meter.create_observable_up_down_counter(
+                    name, callbacks=[_observe_leases], unit=unit, description=description
+                )
     return made[name]
+
+
+def db_system_name(store_kind: str) -> str:
+    """``db.system.name`` of a store: ``postgresql``, else ``sqlite`` (``memory://`` is too)."""
+    return "postgresql" if store_kind == "postgresql" else "sqlite"
+
+
+def record_transaction(db_system: str, done: TransactionWritten) -> None:
+    """A Journal's transaction, as two histogram points (the Journal's ``on_transaction``).
+
+    Nothing when no SDK meter provider is installed (or ``LOOP_ACTORS_OTEL=off``): a
+    look at ``sys.modules`` per transaction.
+    """
+    provider = sdk_meter_provider()
+    if provider is None or _off():
+        return
+    attributes = {sc.DB_SYSTEM_NAME: db_system, sc.JOURNAL_INLINE: done.inline}
+    _instrument(provider, sc.JOURNAL_TRANSACTION_EVENTS).record(done.events, attributes)
+    _instrument(provider, sc.JOURNAL_TRANSACTION_DURATION).record(done.duration_s, attributes)
+
+
+class HoldsLeases(Protocol):
+    """What holds leases in this process (a Runtime's or a Worker's lease keeper)."""
+
+    @property
+    def kind(self) -> HolderKind:
+        """Whether it is a worker's or a Runtime's own."""
+        ...
+
+    @property
+    def held(self) -> Mapping[str, object]:
+        """Its leases now, by invocation id."""
+        ...
+
+
+_lease_holders: dict[int, weakref.ref[Any]] = {}
+"""The live holders, by ``id`` (a lease keeper is a dataclass: not hashable)."""
+
+
+def watch_leases(holder: HoldsLeases) -> None:
+    """Count ``holder``'s leases in ``loop_actors.leases.held`` while it lives.
+
+    The gauge is observed when the SDK collects, so holding a lease costs nothing; it
+    is made on the meter provider installed now (if any) and at each drive's report.
+    """
+    key = id(holder)
+    _lease_holders[key] = weakref.ref(holder, lambda _: _lease_holders.pop(key, None))
+    provider = sdk_meter_provider()
+    if provider is not None and not _off():
+        _instrument(provider, sc.LEASES_HELD)
+
+
+def _observe_leases(options: Any) -> Iterator[Any]:
+    from opentelemetry.metrics import Observation  # the SDK asks: the API is imported
+
+    by_kind: dict[str, int] = {kind.value: 0 for kind in HolderKind}
+    for ref in list(_lease_holders.values()):
+        holder = ref()
+        if holder is not None:
+            by_kind[holder.kind.value] += len(holder.held)
+    for kind, count in by_kind.items():
+        yield Observation(count, {sc.HOLDER_KIND: kind})
 
 
 def emit_points(points: Sequence[MetricPoint]) -> None:
@@ -198,6 +272,8 @@ def emit_points(points: Sequence[MetricPoint]) -> None:
     provider = sdk_meter_provider()
     if provider is None:
         return
+    if _lease_holders:
+        _instrument(provider, sc.LEASES_HELD)
     for point in points:
         instrument = _instrument(provider, point.instrument)
         attributes = dict(point.attributes)

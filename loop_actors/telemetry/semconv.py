@@ -31,6 +31,15 @@ SCHEMA_URL: Final = "https://opentelemetry.io/schemas/1.37.0"
 """The schema URL the instrumentation scope carries (the last one the GenAI names moved in)."""
 INSTRUMENTATION_NAME: Final = "loop_actors"
 
+STABILITY_OPT_IN_ENV: Final = "OTEL_SEMCONV_STABILITY_OPT_IN"
+"""The conventions' opt-in variable: a comma-separated list of what to emit the latest of."""
+GEN_AI_LATEST_EXPERIMENTAL: Final = "gen_ai_latest_experimental"
+"""The value (in ``OTEL_SEMCONV_STABILITY_OPT_IN``) that asks for names still in drafts:
+the durable-run span events of semantic-conventions-genai PR #445 (an open draft) and
+the per-call usage counters of ``model/gen-ai/token-metrics.yaml`` at commit ``066d4a7``
+(their shape is not settled). Without it, only the names above are emitted."""
+CONVENTIONS_TOKEN_METRICS_COMMIT: Final = "066d4a7"
+
 # --------------------------------------------------------------------------- operations
 
 
@@ -107,11 +116,21 @@ TREE_TOOL_CALLS: Final = "loop_actors.tree.tool_calls"
 TREE_TOKENS: Final = "loop_actors.tree.tokens"
 TREE_COST: Final = "loop_actors.tree.cost"
 PAUSE_REASON: Final = "loop_actors.pause.reason"
+DB_SYSTEM_NAME: Final = "db.system.name"
+"""The database conventions' name of the store's server: ``sqlite`` or ``postgresql``."""
+JOURNAL_INLINE: Final = "loop_actors.journal.inline"
+"""The transaction was written on the trio thread (an idle SQLite runtime's commit)."""
+HOLDER_KIND: Final = "loop_actors.holder.kind"
+"""What holds the leases: ``worker`` or ``run`` (a Runtime's own runs)."""
 
 # --------------------------------------------------------------------------- span events
 
 EVENT_PAUSED: Final = "paused"
 EVENT_RESUMED: Final = "resumed"
+EVENT_AGENT_PAUSED: Final = "gen_ai.agent.paused"
+"""``paused`` as PR #445 names it (with the opt-in, ``gen_ai_latest_experimental``)."""
+EVENT_AGENT_RESUMED: Final = "gen_ai.agent.resumed"
+"""``resumed`` as PR #445 names it (with the opt-in)."""
 
 # --------------------------------------------------------------------------- metrics
 
@@ -121,6 +140,8 @@ class InstrumentKind(StrEnum):
 
     COUNTER = "counter"
     HISTOGRAM = "histogram"
+    GAUGE = "gauge"
+    """Observed when the SDK collects (an observable up-down counter): a level, not a sum."""
 
 
 TOKEN_USAGE: Final = "gen_ai.client.token.usage"
@@ -134,6 +155,15 @@ COST_TOTAL: Final = "loop_actors.cost"
 EFFECTS: Final = "loop_actors.effects"
 APPROVAL_WAIT: Final = "loop_actors.approval.wait"
 PAUSED_DURATION_METRIC: Final = "loop_actors.invocation.paused.duration"
+INFERENCE_USAGE_INPUT: Final = "gen_ai.client.inference.usage.input_tokens"
+INFERENCE_USAGE_OUTPUT: Final = "gen_ai.client.inference.usage.output_tokens"
+INFERENCE_USAGE_CACHE_READ: Final = "gen_ai.client.inference.usage.cache_read.input_tokens"
+INFERENCE_USAGE_CACHE_WRITE: Final = "gen_ai.client.inference.usage.cache_write.input_tokens"
+TOKEN_MODALITY: Final = "gen_ai.token.modality"
+"""Required on the inference usage counters: ``text`` for our calls."""
+JOURNAL_TRANSACTION_EVENTS: Final = "loop_actors.journal.transaction.events"
+JOURNAL_TRANSACTION_DURATION: Final = "loop_actors.journal.transaction.duration"
+LEASES_HELD: Final = "loop_actors.leases.held"
 
 INSTRUMENTS: Final[dict[str, tuple[InstrumentKind, str, str]]] = {
     TOKEN_USAGE: (InstrumentKind.HISTOGRAM, "{token}", "Tokens used per model call"),
@@ -147,5 +177,28 @@ INSTRUMENTS: Final[dict[str, tuple[InstrumentKind, str, str]]] = {
     EFFECTS: (InstrumentKind.COUNTER, "{effect}", "Write results, by effect status"),
     APPROVAL_WAIT: (InstrumentKind.HISTOGRAM, "s", "From an approval pause to its answer"),
     PAUSED_DURATION_METRIC: (InstrumentKind.HISTOGRAM, "s", "From a pause to the next drive"),
+    INFERENCE_USAGE_INPUT: (InstrumentKind.COUNTER, "{token}", "Input tokens (opt-in)"),
+    INFERENCE_USAGE_OUTPUT: (InstrumentKind.COUNTER, "{token}", "Output tokens (opt-in)"),
+    INFERENCE_USAGE_CACHE_READ: (
+        InstrumentKind.COUNTER,
+        "{token}",
+        "Input tokens read from the provider's cache (opt-in)",
+    ),
+    INFERENCE_USAGE_CACHE_WRITE: (
+        InstrumentKind.COUNTER,
+        "{token}",
+        "Input tokens written to the provider's cache (opt-in)",
+    ),
+    JOURNAL_TRANSACTION_EVENTS: (
+        InstrumentKind.HISTOGRAM,
+        "{event}",
+        "Events one Journal transaction made durable",
+    ),
+    JOURNAL_TRANSACTION_DURATION: (
+        InstrumentKind.HISTOGRAM,
+        "s",
+        "Duration of one Journal transaction, lock waits included",
+    ),
+    LEASES_HELD: (InstrumentKind.GAUGE, "{lease}", "Leases this process holds now"),
 }
 """Every metric: its kind, unit and description."""

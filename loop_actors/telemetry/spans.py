@@ -255,6 +255,8 @@ class _Context:
     content: bool
     batches: Mapping[int, BatchDispatched]
     history: Sequence[InvocationEvent]
+    latest_experimental: bool = False
+    """``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental``: the draft names too."""
 
     @property
     def invocation_id(self) -> str:
@@ -317,6 +319,15 @@ def _chat(ctx: _Context, event: DecisionProposed) -> tuple[SpanRecord, list[Metr
     if usage.cost:
         agent = {sc.AGENT_NAME: ctx.started.agent_name}
         points.append(MetricPoint(sc.COST_TOTAL, usage.cost, agent))
+    if ctx.latest_experimental:
+        text = common | {sc.TOKEN_MODALITY: "text"}
+        counted = [
+            (sc.INFERENCE_USAGE_INPUT, usage.input_tokens),
+            (sc.INFERENCE_USAGE_OUTPUT, usage.output_tokens),
+            (sc.INFERENCE_USAGE_CACHE_READ, usage.cache_read_input_tokens),
+            (sc.INFERENCE_USAGE_CACHE_WRITE, usage.cache_write_input_tokens),
+        ]
+        points.extend(MetricPoint(name, n, text) for name, n in counted if n is not None)
     return span, points
 
 
@@ -502,7 +513,8 @@ def _drive_report(ctx: _Context, drive: Drive, previous: int | None) -> Report:
     if drive.after_pause is not None:
         paused_s = max((start - drive.after_pause.timestamp).total_seconds(), 0.0)
         attributes[sc.PAUSED_DURATION] = paused_s
-        events.append(SpanEvent(sc.EVENT_RESUMED, start, {sc.PAUSED_DURATION: paused_s}))
+        resumed = sc.EVENT_AGENT_RESUMED if ctx.latest_experimental else sc.EVENT_RESUMED
+        events.append(SpanEvent(resumed, start, {sc.PAUSED_DURATION: paused_s}))
         points.append(
             MetricPoint(
                 sc.PAUSED_DURATION_METRIC,
@@ -527,7 +539,8 @@ def _drive_report(ctx: _Context, drive: Drive, previous: int | None) -> Report:
             assert isinstance(last, Paused)
             attributes[sc.TERMINAL_REASON] = last.reason.value
             paused = {sc.PAUSE_REASON: last.reason.value}
-            events.append(SpanEvent(sc.EVENT_PAUSED, last.timestamp, paused))
+            name = sc.EVENT_AGENT_PAUSED if ctx.latest_experimental else sc.EVENT_PAUSED
+            events.append(SpanEvent(name, last.timestamp, paused))
         case DriveEnd.ENDED:
             assert isinstance(last, Terminated)
             attributes[sc.TERMINAL_REASON] = last.reason.value
@@ -613,6 +626,7 @@ def report(
     root_trace_parent: TraceParent | None,
     content: bool = False,
     drives: Sequence[Drive] | None = None,
+    latest_experimental: bool = False,
 ) -> Report:
     """The spans and metric points of ``drives`` (all of the history's by default).
 
@@ -623,6 +637,8 @@ def report(
         content: include goal, decisions, arguments and outputs as stored (redacted
             values stay redacted: the real ones are never in the store).
         drives: which drives (of :func:`drives_of` on the same history).
+        latest_experimental: the names still in drafts as well (see
+            :data:`semconv.GEN_AI_LATEST_EXPERIMENTAL`).
     """
     started = history[0]
     assert isinstance(started, InvocationStarted)
@@ -636,7 +652,7 @@ def report(
     for event in history:
         if isinstance(event, BatchDispatched):
             batches[event.step] = event
-    ctx = _Context(started, trace_id, parent_span, content, batches, history)
+    ctx = _Context(started, trace_id, parent_span, content, batches, history, latest_experimental)
     every = drives_of(history)
     wanted = {d.index for d in (every if drives is None else drives)}
     spans: list[SpanRecord] = []

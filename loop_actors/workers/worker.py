@@ -15,9 +15,17 @@ import trio
 from aggregates.decisions import Frozen, TerminalReason
 from aggregates.lease import DEFAULT_LEASE_S, HolderKind, QueueStatus, Release, claim_retry_s
 from aggregates.rate_limits import RateLimit
-from loop_actors._errors import LoopActorsError, StoreUnavailableError, UsageError
+from aggregates.schedules import due_time
+from loop_actors._errors import (
+    LoopActorsError,
+    StoreUnavailableError,
+    SubmissionError,
+    SubmissionProblem,
+    UsageError,
+)
+from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._logs import BackgroundLoop, fields, package_logger
-from loop_actors._statistics import WorkerStatistics
+from loop_actors._statistics import ScheduleDue, ScheduleStatistics, WorkerStatistics
 from loop_actors.agent.agent import Agent
 from loop_actors.runtime.gc_policy import GcPolicy
 from loop_actors.runtime.leases import (
@@ -29,8 +37,10 @@ from loop_actors.runtime.leases import (
 )
 from loop_actors.runtime.runtime import Runtime, _utc_now
 from loop_actors.runtime.slots import DEFAULT_WORK_SLOTS
+from loop_actors.runtime.submission import Submission, SubmittedStatus, submission_requests
 from loop_actors.store.queue import Claimed
 from loop_actors.store.reader import DriveReads
+from loop_actors.store.schedule_rows import DueRuns, SchedulesChecked
 
 log = package_logger(__name__)
 
@@ -38,6 +48,8 @@ DEFAULT_CONCURRENCY = 8
 DEFAULT_GRACE_S = 30.0
 DEFAULT_POLL_S = 0.1
 """How often an idle worker looks for runnable invocations (with jitter)."""
+SCHEDULE_POLL_S = 1.0
+"""How often a worker looks at the schedules at least (sooner when one is due sooner)."""
 
 
 class WorkerReport(Frozen):
@@ -149,6 +161,7 @@ class Worker:
         self._abandoned = 0
         self._failed = 0
         self._claim_failures = 0
+        self._schedules = ScheduleStatistics()
 
     def statistics(self) -> WorkerStatistics:
         """What it drives now and has done since it started (and its runtime's statistics)."""
@@ -163,6 +176,7 @@ class Worker:
             abandoned=self._abandoned,
             failed=self._failed,
             claim_failures=self._claim_failures,
+            schedules=self._schedules,
             runtime=self.runtime.statistics(),
         )
 
@@ -223,6 +237,7 @@ class Worker:
                 async with trio.open_nursery() as drives:
                     self._drives = drives
                     drives.start_soon(self._keep_grace)
+                    drives.start_soon(self._run_schedules)
                     await self._claim_until_stopped(drives, until_idle=until_idle)
             except BaseException:
                 for lease in self._active.values():
@@ -328,6 +343,121 @@ class Worker:
                 self.grace_s,
             )
             self.stop_now()
+
+    async def _run_schedules(self) -> None:
+        """Check the schedules of the agents served, and submit their due runs, until stopped.
+
+        Each check is one short transaction of the queue (``WorkQueue.check_schedules``):
+        the runs it decides are written as decided with the schedule moved on, then
+        submitted under ids derived from the schedule and the due time (a second
+        submission of one records nothing), then written as submitted. A worker that
+        dies in between leaves them decided: a later check, of any worker, submits them.
+        """
+        keeper = self.runtime.driver.leases
+        names = list(self.agents)
+        failures = 0
+        while not self._stopping:
+            wait_s = SCHEDULE_POLL_S
+            try:
+                checked = await keeper.call(keeper.queue.check_schedules, names)
+            except StoreUnavailableError as error:
+                failures += 1
+                self._schedules_failed(
+                    error, "cannot check the schedules (%d failed checks); retrying", failures
+                )
+            else:
+                failures = 0
+                self._note_check(checked)
+                for runs in checked.due:
+                    await self._submit_due(runs)
+                if checked.wait_s is not None:
+                    wait_s = max(0.01, min(wait_s, checked.wait_s))
+            with trio.move_on_after(wait_s):
+                await self._stop_requested.wait()
+
+    def _note_check(self, checked: SchedulesChecked) -> None:
+        counts = self._schedules
+        self._schedules = counts.model_copy(
+            update={
+                "checks": counts.checks + 1,
+                "skipped": counts.skipped + sum(len(runs.skipped) for runs in checked.due),
+                "next_due": [
+                    ScheduleDue(name=name, due_at=due_time(due)) for name, due in checked.upcoming
+                ],
+            }
+        )
+        for runs in checked.due:
+            for due in runs.skipped:
+                log.info(
+                    "schedule %s: the run due at %s is skipped (the previous one has not ended)",
+                    runs.schedule.name,
+                    due_time(due).isoformat(),
+                )
+
+    async def _submit_due(self, runs: DueRuns) -> None:
+        """Submit the runs a check decided, one at a time; then note them as submitted.
+
+        A run the store cannot take now stays decided (submitted again later); one whose
+        id names an invocation of another goal or agent is given up, with a warning.
+        """
+        schedule = runs.schedule
+        agent = self.agents[schedule.agent_name]
+        if runs.dues:
+            fault_point(CrashPoint.AFTER_SCHEDULE_DECIDED)
+        done: list[int] = []
+        for due in runs.dues:
+            invocation_id = schedule.invocation_id(due)
+            goal = Submission(schedule.goal, invocation_id=invocation_id)
+            try:
+                requests = submission_requests(agent, [goal], agent_ref=schedule.agent_ref)
+                [went] = await self.runtime.driver.submit_many(requests, chunk_size=1)
+            except SubmissionError as error:
+                if error.problem is not SubmissionProblem.ID_TAKEN:
+                    raise
+                log.warning(
+                    "schedule %s: %s is taken by another goal or agent; that run is not submitted",
+                    schedule.name,
+                    invocation_id,
+                )
+                done.append(due)
+                continue
+            except StoreUnavailableError as error:
+                self._schedules_failed(
+                    error,
+                    "schedule %s: cannot submit %s; it is submitted again later",
+                    schedule.name,
+                    invocation_id,
+                )
+                break
+            done.append(due)
+            counts = self._schedules
+            if went.status is SubmittedStatus.SUBMITTED:
+                self._schedules = counts.model_copy(update={"submitted": counts.submitted + 1})
+                log.info(
+                    "schedule %s: submitted %s",
+                    schedule.name,
+                    invocation_id,
+                    extra=fields(invocation_id=invocation_id),
+                )
+            else:
+                update = {"already_submitted": counts.already_submitted + 1}
+                self._schedules = counts.model_copy(update=update)
+        if done:
+            keeper = self.runtime.driver.leases
+            try:
+                await keeper.call(keeper.queue.schedule_submitted, schedule.name, done)
+            except StoreUnavailableError as error:  # a later check finds them in the store
+                self._schedules_failed(
+                    error,
+                    "cannot note the runs of %s as submitted; the next check finds them",
+                    schedule.name,
+                )
+            self._wake.set()  # claim them now
+
+    def _schedules_failed(self, error: StoreUnavailableError, message: str, *args: object) -> None:
+        """Log a failure of the schedules' loop (rate-limited, as the other loops' are)."""
+        throttle = self.runtime.driver.leases.outages.throttle
+        throttle.caught(log, BackgroundLoop.SCHEDULES, error, message, *args)
 
     async def _read_before_driving(
         self, claims: list[Claimed]

@@ -28,6 +28,7 @@ from aggregates import (
 )
 from aggregates.children import Allotment, Spent
 from aggregates.critic import Verdict
+from aggregates.decisions import Plan
 from aggregates.invocation import (
     EVENT_TYPES,
     TRANSITIONS,
@@ -46,6 +47,7 @@ from aggregates.invocation import (
     InvocationState,
     LeaseAcquired,
     Paused,
+    PlanProposed,
     ResultsCommitted,
     SettingsChanged,
     SleepEnded,
@@ -65,6 +67,7 @@ from tests.support.invocations import (
     in_phase,
     new,
     ok,
+    plan_writes,
 )
 
 # --------------------------------------------------------------------------- examples
@@ -297,12 +300,16 @@ def _fire(inv: Invocation, event_type: type[InvocationEvent]) -> None:
         inv.wake(at=AT)
     elif event_type is CritiqueReturned:
         inv.record_critique(Verdict.REVISE, critique="say why", usage=Usage(), at=AT)
+    elif event_type is PlanProposed:
+        inv.propose_plan(
+            plan_writes(decision) if isinstance(decision, Plan) else [], summary="", at=AT
+        )
     else:
         raise AssertionError(f"no builder for {event_type.__name__}")
 
 
 _VARIANTS = {
-    Phase.DECIDED: ["final", "question"],
+    Phase.DECIDED: ["final", "question", "plan"],
     Phase.READY: ["", "child"],
     Phase.DISPATCHED: ["", "child"],
     Phase.SLEEPING: ["", "batch"],

@@ -46,6 +46,7 @@ FROZEN = [
     "aggregates.effect:EffectResolvedByHand",
     "aggregates.requests:CancelRequested",
     "aggregates.invocation:SleepEnded",
+    "aggregates.invocation:PlanProposed",
     "aggregates.invocation:CritiqueReturned",
 ]
 

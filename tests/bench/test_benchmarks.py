@@ -18,6 +18,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
     [
         ("turn_overhead.py", ["--n", "3", "--reps", "1", "--calls", "3"], "kept open"),
         ("otel_overhead.py", ["--n", "3", "--reps", "1"], "tracing on (in-memory SDK)"),
+        ("model_input_digests.py", ["--n", "3", "--reps", "1"], "ratio digests/turn"),
         ("stored_bytes.py", ["--n", "3", "--reps", "1"], "ratio JSON/packed bytes"),
         ("store_backends.py", ["--n", "2", "--concurrent", "3", "--reps", "1"], "sqlite     "),
         ("turn_breakdown.py", ["--n", "3", "--reps", "1"], "scheduler passes per turn"),

@@ -111,7 +111,7 @@ def test_the_installed_wheel_runs_its_version_and_the_builtin_eval(
     assert Path(where.stdout.strip()).is_relative_to(venv), where.stdout + where.stderr
 
     version = _run(venv / "bin" / "loop-actors", "--version", cwd=tmp_path)
-    assert (version.returncode, version.stdout.strip()) == (0, "loop-actors 0.1.0")
+    assert (version.returncode, version.stdout.strip()) == (0, "loop-actors 0.2.0")
     evaluated = _run(
         venv / "bin" / "loop-actors", "eval", "--builtin", "--db", f"sqlite:///{tmp_path / 'eval.db'}",
         cwd=tmp_path,

@@ -26,10 +26,17 @@ import loop_actors
 import projections
 from aggregates.decisions import TerminalReason
 from aggregates.lease import DEFAULT_LEASE_S, QueueStatus
+from aggregates.schedules import (
+    DEFAULT_CATCH_UP,
+    DEFAULT_OVERLAP,
+    DEFAULT_TIME_ZONE,
+    CatchUp,
+    Overlap,
+)
 from loop_actors.audit import checkpointer
 from loop_actors.cli import ExitCode, main
 from loop_actors.cli import parser as cli_parser
-from loop_actors.cli.options import evaluation, queue, read_models
+from loop_actors.cli.options import evaluation, queue, read_models, schedules
 from loop_actors.cli.parser import COMMANDS, build_parser, command_group, command_options
 from loop_actors.eval.builtin import Fault
 from loop_actors.workers import worker
@@ -208,6 +215,13 @@ def test_the_options_literals_agree_with_the_runtime_values_they_copy() -> None:
     assert [reason.value for reason in TerminalReason] == read_models.TERMINAL_REASONS
     assert [status.value for status in QueueStatus] == queue.QUEUE_STATUSES
     assert [fault.value for fault in Fault] == evaluation.BUILTIN_FAULTS
+    assert [overlap.value for overlap in Overlap] == schedules.OVERLAPS
+    assert [catch_up.value for catch_up in CatchUp] == schedules.CATCH_UPS
+    assert (
+        DEFAULT_OVERLAP.value,
+        DEFAULT_CATCH_UP.value,
+        DEFAULT_TIME_ZONE,
+    ) == (schedules.DEFAULT_OVERLAP, schedules.DEFAULT_CATCH_UP, schedules.DEFAULT_TIME_ZONE)
     assert [model.name for model in default_projections()] == read_models.READ_MODELS
     assert read_models.DEFAULT_BATCH_SIZE == DEFAULT_BATCH_SIZE
     assert queue.DEFAULT_LEASE_S == DEFAULT_LEASE_S

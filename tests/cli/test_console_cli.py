@@ -1,21 +1,27 @@
 """``loop-actors serve`` refusals and ``loop-actors watch``, as a user's shell runs them.
 
 Bad inputs tried: ``--host 0.0.0.0`` without a token, a token too short, ``--port``
-out of range and not a number, a port already in use, a store that does not exist, ``watch`` of an unknown
-invocation and ``--from -1``.
+out of range and not a number, a port already in use, a store that does not exist,
+``--agent`` that is no agent, two agents of one name, ``--forwarded-allow-ips`` without
+a token and with ``*``, ``watch`` of an unknown invocation and ``--from -1``.
 """
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from loop_actors.cli.options import console as console_options
 from loop_actors.console import settings
-from tests.support.cli import run_cli, run_in_process
+from loop_actors.store.store import EventStore
+from tests.support.cli import CLI, cli_env, run_cli, run_in_process
 from tests.support.console import TOKEN, completed_refund
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_options_defaults_are_the_consoles() -> None:
@@ -31,6 +37,14 @@ def test_the_options_defaults_are_the_consoles() -> None:
         (["--token", "short"], "at least 16 characters"),
         (["--port", "70000"], "a port is 0..65535"),
         (["--port", "eighty"], "expected a port number"),
+        (["--forwarded-allow-ips", "127.0.0.1"], "behind a proxy"),
+        (["--token", TOKEN, "--forwarded-allow-ips", "*"], "addresses or networks"),
+        (["--token", TOKEN, "--agent", "tests.support.console:nothing"], "no attribute"),
+        (["--token", TOKEN, "--agent", "tests.support.console:TOKEN"], "not a loop_actors.Agent"),
+        (
+            ["--token", TOKEN, "--agent", "tests.support.console:refunds"] * 2,
+            "two agents are named 'refunds'",
+        ),
     ],
 )
 def test_serve_refuses_what_is_unsafe_or_malformed(
@@ -40,7 +54,6 @@ def test_serve_refuses_what_is_unsafe_or_malformed(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delenv(settings.TOKEN_ENV, raising=False)
     result = run_in_process(
         "serve", *args, cwd=tmp_path, capsys=capsys, monkeypatch=monkeypatch, db="memory://"
     )
@@ -91,3 +104,29 @@ async def test_watch_refuses_an_unknown_invocation_and_a_negative_start(tmp_path
     assert "nobody" in unknown.stderr
     assert negative.returncode == 2
     assert "--from must be at least 0" in negative.stderr
+
+
+def test_serve_names_its_agents_and_ignores_a_token_in_the_tests_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``$LOOP_ACTORS_CONSOLE_TOKEN`` where the tests run does not reach the command."""
+    monkeypatch.setenv(settings.TOKEN_ENV, "a-token-of-the-developers-shell")
+    db = f"sqlite:///{tmp_path / 'served.db'}"
+    EventStore(db).close()
+    argv = [*CLI, "serve", "--port", "0", "--agent", "tests.support.console:refunds"]
+    server = subprocess.Popen(
+        [*argv, "--db", db],
+        cwd=ROOT,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdout is not None
+    lines = [server.stdout.readline() for _ in range(3)]
+    server.send_signal(signal.SIGTERM)
+    _, err = server.communicate(timeout=30)
+    assert server.returncode == 0, err
+    assert lines[0].startswith("loop-actors console on http://127.0.0.1:")
+    assert lines[1].startswith("token (decisions need it): ")  # generated: none was given
+    assert lines[2] == "agents (bulk resume and reconcile run here): refunds\n"

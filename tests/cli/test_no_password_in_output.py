@@ -123,6 +123,11 @@ ARGUMENTS: dict[tuple[str, ...], list[str]] = {
     ("eval",): ["cases.json", "--json", "report.json"],
     ("submit",): ["agents:calc", "--goal", "queued", "--id", "queued-1"],
     ("workers",): [],
+    ("schedule", "add"): ["nightly", "--agent", "agents:calc", "--goal", "add", "--every", "24h"],
+    ("schedule", "list"): [],
+    ("schedule", "pause"): ["nightly"],
+    ("schedule", "resume"): ["nightly"],
+    ("schedule", "remove"): ["nightly"],
     ("history",): ["done-1"],
     ("replay",): ["done-1", "--agent", "agents:calc"],
     ("fork",): ["done-1", "--at-step", "0", "--by", "ops", "--reason", "try", "--no-run"],
@@ -219,10 +224,11 @@ def test_no_command_prints_the_password_of_a_postgresql_url(
 ) -> None:
     shown = redacted_url(postgres_url)
     assert shown != postgres_url
-    run_in_process(
+    paused = run_in_process(
         "run", "agents:refunds", "--goal", "refund A-1", "--id", "refund-1",
         cwd=project, capsys=capsys, monkeypatch=monkeypatch, db=postgres_url,
     )  # fmt: skip
+    assert paused.returncode == 3, paused.stderr  # approval_required: the store has refund-1
     printed = {path: _run(project, capsys, monkeypatch, path, postgres_url) for path in ARGUMENTS}
     printed["store", "copy"] = "\n".join(
         run_in_process(

@@ -8,22 +8,17 @@ not a number, with neither count, with a count of 0.
 from __future__ import annotations
 
 import json
-import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from tests.support.cli import run_in_process
-
-HERE = Path(__file__).parents[1] / "support"
+from tests.support.cli import run_in_process, sleepers_folder
 
 
 @pytest.fixture
 def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    shutil.copy(HERE / "sleepers_app.py", tmp_path / "sleepers_app.py")
-    monkeypatch.setenv("SLEEPERS_LOG", str(tmp_path / "calls.log"))
-    return tmp_path
+    return sleepers_folder(tmp_path, monkeypatch)
 
 
 def test_run_json_says_the_invocation_sleeps_and_until_when(

@@ -19,19 +19,15 @@ from tests.support.console import (
     bearer,
     client,
     completed_refund,
+    event_types,
     paused_refund,
     serving,
 )
 
 
-async def _events(db_url: str, invocation_id: str) -> list[str]:
-    async with Runtime(db_url) as runtime:
-        return [type(event).__name__ for event in await runtime.history(invocation_id)]
-
-
 async def test_an_approval_without_the_token_is_401_and_records_nothing(store_url: str) -> None:
     digest = await paused_refund(store_url)
-    before = await _events(store_url, "refund-1")
+    before = await event_types(store_url, "refund-1")
     with trio.fail_after(30):
         async with serving(store_url) as base, client(base) as http:
             body = {"digest": digest, "by": "mallory"}
@@ -44,7 +40,7 @@ async def test_an_approval_without_the_token_is_401_and_records_nothing(store_ur
     assert missing.json()["error"] == "unauthorised"
     assert missing.headers["www-authenticate"].startswith("Bearer")
     assert wrong.status_code == 401
-    assert await _events(store_url, "refund-1") == before
+    assert await event_types(store_url, "refund-1") == before
     assert [item["invocation_id"] for item in inbox.json()["approvals"]] == ["refund-1"]
 
 
@@ -72,7 +68,7 @@ async def test_a_second_approval_is_409_already_decided(store_url: str) -> None:
 
 async def test_a_wrong_digest_is_409_other_digest_and_records_nothing(store_url: str) -> None:
     await paused_refund(store_url)
-    before = await _events(store_url, "refund-1")
+    before = await event_types(store_url, "refund-1")
     with trio.fail_after(30):
         async with serving(store_url) as base, client(base, headers=bearer()) as http:
             refused = await http.post(
@@ -80,7 +76,7 @@ async def test_a_wrong_digest_is_409_other_digest_and_records_nothing(store_url:
             )
     assert refused.status_code == 409
     assert refused.json()["error"] == "other_digest"
-    assert await _events(store_url, "refund-1") == before
+    assert await event_types(store_url, "refund-1") == before
 
 
 async def test_an_unknown_invocation_is_404(store_url: str) -> None:
@@ -102,7 +98,7 @@ async def test_an_unknown_invocation_is_404(store_url: str) -> None:
 
 async def test_malformed_bodies_are_400_and_record_nothing(store_url: str) -> None:
     await paused_refund(store_url)
-    before = await _events(store_url, "refund-1")
+    before = await event_types(store_url, "refund-1")
     with trio.fail_after(30):
         async with serving(store_url) as base, client(base, headers=bearer()) as http:
             url = "/api/invocations/refund-1/approve"
@@ -117,7 +113,7 @@ async def test_malformed_bodies_are_400_and_record_nothing(store_url: str) -> No
         assert response.status_code == 400, response.text
         assert response.json()["error"] == "bad_request"
     assert unknown_action.status_code == 404
-    assert await _events(store_url, "refund-1") == before
+    assert await event_types(store_url, "refund-1") == before
 
 
 async def test_deny_and_cancel_go_through_the_runtime(store_url: str) -> None:
@@ -140,8 +136,8 @@ async def test_deny_and_cancel_go_through_the_runtime(store_url: str) -> None:
     assert not_asked.status_code == 409
     assert not_asked.json()["error"] == "not_waiting"
     assert inbox.json()["approvals"] == []
-    assert "ApprovalDenied" in await _events(store_url, "refund-1")
-    assert (await _events(store_url, "refund-2"))[-1] == "Terminated"
+    assert "ApprovalDenied" in await event_types(store_url, "refund-1")
+    assert (await event_types(store_url, "refund-2"))[-1] == "Terminated"
 
 
 async def test_the_list_filters_and_pages(store_url: str) -> None:
@@ -212,7 +208,7 @@ async def test_a_request_for_another_host_is_refused() -> None:
 
 async def test_a_cross_origin_post_is_refused_even_with_the_token(store_url: str) -> None:
     digest = await paused_refund(store_url)
-    before = await _events(store_url, "refund-1")
+    before = await event_types(store_url, "refund-1")
     with trio.fail_after(30):
         async with serving(store_url) as base, client(base, headers=bearer()) as http:
             body = {"digest": digest, "by": "mallory"}
@@ -222,7 +218,7 @@ async def test_a_cross_origin_post_is_refused_even_with_the_token(store_url: str
     assert origin.status_code == 403
     assert site.status_code == 403
     assert origin.json()["error"] == "cross_origin"
-    assert await _events(store_url, "refund-1") == before
+    assert await event_types(store_url, "refund-1") == before
 
 
 async def test_every_response_carries_the_content_security_policy() -> None:
@@ -290,7 +286,7 @@ async def test_a_bulk_cancel_dry_run_changes_nothing_and_the_typed_confirmation_
     await paused_refund(store_url, "refund-1")
     await paused_refund(store_url, "refund-2")
     await completed_refund(store_url, "refund-3")
-    before = {i: await _events(store_url, i) for i in ("refund-1", "refund-2", "refund-3")}
+    before = {i: await event_types(store_url, i) for i in ("refund-1", "refund-2", "refund-3")}
     with trio.fail_after(30):
         async with serving(store_url) as base, client(base, headers=bearer()) as http:
             where = {"agent": "refunds"}
@@ -303,7 +299,7 @@ async def test_a_bulk_cancel_dry_run_changes_nothing_and_the_typed_confirmation_
                 "/api/bulk/cancel", json={"where": where, "dry_run": False, "confirm": "cancel 2"}
             )
             bad_where = await http.post("/api/bulk/cancel", json={"where": ["refunds"]})
-            after_dry = {i: await _events(store_url, i) for i in before}
+            after_dry = {i: await event_types(store_url, i) for i in before}
             done = await http.post(
                 "/api/bulk/cancel",
                 json={"where": where, "dry_run": False, "by": "carol", "confirm": "cancel 2"},
@@ -312,6 +308,7 @@ async def test_a_bulk_cancel_dry_run_changes_nothing_and_the_typed_confirmation_
         "dry_run": True,
         "matched": 2,
         "invocation_ids": ["refund-2", "refund-1"],
+        "skipped": [],
         "confirm": "cancel 2",
     }
     assert wrong.status_code == 409
@@ -320,8 +317,8 @@ async def test_a_bulk_cancel_dry_run_changes_nothing_and_the_typed_confirmation_
     assert bad_where.status_code == 400
     assert after_dry == before
     assert done.json()["results"] == {"refund-2": "ended", "refund-1": "ended"}
-    assert await _events(store_url, "refund-3") == before["refund-3"]
-    assert (await _events(store_url, "refund-1"))[-1] == "Terminated"
+    assert await event_types(store_url, "refund-3") == before["refund-3"]
+    assert (await event_types(store_url, "refund-1"))[-1] == "Terminated"
 
 
 async def test_the_list_searches_by_id_and_time_and_sums_up_by_agent_and_status(

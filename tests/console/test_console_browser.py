@@ -5,7 +5,9 @@ serves the console, Chromium (Playwright) approves it from the inbox with the to
 once, and a ``loop-actors worker`` resumes it, which the invocation's page follows live
 until it shows ``completed``. Screenshots are test artefacts (``test-artifacts/``);
 with ``LOOP_ACTORS_DOCS_SCREENSHOTS=1`` the inbox's also replaces the how-to's
-(``docs/how-to/images/console-approvals.png``).
+(``docs/how-to/images/console-approvals.png``). At the end, the other paused invocation
+is cancelled by a bulk action over the list's filter (its dry run, then the typed
+confirmation).
 """
 
 from __future__ import annotations
@@ -160,6 +162,18 @@ def test_an_operator_filters_reads_and_approves_from_the_inbox(
     page.goto(f"{base}/approvals")
     assert page.locator("section.waiting").count() == 1
     assert page.locator("#approval-refund-2").is_visible()
+    # A bulk cancel over the list's filter: a dry run, then the confirmation it gave.
+    page.goto(f"{base}/invocations?agent=refunds&status=paused")
+    page.click("details.bulk summary")
+    page.fill("#bulk-form input[name=by]", "carol")
+    page.click("#bulk-count")
+    page.locator("#bulk-dry.ok").wait_for()
+    assert page.locator("#bulk-dry").inner_text().startswith("1 to cancel: refund-2.")
+    page.fill("#bulk-form input[name=confirm]", page.locator("#bulk-confirm-text").inner_text())
+    page.click("#bulk-apply")
+    page.locator("#flash.ok", has_text="cancel: refund-2: ended").wait_for()
+    page.goto(f"{base}/approvals")
+    assert page.get_by_text("Nothing waits for an approval.").is_visible()
     # The one refused request was ours, without the token; no script was refused by the CSP.
     assert page.problems == [
         "Failed to load resource: the server responded with a status of 401 ()"

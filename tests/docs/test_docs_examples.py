@@ -529,6 +529,7 @@ TESTED_EXAMPLES.add("verify_checkpoint.py")  # run by tests/audit/test_audit_che
 TESTED_EXAMPLES.add("issue_tracker.py")  # run by tests/docs/test_docs_samples.py
 TESTED_EXAMPLES.add("otel_traces.py")  # run by tests/telemetry/test_otel_example.py
 TESTED_EXAMPLES.add("follow_stream.py")  # run by tests/console/test_stream_example.py
+TESTED_EXAMPLES.add("console_bulk.py")  # by tests/docs/test_docs_printed_outputs.py
 
 
 def test_mcp_agent_calls_the_tools_of_its_mcp_server_over_stdio(tmp_path: Path) -> None:
@@ -1239,3 +1240,63 @@ SHARE_RATE_LIMITS_OUTPUT = [
 
 def test_share_rate_limits_example_stays_under_the_providers_limit(tmp_path: Path) -> None:
     assert _lines(_run_example("share_rate_limits.py", tmp_path)) == SHARE_RATE_LIMITS_OUTPUT
+
+
+TESTED_EXAMPLES.add("schedule_an_agent.py")
+
+SCHEDULE_AN_AGENT_OUTPUT = [
+    "added tick: every 2s, overlap allow, active",
+    "added weekday-report: 0 9 * * 1-5 (Europe/Paris), next at 09:00 in Paris, paused",
+    "one run a due time: True",
+    "the worker submitted each: True",
+    "all completed: True",
+]
+
+
+def test_schedule_an_agent_example_runs_each_due_time_once(tmp_path: Path) -> None:
+    assert _lines(_run_example("schedule_an_agent.py", tmp_path)) == SCHEDULE_AN_AGENT_OUTPUT
+
+
+TESTED_EXAMPLES.add("plan_then_approve.py")
+
+PLAN_THEN_APPROVE_OUTPUT = [
+    "plan_approval_required: refund the broken kettle",
+    "  1. refund {'order_id': 'A-1', 'amount': 250}",
+    "a wrong digest is refused",
+    "approval_required: c4 refund {'order_id': 'A-2', 'amount': 40} needs_approval=True",
+    "refunded so far: [('A-1', 250)]",
+    "completed - refunded A-1 (planned) and A-2 (approved on its own)",
+    "plan of step 2 (approved by alice): made ['refund A-1 at step 3']; "
+    "outside ['refund A-2 at step 4']",
+    "refund-2 after the denial: plan_approval_required: refund 200 once the receipt is in",
+]
+
+
+def test_plan_then_approve_example_runs_the_plan_and_pauses_a_write_outside_it(
+    tmp_path: Path,
+) -> None:
+    assert _lines(_run_example("plan_then_approve.py", tmp_path)) == PLAN_THEN_APPROVE_OUTPUT
+
+
+def test_cli_approves_the_plan_of_the_example_and_shows_it_against_what_was_done(
+    tmp_path: Path,
+) -> None:
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return _cli(*args, tmp_path=tmp_path, cwd=EXAMPLES)
+
+    paused = cli("run", "plan_then_approve:agent", "--goal", "refund A-1", "--id", "p-1", "--json")
+    assert paused.returncode == 3, paused.stderr
+    record = json.loads(paused.stdout)
+    assert record["reason"] == "plan_approval_required"
+    assert [w["tool"] for w in record["plan"]] == ["refund"]
+    approved = cli(
+        "approve", "p-1", "--digest", record["digest"], "--by", "alice",
+        "--agent", "plan_then_approve:agent", "--json",
+    )  # fmt: skip
+    assert approved.returncode == 3, approved.stderr
+    assert json.loads(approved.stdout)["reason"] == "approval_required"
+    shown = _lines(cli("show", "p-1"))
+    assert any("step 2: plan — 1 write(s): refund the broken kettle (approved by alice)" in line
+               for line in shown)  # fmt: skip
+    assert any("c3 refund(" in line and "[plan step 1]" in line for line in shown)
+    assert any("plan of step 2: 1 of 1 write(s) made, 0 outside it" in line for line in shown)

@@ -23,6 +23,9 @@ from loop_actors import (
     Final,
     Handoff,
     ModelRequest,
+    Plan,
+    Planning,
+    PlanStep,
     Runtime,
     ScriptedModel,
     ToolCall,
@@ -40,6 +43,7 @@ from projections import (
     list_open_effects,
     load_trajectory,
     metrics,
+    plans_against_done,
 )
 from projections.trajectory import Trajectory, step_changed_by
 from tests.support.cli import run_cli
@@ -286,6 +290,26 @@ REFLECTED = Agent(
         max_rounds=3,
     ),
 )
+
+
+def plans_a_refund(request: ModelRequest) -> Final | ToolCalls | Plan:
+    """Plans one refund; makes it and one outside the plan; revises a denied plan."""
+    match request.step:
+        case 1:
+            return Plan(steps=[PlanStep(tool="refund", arguments={"amount": 30})], summary="30")
+        case 2 if request.turns[-1].approval == "denied by bob: too much":
+            return Plan(steps=[PlanStep(tool="refund", arguments={"amount": 20})], summary="20")
+        case 2:
+            return ToolCalls(
+                calls=[
+                    ToolCall(id="p1", name="refund", arguments={"amount": 30}),
+                    ToolCall(id="p2", name="refund", arguments={"amount": 10}),
+                ]
+            )
+    return Final(answer="refunded")
+
+
+PLANNING = Agent("planning", ScriptedModel(plans_a_refund), [refund], planning=Planning())
 HELPER = Agent("helper", ScriptedModel(answers_at_once), [])
 CLOSER = Agent("closer", ScriptedModel(answers_at_once), [])
 DELEGATING = Agent("delegating", ScriptedModel(delegates), [HELPER.as_tool()], handoffs=[CLOSER])
@@ -317,6 +341,16 @@ async def every_kind_of_history(url: str) -> None:
         await runtime.run(DELEGATING, "ticket", invocation_id="delegating")
         await runtime.run(WAITING, "bread", invocation_id="waited")
         await runtime.run(REFLECTED, "key", invocation_id="reflected")
+        planned = await runtime.run(PLANNING, "refund", invocation_id="planned")
+        assert planned.digest is not None
+        await runtime.approve("planned", digest=planned.digest, by="alice")
+        outside = await runtime.resume("planned", PLANNING)
+        assert outside.digest is not None
+        await runtime.approve("planned", digest=outside.digest, by="alice")
+        await runtime.resume("planned", PLANNING)
+        await runtime.run(PLANNING, "refund", invocation_id="plan-denied")
+        await runtime.deny("plan-denied", by="bob", reason="too much")
+        await runtime.resume("plan-denied", PLANNING)
 
 
 def notification_log(store: EventStore) -> list[DomainEvent]:
@@ -367,6 +401,19 @@ def test_the_histories_cover_every_way_a_trajectory_stands(mixed_store: Path) ->
     assert folded["approval-waits"].reason == "approval_required"
     assert folded["inv-00005"].steps[0].calls[0].effect_status == "outcome_unknown"
     assert folded["denied"].steps[0].calls[0].status == "denied"
+    assert folded["denied"].steps[0].approval == "denied by bob: no receipt"
+    [plan] = plans_against_done(folded["planned"])
+    assert plan.approval == "approved by alice"
+    assert [(w.tool, w.arguments, w.made_at, w.status) for w in plan.writes] == [
+        ("refund", {"amount": 30}, 2, "ok")
+    ]
+    assert [(w.call_id, w.arguments, w.approval) for w in plan.outside] == [
+        ("p2", {"amount": 10}, "approved by alice")
+    ]
+    denied, revised = plans_against_done(folded["plan-denied"])
+    assert denied.approval == "denied by bob: too much"
+    assert revised.approval is None  # it waits
+    assert folded["plan-denied"].reason == "plan_approval_required"
 
 
 @pytest.mark.parametrize("batch_size", [1, 7, 500])

@@ -223,6 +223,7 @@ def test_built_makes_the_model_model_construct_makes() -> None:
         "effect": ToolEffect.WRITE,
         "effect_key": "k",
         "effect_status": "dispatched",
+        "plan_step": None,
     }
     made = built(CallView, dict(fields))
     assert _slots(made) == _slots(CallView.model_construct(**fields))

@@ -140,6 +140,23 @@ async def test_resume_when_due_waits_in_this_process_and_wakes_it(
     assert woke.timestamp >= BASE + timedelta(seconds=10)
 
 
+async def test_statistics_count_the_runs_resume_when_due_waits_for(
+    db: str, clock: trio.testing.MockClock
+) -> None:
+    agent = waiting(BASE + timedelta(seconds=10))
+    seen: list[int] = []
+    async with Runtime(db, now=virtual_now) as runtime:
+        with trio.fail_after(LIMIT_S):
+            await runtime.run(agent, "soon", invocation_id="v-2")
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(runtime.resume_when_due, "v-2", agent)
+                await trio.sleep(5)  # halfway to its wake time
+                seen.append(runtime.statistics().runs_sleeping)
+        seen.append(runtime.statistics().runs_sleeping)
+
+    assert seen == [1, 0]
+
+
 async def test_a_tool_that_sleeps_gets_its_result_given_on_waking_with_the_same_key(
     db: str, clock: trio.testing.MockClock
 ) -> None:

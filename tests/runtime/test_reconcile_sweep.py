@@ -12,64 +12,23 @@ counted).
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import trio
 
 from aggregates.decisions import EffectStatus
 from aggregates.effect import effect_key
 from loop_actors import (
-    Agent,
     EventStore,
-    ModelRequest,
-    Reconciled,
     Runtime,
-    ScriptedModel,
     TerminalReason,
-    ToolContext,
-    tool,
 )
-from tests.support.effects import INVOCATION, api_agent, paused_run
+from tests.support.effects import INVOCATION, Relay, api_agent, paused_run
 
 
 @pytest.fixture
 def db_url(store_url: str) -> str:
     """Each test runs on a SQLite file and on PostgreSQL."""
     return store_url
-
-
-class Relay:
-    """A service that records messages by key; while ``losing``, requests never reach it."""
-
-    def __init__(self) -> None:
-        self.losing = True
-        self.sent: dict[str, str] = {}
-        self.requests = 0
-
-    def agent(self, name: str = "relay") -> Agent:
-        def reconcile(key: str) -> Reconciled:
-            if key in self.sent:
-                return Reconciled(status="committed", receipt={"sent": self.sent[key]})
-            return Reconciled(status="not_found")
-
-        @tool(effect="write", reconcile=reconcile)
-        def send(message: str, context: ToolContext) -> dict[str, Any]:
-            """Send a message through the relay."""
-            if self.losing:
-                raise TimeoutError("the request was lost on its way to the relay")
-            assert context.effect_key is not None
-            self.requests += 1
-            self.sent.setdefault(context.effect_key, message)
-            return {"sent": self.sent[context.effect_key]}
-
-        def decide(request: ModelRequest) -> dict[str, Any]:
-            if request.step == 1:
-                call = {"id": "s1", "name": "send", "arguments": {"message": "hello"}}
-                return {"kind": "tool_calls", "calls": [call]}
-            return {"kind": "final", "answer": "sent"}
-
-        return Agent(name, ScriptedModel(decide), [send])
 
 
 async def test_a_write_its_service_never_saw_is_resumed_by_the_sweep_until_it_completes(
@@ -129,3 +88,23 @@ async def test_another_agents_paused_invocation_is_neither_resumed_nor_counted(
             outcome = await runtime.resume("lost", relay.agent("relay"))
     assert (report.resumed, report.invocations_waiting) == ([], 0)
     assert outcome.reason is TerminalReason.COMPLETED
+
+
+async def test_a_sweep_given_invocation_ids_resumes_only_those(db_url: str) -> None:
+    """The console's bulk reconcile over a filter: the others stay paused, untouched."""
+    relay = Relay()
+    agent = relay.agent()
+    with trio.fail_after(30):
+        async with Runtime(db_url) as runtime:
+            for invocation_id in ("lost-1", "lost-2"):
+                paused = await runtime.run(agent, "say hello", invocation_id=invocation_id)
+                assert paused.reason is TerminalReason.RECONCILIATION_REQUIRED
+            relay.losing = False
+            only_one = await runtime.reconcile(agent, invocation_ids=["lost-1"])
+            left = await runtime.load("lost-2")
+            none = await runtime.reconcile(agent, invocation_ids=[])
+    assert [(o.invocation_id, o.reason) for o in only_one.resumed] == [
+        ("lost-1", TerminalReason.COMPLETED)
+    ]
+    assert left.paused_for_reconciliation
+    assert none.resumed == []

@@ -400,6 +400,37 @@ def test_the_stores_written_before_replay_under_check(tmp_path: Path) -> None:
     assert not desk.exists()
 
 
+async def test_the_stores_written_by_0_2_0_replay_identically_with_their_digests(
+    tmp_path: Path,
+) -> None:
+    """``Runtime.replay(check=True)`` with the unchanged agent on the store written by 0.2.0.
+
+    Every history replays to its recorded trajectory with its model-input digests
+    compared (no note says otherwise): the children and the handoff's target each under
+    the agent that ran it (the desk's sub-agent and handoff), the forks from their
+    origin, the sleeps woken as they were. No row is added and the desk never called.
+    """
+    path = tmp_path / "fixture.db"
+    url = restore_sqlite(REPO / "tests" / "fixtures" / "store-0.2.0.sql", path)
+    desk = tmp_path / "desk.db"
+    before = rows(path)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FIXTURE_DESK_DB", str(desk))
+        from tests.fixture_agents_0_2_0 import REMINDED, agent
+
+        with trio.fail_after(120):
+            async with Runtime(url) as runtime:
+                report = await runtime.replay(agent, every=True, check=True)
+    assert len(report.results) == 11
+    assert report.identical, [(r.invocation_id, r.divergences) for r in report.results]
+    assert {r.invocation_id: r.notes for r in report.results if r.notes} == {
+        "fx2-killed": ["the recorded run has not ended: compared up to its step 1"]
+    }
+    assert rows(path) == before
+    assert not desk.exists()
+    assert REMINDED == []  # the sleeping reminder's function never ran
+
+
 async def test_a_removed_tool_is_a_catalogue_change_under_check_and_a_refused_proposal(
     store: tuple[Path, str],
 ) -> None:

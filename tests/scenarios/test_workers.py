@@ -312,7 +312,7 @@ def test_two_workers_racing_for_one_invocation_drive_each_step_once(
 def test_resume_is_refused_while_a_worker_holds_the_lease_and_take_over_fences_it(
     folder: Callable[[float], Folder],
 ) -> None:
-    work = folder(3.0)  # the worker waits for its model a long time
+    work = folder(10.0)  # the worker waits for its model longer than the CLI calls take, loaded
     (only,) = work.submit(1)
     worker = work.start_worker("--concurrency", "1", "--json", lease_s=30)
     wait_until(lambda: work.queue()[0][1] == "claimed", 30, "the claim")
@@ -342,7 +342,7 @@ def test_resume_is_refused_while_a_worker_holds_the_lease_and_take_over_fences_i
 def test_the_workers_command_shows_a_live_worker_and_its_leases(
     folder: Callable[[float], Folder],
 ) -> None:
-    work = folder(3.0)
+    work = folder(10.0)  # the runs stay claimed while the two CLI calls look
     work.submit(2)
     worker = work.start_worker("--concurrency", "2", lease_s=30)
     wait_until(lambda: all(s == "claimed" for _, s, _ in work.queue()), 30, "both claims")

@@ -6,8 +6,16 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from aggregates.audit import PACKED_DEFLATE, is_packed, pack_state, unpack_state
-from loop_actors import Agent, ModelRequest, Reconciled, ScriptedModel, ToolContext, tool
+from aggregates.audit import PACKED_DEFLATE, chain_hash_of, is_packed, pack_state, unpack_state
+from loop_actors import (
+    Agent,
+    EventStore,
+    ModelRequest,
+    Reconciled,
+    ScriptedModel,
+    ToolContext,
+    tool,
+)
 
 RUNS: list[str] = []
 """The keys ``lookup`` was called with (a test clears it to see whether anything ran)."""
@@ -70,3 +78,35 @@ def rows(db: Path) -> int:
     (count,) = connection.execute("SELECT COUNT(*) FROM stored_events").fetchone()
     connection.close()
     return int(count)
+
+
+def rewrite_chain(db: Path, aggregate_id: str, position: int, **changes: Any) -> None:
+    """Change one stored event's fields and recompute its chain from there to its head.
+
+    What someone who can write the store and knows the format would do: the
+    aggregate's chain verifies on its own afterwards (only what outside it committed to
+    its hashes can tell: a checkpoint, a fork's record of its source).
+    """
+    store = EventStore(f"sqlite:///{db}")
+    try:
+        events = store.events(aggregate_id)
+        previous = events[position - 2].chain_hash if position > 1 else "0" * 64
+        states: dict[int, bytes] = {}
+        for stored in events[position - 1 :]:
+            edited = stored.model_copy(
+                update=changes if stored.originator_version == position else {}
+            )
+            chained = edited.model_copy(update={"chain_hash": chain_hash_of(previous, edited)})
+            previous = chained.chain_hash
+            states[chained.originator_version] = store.app.mapper.to_stored_event(chained).state
+    finally:
+        store.close()
+    connection = sqlite3.connect(db)
+    with connection:
+        for version, state in states.items():
+            connection.execute(
+                "UPDATE stored_events SET state = ? "
+                "WHERE originator_id = ? AND originator_version = ?",
+                (state, aggregate_id, version),
+            )
+    connection.close()

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import httpx2
@@ -121,12 +122,19 @@ async def server_sent(response: httpx2.Response) -> AsyncGenerator[dict[str, str
 
 @asynccontextmanager
 async def serving(
-    db_url: str, *, host: str = "127.0.0.1", token: str = TOKEN
+    db_url: str,
+    *,
+    host: str = "127.0.0.1",
+    token: str = TOKEN,
+    forwarded_allow_ips: Sequence[str] = (),
+    agents: Sequence[Agent] = (),
 ) -> AsyncIterator[str]:
     """The console on ``db_url`` on a free port, for the block: its base URL."""
-    settings = ConsoleSettings.resolve(db_url=db_url, host=host, port=0, token=token)
+    settings = ConsoleSettings.resolve(
+        db_url=db_url, host=host, port=0, token=token, forwarded_allow_ips=forwarded_allow_ips
+    )
     async with trio.open_nursery() as nursery:
-        bound: list[str] = await nursery.start(serve_console, settings)
+        bound: list[str] = await nursery.start(partial(serve_console, settings, agents=agents))
         try:
             yield bound[0]
         finally:
@@ -140,3 +148,54 @@ def client(base: str, **kwargs: Any) -> httpx2.AsyncClient:
 
 def bearer(token: str = TOKEN) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+def _waits(request: ModelRequest) -> dict[str, Any]:
+    if request.step == 1:
+        return {
+            "kind": "wait",
+            "reason": "the shop opens in a year",
+            "until": "2999-01-01T00:00:00Z",
+        }
+    return {"kind": "final", "answer": "bought"}
+
+
+sleeper = Agent("sleeper", ScriptedModel(_waits))
+"""Sleeps until 2999 at step 1 (a resume before then drives nothing)."""
+
+
+async def event_types(db_url: str, invocation_id: str) -> list[str]:
+    """The types of an invocation's committed events, in order."""
+    async with Runtime(db_url) as runtime:
+        return [type(event).__name__ for event in await runtime.history(invocation_id)]
+
+
+@tool(effect="write", requires_approval=True)
+def big_charge(amount: int) -> dict[str, int]:
+    """Charge a large amount (a person approves it first)."""
+    return {"charged": amount}
+
+
+def _delegates_to(tool_name: str, goal: str) -> Any:
+    def decide(request: ModelRequest) -> dict[str, Any]:
+        if request.step == 1:
+            call = {"id": "d", "name": tool_name, "arguments": {"goal": goal}}
+            return {"kind": "tool_calls", "calls": [call]}
+        return {"kind": "final", "answer": "done"}
+
+    return decide
+
+
+def _charges(request: ModelRequest) -> dict[str, Any]:
+    if request.step == 1:
+        call = {"id": "c", "name": "big_charge", "arguments": {"amount": 900}}
+        return {"kind": "tool_calls", "calls": [call]}
+    return {"kind": "final", "answer": "paid"}
+
+
+approver = Agent("approver", ScriptedModel(_charges), [big_charge])
+middle = Agent("middle", ScriptedModel(_delegates_to("approver", "pay 900")), [approver.as_tool()])
+delegating_root = Agent(
+    "root", ScriptedModel(_delegates_to("middle", "get it paid")), [middle.as_tool()]
+)
+"""Delegates to ``middle``, which delegates to ``approver``, which waits for an approval."""

@@ -13,7 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from aggregates.effect import effect_key
-from loop_actors import Agent, ModelRequest, Runtime, ScriptedModel, TerminalReason, tool
+from loop_actors import (
+    Agent,
+    ModelRequest,
+    Reconciled,
+    Runtime,
+    ScriptedModel,
+    TerminalReason,
+    ToolContext,
+    tool,
+)
 from tests.support.cli import run_cli
 
 AGENTS = '''
@@ -101,3 +110,36 @@ def api_agent(seen: list[Any]) -> Agent:
 async def paused_run(runtime: Runtime, agent: Agent) -> None:
     outcome = await runtime.run(agent, "write /a", invocation_id=INVOCATION)
     assert outcome.reason is TerminalReason.RECONCILIATION_REQUIRED
+
+
+class Relay:
+    """A service that records messages by key; while ``losing``, requests never reach it."""
+
+    def __init__(self) -> None:
+        self.losing = True
+        self.sent: dict[str, str] = {}
+        self.requests = 0
+
+    def agent(self, name: str = "relay") -> Agent:
+        def reconcile(key: str) -> Reconciled:
+            if key in self.sent:
+                return Reconciled(status="committed", receipt={"sent": self.sent[key]})
+            return Reconciled(status="not_found")
+
+        @tool(effect="write", reconcile=reconcile)
+        def send(message: str, context: ToolContext) -> dict[str, Any]:
+            """Send a message through the relay."""
+            if self.losing:
+                raise TimeoutError("the request was lost on its way to the relay")
+            assert context.effect_key is not None
+            self.requests += 1
+            self.sent.setdefault(context.effect_key, message)
+            return {"sent": self.sent[context.effect_key]}
+
+        def decide(request: ModelRequest) -> dict[str, Any]:
+            if request.step == 1:
+                call = {"id": "s1", "name": "send", "arguments": {"message": "hello"}}
+                return {"kind": "tool_calls", "calls": [call]}
+            return {"kind": "final", "answer": "sent"}
+
+        return Agent(name, ScriptedModel(decide), [send])

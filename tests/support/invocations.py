@@ -26,12 +26,15 @@ from aggregates import (
     Wait,
 )
 from aggregates.children import Allotment
+from aggregates.decisions import Plan, PlanStep
+from aggregates.planning import PlannedWrite, Planning, write_digest
 from aggregates.settings import RunSettings
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def new(budget: Budget | None = None) -> Invocation:
+def new(budget: Budget | None = None, *, plans: bool = False) -> Invocation:
+    """A new invocation (``plans``: of an agent that plans before it writes)."""
     return Invocation.start(
         invocation_id="inv",
         goal="g",
@@ -40,8 +43,26 @@ def new(budget: Budget | None = None) -> Invocation:
         catalogue_digest="d",
         tools=[],
         budget=budget or Budget(max_steps=6, max_tool_calls=6, max_repeated_plan=2),
+        settings=RunSettings(planning=Planning()) if plans else None,
         at=AT,
     )
+
+
+PLAN = Plan(steps=[PlanStep(tool="send", arguments={"to": "bob"})], summary="tell bob")
+"""A plan of one write."""
+
+
+def plan_writes(plan: Plan) -> list[PlannedWrite]:
+    """The writes a plan records (its arguments as given: no tool normalises them here)."""
+    return [
+        PlannedWrite(
+            tool=s.tool,
+            arguments=dict(s.arguments),
+            arguments_digest=write_digest(s.tool, s.arguments),
+            description=s.description,
+        )
+        for s in plan.steps
+    ]
 
 
 def batch(*ids: str, key: str = "k") -> ToolCalls:
@@ -129,6 +150,9 @@ def in_phase(phase: Phase, variant: str = "") -> Invocation:
             pass
         case Phase.CALLS_PROPOSED:
             inv.propose(decision, usage=Usage(), at=AT)
+        case Phase.DECIDED if variant == "plan":
+            inv = new(plans=True)
+            inv.propose(PLAN, usage=Usage(), at=AT)
         case Phase.DECIDED:
             if variant == "final":
                 inv.propose(Final(answer="x"), usage=Usage(), at=AT)

@@ -18,7 +18,7 @@ from opentelemetry.trace import StatusCode
 
 from loop_actors import Agent, ModelRequest, Runtime, ScriptedModel, tool
 from loop_actors.telemetry import OTEL_ENV
-from loop_actors.telemetry.spans import effect_key_hash, span_id_of
+from loop_actors.telemetry.spans import effect_key_hash, report, span_id_of
 from tests.support.telemetry import attributes_of, in_memory_telemetry, times
 
 CARD = "4111111111111111"
@@ -199,3 +199,78 @@ async def test_the_applications_sampler_decides_which_runs_are_traced() -> None:
             await paused_and_resumed(runtime)
         assert exporter.get_finished_spans() == ()
         assert "loop_actors.invocation.runs" in captured.metrics()  # metrics are not sampled
+
+
+async def test_a_paused_run_cancelled_is_reported_ended_as_a_re_export_reports_it() -> None:
+    """The ``Terminated`` that ``cancel`` commits for a paused run closes a drive of its own.
+
+    It is reported live by the process that cancelled, once: the run is counted in
+    ``loop_actors.invocation.runs`` as ``cancelled``, and the span is the one that
+    ``trace export`` rebuilds from the history (same ids).
+    """
+    with in_memory_telemetry() as captured, trio.fail_after(10):
+        async with Runtime("memory://") as runtime:
+            paused = await runtime.run(AGENT, GOAL, invocation_id="ref-1")
+            assert paused.reason == "approval_required"
+            await runtime.request_cancel("ref-1", by="bob", reason="duplicate")
+            await runtime.request_cancel("ref-1", by="bob")  # already ended: nothing more
+            history = await runtime.history("ref-1")
+        spans = captured.spans()
+        points = captured.metrics()
+    drives = sorted(
+        (s for s in spans if s.name == "invoke_agent refunds"),
+        key=lambda s: attributes_of(s)["loop_actors.drive"],
+    )
+    assert [attributes_of(s)["loop_actors.drive.end"] for s in drives] == ["paused", "ended"]
+    ended = attributes_of(drives[1])
+    assert ended["loop_actors.terminal_reason"] == "cancelled"
+    assert "error.type" not in ended
+    assert [link.context.span_id for link in drives[1].links] == [drives[0].context.span_id]
+    rebuilt = report(history, root_trace_parent=None, content=False)
+    assert {(r.span_id, r.name) for r in rebuilt.spans if r.name.startswith("invoke_agent")} == {
+        (s.context.span_id, s.name) for s in drives
+    }
+    runs = points["loop_actors.invocation.runs"]
+    assert [(a["loop_actors.terminal_reason"], value) for a, value, _ in runs] == [
+        ("cancelled", 1.0)
+    ]
+
+
+@pytest.mark.parametrize(
+    "opt_in", ["gen_ai_latest_experimental", "http, gen_ai_latest_experimental", "database"]
+)
+async def test_the_semconv_opt_in_names_the_pause_events_and_counts_usage_as_the_drafts_do(
+    opt_in: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental`` (alone or in a list).
+
+    The pause and resume span events take PR #445's names, and each model call is also
+    counted in the draft's ``gen_ai.client.inference.usage.*`` counters; the default
+    names and points stay as they are. Another opt-in value changes nothing.
+    """
+    monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", opt_in)
+    latest = "gen_ai_latest_experimental" in opt_in
+    with in_memory_telemetry() as captured, trio.fail_after(10):
+        async with Runtime("memory://") as runtime:
+            await paused_and_resumed(runtime)
+        spans = captured.spans()
+        points = captured.metrics()
+    drives = sorted(
+        (s for s in spans if s.name == "invoke_agent refunds"),
+        key=lambda s: attributes_of(s)["loop_actors.drive"],
+    )
+    names = [[event.name for event in drive.events] for drive in drives]
+    if latest:
+        assert names == [["gen_ai.agent.paused"], ["gen_ai.agent.resumed"]]
+    else:
+        assert names == [["paused"], ["resumed"]]
+    usage = points["gen_ai.client.token.usage"]
+    inputs = sum(total for a, total, _ in usage if a["gen_ai.token.type"] == "input")
+    drafted = points.get("gen_ai.client.inference.usage.input_tokens", [])
+    if latest:
+        assert [(a["gen_ai.token.modality"], total) for a, total, _ in drafted] == [
+            ("text", inputs)
+        ]
+        assert "gen_ai.client.inference.usage.output_tokens" in points
+    else:
+        assert drafted == []

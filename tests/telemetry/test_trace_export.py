@@ -147,3 +147,83 @@ def test_an_endpoint_that_refuses_the_spans_is_reported_in_one_line(
     assert "did not take the spans" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     assert [path for path, _, _ in refusing.requests] == ["/custom/path"]
+
+
+def _from_otlp_json(text: str) -> set[tuple[str, bytes, bytes, bytes]]:
+    """The spans of an OTLP/JSON document, read back through protobuf (ids hex -> bytes)."""
+    import base64
+    import json
+
+    from google.protobuf.json_format import ParseDict  # type: ignore[import-untyped]
+
+    def as_protobuf_json(value: object) -> object:
+        if isinstance(value, dict):
+            return {
+                key: base64.b64encode(bytes.fromhex(item)).decode()
+                if key in ("traceId", "spanId", "parentSpanId")
+                else as_protobuf_json(item)
+                for key, item in value.items()
+            }
+        if isinstance(value, list):
+            return [as_protobuf_json(item) for item in value]
+        return value
+
+    request = ParseDict(as_protobuf_json(json.loads(text)), ExportTraceServiceRequest())
+    return {
+        (span.name, span.trace_id, span.span_id, span.parent_span_id)
+        for resource in request.resource_spans
+        for scope in resource.scope_spans
+        for span in scope.spans
+    }
+
+
+def test_an_export_to_a_file_is_otlp_json_with_the_ids_it_had_live(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--out FILE`` writes one OTLP/JSON line (hex ids); ``--out -`` prints the same."""
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    live = trio.run(run_tree, db)
+    out = tmp_path / "trip.otlp.json"
+    written = run_in_process(
+        "trace", "export", "trip-1", "--out", str(out),
+        cwd=tmp_path, capsys=capsys, monkeypatch=monkeypatch, db=db,
+    )  # fmt: skip
+    assert written.returncode == 0, written.stderr
+    assert written.stdout == f"wrote {len(live)} spans of 3 invocation(s) to {out} as OTLP/JSON\n"
+    text = out.read_text()
+    assert text.endswith("\n")
+    assert text.count("\n") == 1
+    assert _from_otlp_json(text) == live
+    some_trace_id = next(iter(live))[1].hex()
+    assert f'"traceId":"{some_trace_id}"' in text  # hex, as OTLP/JSON says, not base64
+    printed = run_in_process(
+        "trace", "export", "trip-1", "--out", "-",
+        cwd=tmp_path, capsys=capsys, monkeypatch=monkeypatch, db=db,
+    )  # fmt: skip
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout == text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("trip-1", "--out", "missing-folder/trip.json"), "cannot write missing-folder/trip.json"),
+        (("trip-1", "--out", "x.json", "--otlp", "http://127.0.0.1:9"), "not allowed with"),
+        (("trip-1",), "one of the arguments --otlp --out is required"),
+    ],
+)
+def test_a_file_that_cannot_be_written_or_two_targets_are_usage_errors(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    args: tuple[str, ...],
+    message: str,
+) -> None:
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    trio.run(run_tree, db)
+    done = run_in_process(
+        "trace", "export", *args, cwd=tmp_path, capsys=capsys, monkeypatch=monkeypatch, db=db
+    )
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert not (tmp_path / "x.json").exists()

@@ -41,7 +41,9 @@ async def test_a_worker_backs_off_while_its_store_fails_logs_it_once_and_claims_
             )
         return await claim(self, *args, **kwargs)
 
-    with trio.fail_after(120):
+    # Virtual time: it jumps whenever the loop waits on a thread for 50 ms of real time, so
+    # on a loaded machine the store's threads alone can pass a minute of it.
+    with trio.fail_after(900):
         await Runtime(db_url).submit(AGENT, "after the outage", invocation_id="later")
         monkeypatch.setattr(LeaseKeeper, "claim", failing_at_first)
         caplog.set_level(logging.WARNING)

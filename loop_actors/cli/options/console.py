@@ -38,6 +38,25 @@ def _add_serve(serve: argparse.ArgumentParser) -> None:
         help="the token decisions (and, beyond loopback, every request) need "
         "(default $LOOP_ACTORS_CONSOLE_TOKEN, else one is generated and printed)",
     )
+    serve.add_argument(
+        "--agent",
+        metavar="MODULE:ATTR",
+        action="append",
+        default=[],
+        dest="agents",
+        help="an agent the console resumes and reconciles for its bulk actions, in this "
+        "process (repeat it for each; without one, bulk resume and reconcile are refused)",
+    )
+    serve.add_argument(
+        "--forwarded-allow-ips",
+        metavar="IPS",
+        action="append",
+        default=[],
+        help="the addresses (or networks) of the TLS-terminating proxies in front of it, "
+        "comma-separated: their Forwarded / X-Forwarded-Proto / X-Forwarded-Host are "
+        "believed for the same-origin check (from other peers they are ignored); "
+        "every request then needs the token",
+    )
 
 
 def _add_watch(watch: argparse.ArgumentParser) -> None:

@@ -34,6 +34,7 @@ TERMINAL_REASONS = [
     "handed_off",
     "sleeping",
     "rate_limited",
+    "plan_approval_required",
 ]
 """The values of ``aggregates.decisions.TerminalReason``, in its order (``list --reason``)."""
 

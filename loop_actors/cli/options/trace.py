@@ -13,14 +13,20 @@ def _add_trace(trace_cmd: argparse.ArgumentParser) -> None:
         "export",
         help="send an invocation's spans (and those of its children and handoff), rebuilt "
         "from its history, "
-        "to an OTLP/HTTP endpoint: the same trace and span ids as when it ran",
+        "to an OTLP/HTTP endpoint or an OTLP/JSON file: the same trace and span ids as when "
+        "it ran",
     )
     export.add_argument("invocation_id", metavar="ID")
-    export.add_argument(
+    target = export.add_mutually_exclusive_group(required=True)
+    target.add_argument(
         "--otlp",
-        required=True,
         metavar="URL",
         help="the OTLP/HTTP endpoint (http://host:4318 sends to /v1/traces)",
+    )
+    target.add_argument(
+        "--out",
+        metavar="FILE",
+        help="write them to FILE as OTLP/JSON instead (one line; - for stdout)",
     )
     export.add_argument(
         "--content",

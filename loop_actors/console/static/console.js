@@ -35,14 +35,8 @@ function setUpToken() {
   showTokenState();
 }
 
-async function decide(form) {
-  const body = {};
-  for (const [name, value] of new FormData(form).entries()) {
-    if (value !== "") body[name] = value;
-  }
-  if (form.dataset.digest) body.digest = form.dataset.digest;
-  const id = form.dataset.invocation || form.dataset.label;
-  const url = form.dataset.url || `/api/invocations/${encodeURIComponent(id)}/${form.dataset.action}`;
+// POST a JSON body with the token; the response and its JSON (or its status text).
+async function postJson(url, body) {
   const response = await fetch(url, {
     method: "POST",
     headers: { "Content-Type": "application/json", "Authorization": `Bearer ${token()}` },
@@ -55,6 +49,18 @@ async function decide(form) {
   } catch (error) {
     answer = { detail: response.statusText };
   }
+  return [response, answer];
+}
+
+async function decide(form) {
+  const body = {};
+  for (const [name, value] of new FormData(form).entries()) {
+    if (value !== "") body[name] = value;
+  }
+  if (form.dataset.digest) body.digest = form.dataset.digest;
+  const id = form.dataset.invocation || form.dataset.label;
+  const url = form.dataset.url || `/api/invocations/${encodeURIComponent(id)}/${form.dataset.action}`;
+  const [response, answer] = await postJson(url, body);
   if (response.ok) {
     flash(`${id}: ${answer.recorded || answer.result || answer.resolution} by ${answer.by || "?"}`, false);
     const section = document.getElementById(`approval-${id}`);
@@ -76,6 +82,50 @@ function setUpForms() {
       decide(form).catch((error) => flash(String(error), true));
     });
   }
+}
+
+// A bulk action over the list's filter: a dry run first, then the typed confirmation it gave.
+function setUpBulk() {
+  const form = document.getElementById("bulk-form");
+  if (!form) return;
+  const where = JSON.parse(form.dataset.where || "{}");
+  const said = document.getElementById("bulk-dry");
+  const body = (extra) => {
+    const fields = { where };
+    for (const name of ["by", "reason"]) {
+      if (form.elements[name].value !== "") fields[name] = form.elements[name].value;
+    }
+    return { ...fields, ...extra };
+  };
+  const url = () => `/api/bulk/${encodeURIComponent(form.elements.action.value)}`;
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    postJson(url(), body({ dry_run: true })).then(([response, answer]) => {
+      if (!response.ok) {
+        said.textContent = `${response.status} ${answer.error || ""}: ${answer.detail || ""}`;
+        said.className = "error";
+        return;
+      }
+      const skipped = answer.skipped.map((s) => `${s.invocation_id} (${s.why}: ${s.detail})`);
+      said.textContent = `${answer.matched} to ${form.elements.action.value}: ` +
+        `${answer.invocation_ids.join(", ") || "none"}` +
+        (skipped.length ? `; left alone: ${skipped.join("; ")}` : "") +
+        `. Type "${answer.confirm}" to confirm.`;
+      said.className = "ok";
+      document.getElementById("bulk-confirm-text").textContent = answer.confirm;
+    }).catch((error) => flash(String(error), true));
+  });
+  document.getElementById("bulk-apply").addEventListener("click", () => {
+    const confirm = form.elements.confirm.value;
+    postJson(url(), body({ dry_run: false, confirm })).then(([response, answer]) => {
+      if (response.ok) {
+        const results = Object.entries(answer.results).map(([id, r]) => `${id}: ${r}`);
+        flash(`${form.elements.action.value}: ${results.join(", ") || "nothing"}`, false);
+      } else {
+        flash(`${response.status} ${answer.error || ""}: ${answer.detail || ""}`, true);
+      }
+    }).catch((error) => flash(String(error), true));
+  });
 }
 
 function follow() {
@@ -109,5 +159,6 @@ function follow() {
 document.addEventListener("DOMContentLoaded", () => {
   setUpToken();
   setUpForms();
+  setUpBulk();
   follow();
 });
