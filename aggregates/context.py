@@ -26,8 +26,25 @@ class Compaction(Frozen):
 
 
 def view_size(turns: list[Turn]) -> int:
-    """The size of turns as the model is given them (JSON characters)."""
-    return len(json.dumps([turn.model_dump(mode="json") for turn in turns], separators=(",", ":")))
+    """The size of turns as the model is given them (JSON characters).
+
+    A turn's ``critique`` counts only when it has one: the field came later, and a size
+    measured without it must stay the same (a recorded compaction replays as it was).
+    """
+    return len(
+        json.dumps(
+            [
+                turn.model_dump(
+                    mode="json", exclude=_NO_CRITIQUE if turn.critique is None else None
+                )
+                for turn in turns
+            ],
+            separators=(",", ":"),
+        )
+    )
+
+
+_NO_CRITIQUE = {"critique"}
 
 
 def _must_keep(turn: Turn) -> bool:

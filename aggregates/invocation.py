@@ -30,6 +30,7 @@ from pydantic import (
 from aggregates import planning as plans
 from aggregates.audit import AUDIT_FORMAT
 from aggregates.children import Allotment, ParentLink, Spent
+from aggregates.critic import NO_CRITIC, CriticSpent, Verdict
 from aggregates.decisions import (
     Budget,
     CannotContinue,
@@ -63,6 +64,7 @@ from aggregates.invocation_events import (
     BudgetReturned,
     ClarificationProvided,
     ContextCompacted,
+    CritiqueReturned,
     DecisionProposed,
     DispatchedCall,
     InvocationEvent,
@@ -96,6 +98,7 @@ __all__ = [
     "BudgetReturned",
     "ClarificationProvided",
     "ContextCompacted",
+    "CritiqueReturned",
     "DecisionProposed",
     "DispatchedCall",
     "Invocation",
@@ -210,6 +213,8 @@ TRANSITIONS: dict[Phase, dict[type[InvocationEvent], frozenset[Phase]]] = {
         PlanProposed: frozenset({Phase.DECIDED}),
         Paused: frozenset({Phase.AWAITING_APPROVAL, Phase.AWAITING_CLARIFICATION, Phase.SLEEPING}),
         VerificationFailed: _READY,
+        # The critic's verdict on the committed final answer: ``revise`` sends it back.
+        CritiqueReturned: frozenset({Phase.DECIDED, Phase.READY}),
         Terminated: _ENDED,
         **_stays(Phase.DECIDED),
     },
@@ -314,6 +319,8 @@ class Invocation(ChainedAggregate):
         self.approved_calls: list[DispatchedCall] | None = None
         self.approval_needed: list[str] = []
         self.verification_failures = 0
+        self.critic_spent: CriticSpent = NO_CRITIC
+        """What the agent's critic did: its rounds, verdicts and usage (apart from the agent's)."""
         self.input_tokens = 0
         self.output_tokens = 0
         self.cost = 0.0
@@ -541,6 +548,27 @@ class Invocation(ChainedAggregate):
             evidence=evidence,
         )
 
+    def record_critique(
+        self,
+        verdict: Verdict,
+        *,
+        usage: Usage,
+        at: datetime,
+        critique: str | None = None,
+        problem: str | None = None,
+    ) -> None:
+        """Record the critic's round on the committed final answer."""
+        self.trigger_event(
+            CritiqueReturned,
+            timestamp=at,
+            step=self.step,
+            round=self.critic_spent.rounds + 1,
+            verdict=verdict,
+            critique=critique,
+            problem=problem,
+            usage=usage,
+        )
+
     def change_settings(
         self, budget: Budget, settings: RunSettings, *, at: datetime, by: str | None = None
     ) -> None:
@@ -677,6 +705,8 @@ class Invocation(ChainedAggregate):
                 self._on_sleep_ended(event)
             case VerificationFailed():
                 self._on_verification_failed(event)
+            case CritiqueReturned():
+                self._on_critique(event)
             case ContextCompacted():
                 if event.step != self.step + 1:
                     raise self._refuse(event, "the view is compacted just before a decision")
@@ -1024,6 +1054,23 @@ class Invocation(ChainedAggregate):
         self.verification_failures = event.attempt
         self.phase = Phase.READY
 
+    def _on_critique(self, event: CritiqueReturned) -> None:
+        if not isinstance(self.last_decision, Final):
+            raise self._refuse(event, "only a proposed final answer is reviewed")
+        if event.step != self.step or event.round != self.critic_spent.rounds + 1:
+            raise self._refuse(event, "step and round must follow the history")
+        revise = event.verdict is Verdict.REVISE
+        critique = event.critique
+        if revise != (critique is not None and bool(critique.strip())):
+            raise self._refuse(event, "a critique comes with a revise verdict, and only with one")
+        spent_round = event.verdict in (Verdict.MALFORMED, Verdict.FAILED)
+        if spent_round != (event.problem is not None):
+            raise self._refuse(event, "a problem comes with a malformed or failed round only")
+        self.critic_spent = self.critic_spent.plus(event.verdict, event.usage)
+        if revise:
+            self.turns.replace_last(self.turns[-1].model_copy(update={"critique": event.critique}))
+            self.phase = Phase.READY
+
     def _on_terminate(self, event: Terminated) -> None:
         if event.reason.pauses:
             raise self._refuse(event, f"{event.reason.value} pauses, it does not terminate")
@@ -1092,6 +1139,7 @@ class InvocationState(Frozen):
     approved_calls: list[DispatchedCall] | None = None
     approval_needed: list[str] = []
     verification_failures: int = 0
+    critic_spent: CriticSpent = NO_CRITIC
     input_tokens: int = 0
     output_tokens: int = 0
     cost: float = 0.0

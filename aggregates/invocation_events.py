@@ -16,6 +16,7 @@ from eventsourcing.domain import CanInitAggregate
 from pydantic import Field, field_validator
 
 from aggregates.children import Allotment, ParentLink, Spent
+from aggregates.critic import Verdict
 from aggregates.decisions import (
     Budget,
     Decision,
@@ -290,6 +291,28 @@ class VerificationFailed(InvocationEvent):
     evidence: str
 
 
+class CritiqueReturned(InvocationEvent):
+    """The agent's critic reviewed the committed final answer of ``step``: its verdict.
+
+    ``revise`` sends the answer back to the agent's model with the critique; ``accept``
+    lets it stand; ``malformed`` (the reply was no verdict) and ``failed`` (the critic's
+    model failed) are spent rounds, which send nothing back.
+    """
+
+    TOPIC: ClassVar[str] = "aggregates.invocation:CritiqueReturned"
+
+    step: int
+    round: int
+    """1 for the critic's first round in this invocation, then 2, ..."""
+    verdict: Verdict
+    critique: str | None = None
+    """For ``revise``: what the critic asks to change (the agent's model is shown it)."""
+    problem: str | None = None
+    """For ``malformed`` and ``failed``: why the round gave no verdict."""
+    usage: Usage = Usage()
+    """What the critic's call cost (counted apart from the agent's usage)."""
+
+
 class ContextCompacted(InvocationEvent):
     """Older turns were left out of the model's view to fit its context; what and why."""
 
@@ -351,4 +374,5 @@ EVENT_TYPES: tuple[type[InvocationEvent], ...] = (
     LeaseAcquired,
     Terminated,
     PlanProposed,
+    CritiqueReturned,
 )

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from aggregates.audit_coverage import dispatched_effect_keys
+from aggregates.decisions import Final
 from aggregates.effect import Effect, effect_key
 from aggregates.invocation import BatchDispatched, Invocation, InvocationEvent, Phase
 
@@ -120,12 +121,13 @@ def cut_decision_problem(invocation: Invocation) -> str | None:
     Its last event is a decision that is always committed with what follows it (a tool
     batch not dispatched, paused or refused; a final answer, a question, an approval
     request or a stop not followed by the end, a pause or a failed verification): its
-    history was cut after it.
+    history was cut after it. A final answer of a run with a critic is the exception: it
+    is committed before the critic is asked (:func:`answer_awaits_critic`).
     """
     waiting = invocation.phase is Phase.DECIDED or (
         invocation.phase is Phase.CALLS_PROPOSED and invocation.approval is None
     )
-    if not waiting:
+    if not waiting or answer_awaits_critic(invocation):
         return None
     return (
         f"invocation {invocation.id}'s history was cut: its last stored event (position "
@@ -156,3 +158,18 @@ def missing_effects_problem(
                 "nothing was run (check the store with: loop-actors audit verify)"
             )
     return None
+
+
+def answer_awaits_critic(invocation: Invocation) -> bool:
+    """True when the committed state is a final answer that the run's critic is to review.
+
+    Reflection commits the answer before its critic is asked (``aggregates.critic``): a
+    run that stopped there asks the critic again when it goes on.
+    """
+    settings = invocation.settings
+    return (
+        invocation.phase is Phase.DECIDED
+        and settings is not None
+        and settings.critic is not None
+        and isinstance(invocation.last_decision, Final)
+    )

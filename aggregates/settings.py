@@ -15,6 +15,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from aggregates.critic import CriticSettings
 from aggregates.decisions import Frozen, Price
 from aggregates.planning import Planning
 from aggregates.values import DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_PROPOSAL_BYTES
@@ -62,6 +63,9 @@ class RunSettings(Frozen):
     planning: Planning | None = None
     """For an agent that plans before it writes (``aggregates.planning``): who approves its
     plans; None for one that does not (and before plans existed)."""
+    critic: CriticSettings | None = None
+    """For an agent with a critic (reflection): its rounds, budget and instructions; None
+    without one (and before critics existed)."""
 
     @property
     def output_limit(self) -> int:

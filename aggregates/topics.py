@@ -37,6 +37,7 @@ from aggregates.invocation import (
     BudgetReturned,
     ClarificationProvided,
     ContextCompacted,
+    CritiqueReturned,
     DecisionProposed,
     Invocation,
     InvocationSnapshot,
@@ -89,6 +90,7 @@ PERSISTED_TOPICS: Mapping[str, type] = MappingProxyType(
         # Added later (appended: the list is frozen).
         "aggregates.invocation:SleepEnded": SleepEnded,
         "aggregates.invocation:PlanProposed": PlanProposed,
+        "aggregates.invocation:CritiqueReturned": CritiqueReturned,
     }
 )
 """Every topic a store may hold, and the class it names (frozen: append, never edit)."""

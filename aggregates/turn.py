@@ -19,7 +19,8 @@ Every budget, guard, approval need and choice of terminal reason lives here:
 * on a batch: ledger entries for writes, interrupted calls, reconciliation
   (committed / rejected / not found → again with the same key / unreachable →
   pause), repeated failures;
-* on a final answer: verification attempts.
+* on a final answer: verification attempts, then the critic's rounds (reflection,
+  in :mod:`aggregates.turn_critic`).
 
 Because the core needs nothing but observations, a stored history's replies and
 results can be fed back in to re-drive it (replay) with no second copy of the rules.
@@ -100,6 +101,7 @@ from aggregates.results import (
 from aggregates.revalidation import admitted_usage
 from aggregates.settings import RunSettings
 from aggregates.standing import Stop, stopped
+from aggregates.turn_critic import CriticRounds
 from aggregates.turn_messages import (
     WITHHELD_WHY,
     Action,
@@ -109,6 +111,7 @@ from aggregates.turn_messages import (
     Catalogue,
     ChildWaits,
     Continue,
+    Critique,
     EffectAnswered,
     EffectObservation,
     Finished,
@@ -161,6 +164,7 @@ __all__ = [
     "Catalogue",
     "ChildWaits",
     "Continue",
+    "Critique",
     "EffectAnswered",
     "EffectObservation",
     "Finished",
@@ -191,7 +195,7 @@ __all__ = [
 ]
 
 
-class TurnCore:
+class TurnCore(CriticRounds):
     """The turn protocol of one invocation: next action in, observation out, events recorded."""
 
     def __init__(
@@ -203,18 +207,21 @@ class TurnCore:
         verifies: bool = False,
         authorises: bool = False,
         kept: KeptValues | None = None,
+        critiques: bool = False,
     ) -> None:
         """Drive ``invocation`` with its recorded ``settings`` and the agent's ``catalogue``.
 
         ``verifies`` / ``authorises``: whether the shell has a verifier / a policy
         (code, which the record cannot hold). ``kept``: the real values the runtime
         holds for redacted ones (of this invocation), which error texts are scrubbed of.
+        ``critiques``: whether the shell has the critic the recorded settings name.
         """
         self.invocation = invocation
         self.settings = settings
         self.catalogue = catalogue
         self.verifies = verifies
         self.authorises = authorises
+        self.critiques = critiques
         self._effects: dict[str, Effect] = {}
         """Ledger entries of the batch being settled, by call id."""
         self._results: dict[str, ToolResult] = {}
@@ -273,6 +280,9 @@ class TurnCore:
             return self.on_effects_loaded({}, moment)
         if inv.phase is Phase.CALLS_PROPOSED and inv.approval is not None:
             return self._approved_batch(moment)
+        if inv.phase is Phase.DECIDED and isinstance(inv.last_decision, Final):
+            # A final answer committed before its critic's verdict: judged again.
+            return self._judge(inv.last_decision.answer, moment)
         if inv.phase is not Phase.READY:
             raise AggregateError(f"invocation {inv.id} cannot go on from phase {inv.phase.value}")
         stop = self._stop_before_asking(moment)
@@ -328,9 +338,10 @@ class TurnCore:
         """What the model is told about its remaining budget (graceful wind-down)."""
         budget = self.budget
         steps_left = budget.max_steps - self.invocation.step
+        notices = self._revision_notices() if self.invocation.critic_spent.rounds else []
         if budget.wind_down_steps is not None and steps_left <= budget.wind_down_steps:
-            return [self.settings.wind_down_notice.format(steps_left=steps_left)]
-        return []
+            notices.append(self.settings.wind_down_notice.format(steps_left=steps_left))
+        return notices
 
     def on_model(self, observation: ModelObservation, moment: Moment) -> Action:
         """Turn what the model call gave into events and the next action."""
@@ -445,9 +456,7 @@ class TurnCore:
             return self._end(overrun[0], moment, detail=overrun[1])
         match decision:
             case Final(answer=answer):
-                if self.verifies:
-                    return Verify(answer=answer, turns=list(inv.turns))
-                return self._end(TerminalReason.COMPLETED, moment, answer=answer)
+                return self._judge(answer, moment)
             case CannotContinue(reason=reason):
                 return self._end(TerminalReason.CANNOT_CONTINUE, moment, detail=reason)
             case Handoff(to=to, reason=reason):
@@ -1176,13 +1185,19 @@ class TurnCore:
 
     # ----------------------------------------------------------------- answers
 
+    def _judge(self, answer: str, moment: Moment) -> Action:
+        """A final answer: to the verifier, if there is one; then to the critic, or done."""
+        if self.verifies:
+            return Verify(answer=answer, turns=list(self.invocation.turns))
+        return self._answered(moment)
+
     def on_verified(self, evidence: str | None, moment: Moment) -> Action:
         """The verifier's verdict: None passed, else its evidence (goes back to the model)."""
         inv = self.invocation
         decision = inv.last_decision
         assert isinstance(decision, Final)
         if evidence is None:
-            return self._end(TerminalReason.COMPLETED, moment, answer=decision.answer)
+            return self._answered(moment)
         evidence = safe_text(self._call_secrets.scrub_all(evidence))
         inv.fail_verification(evidence, at=moment.at)
         if inv.verification_failures >= self.settings.max_verification_attempts:

@@ -249,6 +249,24 @@ class Verify(_Action):
 
 
 @dataclass(frozen=True, slots=True)
+class Critique(_Action):
+    """Ask the agent's critic for its verdict on the final answer (once that is durable).
+
+    The request's ``step`` is the critic's ``round``; it is offered no tool.
+    """
+
+    commits_first: ClassVar[bool] = True
+    round: int
+    step: int
+    """The step of the final answer under review."""
+    answer: str
+    turns: list[Turn]
+    """The committed turns (stored form: the shell reveals secrets)."""
+    instructions: str
+    """What the critic is told (its recorded instructions)."""
+
+
+@dataclass(frozen=True, slots=True)
 class RunCalls(_Action):
     """Run these calls of the dispatched batch (after its dispatch is durable)."""
 
@@ -289,6 +307,8 @@ class Continue(_Action):
     commits_first: ClassVar[bool] = True
     after_results: bool
     """True when the commit records a batch's results."""
+    after_critique: bool = False
+    """True when the commit records a critic's ``revise`` verdict."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,7 +322,17 @@ class Finished(_Action):
     """A detail for the outcome that the record does not carry (a repeated pause's why)."""
 
 
-Action = AskModel | Authorise | Verify | RunCalls | LoadEffects | Reconcile | Continue | Finished
+Action = (
+    AskModel
+    | Authorise
+    | Verify
+    | Critique
+    | RunCalls
+    | LoadEffects
+    | Reconcile
+    | Continue
+    | Finished
+)
 """What the core asks the shell to do next."""
 
 

@@ -30,6 +30,8 @@ class Turn(Frozen):
     """For a clarification: the person's answer."""
     verification: str | None = None
     """For a final answer the verifier refused: its evidence."""
+    critique: str | None = None
+    """For a final answer the critic sent back (``revise``): its critique."""
 
 
 LAZY_TURNS = "loop-actors: turns as stored"

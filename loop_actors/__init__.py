@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from aggregates.children import ChildOutcome as ChildOutcome
     from aggregates.children import ParentEnd as ParentEnd
     from aggregates.children import Spent as Spent
+    from aggregates.critic import CriticBudget as CriticBudget
+    from aggregates.critic import CriticSpent as CriticSpent
+    from aggregates.critic import Verdict as Verdict
     from aggregates.decisions import Budget as Budget
     from aggregates.decisions import CannotContinue as CannotContinue
     from aggregates.decisions import Clarification as Clarification
@@ -110,6 +113,7 @@ if TYPE_CHECKING:
     from loop_actors.agent.agent import CatalogueChangedError as CatalogueChangedError
     from loop_actors.agent.agent import HandoffTo as HandoffTo
     from loop_actors.agent.agent import SettingsChangedError as SettingsChangedError
+    from loop_actors.agent.critic import Critic as Critic
     from loop_actors.agent.mcp import HttpServer as HttpServer
     from loop_actors.agent.mcp import McpServer as McpServer
     from loop_actors.agent.mcp import McpTool as McpTool
@@ -148,6 +152,10 @@ if TYPE_CHECKING:
 
 _EXPORTS: dict[str, str] = {
     "Budget": "aggregates.decisions",
+    "Critic": "loop_actors.agent.critic",
+    "CriticBudget": "aggregates.critic",
+    "CriticSpent": "aggregates.critic",
+    "Verdict": "aggregates.critic",
     "CannotContinue": "aggregates.decisions",
     "Clarification": "aggregates.decisions",
     "Wait": "aggregates.decisions",
@@ -294,6 +302,9 @@ __all__ = [
     "ChildOutcome",
     "ChildPausedError",
     "Clarification",
+    "Critic",
+    "CriticBudget",
+    "CriticSpent",
     "Decision",
     "Deny",
     "Divergence",
@@ -396,6 +407,7 @@ __all__ = [
     "UnreadableEventError",
     "Usage",
     "UsageError",
+    "Verdict",
     "Wait",
     "Worker",
     "WorkerReport",

@@ -32,6 +32,11 @@ class CrashPoint(StrEnum):
     """``ResultsCommitted`` is durable; the model was not asked again yet."""
     BEFORE_FINAL_COMMIT = "before_final_commit"
     """The final answer is decided; ``Terminated`` is not yet committed."""
+    BEFORE_CRITIQUE = "before_critique"
+    """A final answer (and the critic's earlier rounds) are durable; the critic was not
+    asked yet (an agent with a critic)."""
+    AFTER_CRITIQUE_COMMIT = "after_critique_commit"
+    """The critic's ``revise`` verdict is durable; the agent's model was not asked again."""
     AFTER_SUBMIT_CHUNK_COMMIT = "after_submit_chunk_commit"
     """A chunk of a bulk submission is durable, with its queue rows; the next is not written."""
     AFTER_SCHEDULE_DECIDED = "after_schedule_decided"

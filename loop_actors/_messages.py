@@ -49,6 +49,10 @@ class ModelRequest(Message):
     """The agents the model may hand the conversation to (a ``handoff`` decision)."""
     handed_off_from: HandoffOrigin | None = None
     """For the target of a handoff: the agent it takes over from, why, and what it is told."""
+    review: str | None = None
+    """For a critic (reflection): the final answer it reviews; its reply is a verdict
+    (``{"kind": "accept"}`` or ``{"kind": "revise", "critique": "..."}``), and ``step`` is
+    its round."""
     planning: bool = False
     """True under a plan's read-only ceiling: ``tools`` are the read tools only, and the
     model may propose a ``plan`` decision (the adapters offer ``propose_plan`` for it)."""

@@ -25,7 +25,7 @@ from rich.tree import Tree
 
 from aggregates.decisions import Plan
 from loop_actors._terminal import terminal_safe
-from projections import MetricsRow, Trajectory, plans_against_done
+from projections import CritiqueView, MetricsRow, Trajectory, plans_against_done
 
 STATUS_STYLE = {
     "ok": "green",
@@ -35,6 +35,8 @@ STATUS_STYLE = {
     "dispatched": "yellow",
     "outcome_unknown": "bold yellow",
     "running": "yellow",
+    "accept": "green",
+    "revise": "yellow",
 }
 PAUSES = {
     "approval_required",
@@ -139,6 +141,18 @@ def render_tree(trajectory: Trajectory, *, width: int = 200) -> Tree:
             if shown:
                 label.append(terminal_safe(f": {shown}"))
             branch.add(label)
+        for critique in trajectory.critiques:
+            if critique.step == step.step:
+                branch.add(_critique_label(critique))
+    if trajectory.critiques:
+        tree.add(
+            _text(
+                f"critic: {len(trajectory.critiques)} round(s)  tokens="
+                f"{trajectory.critic_input_tokens}/{trajectory.critic_output_tokens}"
+                f"  cost={trajectory.critic_cost:.4f} (apart from the agent's)",
+                style="dim",
+            )
+        )
     for plan in plans_against_done(trajectory):
         made = sum(1 for w in plan.writes if w.made_at is not None)
         tree.add(
@@ -153,6 +167,23 @@ def render_tree(trajectory: Trajectory, *, width: int = 200) -> Tree:
     if trajectory.detail:
         tree.add(_text(f"detail: {trajectory.detail}", style=_style(reason)))
     return tree
+
+
+def _critique_label(critique: CritiqueView) -> Text:
+    """A critic's round under the step it reviewed: ``critic round 1: revise — why``."""
+    said = critique.critique or critique.problem
+    usage = (
+        f"  tokens={critique.input_tokens}/{critique.output_tokens}"
+        if critique.input_tokens
+        else ""
+    )
+    label = Text(f"critic round {critique.round}: ")
+    label.append(critique.verdict, style=_style(critique.verdict))
+    if said:
+        label.append(terminal_safe(f" — {said}"))
+    if usage:
+        label.append(usage, style="dim")
+    return label
 
 
 # --------------------------------------------------------------------------- fitted tables

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from projections.runner import SkippedRow as SkippedRow
     from projections.sql import ViewCursor as ViewCursor
     from projections.trajectory import CallView as CallView
+    from projections.trajectory import CritiqueView as CritiqueView
     from projections.trajectory import InvocationStatus as InvocationStatus
     from projections.trajectory import StepView as StepView
     from projections.trajectory import Trajectory as Trajectory
@@ -66,6 +67,7 @@ _EXPORTS: dict[str, str] = {
     "SkippedRow": "projections.runner",
     "ViewCursor": "projections.sql",
     "CallView": "projections.trajectory",
+    "CritiqueView": "projections.trajectory",
     "InvocationStatus": "projections.trajectory",
     "StepView": "projections.trajectory",
     "Trajectory": "projections.trajectory",
@@ -81,6 +83,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "CallView",
     "CatchUpReport",
+    "CritiqueView",
     "Dialect",
     "ForeignReadModelsError",
     "InvocationStatus",

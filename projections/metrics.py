@@ -24,6 +24,7 @@ from aggregates.invocation import (
     ApprovalGranted,
     BatchDispatched,
     ClarificationProvided,
+    CritiqueReturned,
     DecisionProposed,
     InvocationEvent,
     InvocationStarted,
@@ -51,7 +52,7 @@ class MetricsProjection(ReadModel):
     """
 
     name = "metrics"
-    version = 3
+    version = 4
 
     CACHE_ROWS: ClassVar[int] = 50_000
     """How many invocations' rows the cache may hold (least recently touched dropped first)."""
@@ -63,7 +64,9 @@ class MetricsProjection(ReadModel):
             "invocation_id TEXT PRIMARY KEY, agent TEXT, task_class TEXT, reason TEXT, "
             "steps BIGINT, tool_calls BIGINT, input_tokens BIGINT, output_tokens BIGINT, "
             "cost DOUBLE PRECISION, started_at TEXT, wall_ms DOUBLE PRECISION, "
-            "repeated_plans BIGINT, last_plan TEXT)",
+            "repeated_plans BIGINT, last_plan TEXT, critique_rounds BIGINT, "
+            "critic_input_tokens BIGINT, critic_output_tokens BIGINT, "
+            "critic_cost DOUBLE PRECISION)",
             "CREATE TABLE IF NOT EXISTS metrics_failed_calls ("
             "invocation_id TEXT, error_class TEXT, calls BIGINT, "
             "PRIMARY KEY (invocation_id, error_class))",
@@ -129,9 +132,14 @@ _COLUMNS = (
     "wall_ms",
     "repeated_plans",
     "last_plan",
+    "critique_rounds",
+    "critic_input_tokens",
+    "critic_output_tokens",
+    "critic_cost",
 )
 _REASON, _STEPS, _TOOL_CALLS, _INPUT, _OUTPUT, _COST = 3, 4, 5, 6, 7, 8
 _STARTED_AT, _WALL_MS, _REPEATED, _LAST_PLAN = 9, 10, 11, 12
+_CRITIQUES, _CRITIC_INPUT, _CRITIC_OUTPUT, _CRITIC_COST = 13, 14, 15, 16
 
 _CHUNK = 250
 
@@ -170,6 +178,17 @@ class _Batch:
             row[_OUTPUT] += usage["output_tokens"]
             row[_COST] += usage["cost"]
 
+    def on_critique(self, event: CritiqueReturned) -> None:
+        """A critic's round and its usage (apart from the agent's)."""
+        e = event.__dict__
+        if (row := self._row(e["originator_id"])) is not None:
+            usage = e["usage"].__dict__
+            # NULL until its first round: an invocation without a critic has none.
+            row[_CRITIQUES] = (row[_CRITIQUES] or 0) + 1
+            row[_CRITIC_INPUT] = (row[_CRITIC_INPUT] or 0) + usage["input_tokens"]
+            row[_CRITIC_OUTPUT] = (row[_CRITIC_OUTPUT] or 0) + usage["output_tokens"]
+            row[_CRITIC_COST] = (row[_CRITIC_COST] or 0.0) + usage["cost"]
+
     def on_start(self, event: InvocationStarted) -> None:
         """A new row (a second start fails the batch, as the INSERT would)."""
         e = event.__dict__
@@ -178,7 +197,7 @@ class _Batch:
             raise IntegrityError(f"invocation {invocation_id} started twice")
         self.held[invocation_id] = [
             invocation_id, e["agent_name"], e["task_class"] or "", None,
-            0, 0, 0, 0, 0.0, isoformat(e["timestamp"]), None, 0, None,
+            0, 0, 0, 0, 0.0, isoformat(e["timestamp"]), None, 0, None, None, None, None, None,
         ]  # fmt: skip
         self.new.add(invocation_id)
         self.touched[invocation_id] = None
@@ -282,6 +301,7 @@ _CASES: tuple[tuple[type, Callable[[_Batch, Any], None]], ...] = (
     (ApprovalDenied, _Batch.on_resume),
     (ClarificationProvided, _Batch.on_resume),
     (SleepEnded, _Batch.on_resume),
+    (CritiqueReturned, _Batch.on_critique),
 )
 
 
@@ -314,6 +334,12 @@ class MetricsRow(Frozen):
     """By error class."""
     effects: dict[str, int]
     """By ledger status."""
+    critique_rounds: int = 0
+    """The critics' rounds (reflection), in all the group's invocations."""
+    critic_input_tokens: int = 0
+    """The critics' tokens and cost: apart from ``input_tokens`` and the like (the agents')."""
+    critic_output_tokens: int = 0
+    critic_cost: float = 0.0
 
 
 def _percentile(values: Sequence[float], fraction: float) -> float | None:
@@ -330,7 +356,8 @@ def metrics(runner: ReadModelRunner, by: GroupBy = "reason") -> list[MetricsRow]
     column = _COLUMN[by]  # a closed mapping: never user text in the SQL
     invocations = runner.query(
         f"SELECT invocation_id, COALESCE({column}, 'running') AS grp, reason, steps, tool_calls, "
-        "input_tokens, output_tokens, cost, wall_ms, repeated_plans FROM metrics_invocations"
+        "input_tokens, output_tokens, cost, wall_ms, repeated_plans, critique_rounds, "
+        "critic_input_tokens, critic_output_tokens, critic_cost FROM metrics_invocations"
     )
     failed = runner.query(
         f"SELECT COALESCE(i.{column}, 'running') AS grp, f.error_class, "
@@ -366,6 +393,10 @@ def metrics(runner: ReadModelRunner, by: GroupBy = "reason") -> list[MetricsRow]
                 repeated_plans=sum(m["repeated_plans"] for m in members),
                 failed_calls={f["error_class"]: f["calls"] for f in failed if f["grp"] == group},
                 effects={e["status"]: e["n"] for e in effects if e["grp"] == group},
+                critique_rounds=sum(m["critique_rounds"] or 0 for m in members),
+                critic_input_tokens=sum(m["critic_input_tokens"] or 0 for m in members),
+                critic_output_tokens=sum(m["critic_output_tokens"] or 0 for m in members),
+                critic_cost=sum(m["critic_cost"] or 0.0 for m in members),
             )
         )
     return rows

@@ -36,6 +36,7 @@ from projections.sql import ViewCursor, marks
 from projections.trajectory_fold import (
     ENUM_VALUES,
     CallView,
+    CritiqueView,
     InvocationStatus,
     StepView,
     Trajectory,
@@ -47,6 +48,7 @@ from projections.trajectory_fold import (
 __all__ = [
     # The fold's names, importable from here as before they moved.
     "CallView",
+    "CritiqueView",
     "InvocationStatus",
     "StepView",
     "Trajectory",
@@ -79,7 +81,7 @@ class TrajectoryProjection(ReadModel):
     """
 
     name = "trajectory"
-    version = 7
+    version = 8
 
     CACHE_STEPS: ClassVar[int] = 20_000
     """How many trajectories' steps (plus one per trajectory) the cache may hold."""
@@ -107,11 +109,20 @@ class TrajectoryProjection(ReadModel):
             "error_message TEXT, output TEXT, duration_ms DOUBLE PRECISION, effect_status TEXT, "
             "plan_step BIGINT, PRIMARY KEY (invocation_id, step, call_id))",
             "CREATE INDEX IF NOT EXISTS trajectory_calls_effect ON trajectory_calls (effect_key)",
+            "CREATE TABLE IF NOT EXISTS trajectory_critiques ("
+            "invocation_id TEXT, round BIGINT, step BIGINT, verdict TEXT, critique TEXT, "
+            "problem TEXT, input_tokens BIGINT, output_tokens BIGINT, cost DOUBLE PRECISION, "
+            "latency_ms DOUBLE PRECISION, PRIMARY KEY (invocation_id, round))",
         ]
 
     def tables(self) -> list[str]:
         """The tables, for a rebuild."""
-        return ["trajectory_invocations", "trajectory_steps", "trajectory_calls"]
+        return [
+            "trajectory_invocations",
+            "trajectory_steps",
+            "trajectory_calls",
+            "trajectory_critiques",
+        ]
 
     def apply(self, cursor: ViewCursor, event: DomainEvent, position: int) -> None:
         """Fold one event into the rows of its invocation (a batch of one)."""
@@ -307,9 +318,14 @@ def _read_whole(cursor: ViewCursor, invocation_ids: Sequence[str]) -> dict[str, 
             f"SELECT * FROM trajectory_calls {where} ORDER BY step, call_order", chunk
         ):
             calls.setdefault(row["invocation_id"], []).append(row)
+        critiques: dict[str, list[dict[str, Any]]] = {}
+        for row in cursor.query(
+            f"SELECT * FROM trajectory_critiques {where} ORDER BY round", chunk
+        ):
+            critiques.setdefault(row["invocation_id"], []).append(row)
         for head in heads:
             i = head["invocation_id"]
-            found[i] = _from_rows(head, steps.get(i, []), calls.get(i, []))
+            found[i] = _from_rows(head, steps.get(i, []), calls.get(i, []), critiques.get(i, []))
     return found
 
 
@@ -452,6 +468,7 @@ class _Rows:
         self.results: list[tuple[Any, ...]] = []
         self.changed_steps: list[tuple[Any, ...]] = []
         self.changed_calls: list[tuple[Any, ...]] = []
+        self.critiques: list[tuple[Any, ...]] = []
 
     def add(self, before: Trajectory | None, after: Trajectory, started: int | None) -> None:
         """The rows that differ between ``before`` (None for a new one) and ``after``."""
@@ -471,6 +488,10 @@ class _Rows:
                     self.heads.append((*head[5:14], head[15], head[17], invocation_id))
                 else:  # not done by today's fold
                     self.changed_heads.append((*head[1:16], *head[17:], invocation_id))
+        # The critic's rounds are only ever appended.
+        critiques = a["critiques"]
+        known = len(before.__dict__["critiques"]) if before is not None else 0
+        self.critiques.extend(_critique_row(invocation_id, c) for c in critiques[known:])
         # The fold keeps the steps it does not change, in place, and appends new ones.
         held = len(old_steps)
         for index, step in enumerate(a["steps"]):
@@ -522,6 +543,7 @@ class _Rows:
         cursor.insert_rows("trajectory_calls", _CALL_TABLE, self.changed_calls, key=_CALL_KEY)
         cursor.update_rows("trajectory_calls", _CALL_RESULT, _CALL_KEY, self.results)
         cursor.update_rows("trajectory_calls", ("effect_status",), _CALL_KEY, self.effect_statuses)
+        cursor.insert_rows("trajectory_critiques", _CRITIQUE_TABLE, self.critiques)
 
 
 _HEAD_TABLE = (
@@ -554,6 +576,16 @@ _STEP_TABLE = (
     "latency_ms",
     "approval",
 )
+_CRITIQUE_COLUMNS = tuple(CritiqueView.model_fields)
+"""The columns of ``trajectory_critiques`` after ``invocation_id``: the view's fields."""
+_CRITIQUE_TABLE = ("invocation_id", *_CRITIQUE_COLUMNS)
+
+
+def _critique_row(invocation_id: str, critique: CritiqueView) -> tuple[Any, ...]:
+    c = critique.__dict__
+    return (invocation_id, *(c[name] for name in _CRITIQUE_COLUMNS))
+
+
 _CALL_TABLE = (
     "invocation_id",
     "step",
@@ -585,11 +617,18 @@ def _read(query: Query, invocation_id: str) -> Trajectory | None:
         "SELECT * FROM trajectory_calls WHERE invocation_id = ? ORDER BY step, call_order",
         [invocation_id],
     )
-    return _from_rows(rows[0], steps, calls)
+    critiques = query(
+        "SELECT * FROM trajectory_critiques WHERE invocation_id = ? ORDER BY round",
+        [invocation_id],
+    )
+    return _from_rows(rows[0], steps, calls, critiques)
 
 
 def _from_rows(
-    head: dict[str, Any], step_rows: list[dict[str, Any]], calls: list[dict[str, Any]]
+    head: dict[str, Any],
+    step_rows: list[dict[str, Any]],
+    calls: list[dict[str, Any]],
+    critiques: list[dict[str, Any]],
 ) -> Trajectory:
     """A trajectory from its head row, some of its step rows and their calls (in order)."""
     by_step: dict[int, list[CallView]] = {}
@@ -644,6 +683,9 @@ def _from_rows(
         input_tokens=head["input_tokens"],
         output_tokens=head["output_tokens"],
         cost=head["cost"],
+        critiques=[
+            CritiqueView(**{name: row[name] for name in _CRITIQUE_COLUMNS}) for row in critiques
+        ],
     )
 
 

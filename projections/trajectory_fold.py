@@ -37,6 +37,7 @@ from aggregates.invocation import (
     BatchDispatched,
     ClarificationProvided,
     ContextCompacted,
+    CritiqueReturned,
     DecisionProposed,
     InvocationEvent,
     InvocationStarted,
@@ -100,6 +101,24 @@ class StepView(Frozen):
     or ``denied by NAME: REASON``."""
 
 
+class CritiqueView(Frozen):
+    """One round of the agent's critic (reflection): its verdict on a final answer."""
+
+    round: int
+    step: int
+    """The step of the final answer it reviewed."""
+    verdict: str
+    """``accept``, ``revise``, ``malformed`` or ``failed``."""
+    critique: str | None = None
+    """For ``revise``: what the critic asked to change."""
+    problem: str | None = None
+    """For ``malformed`` and ``failed``: why the round gave no verdict."""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float = 0.0
+    latency_ms: float = 0.0
+
+
 class Trajectory(Frozen):
     """The readable history of one invocation."""
 
@@ -126,6 +145,23 @@ class Trajectory(Frozen):
     """For a child invocation: its parent's id (None for a root)."""
     forked_from: str | None = None
     """For a fork: the id of the invocation it was copied from."""
+    critiques: list[CritiqueView] = []
+    """The critic's rounds, in order (apart from the steps: the critic is not the agent)."""
+
+    @property
+    def critic_input_tokens(self) -> int:
+        """The critic's input tokens, in all its rounds (not in ``input_tokens``)."""
+        return sum(c.input_tokens for c in self.critiques)
+
+    @property
+    def critic_output_tokens(self) -> int:
+        """The critic's output tokens, in all its rounds (not in ``output_tokens``)."""
+        return sum(c.output_tokens for c in self.critiques)
+
+    @property
+    def critic_cost(self) -> float:
+        """What the critic cost, in all its rounds (not in ``cost``)."""
+        return sum(c.cost for c in self.critiques)
 
 
 def _summary(decision: Decision | None, rejection: Rejection | None) -> tuple[str, str]:
@@ -196,6 +232,7 @@ def evolve_trajectory(trajectory: Trajectory | None, event: DomainEvent) -> Traj
                 "forked_from": (
                     event.forked_from.source_id if event.forked_from is not None else None
                 ),
+                "critiques": [],
             },
         )
     cls = type(event)
@@ -326,6 +363,26 @@ def _on_second_start(trajectory: Trajectory, event: dict[str, Any], head: dict[s
     raise ValueError(f"invocation {trajectory.invocation_id} started twice")
 
 
+def _on_critique(trajectory: Trajectory, event: dict[str, Any], head: dict[str, Any]) -> None:
+    """A ``CritiqueReturned``: the critic's round, after the ones before."""
+    usage = event["usage"].__dict__
+    critique = built(
+        CritiqueView,
+        {
+            "round": event["round"],
+            "step": event["step"],
+            "verdict": event["verdict"].value,
+            "critique": event["critique"],
+            "problem": event["problem"],
+            "input_tokens": usage["input_tokens"],
+            "output_tokens": usage["output_tokens"],
+            "cost": usage["cost"],
+            "latency_ms": usage["latency_ms"],
+        },
+    )
+    head["critiques"] = [*trajectory.__dict__["critiques"], critique]
+
+
 def _counted(trajectory: Trajectory, event: dict[str, Any], head: dict[str, Any]) -> None:
     """Not shown in the trajectory (or not known to this version): counted among its events."""
 
@@ -344,6 +401,7 @@ _FOLDS: tuple[tuple[type, _Fold], ...] = (
     (InvocationStarted, _on_second_start),
     (VerificationFailed, _counted),
     (ContextCompacted, _counted),
+    (CritiqueReturned, _on_critique),
 )
 
 

@@ -239,6 +239,9 @@ def text_exchange(turn: Turn) -> list[dict[str, Any]]:
             if turn.verification:
                 evidence = f"That answer was not accepted: {turn.verification}"
                 messages.append({"role": "user", "content": evidence})
+            if turn.critique:
+                critique = f"A critic asks you to revise that answer: {turn.critique}"
+                messages.append({"role": "user", "content": critique})
         case Clarification(question=question):
             messages.append({"role": "assistant", "content": question})
             if turn.reply:
@@ -269,8 +272,28 @@ def text_exchange(turn: Turn) -> list[dict[str, Any]]:
     return messages
 
 
+def review_request(request: ModelRequest) -> list[dict[str, Any]]:
+    """For a critic: the last message, which asks it for its verdict on the answer."""
+    if request.review is None:
+        return []
+    return [
+        {
+            "role": "user",
+            "content": f"The final answer to review:\n{request.review}\n\n"
+            "Reply with your verdict as one JSON object.",
+        }
+    ]
+
+
 def system_prompt(request: ModelRequest) -> str:
     """The instructions every adapter sends (the goal goes as the first user message)."""
+    if request.review is not None:  # a critic: its instructions are its notices
+        return "\n".join(
+            [
+                f"You review the work of the agent {request.agent_name!r} on the user's goal.",
+                *request.notices,
+            ]
+        )
     lines = [
         f"You are the agent {request.agent_name!r}. Work towards the user's goal.",
         "Call tools when you need facts or actions; several independent calls may go in "
@@ -595,6 +618,7 @@ class OpenAIModel(_Adapter):
                     messages.extend(text_exchange(turn))
                 case Plan():
                     messages.extend(plan_exchange(turn))
+        messages.extend(review_request(request))
         return messages
 
     def tools(self, request: ModelRequest) -> list[dict[str, Any]]:
@@ -742,6 +766,7 @@ class AnthropicModel(_Adapter):
                     messages.extend(text_exchange(turn))
                 case Plan():
                     messages.extend(plan_exchange(turn))
+        messages.extend(review_request(request))
         return messages
 
     def tools(self, request: ModelRequest) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from aggregates.values import (
 from loop_actors._errors import UsageError
 from loop_actors._guard import in_child_task, is_cancellation
 from loop_actors.agent.adapters import model_from_name
+from loop_actors.agent.critic import Critic
 from loop_actors.agent.model import Model
 from loop_actors.agent.policy import Policy
 from loop_actors.agent.tools import (
@@ -208,6 +209,7 @@ class Agent:
 
     __slots__ = (
         "budget",
+        "critic",
         "handoffs",
         "model",
         "name",
@@ -242,6 +244,7 @@ class Agent:
         max_proposal_bytes: int = DEFAULT_MAX_PROPOSAL_BYTES,
         handoffs: Iterable[Agent | HandoffTo] = (),
         planning: Planning | None = None,
+        critic: Critic | None = None,
     ) -> None:
         """Describe an agent.
 
@@ -287,6 +290,9 @@ class Agent:
             handoffs: the agents the model may hand the conversation to (an Agent, or
                 ``HandoffTo(agent, history=...)``: what the target is told of this
                 run's work, ``full`` by default); see docs/how-to/hand-off-to-another-agent.md.
+            critic: a :class:`Critic` reviews each final answer (after the verifier):
+                ``revise`` sends it back to the model with the critique, ``accept`` or
+                its spent rounds let it stand; see docs/how-to/add-a-critic.md.
             planning: ``Planning(approve_by="person")`` makes each run plan before it
                 writes: it starts read-only (only read tools are offered, a write is
                 refused), its model's plan pauses ``plan_approval_required``, and once a
@@ -319,6 +325,8 @@ class Agent:
             raise UsageError(
                 f"agent {name}: max_verification_attempts and max_repeated_failures must be >= 1"
             )
+        if critic is not None and not isinstance(critic, Critic):
+            raise UsageError(f"agent {name}: critic must be a Critic, got {type(critic).__name__}")
         if policy is not None and not callable(policy):
             raise UsageError(f"agent {name}: policy must be callable")
         if context_limit is not None and context_limit < 1:
@@ -361,6 +369,7 @@ class Agent:
             max_proposal_bytes=max_proposal_bytes,
             handoffs={n: route.history.value for n, route in routes.items()} or None,
             planning=planning,
+            critic=critic.settings if critic is not None else None,
         )
         for attribute, value in (
             ("name", name),
@@ -373,6 +382,7 @@ class Agent:
             ("toolbox", toolbox),
             ("settings", settings),
             ("handoffs", routes),
+            ("critic", critic),
         ):
             object.__setattr__(self, attribute, value)
 
@@ -388,6 +398,8 @@ class Agent:
     """What is recorded with each run besides the budget (see :class:`RunSettings`)."""
     handoffs: dict[str, HandoffTo]
     """The agents the model may hand off to, by name."""
+    critic: Critic | None
+    """What reviews its final answers (reflection), if anything."""
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"an Agent is frozen: build a new one to change {name!r}")
@@ -511,6 +523,24 @@ class Agent:
         for attribute in Agent.__slots__:
             object.__setattr__(copy, attribute, getattr(self, attribute))
         object.__setattr__(copy, "model", model)
+        return copy
+
+    def with_critic(self, critic: Critic | None) -> Agent:
+        """The same agent with another critic (or none); its recorded settings follow.
+
+        Raises:
+            UsageError: ``critic`` is not a Critic.
+        """
+        if critic is not None and not isinstance(critic, Critic):
+            raise UsageError(f"agent {self.name}: critic must be a Critic")
+        copy = object.__new__(Agent)
+        for attribute in Agent.__slots__:
+            object.__setattr__(copy, attribute, getattr(self, attribute))
+        object.__setattr__(copy, "critic", critic)
+        settings = self.settings.model_copy(
+            update={"critic": critic.settings if critic is not None else None}
+        )
+        object.__setattr__(copy, "settings", settings)
         return copy
 
     def with_tools(self, *tools: Tool) -> Agent:

@@ -66,6 +66,8 @@ def outcome_json(outcome: Outcome) -> str:
         record["children"] = outcome.children.model_dump(mode="json")
     if outcome.wake_at is not None:
         record["wake_at"] = outcome.wake_at.isoformat()
+    if outcome.critic is not None:
+        record["critic"] = outcome.critic.model_dump(mode="json")
     if outcome.plan is not None:
         record["plan"] = outcome.plan
     return json.dumps(record)

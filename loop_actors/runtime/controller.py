@@ -22,9 +22,11 @@ import trio
 
 from aggregates.decisions import ToolCalls, ToolEffect, ToolResult, built
 from aggregates.effect import Effect
+from aggregates.handoffs import HandoffOrigin
 from aggregates.invocation import DispatchedCall, Invocation, Turn
 from aggregates.lease import DEFAULT_LEASE_S, stop_for_lost_lease
 from aggregates.ledger_check import missing_effects_problem
+from aggregates.model_input import ModelInput
 from aggregates.results import Interruption, split_unrevealed
 from aggregates.settings import RunSettings
 from aggregates.standing import stopped
@@ -34,6 +36,7 @@ from aggregates.turn import (
     AttemptStillRunning,
     Authorise,
     Continue,
+    Critique,
     EffectObservation,
     Finished,
     LoadEffects,
@@ -61,10 +64,11 @@ from loop_actors._messages import (
     Committed,
     ModelRequest,
     ReconcileEffect,
+    ToolSchema,
 )
 from loop_actors.agent.agent import run_verifier
 from loop_actors.agent.batch import BatchRun
-from loop_actors.agent.model import RequestDigests
+from loop_actors.agent.model import Model, RequestDigests
 from loop_actors.agent.policy import AccessRequest, check_access
 from loop_actors.agent.quota import QuotaWaitError
 from loop_actors.agent.replies import model_answer, model_failure
@@ -127,6 +131,7 @@ class Controller:
             catalogue=agent.toolbox,
             verifies=agent.verifier is not None,
             authorises=agent.policy is not None,
+            critiques=agent.critic is not None,
             # A function of the secret store, not a method of this controller: a bound
             # method would make controller and core a reference cycle, so that every
             # finished invocation's objects waited for the cyclic garbage collector
@@ -271,9 +276,14 @@ class Controller:
                     evidence = await self._verify(action)
                     await self._slot.take(mid_turn=True)
                     action = core.on_verified(evidence, self._moment())
+                case Critique():
+                    fault_point(CrashPoint.BEFORE_CRITIQUE)
+                    action = core.on_critique(await self._ask_critic(action), self._moment())
                 case Continue():
                     if action.after_results:
                         fault_point(CrashPoint.AFTER_RESULTS_COMMIT)
+                    if action.after_critique:
+                        fault_point(CrashPoint.AFTER_CRITIQUE_COMMIT)
                     action = core.next(self._moment())
                 case Finished():
                     outcome = Outcome.of(self.invocation)
@@ -307,23 +317,78 @@ class Controller:
         cancel request (:meth:`request_cancel`) cancels it.
         """
         inv = self.invocation
+        request = self._request(
+            action.step,
+            action.turns,
+            tools=self._read_schemas if action.read_only else self.agent.toolbox.schemas,
+            notices=action.notices,
+            handoffs=list(self.agent.handoffs),
+            handed_off_from=inv.handed_off_from,
+            planning=action.read_only,
+        )
+        return await self._observe(
+            self.agent.model,
+            request,
+            lambda: self._digests.of(
+                goal=inv.goal,
+                notices=action.notices,
+                turns=action.turns,
+                offered=self._read_names if action.read_only else None,
+            ),
+        )
+
+    async def _ask_critic(self, action: Critique) -> ModelObservation:
+        """Ask the agent's critic for its verdict: as a model call, offered no tool."""
+        critic = self.agent.critic
+        assert critic is not None  # the core asks only with one (``critiques``)
+        request = self._request(
+            action.round, action.turns, notices=[action.instructions], review=action.answer
+        )
+        return await self._observe(critic.model, request, None)
+
+    def _request(
+        self,
+        step: int,
+        turns: list[Turn],
+        *,
+        notices: list[str],
+        tools: list[ToolSchema] | None = None,
+        handoffs: list[str] | None = None,
+        handed_off_from: HandoffOrigin | None = None,
+        review: str | None = None,
+        planning: bool = False,
+    ) -> ModelRequest:
+        """A model's request for this invocation (the critic's: no tools, its ``review``)."""
+        inv = self.invocation
         # Built without validation: every value comes from the core's validated state
         # (its turns, its notices) and the agent's tool schemas.
-        request = built(
+        return built(
             ModelRequest,
             {
                 "invocation_id": inv.id,
                 "agent_name": inv.agent_name,
                 "goal": inv.goal,
-                "step": action.step,
-                "turns": self._reveal_turns(action.turns),
-                "tools": self._read_schemas if action.read_only else self.agent.toolbox.schemas,
-                "notices": action.notices,
-                "handoffs": list(self.agent.handoffs),
-                "handed_off_from": inv.handed_off_from,
-                "planning": action.read_only,
+                "step": step,
+                "turns": self._reveal_turns(turns),
+                "tools": tools if tools is not None else [],
+                "notices": notices,
+                "handoffs": handoffs if handoffs is not None else [],
+                "handed_off_from": handed_off_from,
+                "review": review,
+                "planning": planning,
             },
         )
+
+    async def _observe(
+        self,
+        model: Model,
+        request: ModelRequest,
+        model_input: Callable[[], ModelInput] | None,
+    ) -> ModelObservation:
+        """What one model call gave, bounded by the deadline; interrupted by a cancel request.
+
+        ``model_input``: the digests its decision records (the agent's model), if any.
+        """
         deadline = self._deadline()
         scope = trio.CancelScope(deadline=math.inf if deadline is None else deadline)
         if self.cancel_requested:
@@ -334,7 +399,7 @@ class Controller:
         try:
             with scope:
                 try:
-                    reply = await self.agent.model.decide(request)
+                    reply = await model.decide(request)
                 except QuotaWaitError as waiting:  # nothing was sent: the run pauses
                     observation = ModelQuotaWait(until=waiting.until, limit=waiting.limit)
                 except BaseException as error:  # a provider's failure is data for the core
@@ -343,13 +408,7 @@ class Controller:
                     observation = model_failure(error)
                 else:
                     observation = model_answer(
-                        reply,
-                        self._digests.of(
-                            goal=inv.goal,
-                            notices=action.notices,
-                            turns=action.turns,
-                            offered=self._read_names if action.read_only else None,
-                        ),
+                        reply, model_input() if model_input is not None else None
                     )
         finally:
             self._wait_scope = None

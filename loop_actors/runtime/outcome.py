@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from aggregates.children import Spent
+from aggregates.critic import CriticSpent
 from aggregates.decisions import Frozen, TerminalReason
 from aggregates.invocation import Invocation
 from aggregates.standing import Stop, stopped
@@ -38,6 +39,9 @@ class Outcome(Frozen):
     included), apart from its own ``steps`` and ``tool_calls``; None when it started none."""
     wake_at: datetime | None = None
     """For ``sleeping``: when it may be woken (a worker claims it then; ``wake`` before)."""
+    critic: CriticSpent | None = None
+    """For an agent with a critic: its rounds, their verdicts and its usage, apart from the
+    agent's own (``steps`` and the like); None without a critic."""
     plan: list[dict[str, Any]] | None = None
     """For ``plan_approval_required``: the writes the plan will make, each its ``step`` (1
     for the first), ``tool``, ``arguments`` (as stored: redacted) and ``description``;
@@ -132,8 +136,11 @@ def _plan(invocation: Invocation) -> list[dict[str, Any]] | None:
 
 
 def _tree(invocation: Invocation) -> dict[str, Any]:
-    """Where an invocation is in a tree: its parent, what its children used."""
+    """Where an invocation is in a tree (its parent, what its children used); its critic's."""
+    settings = invocation.settings
+    reviewed = invocation.critic_spent.rounds or (settings is not None and settings.critic)
     return {
         "parent_id": invocation.parent.parent_id if invocation.parent is not None else None,
         "children": invocation.children_spent if invocation.children_started else None,
+        "critic": invocation.critic_spent if reviewed else None,
     }

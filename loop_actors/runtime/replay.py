@@ -18,15 +18,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from functools import partial
-from typing import Any
+from typing import Any, assert_never
 
 from pydantic import JsonValue
 
+from aggregates.critic import Verdict
 from aggregates.decisions import CannotContinue, ErrorClass, Frozen, TerminalReason, ToolResult
 from aggregates.invocation_events import (
     ApprovalDenied,
     ApprovalGranted,
     ClarificationProvided,
+    CritiqueReturned,
     DecisionProposed,
     InvocationEvent,
     InvocationStarted,
@@ -184,6 +186,8 @@ class _Recording:
     match: ReplayMatch
     slept: dict[tuple[int, str], datetime] = field(default_factory=dict)
     wakes: dict[int, list[SleepEnded]] = field(default_factory=dict)
+    critiques: dict[int, CritiqueReturned] = field(default_factory=dict)
+    """The critic's rounds, by round."""
     step: int = 0
     """The step the replay's model was last asked for (its batch is the one that runs)."""
     served: dict[tuple[int, str], int] = field(default_factory=dict)
@@ -202,6 +206,8 @@ class _Recording:
                     recording.slept.setdefault((event.step, call_id), event.wake_at)
             elif isinstance(event, SleepEnded):
                 recording.wakes.setdefault(event.step, []).append(event)
+            elif isinstance(event, CritiqueReturned):
+                recording.critiques[event.round] = event
         return recording
 
     def sleeps(self, call_id: str, context: ToolContext) -> datetime | None:
@@ -250,6 +256,35 @@ class ReplayModel:
         return ModelReply(proposal=proposal, usage=recorded.usage)
 
 
+class ReplayCritic:
+    """A critic's model that answers each round with the recorded verdict (and its usage).
+
+    A recorded ``revise`` or ``accept`` is replied again; a round that gave no verdict, or
+    one the recorded run never had, is replied with a reply that is none (a spent round
+    again): a replay never accepts an answer the recorded critic did not.
+    """
+
+    def __init__(self, recording: _Recording) -> None:
+        self._recording = recording
+
+    async def decide(self, request: ModelRequest) -> ModelReply:
+        """The recorded verdict of round ``request.step``."""
+        recorded = self._recording.critiques.get(request.step)
+        if recorded is None:
+            reason = f"replay: the recorded run had no critic round {request.step}"
+            return ModelReply(proposal={"kind": "none", "reason": reason})
+        match recorded.verdict:
+            case Verdict.ACCEPT:
+                proposal: Any = {"kind": "accept"}
+            case Verdict.REVISE:
+                proposal = {"kind": "revise", "critique": recorded.critique}
+            case Verdict.MALFORMED | Verdict.FAILED:
+                proposal = {"kind": "none", "reason": recorded.problem}
+            case _:
+                assert_never(recorded.verdict)
+        return ModelReply(proposal=proposal, usage=recorded.usage)
+
+
 def _replayed_tool(real: Tool, recording: _Recording) -> Tool:
     """``real`` answering with the recorded results: the same spec, no function, no service."""
 
@@ -281,6 +316,8 @@ def replaying(agent: Agent, recording: _Recording) -> Agent:
     """``agent`` with the recorded model and tools in place of its own."""
     tools = [_replayed_tool(t, recording) for t in agent.toolbox.tools.values()]
     stand_in = agent.with_model(ReplayModel(recording, model_identity(agent.model)))
+    if agent.critic is not None:  # its verdicts are the recorded ones: no critic is asked
+        stand_in = stand_in.with_critic(agent.critic.with_model(ReplayCritic(recording)))
     return stand_in.with_tools(*tools) if tools else stand_in
 
 

@@ -23,12 +23,14 @@ from loop_actors import (
     Agent,
     AnthropicModel,
     Budget,
+    Critic,
     Model,
     OpenAIModel,
     RetryPolicy,
     Runtime,
     ScriptedModel,
     TerminalReason,
+    Verdict,
     tool,
 )
 from tests.support.fake_providers import (
@@ -399,3 +401,32 @@ def test_a_missing_key_is_a_usage_error_before_anything_runs(
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     with pytest.raises(UsageError, match="ANTHROPIC_API_KEY"):
         model_from_name("anthropic:claude-x")
+
+
+async def test_a_provider_critic_reads_the_answer_and_replies_its_verdict_in_text(
+    openai_served: Any,
+) -> None:
+    """The critic's request has no tools, a critic's system prompt, the answer last."""
+    provider, critic_model = openai_served(
+        [openai_text('```json\n{"kind": "revise", "critique": "name both"}\n```'),
+         openai_text('{"kind": "accept"}')]
+    )  # fmt: skip
+    agent = Agent(
+        "adapted",
+        ScriptedModel([{"kind": "final", "answer": "a"}, {"kind": "final", "answer": "a and b"}]),
+        critic=Critic(critic_model),
+    )
+    async with Runtime("memory://") as runtime:
+        outcome = await runtime.run(agent, "look up a and b", invocation_id="i")
+
+    assert (outcome.answer, outcome.critic and outcome.critic.verdicts) == (
+        "a and b",
+        [Verdict.REVISE, Verdict.ACCEPT],
+    )
+    first = provider.requests[0]
+    assert "tools" not in first
+    assert first["messages"][0]["content"].startswith("You review the work of the agent")
+    assert first["messages"][-1]["content"].startswith("The final answer to review:\na")
+    # The second review sees the critique the agent was given, after its first answer.
+    shown = [m["content"] for m in provider.requests[1]["messages"]]
+    assert "A critic asks you to revise that answer: name both" in shown

@@ -27,6 +27,7 @@ from aggregates import (
     Usage,
 )
 from aggregates.children import Allotment, Spent
+from aggregates.critic import Verdict
 from aggregates.decisions import Plan
 from aggregates.invocation import (
     EVENT_TYPES,
@@ -38,6 +39,7 @@ from aggregates.invocation import (
     BudgetReturned,
     ClarificationProvided,
     ContextCompacted,
+    CritiqueReturned,
     DecisionProposed,
     InvocationEvent,
     InvocationSnapshot,
@@ -296,6 +298,8 @@ def _fire(inv: Invocation, event_type: type[InvocationEvent]) -> None:
         inv.return_budget(call_id, child_id, Spent(steps=1), share.minus(Spent(steps=1)), at=AT)
     elif event_type is SleepEnded:
         inv.wake(at=AT)
+    elif event_type is CritiqueReturned:
+        inv.record_critique(Verdict.REVISE, critique="say why", usage=Usage(), at=AT)
     elif event_type is PlanProposed:
         inv.propose_plan(
             plan_writes(decision) if isinstance(decision, Plan) else [], summary="", at=AT

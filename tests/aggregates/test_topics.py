@@ -47,6 +47,7 @@ FROZEN = [
     "aggregates.requests:CancelRequested",
     "aggregates.invocation:SleepEnded",
     "aggregates.invocation:PlanProposed",
+    "aggregates.invocation:CritiqueReturned",
 ]
 
 _ROW = re.compile(r"VALUES\('[^']*',\d+,'([^']*)',X'([0-9A-Fa-f]*)'\)")

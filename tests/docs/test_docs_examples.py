@@ -673,6 +673,7 @@ TESTED_EXAMPLES.update(
         "budgets.py",
         "doom_loop.py",
         "verifier.py",
+        "reflection.py",
         "compaction.py",
         "cancel_request.py",
     }
@@ -818,6 +819,16 @@ def test_verifier_sends_evidence_back_then_gives_up(tmp_path: Path) -> None:
         f"  step 2 refused: {evidence}",
         "stubborn: verification_failed after 3 steps - "
         f"2 answer(s) failed verification; last: {evidence}",
+    ]
+
+
+def test_reflection_sends_the_answer_back_once_then_the_critic_accepts(tmp_path: Path) -> None:
+    lines = _lines(_run_example("reflection.py", tmp_path))
+    assert lines == [
+        "completed after 3 steps - There are 42 pears in stock.",
+        "  round 1 on step 2: revise: Say how many pears there are.",
+        "  round 2 on step 3: accept",
+        "agent: 660 tokens; critic: 2 round(s), 320 tokens",
     ]
 
 

@@ -47,6 +47,7 @@ RUN = [
     "docs/tutorial/evaluate-and-tune.md",
     "docs/reference/eval-builtin.md",
     "docs/how-to/read-logs-and-statistics.md",
+    "docs/how-to/add-a-critic.md",
     "docs/how-to/schedule-an-agent.md",
 ]
 """Pages whose samples run from an empty folder, in the order they are written."""

@@ -19,6 +19,7 @@ from aggregates.invocation import EVENT_TYPES, InvocationEvent, Turn
 from loop_actors import (
     Agent,
     Budget,
+    Critic,
     Final,
     Handoff,
     ModelRequest,
@@ -29,6 +30,7 @@ from loop_actors import (
     ScriptedModel,
     ToolCall,
     ToolCalls,
+    Usage,
     Wait,
     tool,
 )
@@ -217,10 +219,11 @@ def refunds(request: ModelRequest) -> Final | ToolCalls:
 
 
 def careless(request: ModelRequest) -> Final | ToolCalls:
-    """Answers wrongly first, then quotes the tool's output once refused."""
+    """Answers wrongly first, then quotes the tool's output once refused (or criticised)."""
     if request.step == 1:
         return ToolCalls(calls=[ToolCall(id="k", name="lookup", arguments={"key": "x"})])
-    if request.turns[-1].verification is not None:
+    last = request.turns[-1]
+    if last.verification is not None or last.critique is not None:
         return Final(answer="the key is x")
     return Final(answer="no idea")
 
@@ -269,6 +272,24 @@ def waits_a_moment(request: ModelRequest) -> Final | Wait:
 
 
 WAITING = Agent("waiting", ScriptedModel(waits_a_moment), [])
+REFLECTED = Agent(
+    "reflected",
+    ScriptedModel(careless),
+    [lookup],
+    # The critic sends the first answer back (its critique stands in for evidence), then
+    # gives a reply that is no verdict, then accepts.
+    critic=Critic(
+        ScriptedModel(
+            [
+                {"kind": "revise", "critique": "quote the key"},
+                {"kind": "fine"},
+                {"kind": "accept"},
+            ],
+            usage=Usage(input_tokens=7, output_tokens=2),
+        ),
+        max_rounds=3,
+    ),
+)
 
 
 def plans_a_refund(request: ModelRequest) -> Final | ToolCalls | Plan:
@@ -319,6 +340,7 @@ async def every_kind_of_history(url: str) -> None:
         await runtime.run(COMPACTED, "read", invocation_id="compacted")
         await runtime.run(DELEGATING, "ticket", invocation_id="delegating")
         await runtime.run(WAITING, "bread", invocation_id="waited")
+        await runtime.run(REFLECTED, "key", invocation_id="reflected")
         planned = await runtime.run(PLANNING, "refund", invocation_id="planned")
         assert planned.digest is not None
         await runtime.approve("planned", digest=planned.digest, by="alice")

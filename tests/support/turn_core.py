@@ -44,12 +44,14 @@ from aggregates.turn import (
     AskModel,
     Authorise,
     Continue,
+    Critique,
     EffectObservation,
     LoadEffects,
     ModelAnswered,
     ModelFailed,
     ModelInterrupted,
     ModelObservation,
+    ModelQuotaWait,
     ModelTimedOut,
     Moment,
     PolicyVerdict,
@@ -245,7 +247,9 @@ class Shell:
         verifies: bool = False,
         authorises: bool = False,
         catalogue: FakeCatalogue | None = None,
+        critiques: bool | None = None,
     ) -> Shell:
+        """``critiques``: whether the shell has a critic (default: when the settings name one)."""
         settings = settings or RunSettings()
         if invocation is None:
             invocation = Invocation.start(
@@ -267,6 +271,7 @@ class Shell:
                 catalogue=catalogue or FakeCatalogue(),
                 verifies=verifies,
                 authorises=authorises,
+                critiques=settings.critic is not None if critiques is None else critiques,
             ),
         )
         shell.committed.extend(invocation.take_events())  # saved when it was started
@@ -286,6 +291,7 @@ class Shell:
             catalogue=self.core.catalogue,
             verifies=self.core.verifies,
             authorises=self.core.authorises,
+            critiques=self.core.critiques,
         )
         self.committed.extend(self.invocation.take_events())
         return self.begin()
@@ -319,6 +325,12 @@ class Shell:
             case Verify():
                 assert isinstance(observation, Verdict)
                 return self._then(core.on_verified(observation.evidence, now))
+            case Critique():
+                assert isinstance(
+                    observation,
+                    ModelAnswered | ModelFailed | ModelTimedOut | ModelInterrupted | ModelQuotaWait,
+                )
+                return self._then(core.on_critique(observation, now))
             case _:
                 raise AssertionError(f"nothing to observe for {action!r}")
 
