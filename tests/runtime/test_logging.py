@@ -188,7 +188,7 @@ async def test_a_loop_whose_store_reads_fail_logs_it_once_not_at_every_poll(
     """The cancel watcher polls every 0.5 s: up to 1,100 failed reads in 550 s, one warning.
 
     Virtual time jumps while a read's thread is slow (a loaded machine): some polls are
-    skipped, so the test asks for hundreds, not all 1,100.
+    skipped, so the test asks for dozens (150 seen at load 8), not all 1,100.
     """
     mock_clock.autojump_threshold = 0.5  # threads open the store: no jump meanwhile
     polls: list[int] = []
@@ -216,7 +216,7 @@ async def test_a_loop_whose_store_reads_fail_logs_it_once_not_at_every_poll(
             down = runtime.statistics()
             show_events(db_url)
             nursery.cancel_scope.cancel()  # the run ends ``cancelled``: no need to wait for it
-    assert failed_polls >= 200
+    assert failed_polls >= 50
     assert down.store_down
     assert down.last_error is not None
     assert down.last_error.error_type == "OperationalError"
