@@ -355,18 +355,21 @@ class Worker:
         """
         keeper = self.runtime.driver.leases
         names = list(self.agents)
-        failures = 0
         while not self._stopping:
             wait_s = SCHEDULE_POLL_S
             try:
                 checked = await keeper.call(keeper.queue.check_schedules, names)
             except StoreUnavailableError as error:
-                failures += 1
-                self._schedules_failed(
-                    error, "cannot check the schedules (%d failed checks); retrying", failures
+                self._schedules_failed(error, "checking the schedules")
+            except Exception as error:  # a bug of ours: logged, and the worker serves on
+                keeper.outages.throttle.caught(
+                    log,
+                    BackgroundLoop.SCHEDULES,
+                    error,
+                    "checking the schedules failed; trying again at the next poll",
+                    level=logging.ERROR,
                 )
             else:
-                failures = 0
                 self._note_check(checked)
                 for runs in checked.due:
                     await self._submit_due(runs)
@@ -422,12 +425,8 @@ class Worker:
                 done.append(due)
                 continue
             except StoreUnavailableError as error:
-                self._schedules_failed(
-                    error,
-                    "schedule %s: cannot submit %s; it is submitted again later",
-                    schedule.name,
-                    invocation_id,
-                )
+                # It stays decided: the next check submits it again.
+                self._schedules_failed(error, f"submitting {invocation_id} of {schedule.name}")
                 break
             done.append(due)
             counts = self._schedules
@@ -447,17 +446,16 @@ class Worker:
             try:
                 await keeper.call(keeper.queue.schedule_submitted, schedule.name, done)
             except StoreUnavailableError as error:  # a later check finds them in the store
-                self._schedules_failed(
-                    error,
-                    "cannot note the runs of %s as submitted; the next check finds them",
-                    schedule.name,
-                )
+                self._schedules_failed(error, f"noting the runs of {schedule.name} as submitted")
             self._wake.set()  # claim them now
 
-    def _schedules_failed(self, error: StoreUnavailableError, message: str, *args: object) -> None:
-        """Log a failure of the schedules' loop (rate-limited, as the other loops' are)."""
-        throttle = self.runtime.driver.leases.outages.throttle
-        throttle.caught(log, BackgroundLoop.SCHEDULES, error, message, *args)
+    def _schedules_failed(self, error: StoreUnavailableError, doing: str) -> None:
+        """Note that the schedules' loop could not use the store while ``doing``.
+
+        It is the outage the other loops report: one warning, no traceback, and "the
+        store works again" when it does; the loop tries again at its next poll.
+        """
+        self.runtime.driver.leases.outages.failed(doing, error)
 
     async def _read_before_driving(
         self, claims: list[Claimed]
