@@ -232,6 +232,11 @@ def unspent_share(allotment: Allotment, outcome: ChildOutcome | None) -> tuple[S
     return outcome.spent, reserved.minus(outcome.spent)
 
 
+def parent_cancelled(parent_id: str, detail: str | None) -> str:
+    """The detail a child cancelled with its parent ends with."""
+    return f"its parent {parent_id} was cancelled" + (f" ({detail})" if detail else "")
+
+
 def depth_problem(depth: int) -> str | None:
     """Why an invocation at ``depth`` may not start a child, or None when it may."""
     if depth + 1 > MAX_DEPTH:

@@ -41,6 +41,8 @@ class CrashPoint(StrEnum):
     """A chunk of a bulk submission is durable, with its queue rows; the next is not written."""
     AFTER_SCHEDULE_DECIDED = "after_schedule_decided"
     """A worker's check of a schedule decided runs (the schedule moved on); none is submitted."""
+    BEFORE_HANDOFF_SUBMIT = "before_handoff_submit"
+    """A worker's run ended ``handed_off`` (durable); its target is not yet submitted."""
     PROJECTION_BATCH_APPLIED = "projection_batch_applied"
     """A read model applied a batch of events; its transaction is not yet committed."""
 

@@ -37,9 +37,14 @@ from aggregates.invocation import (
 from projections.runner import ReadModel, ReadModelRunner
 from projections.sql import ViewCursor, marks
 
-GroupBy = Literal["agent", "task-class", "reason"]
+GroupBy = Literal["agent", "task-class", "reason", "tree"]
 
-_COLUMN = {"agent": "agent", "task-class": "task_class", "reason": "reason"}
+_COLUMN = {
+    "agent": "agent",
+    "task-class": "task_class",
+    "reason": "reason",
+    "tree": "COALESCE(root_id, invocation_id)",
+}
 
 
 class MetricsProjection(ReadModel):
@@ -52,7 +57,7 @@ class MetricsProjection(ReadModel):
     """
 
     name = "metrics"
-    version = 4
+    version = 5
 
     CACHE_ROWS: ClassVar[int] = 50_000
     """How many invocations' rows the cache may hold (least recently touched dropped first)."""
@@ -66,7 +71,8 @@ class MetricsProjection(ReadModel):
             "cost DOUBLE PRECISION, started_at TEXT, wall_ms DOUBLE PRECISION, "
             "repeated_plans BIGINT, last_plan TEXT, critique_rounds BIGINT, "
             "critic_input_tokens BIGINT, critic_output_tokens BIGINT, "
-            "critic_cost DOUBLE PRECISION)",
+            "critic_cost DOUBLE PRECISION, root_id TEXT)",
+            "CREATE INDEX IF NOT EXISTS metrics_invocations_root ON metrics_invocations (root_id)",
             "CREATE TABLE IF NOT EXISTS metrics_failed_calls ("
             "invocation_id TEXT, error_class TEXT, calls BIGINT, "
             "PRIMARY KEY (invocation_id, error_class))",
@@ -136,6 +142,7 @@ _COLUMNS = (
     "critic_input_tokens",
     "critic_output_tokens",
     "critic_cost",
+    "root_id",
 )
 _REASON, _STEPS, _TOOL_CALLS, _INPUT, _OUTPUT, _COST = 3, 4, 5, 6, 7, 8
 _STARTED_AT, _WALL_MS, _REPEATED, _LAST_PLAN = 9, 10, 11, 12
@@ -145,6 +152,21 @@ _CHUNK = 250
 
 _REASONS = {reason: reason.value for reason in TerminalReason}
 """Each reason's value (a dict lookup: an enum's ``value`` is a Python property)."""
+
+
+def _root_of(started: dict[str, Any]) -> str | None:
+    """The root of the tree an invocation belongs to (None: it is a root).
+
+    A child's root is its parent link's; a handoff target's is its chain's first
+    invocation (itself a root, or in a tree: then that tree's root is the link's).
+    """
+    parent = started.get("parent")
+    if parent is not None:
+        return str(parent.root_id)
+    came = started.get("handed_off_from")
+    if came is not None:
+        return str(came.chain_root)
+    return None
 
 
 def _chunks(items: Sequence[str]) -> list[Sequence[str]]:
@@ -198,6 +220,7 @@ class _Batch:
         self.held[invocation_id] = [
             invocation_id, e["agent_name"], e["task_class"] or "", None,
             0, 0, 0, 0, 0.0, isoformat(e["timestamp"]), None, 0, None, None, None, None, None,
+            _root_of(e),
         ]  # fmt: skip
         self.new.add(invocation_id)
         self.touched[invocation_id] = None
@@ -352,23 +375,30 @@ def _percentile(values: Sequence[float], fraction: float) -> float | None:
 
 
 def metrics(runner: ReadModelRunner, by: GroupBy = "reason") -> list[MetricsRow]:
-    """The metrics grouped by agent, task class or terminal reason."""
+    """The metrics grouped by agent, task class, terminal reason or tree.
+
+    By tree, a group is a root and every invocation below it (children, handoff
+    targets, theirs), named by the root's id; its wall times are the root's.
+    """
     column = _COLUMN[by]  # a closed mapping: never user text in the SQL
     invocations = runner.query(
         f"SELECT invocation_id, COALESCE({column}, 'running') AS grp, reason, steps, tool_calls, "
         "input_tokens, output_tokens, cost, wall_ms, repeated_plans, critique_rounds, "
         "critic_input_tokens, critic_output_tokens, critic_cost FROM metrics_invocations"
     )
+    # Each invocation's group, for the tables that name only the invocation.
+    grouped = (
+        f"(SELECT invocation_id, COALESCE({column}, 'running') AS grp FROM metrics_invocations) i"
+    )
     failed = runner.query(
-        f"SELECT COALESCE(i.{column}, 'running') AS grp, f.error_class, "
-        "CAST(SUM(f.calls) AS BIGINT) AS calls "
-        "FROM metrics_failed_calls f JOIN metrics_invocations i USING (invocation_id) "
-        "GROUP BY grp, f.error_class"
+        "SELECT i.grp, f.error_class, CAST(SUM(f.calls) AS BIGINT) AS calls "
+        f"FROM metrics_failed_calls f JOIN {grouped} USING (invocation_id) "
+        "GROUP BY i.grp, f.error_class"
     )
     effects = runner.query(
-        f"SELECT COALESCE(i.{column}, 'running') AS grp, e.status, COUNT(*) AS n "
-        "FROM metrics_effects e JOIN metrics_invocations i USING (invocation_id) "
-        "GROUP BY grp, e.status"
+        "SELECT i.grp, e.status, COUNT(*) AS n "
+        f"FROM metrics_effects e JOIN {grouped} USING (invocation_id) "
+        "GROUP BY i.grp, e.status"
     )
     groups: dict[str, list[dict[str, Any]]] = {}
     for row in invocations:
@@ -376,7 +406,11 @@ def metrics(runner: ReadModelRunner, by: GroupBy = "reason") -> list[MetricsRow]
     rows = []
     for group in sorted(groups):
         members = groups[group]
-        walls = [m["wall_ms"] for m in members if m["wall_ms"] is not None]
+        walls = [
+            m["wall_ms"]
+            for m in members
+            if m["wall_ms"] is not None and (by != "tree" or m["invocation_id"] == group)
+        ]
         rows.append(
             MetricsRow(
                 group=group or "(none)",

@@ -81,7 +81,7 @@ class TrajectoryProjection(ReadModel):
     """
 
     name = "trajectory"
-    version = 8
+    version = 9
 
     CACHE_STEPS: ClassVar[int] = 20_000
     """How many trajectories' steps (plus one per trajectory) the cache may hold."""
@@ -94,7 +94,7 @@ class TrajectoryProjection(ReadModel):
             "goal TEXT, status TEXT, reason TEXT, answer TEXT, detail TEXT, steps BIGINT, "
             "tool_calls BIGINT, input_tokens BIGINT, output_tokens BIGINT, "
             "cost DOUBLE PRECISION, started_at TEXT, ended_at TEXT, started_position BIGINT, "
-            "events BIGINT, parent_id TEXT, forked_from TEXT)",
+            "events BIGINT, parent_id TEXT, forked_from TEXT, handed_off_from TEXT)",
             "CREATE INDEX IF NOT EXISTS trajectory_invocations_parent "
             "ON trajectory_invocations (parent_id)",
             "CREATE INDEX IF NOT EXISTS trajectory_invocations_order "
@@ -355,6 +355,7 @@ def _head_row(trajectory: Trajectory, *, started_position: int | None = None) ->
         t["events"],
         t["parent_id"],
         t["forked_from"],
+        t["handed_off_from"],
     )
 
 
@@ -550,10 +551,12 @@ _HEAD_TABLE = (
     "invocation_id", "agent", "agent_version", "task_class", "goal", "status", "reason",
     "answer", "detail", "steps", "tool_calls", "input_tokens", "output_tokens", "cost",
     "started_at", "ended_at", "started_position", "events", "parent_id", "forked_from",
+    "handed_off_from",
 )  # fmt: skip
 _HEAD_UPDATE = tuple(c for c in _HEAD_TABLE if c not in ("invocation_id", "started_position"))
 _HEAD_FIXED = (
     "agent_name", "agent_version", "task_class", "goal", "started_at", "parent_id", "forked_from",
+    "handed_off_from",
 )  # fmt: skip
 """The fields of the head that only ``InvocationStarted`` sets."""
 _HEAD_MOVES = (*_HEAD_TABLE[5:14], _HEAD_TABLE[15], _HEAD_TABLE[17])
@@ -655,6 +658,7 @@ def _from_rows(
         agent_version=head["agent_version"],
         parent_id=head["parent_id"],
         forked_from=head["forked_from"],
+        handed_off_from=head["handed_off_from"],
         steps=[
             StepView(
                 step=s["step"],
@@ -755,7 +759,8 @@ def list_invocations(
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
     return runner.query(
         "SELECT invocation_id, agent, task_class, status, reason, steps, tool_calls, "
-        f"started_at, ended_at, goal, parent_id, forked_from FROM trajectory_invocations {where} "
+        "started_at, ended_at, goal, parent_id, forked_from, handed_off_from "
+        f"FROM trajectory_invocations {where} "
         "ORDER BY started_position DESC LIMIT ? OFFSET ?",
         [*params, limit, offset],
     )

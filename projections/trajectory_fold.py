@@ -145,6 +145,8 @@ class Trajectory(Frozen):
     """For a child invocation: its parent's id (None for a root)."""
     forked_from: str | None = None
     """For a fork: the id of the invocation it was copied from."""
+    handed_off_from: str | None = None
+    """For the target of a handoff: the id of the invocation that handed off to it."""
     critiques: list[CritiqueView] = []
     """The critic's rounds, in order (apart from the steps: the critic is not the agent)."""
 
@@ -231,6 +233,9 @@ def evolve_trajectory(trajectory: Trajectory | None, event: DomainEvent) -> Traj
                 "parent_id": event.parent.parent_id if event.parent is not None else None,
                 "forked_from": (
                     event.forked_from.source_id if event.forked_from is not None else None
+                ),
+                "handed_off_from": (
+                    event.handed_off_from.source_id if event.handed_off_from is not None else None
                 ),
                 "critiques": [],
             },

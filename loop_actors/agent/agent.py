@@ -440,6 +440,31 @@ class Agent:
         """What the model is told when few steps are left."""
         return self.settings.wind_down_notice
 
+    def reachable_agents(self) -> list[Agent]:
+        """This agent and every agent it can start, theirs too, each once, this one first.
+
+        The agents it can start are its children (``as_tool``) and the targets of its
+        handoffs. A worker serves them all (``Worker``): a child or a handoff target is a runnable
+        invocation any worker of the store may claim. Children started from a tool's
+        body (``ToolContext.run_agent``) are not found here: their agents are known only
+        when the tool runs.
+        """
+        found: list[Agent] = []
+        seen: set[int] = set()
+        todo: list[Agent] = [self]
+        while todo:
+            agent = todo.pop(0)
+            if id(agent) in seen:
+                continue
+            seen.add(id(agent))
+            found.append(agent)
+            for tool_ in agent.toolbox.tools.values():
+                child = tool_.child_agent
+                if isinstance(child, Agent):
+                    todo.append(child)
+            todo.extend(route.agent for route in agent.handoffs.values())
+        return found
+
     def as_tool(
         self,
         name: str | None = None,

@@ -10,6 +10,8 @@ import argparse
 import json
 from typing import Any
 
+from aggregates.decisions import TerminalReason
+from aggregates.handoffs import handoff_id_of
 from aggregates.lease import QueueRow
 from loop_actors._errors import InvocationNotFoundError, UnreadableEventError, UsageError
 from loop_actors._render import (
@@ -226,6 +228,16 @@ def _lineage(runner: ProjectionRunner, trajectory: Trajectory) -> list[str]:
         lines.append(f"parent: {trajectory.parent_id}")
     if trajectory.forked_from is not None:
         lines.append(f"forked from: {trajectory.forked_from}")
+    if trajectory.handed_off_from is not None:
+        lines.append(f"handed off from: {trajectory.handed_off_from}")
+    if trajectory.reason is TerminalReason.HANDED_OFF:
+        target_id = handoff_id_of(trajectory.invocation_id)
+        target = load_trajectory(runner, target_id)
+        if target is None:
+            lines.append(f"handed off to: {target_id} (not started yet)")
+        else:
+            outcome = target.reason.value if target.reason is not None else target.status.value
+            lines.append(f"handed off to: {target_id} {target.agent_name} {outcome}")
     tree: list[str] = []
 
     def below(invocation_id: str, indent: str) -> None:

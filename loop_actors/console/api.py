@@ -134,11 +134,11 @@ def parse_filter(query: dict[str, str]) -> InvocationFilter:
     )
 
 
-GROUPS: tuple[GroupBy, ...] = ("reason", "task-class", "agent")
+GROUPS: tuple[GroupBy, ...] = ("reason", "task-class", "agent", "tree")
 
 
 def parse_group(text: str) -> GroupBy:
-    """The metrics' grouping (``reason``, ``task-class`` or ``agent``).
+    """The metrics' grouping (``reason``, ``task-class``, ``agent`` or ``tree``).
 
     Raises:
         BadRequestError: another one.

@@ -12,7 +12,8 @@ another process holds its lease. The rules (ids, shares of the budget, limits) a
 
 from __future__ import annotations
 
-from typing import Protocol
+import contextlib
+from typing import NamedTuple, Protocol
 
 import trio
 
@@ -25,6 +26,7 @@ from aggregates.children import (
     Spent,
     child_id_of,
     depth_problem,
+    parent_cancelled,
 )
 from aggregates.decisions import ErrorClass
 from aggregates.effect import Resolution
@@ -37,15 +39,33 @@ from loop_actors._errors import (
     LeaseHeldError,
     ToolError,
 )
+from loop_actors._logs import fields, package_logger
 from loop_actors.agent.agent import Agent
 from loop_actors.agent.tools import ChildPausedError, Reconciled, SleepRequested, ToolContext
 from loop_actors.runtime.arguments import StartRequest
 from loop_actors.runtime.controller import Controller
+from loop_actors.runtime.outage import one_line
 from loop_actors.runtime.outcome import Outcome
 from loop_actors.store.reader import StoreReader
 
 HELD_POLL_S = 0.2
 """How often a child driven by another process is looked at until it stops."""
+
+CANCEL_CHILD_S = 5.0
+"""How long a cancelled parent tries to record the cancel request of a child driven elsewhere."""
+
+log = package_logger(__name__)
+
+
+class OfferedChildren(NamedTuple):
+    """A worker's offer of its runs' children to the workers of its store."""
+
+    agent_names: frozenset[str]
+    """The agents whose children are submitted (those the workers serve); a child of
+    another agent is driven at once by the run that starts it."""
+    within_s: float
+    """How long a submitted child is left for a worker to claim before the run that
+    started it drives it itself (every worker may be busy)."""
 
 
 class ChildDriver(Protocol):
@@ -53,6 +73,15 @@ class ChildDriver(Protocol):
 
     reads: StoreReader
     running: dict[str, Controller]
+    offer_children: OfferedChildren | None
+
+    async def submit(self, *, request: StartRequest) -> str:
+        """Record a new invocation as runnable, for any worker to claim."""
+
+    async def request_cancel(
+        self, *, invocation_id: str, by: str | None, reason: str | None
+    ) -> object:
+        """Record a cancel request and act on it here."""
 
     async def standing(self, invocation: Invocation) -> Standing:
         """What can happen next to an invocation, looking at the child it waits for."""
@@ -230,6 +259,18 @@ class ChildRunner:
             ),
             budget=budget,
         )
+        offer = self.driver.offer_children
+        if offer is not None and agent.name in offer.agent_names:
+            # A worker's run: the child is runnable for any worker of the store (its
+            # agent is served by those that serve the parent's); a cancel of the parent
+            # reaches it as a recorded cancel request (``_wait_elsewhere``).
+            with contextlib.suppress(InvocationExistsError):  # ``_check_link`` refuses it
+                await self.driver.submit(request=request)
+            child = await self.driver.reads.invocation(child_id)
+            self._check_link(child, effect_key, key)
+            return await self._attach(
+                agent, child, offered_until=trio.current_time() + offer.within_s
+            )
         # A cancel of the parent from here on reaches the child when the Driver
         # registers its run (``Driver.inherit_cancel``): it starts cancelled.
         try:
@@ -238,13 +279,20 @@ class ChildRunner:
             # Started meanwhile (another attempt of this call): that one is the child.
             return await self._attach(agent, await self.driver.reads.invocation(child_id))
 
-    async def _attach(self, agent: Agent, child: Invocation) -> Outcome:
-        """Drive a recorded child on to its end or pause, or wait while another drives it."""
+    async def _attach(
+        self, agent: Agent, child: Invocation, *, offered_until: float | None = None
+    ) -> Outcome:
+        """Drive a recorded child on to its end or pause, or wait while another drives it.
+
+        ``offered_until``: until then (trio's clock) the child is left to the workers
+        (it was just submitted); after that, if no worker holds it, it is driven here.
+        """
         take_over = False
         while True:
             if await self.driver.standing(child) not in (Standing.DRIVABLE, Standing.SLEEPING):
                 return Outcome.of(child)  # a sleeping child is resumed: woken if it is due
-            if child.id not in self.driver.running:
+            offered = offered_until is not None and trio.current_time() < offered_until
+            if child.id not in self.driver.running and not offered:
                 try:
                     return await self.driver.resume(
                         invocation_id=child.id,
@@ -260,8 +308,49 @@ class ChildRunner:
                     take_over = held.holder == self.parent.invocation.lease_taken_from
                     if take_over:
                         continue
+            child = await self._wait_elsewhere(child)
+
+    async def _wait_elsewhere(self, child: Invocation) -> Invocation:
+        """Wait a moment while another run (here or in another process) drives ``child``.
+
+        Cancellation: when the parent itself was cancelled or ran out of time, a child
+        whose edge says ``cancel`` is asked to stop by a recorded cancel request (the
+        process driving it sees it within about a second), then ``trio.Cancelled`` is
+        re-raised. A worker that stops (its runs drained or abandoned) leaves the child
+        as it is: it goes on where it runs, and the parent's next drive finds it.
+        """
+        try:
             await trio.sleep(HELD_POLL_S)
-            child = await self.driver.reads.invocation(child.id)
+            return await self.driver.reads.invocation(child.id)
+        except trio.Cancelled:
+            parent = self.parent
+            left = parent.seconds_left()
+            link = child.parent
+            ends = parent.cancel_requested or (left is not None and left <= 0)
+            if ends and link is not None and link.on_parent_end is ParentEnd.CANCEL:
+                detail = parent.cancel_detail if parent.cancel_requested else "out of time"
+                await self._cancel_elsewhere(
+                    child.id, parent_cancelled(parent.invocation.id, detail)
+                )
+            raise
+
+    async def _cancel_elsewhere(self, child_id: str, reason: str) -> None:
+        """Record a cancel request for a child driven elsewhere (shielded, bounded, logged)."""
+        with trio.CancelScope(shield=True), trio.move_on_after(CANCEL_CHILD_S) as bound:
+            try:
+                await self.driver.request_cancel(invocation_id=child_id, by=None, reason=reason)
+            except Exception as error:  # the child goes on; its parent's next drive finds it
+                log.warning(
+                    "cannot ask child %s to stop (%s: %s); it goes on",
+                    child_id,
+                    type(error).__name__,
+                    one_line(error),
+                    extra=fields(invocation_id=child_id, error_type=type(error).__name__),
+                )
+        if bound.cancelled_caught:
+            log.warning(
+                "cannot ask child %s to stop within %g s; it goes on", child_id, CANCEL_CHILD_S
+            )
 
     async def _settled(self, effect_key: str, child_id: str, outcome: Outcome) -> ChildOutcome:
         """The child's outcome as the parent's call gives it (what it spent included).

@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar, assert_never
 
 import trio
 
-from aggregates.children import ParentEnd
+from aggregates.children import ParentEnd, parent_cancelled
 from aggregates.decisions import TerminalReason
 from aggregates.invocation import Invocation, Phase
 from aggregates.lease import (
@@ -64,7 +64,7 @@ from loop_actors.agent.mcp import McpSessions, using_mcp_sessions
 from loop_actors.agent.quota import QuotaGate, using_quota_gate
 from loop_actors.agent.tools import using_child_runs
 from loop_actors.runtime.arguments import StartRequest, new_invocation, requested_by
-from loop_actors.runtime.children import ChildRunner
+from loop_actors.runtime.children import ChildRunner, OfferedChildren
 from loop_actors.runtime.controller import Controller
 from loop_actors.runtime.leases import HeldLease, LeaseDrained, LeaseKeeper, is_gone
 from loop_actors.runtime.outage import is_outage, one_line
@@ -158,6 +158,13 @@ class Driver:
         """The store position up to which the cancel watcher has looked for requests."""
         self.runs = runs if runs is not None else RunCounters()
         """How many drives began and how they stopped (``Runtime.statistics()``)."""
+        self.offer_children: OfferedChildren | None = None
+        """Set by a worker: a child of an agent the workers serve is submitted (runnable,
+        for any worker of the store to claim), and driven here only if no worker claimed
+        it in time. None: a child is driven by the run that starts it, at once."""
+        self.after_handoff: Callable[[Invocation, Agent], Awaitable[None]] | None = None
+        """Set by a worker: called with an invocation that ended ``handed_off`` (and its
+        agent) before its queue row is left ended, to submit the target (once)."""
 
     def new_invocation(self, request: StartRequest) -> Invocation:
         """A new invocation as ``request`` asks, its ``InvocationStarted`` pending."""
@@ -749,6 +756,9 @@ class Driver:
         while True:
             match await self.standing(invocation):
                 case Standing.ENDED:
+                    # A worker that died between a handoff's end and its target's submission
+                    # left the row claimed: whoever claims it again submits the target.
+                    await self._hand_off(invocation, agent, lease)
                     leases.release_soon(lease, Release(status=QueueStatus.ENDED))
                     return Outcome.of(invocation)
                 case Standing.WAITS_FOR_PERSON:
@@ -795,6 +805,14 @@ class Driver:
             leases.outages.commit_failed(outcome.detail or "a commit failed")
         else:  # its commits were answered: the store works (again)
             leases.outages.answered()
+        if outcome.reason is TerminalReason.HANDED_OFF and self.after_handoff is not None:
+            # The aggregate the run drove holds its end (a read could lag behind it).
+            source = invocation
+            if source.terminated is None:
+                source = await self.reads.invocation(outcome.invocation_id)
+            if not await self._hand_off(source, agent, lease):
+                leases.release_soon(lease, RETRY_LATER)
+                return outcome
         release = _release(outcome)
         if outcome.reason is TerminalReason.RECONCILIATION_REQUIRED:
             release = await self._reconciliation_retry(outcome.invocation_id, agent) or release
@@ -804,6 +822,37 @@ class Driver:
             detail = outcome.detail if release.status is QueueStatus.RUNNABLE else None
             leases.release_soon(lease, release, note=detail)
         return outcome
+
+    async def _hand_off(self, invocation: Invocation, agent: Agent, lease: HeldLease) -> bool:
+        """Submit the target of an invocation that ended ``handed_off`` (a worker's drive).
+
+        Returns False (logged) when ``invocation`` does not show its end yet: its row is
+        to be left runnable, so that the next claim of it submits the target.
+
+        Raises:
+            Exception: the target cannot be submitted (the store failed): the row is
+                left runnable, so that a later claim submits it.
+        """
+        ended = invocation.terminated
+        if self.after_handoff is None:
+            return True
+        if ended is None:
+            log.warning(
+                "invocation %s ended handed_off, but its end is not read yet: the next claim "
+                "of its row submits the target",
+                invocation.id,
+                extra=fields(invocation_id=invocation.id),
+            )
+            return False
+        if ended.reason is not TerminalReason.HANDED_OFF:
+            return True
+        fault_point(CrashPoint.BEFORE_HANDOFF_SUBMIT)
+        try:
+            await self.after_handoff(invocation, agent)
+        except BaseException:
+            self.leases.release_soon(lease, RETRY_LATER)
+            raise
+        return True
 
     async def wake_if_due(self, invocation: Invocation) -> Invocation | None:
         """Record the wake of a sleeping invocation whose time has come (None: not due).
@@ -975,11 +1024,6 @@ def children_waited_for(invocation: Invocation) -> list[str]:
     if paused is not None and paused.child_path and paused.child_path[0] not in found:
         found.append(paused.child_path[0])
     return found
-
-
-def parent_cancelled(parent_id: str, detail: str | None) -> str:
-    """The detail a child cancelled with its parent ends with."""
-    return f"its parent {parent_id} was cancelled" + (f" ({detail})" if detail else "")
 
 
 class DriverSource(Protocol):

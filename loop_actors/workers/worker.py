@@ -9,6 +9,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from functools import partial
 
 import trio
 
@@ -27,7 +28,9 @@ from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._logs import BackgroundLoop, fields, package_logger
 from loop_actors._statistics import ScheduleDue, ScheduleStatistics, WorkerStatistics
 from loop_actors.agent.agent import Agent
+from loop_actors.runtime.children import OfferedChildren
 from loop_actors.runtime.gc_policy import GcPolicy
+from loop_actors.runtime.handoffs import submit_target
 from loop_actors.runtime.leases import (
     HeldLease,
     LeaseDrained,
@@ -50,6 +53,13 @@ DEFAULT_POLL_S = 0.1
 """How often an idle worker looks for runnable invocations (with jitter)."""
 SCHEDULE_POLL_S = 1.0
 """How often a worker looks at the schedules at least (sooner when one is due sooner)."""
+
+CHILD_OFFER_POLLS = 5
+"""A child a worker's run submits is left to the workers for this many of its polls..."""
+
+CHILD_OFFER_MIN_S = 2.0
+"""... and at least this long (at most a lease period); then, if no worker claimed it
+(every one is busy), the run that started it drives it itself."""
 
 
 class WorkerReport(Frozen):
@@ -126,7 +136,10 @@ class Worker:
                 raise UsageError(f"{name} must be a number of seconds, got {value!r}")
             if not math.isfinite(value) or value < 0 or (name == "poll_s" and value == 0):
                 raise UsageError(f"{name} must be a finite number of seconds above 0, got {value}")
-        self.agents = {agent.name: agent for agent in served}
+        self.agents = _with_reachable(served)
+        """The agents it claims runs of, by name: those served, and every agent they start
+        as children (``as_tool``) or hand off to, so that a tree spreads over workers."""
+        names = list(self.agents)
         self.concurrency = concurrency
         self.grace_s = float(grace_s)
         self.poll_s = float(poll_s)
@@ -224,7 +237,12 @@ class Worker:
         bounded, shielded wait) and re-raises.
         """
         async with self.runtime:
-            await self.runtime.driver.leases.register()
+            driver = self.runtime.driver
+            # A tree spreads over the workers: children and handoff targets are runnable
+            # rows (a child nobody claims within a lease period is driven by its parent's).
+            driver.offer_children = OfferedChildren(frozenset(self.agents), self._offer_s())
+            driver.after_handoff = partial(submit_target, driver)
+            await driver.leases.register()
             log.info(
                 "worker %s started (agents %s, concurrency %d)",
                 self.worker_id,
@@ -327,6 +345,10 @@ class Worker:
             return
         running.epoch, running.valid_until = lease.epoch, lease.valid_until
         keeper.held[claim.invocation_id] = running
+
+    def _offer_s(self) -> float:
+        """How long a child it submits is left to the workers (``CHILD_OFFER_POLLS``)."""
+        return min(self.runtime.lease_s, max(CHILD_OFFER_MIN_S, CHILD_OFFER_POLLS * self.poll_s))
 
     async def _keep_grace(self) -> None:
         """After a stop, wait ``grace_s`` for the runs to reach a commit, then abandon the rest."""
@@ -527,3 +549,27 @@ class Worker:
                 del self._active[claim.invocation_id]
             self._wake.set()
             self._idle.set()
+
+
+def _with_reachable(served: list[Agent]) -> dict[str, Agent]:
+    """The agents served, by name, and those they can start (``Agent.reachable_agents``).
+
+    An agent served explicitly is the one of its name.
+
+    Raises:
+        UsageError: two different agents of one name can be started, and neither is
+            served explicitly.
+    """
+    agents = {agent.name: agent for agent in served}
+    found: dict[str, Agent] = {}
+    for agent in served:
+        for reached in agent.reachable_agents():
+            if reached.name in agents:
+                continue
+            other = found.setdefault(reached.name, reached)
+            if other is not reached:
+                raise UsageError(
+                    f"two different agents named {reached.name!r} can be started by the agents "
+                    "served (as children or handoff targets): serve the right one explicitly"
+                )
+    return agents | found

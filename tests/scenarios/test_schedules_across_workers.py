@@ -19,13 +19,13 @@ import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from aggregates.schedules import Schedule
 from loop_actors import EventStore
 from tests.support.cli import CLI, cli_env, kill_all, run_cli
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -101,15 +101,6 @@ def folder(tmp_path: Path, store_url: str) -> Iterator[Folder]:
     made = Folder(tmp_path, store_url)
     yield made  # pytest runs what follows whether the test passed or not
     kill_all(made.workers)
-
-
-def wait_until(done: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if done():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"not {what} after {timeout_s} s")
 
 
 def test_every_due_time_is_submitted_once_through_a_crash_and_a_sigkill(folder: Folder) -> None:

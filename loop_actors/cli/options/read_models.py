@@ -79,7 +79,10 @@ def _add_list(listing: argparse.ArgumentParser) -> None:
 
 def _add_metrics(metrics_cmd: argparse.ArgumentParser) -> None:
     metrics_cmd.add_argument(
-        "--by", choices=["agent", "task-class", "reason"], default="reason", help="the grouping"
+        "--by",
+        choices=["agent", "task-class", "reason", "tree"],
+        default="reason",
+        help="the grouping (tree: a root and every invocation below it, by the root's id)",
     )
     metrics_cmd.add_argument("--json", action="store_true", help="one JSON object a line")
     views_option(metrics_cmd)
