@@ -492,7 +492,9 @@ def test_workers_sigkilled_again_and_again_have_their_runs_taken_over_within_a_l
 
     workers = [start() for _ in range(3)]
     kills: list[tuple[str, float, list[str]]] = []  # holder, wall-clock time, runs it held
-    for _ in range(CHAOS_KILLS):
+    for kill in range(CHAOS_KILLS):
+        if sum(status == "runnable" for _, status, _ in work.queue()) < 24:
+            ids += work.submit(48, prefix=f"more{kill}")  # a backlog waits at every kill
         victim, victim_id = rng.choice(workers)
         wait_until(lambda: len(_claimed_by(work, victim_id)) >= 2, 60, "a worker to hold runs")  # noqa: B023
         held = _claimed_by(work, victim_id)
