@@ -22,8 +22,18 @@ invocation's time) and then comes before the backlog. On
 one machine the other worker's heartbeat finds the killed process gone (every third
 of a lease); on another machine the lease has to run out.
 
+With ``--kills K`` (K > 1), the recovery is the chaos of issue 33's item 3 instead:
+three workers (``--concurrency C`` each) serve a backlog that is topped up as it
+drains; K times, a random worker is SIGKILLed while it holds runs, and replaced by a
+new one. Each run it held is timed from the kill until it is claimed by another worker
+(or has ended); the median and max of every such run are printed with the lease. With
+``--other-machine`` each worker runs in its own PID namespace (``unshare``), as on a
+machine of its own: nobody can see that a killed worker's process is gone, and its
+runs are taken over only once its leases run out (the bound: a lease and a poll).
+
     python bench/workers.py [--n 200] [--delay 0.2] [--workers 1,2,4] [--concurrency 16]
                             [--lease-s 5] [--kill] [--backlog N] [--db URL] [--dir /tmp]
+                            [--kills K] [--other-machine] [--seed S]
     python bench/workers.py --quick        # --n 60 --workers 1,2 --kill
 
 ``--db postgresql://...`` runs on PostgreSQL (each W gets the database emptied);
@@ -34,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import signal
 import sqlite3
 import statistics
@@ -63,11 +74,38 @@ agent = Agent(
 """The agent the worker processes serve (``workers:agent``, from this folder)."""
 
 
+UNSHARE = [
+    "unshare",
+    "--user",
+    "--map-root-user",
+    "--pid",
+    "--fork",
+    "--kill-child",
+    "--mount-proc",
+]
+"""A worker of its own PID namespace: no other worker can see its process (``--other-machine``)."""
+
+
+def unshared(process: subprocess.Popen[str]) -> bool:
+    return isinstance(process.args, list) and process.args[0] == "unshare"
+
+
+def send(process: subprocess.Popen[str], signum: int) -> None:
+    """Signal a worker: the process itself, or the one ``unshare`` forked (it ignores SIGTERM)."""
+    if unshared(process):
+        children = Path(f"/proc/{process.pid}/task/{process.pid}/children")
+        for pid in children.read_text().split() if children.exists() else []:
+            os.kill(int(pid), signum)
+    elif process.poll() is None:
+        process.send_signal(signum)
+
+
 def worker_process(
-    db: str, concurrency: int, lease_s: float, delay: float
+    db: str, concurrency: int, lease_s: float, delay: float, *, other_machine: bool = False
 ) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
+            *(UNSHARE if other_machine else []),
             sys.executable,
             "-m",
             "loop_actors.cli.main",
@@ -102,7 +140,10 @@ class Queue:
             import psycopg
 
             with psycopg.connect(self.db, autocommit=True) as connection:
-                return list(connection.execute(sql.replace("?", "%s"), params).fetchall())
+                try:
+                    return list(connection.execute(sql.replace("?", "%s"), params).fetchall())
+                except psycopg.errors.UndefinedTable:
+                    return []  # the tables are not created yet
         file = sqlite3.connect(self.db.removeprefix("sqlite:///"), timeout=30)
         try:
             return file.execute(sql, params).fetchall()
@@ -164,10 +205,13 @@ def first_turn_latencies(db: str, ids: list[str]) -> list[float]:
 def stop_all(processes: list[subprocess.Popen[str]]) -> None:
     for process in processes:
         if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
+            send(process, signal.SIGTERM)
     for process in processes:
         _, err = process.communicate(timeout=60)
-        if process.returncode not in (0, -signal.SIGKILL):
+        # unshare says "sigprocmask unblock failed" when its child exits on a signal
+        if process.returncode not in (0, -signal.SIGKILL) and not (
+            unshared(process) and "Traceback" not in err
+        ):
             print(err, file=sys.stderr)
 
 
@@ -230,6 +274,30 @@ def idle_latency(args: argparse.Namespace) -> dict[str, float]:
     }
 
 
+def time_moves(
+    queue: Queue, held: list[str], victim_id: str, killed: float, limit_s: float
+) -> dict[str, float]:
+    """How long after ``killed`` each of ``held`` was claimed by another holder (or ended)."""
+    moved: dict[str, float] = {}
+    marks = ",".join("?" * len(held))
+    while len(moved) < len(held):
+        rows = queue.query(
+            f"SELECT invocation_id, status, holder FROM loop_actors_queue "  # noqa: S608
+            f"WHERE invocation_id IN ({marks})",
+            tuple(held),
+        )
+        now = time.perf_counter()
+        for invocation_id, status, holder in rows:
+            if invocation_id not in moved and (
+                status == "ended" or holder not in (victim_id, None)
+            ):
+                moved[invocation_id] = now - killed
+        if now - killed > limit_s:
+            raise SystemExit("the killed worker's invocations did not move")
+        time.sleep(0.01)
+    return moved
+
+
 def recovery(args: argparse.Namespace) -> dict[str, Any]:
     db = fresh_db(args, f"bench-workers-kill-{os.getpid()}.db")
     queue = Queue(db)
@@ -269,23 +337,7 @@ def recovery(args: argparse.Namespace) -> dict[str, Any]:
         victim_holds()
         victim.send_signal(signal.SIGKILL)
         killed = time.perf_counter()
-        moved: dict[str, float] = {}
-        marks = ",".join("?" * len(held))
-        while len(moved) < len(held):
-            rows = queue.query(
-                f"SELECT invocation_id, status, holder FROM loop_actors_queue "  # noqa: S608
-                f"WHERE invocation_id IN ({marks})",
-                tuple(held),
-            )
-            now = time.perf_counter()
-            for invocation_id, status, holder in rows:
-                if invocation_id not in moved and (
-                    status == "ended" or holder not in (victim_id, None)
-                ):
-                    moved[invocation_id] = now - killed
-            if now - killed > args.lease_s * 4 + 30:
-                raise SystemExit("the victim's invocations did not move")
-            time.sleep(0.01)
+        moved = time_moves(queue, held, victim_id, killed, args.lease_s * 4 + 30)
         wait_for(lambda: queue.not_ended() == 0, 600, "every invocation to end")
     finally:
         stop_all([victim] if other is None else [victim, other])
@@ -293,6 +345,102 @@ def recovery(args: argparse.Namespace) -> dict[str, Any]:
         "held": len(held),
         "max_s": max(moved.values()),
         "median_s": statistics.median(moved.values()),
+    }
+
+
+def claimed_by(queue: Queue, holder: str) -> list[str]:
+    return [
+        str(row[0])
+        for row in queue.query(
+            "SELECT invocation_id FROM loop_actors_queue WHERE holder = ? AND status = 'claimed'",
+            (holder,),
+        )
+    ]
+
+
+def holder_ids(queue: Queue) -> set[str]:
+    return {str(row[0]) for row in queue.query("SELECT holder FROM loop_actors_holders")}
+
+
+def registered(
+    queue: Queue, process: subprocess.Popen[str], before: set[str]
+) -> tuple[subprocess.Popen[str], str]:
+    """Wait for a worker started after ``before`` was read to register: its holder id."""
+    found: list[str] = []
+
+    def appeared() -> bool:
+        found[:] = sorted(holder_ids(queue) - before)
+        return bool(found) or process.poll() is not None
+
+    wait_for(appeared, 60, "a new worker to register")
+    if not found:
+        raise SystemExit(f"a worker exited at start: {process.communicate()[1]}")
+    return process, found[0]
+
+
+def claims_of(queue: Queue, holder: str) -> list[str]:
+    """The runs ``holder`` holds, once it holds one."""
+    deadline = time.monotonic() + 60
+    while not (held := claimed_by(queue, holder)):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{holder} claimed nothing")
+        time.sleep(0.02)
+    return held
+
+
+def chaos(args: argparse.Namespace) -> dict[str, Any]:
+    """Three workers, a random one SIGKILLed ``--kills`` times (each replaced)."""
+    slots = 3 * args.concurrency
+    submitted = 0
+    db = fresh_db(args, f"bench-workers-chaos-{os.getpid()}.db")
+    queue = Queue(db)
+    delay = max(args.delay, 0.5)  # long enough that a worker holds runs when it is killed
+
+    def top_up() -> None:
+        nonlocal submitted
+        waiting = queue.query("SELECT COUNT(*) FROM loop_actors_queue WHERE status = 'runnable'")
+        if not waiting or int(waiting[0][0]) < 2 * slots:
+            trio.run(submit, db, 4 * slots, f"c{submitted}-")
+            submitted += 4 * slots
+
+    started: list[subprocess.Popen[str]] = []
+
+    def start() -> subprocess.Popen[str]:
+        started.append(
+            worker_process(
+                db, args.concurrency, args.lease_s, delay, other_machine=args.other_machine
+            )
+        )
+        return started[-1]
+
+    rng = random.Random(args.seed)
+    top_up()
+    workers: list[tuple[subprocess.Popen[str], str]] = []
+    moved: list[float] = []
+    try:
+        for _ in range(3):
+            workers.append(registered(queue, start(), holder_ids(queue)))
+        for _ in range(args.kills):
+            top_up()
+            victim, victim_id = rng.choice(workers)
+            held = claims_of(queue, victim_id)
+            send(victim, signal.SIGKILL)
+            killed = time.perf_counter()
+            before = holder_ids(queue)
+            replacement = start()  # it registers while the others take the runs over
+            victim.wait(timeout=30)
+            workers.remove((victim, victim_id))
+            moved += time_moves(queue, held, victim_id, killed, args.lease_s * 4 + 30).values()
+            workers.append(registered(queue, replacement, before))
+            time.sleep(rng.uniform(0.5, 2.0))
+    finally:
+        stop_all(started)
+    return {
+        "kills": args.kills,
+        "held": len(moved),
+        "median_s": statistics.median(moved),
+        "max_s": max(moved),
+        "submitted": submitted,
     }
 
 
@@ -309,6 +457,19 @@ def main() -> None:
         type=int,
         help="new invocations waiting when the worker is killed (default: 4 x --concurrency)",
     )
+    parser.add_argument(
+        "--kills",
+        type=int,
+        default=1,
+        help="with --kill: SIGKILL a random one of three workers this many times (default 1: "
+        "the single kill above)",
+    )
+    parser.add_argument(
+        "--other-machine",
+        action="store_true",
+        help="with --kills: each worker in its own PID namespace (unshare): leases must run out",
+    )
+    parser.add_argument("--seed", type=int, default=33, help="which workers --kills kills")
     parser.add_argument("--db", help="a postgresql:// URL (default: a SQLite file in --dir)")
     parser.add_argument("--dir", default=tempfile.gettempdir())
     parser.add_argument("--quick", action="store_true")
@@ -340,7 +501,17 @@ def main() -> None:
         f"p50 {idle['p50_ms']:.0f} ms p99 {idle['p99_ms']:.0f} ms (model delay "
         f"{args.delay * 1000:.0f} ms, poll every 100 ms)"
     )
-    if args.kill:
+    if args.kill and args.kills > 1:
+        figures = chaos(args)
+        print(
+            f"recovery after {figures['kills']} SIGKILLs of a random one of 3 workers "
+            f"(concurrency {args.concurrency} each, {figures['submitted']} invocations, "
+            f"{'each worker in its own PID namespace' if args.other_machine else 'one machine'}"
+            f"): {figures['held']} invocation(s) of the killed workers moved again after "
+            f"median {figures['median_s']:.2f} s, max {figures['max_s']:.2f} s "
+            f"(lease {args.lease_s:g} s, poll 0.1 s; target <= lease + poll + one turn)"
+        )
+    elif args.kill:
         figures = recovery(args)
         print(
             f"recovery after SIGKILL: {figures['held']} invocation(s) of the killed worker moved "

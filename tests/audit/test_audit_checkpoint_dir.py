@@ -24,11 +24,12 @@ import pytest
 import trio
 
 from aggregates.audit import chain_hash_of
-from loop_actors import Agent, Runtime, ScriptedModel, UsageError, tool
+from loop_actors import Agent, InconsistentHistoryError, Runtime, ScriptedModel, UsageError, tool
 from loop_actors.audit.checkpoint import Checkpoint, checkpoint_note, generate_key, load_signing_key
 from loop_actors.audit.checkpointer import CheckpointDirectory, checkpoint_file_name
 from loop_actors.cli import main
 from loop_actors.store.store import EventStore
+from tests.support import audit as audit_support
 from tests.support.audit import AGENT, EXAMPLE, rows
 from tests.support.cli import run_cli
 
@@ -681,3 +682,34 @@ def test_a_resume_with_an_empty_checkpoint_directory_goes_on(tmp_path: Path) -> 
     (tmp_path / "fresh").mkdir()
     resumed = resume(tmp_path, "inv-a", "--checkpoint-dir", "fresh")
     assert resumed.returncode == 0, resumed
+
+
+def test_runtime_resume_given_the_checkpoints_refuses_before_it_drives_anything(
+    folder: Path,
+) -> None:
+    """The API's form: ``Runtime(checkpoint_dir=...).resume`` of an invocation that would
+    run (submitted, never driven) raises ``InconsistentHistoryError`` when another
+    invocation's event was forged under the checkpoints: its tools are not called and
+    nothing is recorded. Without the checkpoints the same resume drives it."""
+    db = folder / "audit.db"
+
+    async def submit() -> None:
+        async with Runtime(f"sqlite:///{db}") as runtime:
+            await runtime.submit(AGENT, "refund", invocation_id="inv-new")
+
+    async def resume_it(**options: Any) -> str:
+        with trio.fail_after(60):
+            async with Runtime(f"sqlite:///{db}", **options) as runtime:
+                return str((await runtime.resume("inv-new", AGENT)).reason)
+
+    trio.run(submit)
+    forge_last_event(db, "inv-b")
+    before = rows(db)
+    audit_support.RUNS.clear()
+    checkpoints = {"checkpoint_dir": folder / "cps", "checkpoint_key": folder / "ops.key"}
+    with pytest.raises(InconsistentHistoryError, match="does not agree with the checkpoints"):
+        trio.run(partial(resume_it, **checkpoints))
+    assert audit_support.RUNS == []  # nothing was driven
+    assert rows(db) == before  # nothing was recorded
+    assert trio.run(resume_it) == "completed"  # without them, the resume cannot tell
+    assert audit_support.RUNS == ["policy"]

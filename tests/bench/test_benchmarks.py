@@ -59,6 +59,23 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
             ["--n", "4", "--delay", "0.01", "--workers", "1", "--concurrency", "2", "--kill"],
             "recovery after SIGKILL",
         ),
+        (
+            "workers.py",
+            [
+                "--n",
+                "2",
+                "--delay",
+                "0.01",
+                "--workers",
+                "1",
+                "--concurrency",
+                "2",
+                "--kill",
+                "--kills",
+                "2",
+            ],
+            "recovery after 2 SIGKILLs of a random one of 3 workers",
+        ),
     ],
 )
 def test_a_benchmark_runs_and_prints_its_figures(

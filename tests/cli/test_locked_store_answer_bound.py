@@ -1,20 +1,23 @@
 """A `loop-actors run` whose commit meets a held lock answers within the documented bound.
 
 A commit is answered within the URL's ``lock_timeout + lock_retry``
-(docs/reference/cli.md); the command used to go on waiting that long again for each
-write of its close (the lease given back during the run, again at close, the holder
-deregistered: three more lock timeouts) before it printed the outcome. Once a commit
-failed, those writes are tried once without waiting: the leases run out by themselves.
+(docs/reference/cli.md; 5 + 2 = 7 s with the defaults); the command used to go on
+waiting that long again for each write of its close (the lease given back during the
+run, again at close, the holder deregistered: three more lock timeouts, 23 s in all)
+before it printed the outcome. Once a commit failed, those writes are tried once
+without waiting: the leases run out by themselves.
 
-A real process, a real SQLite file, its write lock held from this process (``BEGIN
+Real processes, a real SQLite file, its write lock held by another process (``BEGIN
 EXCLUSIVE``) as another program could. Bad input tried: the store locked from the
 moment the tool returns until well after the command has answered.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -27,6 +30,32 @@ BOUND_S = 2 * LOCK_TIMEOUT_S + LOCK_RETRY_S + 1.5
 """The commit's wait (a lock timeout and the retry window; a commit queued behind its
 group's first attempt may wait about one timeout more), plus time for the process to
 print and exit. Three more lock timeouts (the close's writes, each waiting) exceed it."""
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _path(tmp_path: Path) -> str:
+    """The agent's folder, then this tree (a worktree's, not the installed one)."""
+    return f"{tmp_path}{os.pathsep}{REPO}"
+
+
+DEFAULT_LOCK_TIMEOUT_S = 5
+DEFAULT_LOCK_RETRY_S = 2
+SLACK_S = 2.5
+"""Time for the process to print its outcome and exit on a loaded machine: less than
+one more lock timeout, so a write that waited once more after the failed commit fails."""
+
+BLOCKER = """
+import pathlib, sqlite3, sys, time
+blocker = sqlite3.connect(sys.argv[1], isolation_level=None)
+blocker.execute("BEGIN EXCLUSIVE")
+pathlib.Path("locked").write_text("1")
+deadline = time.monotonic() + 120
+while not pathlib.Path("release").exists() and time.monotonic() < deadline:
+    time.sleep(0.01)
+blocker.rollback()
+"""
+"""Another process that holds the store's write lock until ``release`` appears."""
 
 AGENT = '''
 import pathlib, time
@@ -49,28 +78,35 @@ agent = Agent("locked", model, tools=[wait_for_the_lock])
 '''
 
 
-def test_a_run_whose_commit_meets_a_held_lock_exits_within_the_lock_bound(
-    tmp_path: Path,
-) -> None:
+def _run_until_its_tool_runs(tmp_path: Path, url: str) -> subprocess.Popen[str]:
+    """Start ``loop-actors run`` on a new store at ``url``; return once its tool runs."""
     (tmp_path / "agents.py").write_text(AGENT)
-    db_file = tmp_path / "store.db"
-    url = f"sqlite:///{db_file}?lock_timeout={LOCK_TIMEOUT_S}&lock_retry={LOCK_RETRY_S}"
-    with Runtime(f"sqlite:///{db_file}") as runtime:  # the store exists before the lock
+    with Runtime(url.partition("?")[0]) as runtime:  # the store exists before the lock
         runtime.open_sync()
     process = subprocess.Popen(
         [*CLI, "run", "agents:agent", "--goal", "g", "--id", "inv-1", "--db", url],
         cwd=tmp_path,
-        env=cli_env(PYTHONPATH=str(tmp_path)),
+        env=cli_env(PYTHONPATH=_path(tmp_path)),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "inside").exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(("the tool never ran", process.communicate()))
+        time.sleep(0.01)
+    return process
+
+
+def test_a_run_whose_commit_meets_a_held_lock_exits_within_the_lock_bound(
+    tmp_path: Path,
+) -> None:
+    db_file = tmp_path / "store.db"
+    url = f"sqlite:///{db_file}?lock_timeout={LOCK_TIMEOUT_S}&lock_retry={LOCK_RETRY_S}"
+    process = _run_until_its_tool_runs(tmp_path, url)
     try:
-        deadline = time.monotonic() + 60
-        while not (tmp_path / "inside").exists():
-            assert process.poll() is None, process.communicate()
-            assert time.monotonic() < deadline, "the tool never ran"
-            time.sleep(0.01)
         blocker = sqlite3.connect(db_file, isolation_level=None)
         blocker.execute("BEGIN EXCLUSIVE")
         locked_at = time.monotonic()
@@ -96,7 +132,48 @@ def test_a_run_whose_commit_meets_a_held_lock_exits_within_the_lock_bound(
         "agents:agent",
         cwd=tmp_path,
         db=url,
-        env={"PYTHONPATH": str(tmp_path)},
+        env={"PYTHONPATH": _path(tmp_path)},
     )
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.splitlines()[:2] == ["completed", "done"]
+
+
+def test_with_the_default_url_a_locked_commit_is_answered_within_lock_timeout_and_retry(
+    tmp_path: Path,
+) -> None:
+    """The documented bound itself: 5 + 2 s with a plain URL, the lock held by another
+    process; the outcome line names both waits."""
+    db_file = tmp_path / "store.db"
+    process = _run_until_its_tool_runs(tmp_path, f"sqlite:///{db_file}")
+    blocker: subprocess.Popen[str] | None = None
+    try:
+        deadline = time.monotonic() + 60
+        blocker = subprocess.Popen(
+            [sys.executable, "-c", BLOCKER, str(db_file)], cwd=tmp_path, text=True
+        )
+        while not (tmp_path / "locked").exists():  # the tool returns once it appears
+            assert blocker.poll() is None, "the blocker could not take the lock"
+            assert time.monotonic() < deadline, "the blocker never took the lock"
+            time.sleep(0.01)
+        locked_at = time.monotonic()
+        out, err = process.communicate(timeout=60)
+        answered_after = time.monotonic() - locked_at
+    finally:
+        (tmp_path / "release").write_text("1")
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+        if blocker is not None:
+            blocker.wait(timeout=30)
+
+    assert process.returncode == 4, (out, err)
+    assert out.splitlines()[0] == "checkpoint_failed", out
+    assert answered_after >= DEFAULT_LOCK_TIMEOUT_S  # it did wait for the lock
+    assert answered_after < DEFAULT_LOCK_TIMEOUT_S + DEFAULT_LOCK_RETRY_S + SLACK_S, (
+        answered_after,
+        err,
+    )
+    assert (
+        f"still locked after waiting {DEFAULT_LOCK_TIMEOUT_S} s "
+        f"and retrying for {DEFAULT_LOCK_RETRY_S} s" in err
+    ), err

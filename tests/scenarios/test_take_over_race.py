@@ -11,6 +11,7 @@ in another process. Real processes, one SQLite file.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -22,6 +23,8 @@ from loop_actors import Runtime
 from tests.support.cli import CLI, cli_env
 
 pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
 
 AGENT = '''
 import pathlib, time
@@ -48,7 +51,7 @@ def _start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [*CLI, *args, "--db", f"sqlite:///{tmp_path / 'store.db'}"],
         cwd=tmp_path,
-        env=cli_env(PYTHONPATH=str(tmp_path)),
+        env=cli_env(PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}"),  # this tree's code
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -16,6 +16,9 @@ Switches, as files (so a test can flip them between processes):
   is lost (the tool raises ``TimeoutError``); the file is removed.
 - ``$PAYMENTS_DB.lose-request``: while it exists, every payment is lost on its way
   (the tool raises ``TimeoutError``; the service never sees it, and does not know its key).
+- ``$PAYMENTS_DB.slow``: while it exists, each payment waits as many seconds as the
+  file says after the service committed it, before it replies: a worker killed
+  meanwhile leaves a write that the service knows and its store does not.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +67,9 @@ class PaymentService:
             ).fetchone()
         finally:
             connection.close()
+        slow = Path(f"{self.path}.slow")
+        if slow.exists():
+            time.sleep(float(slow.read_text() or "0"))
         lose = Path(f"{self.path}.lose-reply")
         if lose.exists():
             lose.unlink()
