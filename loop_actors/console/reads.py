@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import trio
 
 from aggregates.decisions import TerminalReason
+from aggregates.handoffs import handoff_id_of
 from aggregates.invocation import (
     ApprovalDenied,
     ApprovalGranted,
@@ -241,6 +242,12 @@ def invocation_view(
         ],
         "children": list_invocations(runner, parent_id=invocation_id, limit=many),
         "forks": list_invocations(runner, forked_from=invocation_id, limit=many),
+        "handed_off_to": (
+            handoff_id_of(invocation_id)
+            if invocation.terminated is not None
+            and invocation.terminated.reason is TerminalReason.HANDED_OFF
+            else None
+        ),
         "decisions": [_decision(event) for event in events if _is_decision(event)],
         "waiting": waiting_of(invocation),
         "waits_for_child": child_path_of(invocation),

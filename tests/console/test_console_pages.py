@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import html
 import json
+from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
+from aggregates.handoffs import handoff_id_of
 from aggregates.invocation import ContextCompacted
 from loop_actors import Agent, Budget, ModelRequest, Runtime, ScriptedModel, TerminalReason, tool
+from tests.support.children_app import TRIAGE
 from tests.support.console import client, delegating_root, paused_refund, serving
 
 
@@ -123,3 +127,25 @@ async def test_the_list_offers_a_bulk_action_over_its_filter(store_url: str) -> 
     assert 'id="bulk-apply"' in page.text
     assert single["batches"] == []  # one call: no lanes
     assert single["compactions"] == []
+
+
+async def test_a_handoffs_source_and_target_link_to_each_other(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CHARGES_FILE", str(tmp_path / "charges.txt"))
+    target = handoff_id_of("t")
+    with trio.fail_after(60):
+        async with Runtime(store_url) as runtime:
+            assert (await runtime.run(TRIAGE, "my refund", invocation_id="t")).chain == [
+                "t",
+                target,
+            ]
+        async with serving(store_url) as base, client(base) as http:
+            source = (await http.get("/api/invocations/t")).json()
+            shown = (await http.get("/api/invocations/" + target)).json()
+            source_page = await http.get("/invocations/t")
+            target_page = await http.get("/invocations/" + target)
+    assert (source["handed_off_to"], source["handed_off_from"]) == (target, None)
+    assert (shown["handed_off_to"], shown["handed_off_from"]) == (None, "t")
+    assert f'<dt>handed off to</dt><dd><a href="/invocations/{target}">' in source_page.text
+    assert '<dt>handed off from</dt><dd><a href="/invocations/t">' in target_page.text
