@@ -98,6 +98,11 @@ class ToolResult(Frozen):
     """For a write: the effect key the tool was given."""
     effect_status: EffectStatus | None = None
     """For a write: what the effect ledger says became of it."""
+    child_ids: list[str] | None = None
+    """For a write whose body ran child invocations (``ToolContext.run_agent``): their
+    ids, in the order the body started (or found) them, so that the parent's history
+    names every child it has (``audit verify ID`` walks them). None otherwise, and for
+    ``as_tool`` calls, whose child the batch names (``DispatchedCall.child_id``)."""
 
     @model_validator(mode="after")
     def _output_or_error(self) -> ToolResult:

@@ -29,7 +29,7 @@ from aggregates.audit_coverage import (
 from aggregates.decisions import Frozen
 from aggregates.effect import EffectPrepared
 from aggregates.events import DomainEvent
-from aggregates.invocation import BatchDispatched, InvocationStarted
+from aggregates.invocation import BatchDispatched, InvocationStarted, ResultsCommitted
 from aggregates.requests import CancelRequested
 from loop_actors._errors import InvocationNotFoundError
 from loop_actors.store.store import EventStore
@@ -267,8 +267,9 @@ def verify_tree(store: EventStore, root_id: str) -> list[ChainReport]:
     """Check an invocation as :func:`verify_invocation` does, and every child below it.
 
     The children are the ones its dispatched batches name (``DispatchedCall.child_id``,
-    the calls of ``Agent.as_tool``), theirs, and so on. A child a batch names that was
-    never started (its parent died before it) is not there to check.
+    the calls of ``Agent.as_tool``) and its results name (``ToolResult.child_ids``, the
+    children a tool's body ran with ``run_agent``), theirs, and so on. A child named
+    that was never started (its parent died before it) is not there to check.
 
     Raises:
         InvocationNotFoundError: no invocation ``root_id``.
@@ -292,13 +293,18 @@ def verify_tree(store: EventStore, root_id: str) -> list[ChainReport]:
 
 
 def _named_children(entries: Entries) -> list[str]:
-    return [
-        call.child_id
-        for _, event in entries
-        if isinstance(event, BatchDispatched)
-        for call in event.calls
-        if call.child_id
-    ]
+    """The children an invocation's history names, each once, in the order named.
+
+    Its batches' (``as_tool``), and those its calls' bodies ran (``ToolResult.child_ids``).
+    """
+    named: dict[str, None] = {}
+    for _, event in entries:
+        if isinstance(event, BatchDispatched):
+            named.update((call.child_id, None) for call in event.calls if call.child_id)
+        elif isinstance(event, ResultsCommitted):
+            for result in event.results:
+                named.update((child_id, None) for child_id in result.child_ids or ())
+    return list(named)
 
 
 def _named_keys(entries: Entries) -> list[str]:

@@ -109,6 +109,8 @@ class ChildRunner:
         self.driver = driver
         self.parent = parent
         self._started_by_call: dict[str, int] = {}
+        self._run_from_code: dict[str, list[str]] = {}
+        """The children each call's body ran (``run_agent``), in order, by call id."""
 
     # ----------------------------------------------------------------- the tool's side
 
@@ -158,11 +160,25 @@ class ChildRunner:
         existing = await self._find(child_id)
         if existing is None:
             edge = spec.on_parent_end if spec is not None else ParentEnd.CANCEL
-            outcome = await self._start(agent, goal, context, effect_key, child_id, key, edge)
+            outcome = await self._start(
+                agent, goal, context, effect_key, child_id, key, edge, from_code=spec is None
+            )
         else:
             self._check_link(existing, effect_key, key)
+            if spec is None:
+                self._name(context.call_id, child_id)
             outcome = await self._attach(agent, existing)
         return await self._settled(effect_key, child_id, outcome)
+
+    def _name(self, call_id: str, child_id: str) -> None:
+        """Note a child the body of ``call_id`` runs: its result names it."""
+        named = self._run_from_code.setdefault(call_id, [])
+        if child_id not in named:
+            named.append(child_id)
+
+    def run_from_code(self, call_id: str) -> list[str]:
+        """The children the body of call ``call_id`` ran (or found) in this drive, in order."""
+        return list(self._run_from_code.get(call_id, ()))
 
     # ----------------------------------------------------------------- reconciliation
 
@@ -220,6 +236,8 @@ class ChildRunner:
         child_id: str,
         key: str | None,
         edge: ParentEnd,
+        *,
+        from_code: bool,
     ) -> Outcome:
         parent = self.parent.invocation
         problem = depth_problem(parent.depth)
@@ -242,6 +260,8 @@ class ChildRunner:
                     update={"deadline_s": left if deadline is None else min(left, deadline)}
                 )
         self._started_by_call[context.call_id] = started + 1
+        if from_code:  # named before it starts, as a batch names an ``as_tool`` child
+            self._name(context.call_id, child_id)
         request = StartRequest(
             agent=agent,
             goal=goal,

@@ -11,6 +11,7 @@ verify, commit.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -152,6 +153,9 @@ class Controller:
         """The scope of the model call in flight (a cancel request cancels it)."""
         self._batch: BatchRun | None = None
         """The batch in flight (a cancel request stops it)."""
+        self.children_run_from_code: Callable[[str], list[str]] = _none_run
+        """The children a call's body ran (``run_agent``), by call id: set by the Driver
+        (its ``ChildRunner``); each result of a batch names those of its call."""
         self._nursery: trio.Nursery | None = None
         self._reconciler_send: trio.MemorySendChannel[ReconcileEffect] | None = None
         self._reconciler_replies: trio.MemoryReceiveChannel[ReconcileOutcome]
@@ -504,7 +508,22 @@ class Controller:
         finally:
             self._batch = None
         await self._slot.take(mid_turn=True)
-        return executed
+        return self._name_children(executed)
+
+    def _name_children(self, executed: BatchExecuted) -> BatchExecuted:
+        """The results, each naming the children its call's body ran (``ToolResult.child_ids``)."""
+        named = {
+            r.call_id: ids
+            for r in executed.results
+            if (ids := self.children_run_from_code(r.call_id))
+        }
+        if not named:
+            return executed
+        results = [
+            r.model_copy(update={"child_ids": named[r.call_id]}) if r.call_id in named else r
+            for r in executed.results
+        ]
+        return dataclasses.replace(executed, results=results)
 
     def _plan(self, calls: Sequence[DispatchedCall]) -> list[list[str]]:
         return self.agent.toolbox.plan(calls)
@@ -710,3 +729,9 @@ def _kept(secrets: SecretStore, invocation_id: str, step: int, call_id: str, kin
     """The real value the secret store holds (for the core's scrubbing), or None."""
     real = secrets.lookup(invocation_id, step, call_id, kind)
     return None if real is MISSING else real
+
+
+def _none_run(call_id: str) -> list[str]:
+    """No call's body ran children (a Controller the Driver did not give a ``ChildRunner``)."""
+    del call_id
+    return []

@@ -588,9 +588,11 @@ class Driver:
             if request is not None:
                 controller.request_cancel(requested_by(request.by, request.reason))
             assert self.mcp is not None
+            children = ChildRunner(self, controller)
+            controller.children_run_from_code = children.run_from_code
             with (
                 using_mcp_sessions(self.mcp),
-                using_child_runs(ChildRunner(self, controller)),
+                using_child_runs(children),
                 using_quota_gate(self.quota),
             ):
                 outcome = await controller.run()

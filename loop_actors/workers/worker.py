@@ -174,6 +174,8 @@ class Worker:
         self._abandoned = 0
         self._failed = 0
         self._claim_failures = 0
+        self._drives_ended = 0
+        """Drives that have ended so far (``until_idle`` looks at it around each claim)."""
         self._schedules = ScheduleStatistics()
 
     def statistics(self) -> WorkerStatistics:
@@ -288,6 +290,9 @@ class Worker:
         while not self._stopping:
             free = self.concurrency - len(self._active)
             claims: list[tuple[HeldLease, Claimed]] = []
+            # A drive that ends while the claim runs may have submitted work (a handoff's
+            # target, a child) that the claim did not see: then this was not idleness.
+            ended_before = self._drives_ended
             if free > 0:
                 try:
                     claims = await keeper.claim(names, free)
@@ -321,7 +326,8 @@ class Worker:
             if claims and len(self._active) < self.concurrency:
                 await trio.lowlevel.checkpoint()
                 continue  # more may be waiting
-            if until_idle and not claims and not self._active and not failures:
+            idle = not claims and not self._active and self._drives_ended == ended_before
+            if until_idle and idle and not failures:
                 break  # idle: nothing left (a store that failed to answer may have some)
             self._wake = trio.Event()
             jitter = random.uniform(0.8, 1.2)  # noqa: S311 - spreads polls, nothing secret
@@ -547,6 +553,7 @@ class Worker:
         finally:
             if self._active.get(claim.invocation_id) is lease:
                 del self._active[claim.invocation_id]
+            self._drives_ended += 1
             self._wake.set()
             self._idle.set()
 

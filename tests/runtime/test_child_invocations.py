@@ -517,6 +517,29 @@ async def test_children_run_from_code_in_a_nursery_each_once(
     assert result.output == ["paid: pay 1", "paid: pay 2", "paid: pay 3"]
     assert sorted(amount for _, amount in charges()) == [1, 2, 3]
     assert all(kid.parent is not None and kid.parent.key for kid in kids)
+    # The call's result names them, in the order they started (the nursery's order).
+    assert result.child_ids is not None
+    assert sorted(result.child_ids) == sorted(kid.id for kid in kids)
+
+
+def test_audit_verify_of_a_root_verifies_the_children_its_tools_ran_too(
+    db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CHARGES_FILE", str(tmp_path / "charges.txt"))
+
+    async def run() -> None:
+        with trio.fail_after(30):
+            async with Runtime(db) as runtime:
+                await runtime.run(ORCHESTRATOR, "fan out", invocation_id="root")
+
+    trio.run(run)
+    capsys.readouterr()
+    assert main(["audit", "verify", "root", "--no-state", "--json", "--db", db]) == 0
+    reports = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    checked = [r["id"] for r in reports if r["kind"] == "invocation"]
+    assert len(checked) == 4  # the root and its three children, each once
+    assert checked[0] == "root"
+    assert all(r["intact"] for r in reports)
 
 
 @pytest.mark.parametrize(
