@@ -14,7 +14,7 @@ import tempfile
 import types
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import EventSourcingError
@@ -70,11 +70,13 @@ from loop_actors.store.mapper import (
     UnusedTranscoder,
     event_topics,
 )
-from loop_actors.store.queue import NewRow, PostgresQueue, SQLiteQueue, WorkQueue
 from loop_actors.store.recorder import StoreRecorder
 from loop_actors.store.secrets import SealedTable, SqliteSealedTable
 from loop_actors.store.sqlite_recorder import LeanSQLiteRecorder
 from loop_actors.store.url import APPLICATION_NAME, StoreUrl, sqlite_write_refusal
+
+if TYPE_CHECKING:  # imported by open_queue: a reading command opens no queue (issue 32)
+    from loop_actors.store.queue import NewRow, WorkQueue
 
 DEFAULT_SNAPSHOT_INTERVAL = 100
 """An invocation is snapshotted every this many events."""
@@ -400,6 +402,8 @@ class EventStore:
         Raises:
             StoreUnavailableError: the queue's database cannot be opened.
         """
+        from loop_actors.store.queue import PostgresQueue, SQLiteQueue  # noqa: PLC0415
+
         if self.url.kind == "postgresql":
             return PostgresQueue(self.url.url)
         if self.url.kind == "memory":
