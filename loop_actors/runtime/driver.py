@@ -220,7 +220,7 @@ class Driver:
         """
         if invocation_id in self.running:
             raise InvocationExistsError(invocation_id, "is already running in this runtime")
-        invocation = await self.reads.invocation(invocation_id)
+        invocation = await self.reads.invocation_to_resume(invocation_id)
         if invocation.agent_name != agent.name:
             raise UsageError(
                 f"invocation {invocation_id} was started by agent {invocation.agent_name!r}, "
