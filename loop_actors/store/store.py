@@ -255,6 +255,7 @@ class EventStore:
             assert isinstance(recorder, LeanSQLiteRecorder)  # the environment names it
         self._recorder: StoreRecorder = recorder
         self._vouched: dict[str, _Vouched] = {}
+        self._snapshot_table_seen = False
         try:
             if (self.read_only or not create) and not recorder.has_events_table():
                 where = self.url.path if self.url.kind == "sqlite" else self.url.server
@@ -919,7 +920,9 @@ class EventStore:
         if snapshots is None:
             return None
         name = str(getattr(snapshots.recorder, "events_table_name", "stored_snapshots"))
-        return name if self._recorder.has_table(name) else None
+        if not self._snapshot_table_seen:  # once seen, it stays: no command drops it
+            self._snapshot_table_seen = self._recorder.has_table(name)
+        return name if self._snapshot_table_seen else None
 
     def stored_snapshots(self, aggregate_id: str | None = None) -> dict[str, list[tuple[int, Any]]]:
         """Every stored snapshot (or one aggregate's) as {id: [(version, snapshot or exception)]}.
