@@ -876,7 +876,7 @@ class Driver:
             if before is not None:
                 invocation = before.invocation
             else:
-                invocation = await self.reads.invocation(claim.invocation_id)
+                invocation = await self.reads.invocation_to_resume(claim.invocation_id)
             if claim.record:
                 recorded = await self.record_lease(invocation, lease, claim.taken_from)
                 if recorded is None:
