@@ -13,7 +13,8 @@ The store (untimed) holds one invocation that ran two steps (``history`` reads i
 catches its read models up with each round's new invocations, in the views file the
 first round made); each ``submit`` records one new invocation. The agent module imports
 only ``loop_actors``' public names, as a user's would. The commands run as ``python -m
-loop_actors``, with bytecode cached in a folder of their own (``PYTHONPYCACHEPREFIX``,
+loop_actors``, from this checkout (its root on ``PYTHONPATH``, ahead of an editable
+install of another), with bytecode cached in a folder of their own (``PYTHONPYCACHEPREFIX``,
 written by a first untimed round), as an installed package has it
 (``PYTHONDONTWRITEBYTECODE`` would compile every module of the package at every start
 instead: ``--no-bytecode`` measures that).
@@ -134,7 +135,9 @@ def main() -> None:
         if args.no_bytecode:
             env["PYTHONDONTWRITEBYTECODE"] = "1"
             env.pop("PYTHONPYCACHEPREFIX")
-        env["PYTHONPATH"] = str(folder)
+        # The agent's folder, then this checkout: the commands run this tree's code (an
+        # editable install of another checkout would answer otherwise).
+        env["PYTHONPATH"] = os.pathsep.join([str(folder), str(HERE.parent)])
         url, invocation_id = prepare(folder)
         for argv in commands(url, invocation_id, -1).values():  # writes the bytecode
             timed(argv, folder, env)

@@ -6,7 +6,8 @@ newest snapshot), replaying every event from the start, the check ``resume``
 makes before it runs anything for an invocation that has not ended
 (``StoreReader.history_problem`` given the loaded invocation: from a snapshot the
 store vouches for, its tail and its effect ledger; issue 32), the load and the check
-together, as resume reads them, and the whole check that every resume made before
+together, as resume reads them (``StoreReader.invocation_to_resume``, whose snapshot
+the check then does not read again), and the whole check that every resume made before
 issue 32 and that a resume still makes when the store cannot vouch for the snapshot
 (its snapshot against the replay of every event, and its effect ledger against every
 batch: ``history_problem_of``).
@@ -114,7 +115,7 @@ def main() -> None:
         loaded = store.get("long")
 
         async def load_and_check() -> str | None:
-            invocation = await reader.invocation("long")
+            invocation = await reader.invocation_to_resume("long")
             return await reader.history_problem("long", invocation)
 
         def whole_check() -> str | None:

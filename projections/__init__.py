@@ -6,13 +6,12 @@ of the package (``projections.dialect``) does not import every read model.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import sys
+import types
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from aggregates.lazy_names import lazy_names
-
-# Imported now, not when first used: the function has its module's name, and a module
-# imported later (``import projections.metrics``) would be bound to that name instead.
-from projections.metrics import metrics as metrics
 
 if TYPE_CHECKING:
     from projections.dialect import Dialect as Dialect
@@ -20,6 +19,7 @@ if TYPE_CHECKING:
     from projections.effects import list_open_effects as list_open_effects
     from projections.metrics import MetricsProjection as MetricsProjection
     from projections.metrics import MetricsRow as MetricsRow
+    from projections.metrics import metrics as metrics
     from projections.plans import PlannedWriteView as PlannedWriteView
     from projections.plans import PlanView as PlanView
     from projections.plans import WriteMade as WriteMade
@@ -52,6 +52,7 @@ _EXPORTS: dict[str, str] = {
     "list_open_effects": "projections.effects",
     "MetricsProjection": "projections.metrics",
     "MetricsRow": "projections.metrics",
+    "metrics": "projections.metrics",
     "PlanView": "projections.plans",
     "PlannedWriteView": "projections.plans",
     "WriteMade": "projections.plans",
@@ -126,3 +127,28 @@ def default_projections() -> list[ReadModel]:
 
 
 __getattr__, __dir__ = lazy_names(globals(), _EXPORTS)
+
+
+class _Package(types.ModuleType):
+    """The package's module type, for the one public name that is also a module's name.
+
+    The function ``metrics`` is defined in the module ``projections.metrics``: importing
+    that module binds the package's attribute ``metrics`` to the module, and a module's
+    ``__getattr__`` is not asked for a name already bound. This property keeps the name
+    for the function, imported with its module when first used (a reading command that
+    imports ``projections.dialect`` imports no read model: issue 32).
+    """
+
+    @property
+    def metrics(self) -> Callable[..., Any]:
+        """The function :func:`projections.metrics.metrics`."""
+        from projections.metrics import metrics  # noqa: PLC0415 - see the class docstring
+
+        return metrics
+
+    @metrics.setter
+    def metrics(self, _module: object) -> None:
+        """What the import system binds when ``projections.metrics`` is imported: ignored."""
+
+
+sys.modules[__name__].__class__ = _Package

@@ -24,7 +24,6 @@ from aggregates.values import (
 )
 from loop_actors._errors import UsageError
 from loop_actors._guard import in_child_task, is_cancellation
-from loop_actors.agent.adapters import model_from_name
 from loop_actors.agent.critic import Critic
 from loop_actors.agent.model import Model
 from loop_actors.agent.policy import Policy
@@ -313,6 +312,9 @@ class Agent:
         if not isinstance(name, str) or not name.strip():
             raise UsageError("an agent needs a non-empty name")
         if isinstance(model, str):
+            # The providers' adapters, imported for a model named by a string only (issue 32).
+            from loop_actors.agent.adapters import model_from_name  # noqa: PLC0415
+
             model = model_from_name(model)
         if not callable(getattr(model, "decide", None)):
             raise UsageError(f"agent {name}: model must have an async decide(request) method")
@@ -541,6 +543,8 @@ class Agent:
     def with_model(self, model: Model | str) -> Agent:
         """The same agent with another model (``"openai:gpt-4.1"`` or an adapter)."""
         if isinstance(model, str):
+            from loop_actors.agent.adapters import model_from_name  # noqa: PLC0415 - as in __init__
+
             model = model_from_name(model)
         if not callable(getattr(model, "decide", None)):
             raise UsageError(f"agent {self.name}: model must have an async decide(request) method")

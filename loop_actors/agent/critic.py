@@ -13,7 +13,6 @@ from aggregates.critic import DEFAULT_CRITIC_INSTRUCTIONS, CriticBudget, CriticS
 from aggregates.decisions import Price
 from aggregates.revalidation import MalformedValueError, revalidated
 from loop_actors._errors import UsageError
-from loop_actors.agent.adapters import model_from_name
 from loop_actors.agent.model import Model
 
 _T = TypeVar("_T", CriticBudget, Price)
@@ -58,6 +57,9 @@ class Critic:
             UsageError: a malformed argument.
         """
         if isinstance(model, str):
+            # The providers' adapters, imported for a model named by a string only (issue 32).
+            from loop_actors.agent.adapters import model_from_name  # noqa: PLC0415
+
             model = model_from_name(model)
         if not callable(getattr(model, "decide", None)):
             raise UsageError("a critic's model must have an async decide(request) method")

@@ -227,7 +227,7 @@ class Driver:
         """
         if invocation_id in self.running:
             raise InvocationExistsError(invocation_id, "is already running in this runtime")
-        invocation = await self.reads.invocation(invocation_id)
+        invocation = await self.reads.invocation_to_resume(invocation_id)
         if invocation.agent_name != agent.name:
             raise UsageError(
                 f"invocation {invocation_id} was started by agent {invocation.agent_name!r}, "
@@ -927,7 +927,7 @@ class Driver:
             if before is not None:
                 invocation = before.invocation
             else:
-                invocation = await self.reads.invocation(claim.invocation_id)
+                invocation = await self.reads.invocation_to_resume(claim.invocation_id)
             if claim.record:
                 recorded = await self.record_lease(invocation, lease, claim.taken_from)
                 if recorded is None:

@@ -137,6 +137,17 @@ class StoreReader:
         """
         return await self.call(lambda: self.store.get(invocation_id))
 
+    async def invocation_to_resume(self, invocation_id: str) -> Invocation:
+        """:meth:`invocation`, for a run that goes on from it (``EventStore.get_to_resume``).
+
+        The store notes whether it vouches for the snapshot the invocation was loaded
+        from, and :meth:`history_problem` given the returned object then reads neither
+        that snapshot nor anything before it again.
+
+        Cancellation: as :meth:`call`.
+        """
+        return await self.call(lambda: self.store.get_to_resume(invocation_id))
+
     async def events(self, invocation_id: str) -> list[InvocationEvent]:
         """Every committed event of an invocation (``InvocationNotFoundError`` if none).
 
@@ -164,19 +175,35 @@ class StoreReader:
         against the stored event at its version, and no event before it is missing) is
         checked from that snapshot on: its events after it (the tail the load replayed),
         and its ledger's entries against the tail's batches and the loaded turns
-        (``aggregates.ledger_check.orphaned_effects_after_snapshot``). Any other (no
-        snapshot, one written before seals, one whose seal does not hold, rows missing
-        before it) is checked as a whole: every event replayed and compared with the
-        snapshot, the ledger against every batch (:func:`history_problem_of`), which
-        names what is wrong. Edits of events before a vouched snapshot that leave every
-        row in place are the audit's to find (``loop-actors audit verify``), as edits
-        of any stored event always were.
+        (``aggregates.ledger_check.orphaned_effects_after_snapshot``). When ``loaded``
+        came from :meth:`invocation_to_resume` and the store vouched for its snapshot
+        then, the store checks again only what could have changed since (the event at
+        the snapshot's version, the count of events up to it: ``EventStore.vouched_tail``),
+        without reading the snapshot a second time. Any other (no snapshot, one written
+        before seals, one whose seal does not hold, rows missing before it) is checked
+        as a whole: every event replayed and compared with the snapshot, the ledger
+        against every batch (:func:`history_problem_of`), which names what is wrong.
+        Edits of events before a vouched snapshot that leave every row in place are the
+        audit's to find (``loop-actors audit verify``), as edits of any stored event
+        always were.
 
         Cancellation: as :meth:`call`.
         """
         store = self.store
 
         def check() -> str | None:
+            if loaded is not None:
+                vouched = store.vouched_tail(loaded)
+                if vouched is not None:
+                    version, tail = vouched
+                    if (tail[-1].originator_version if tail else version) == loaded.version:
+                        return orphans_problem(
+                            invocation_id,
+                            orphaned_effects_after_snapshot(
+                                loaded, tail, store.effects_of(invocation_id)
+                            ),
+                            loaded.version,
+                        )
             snapshot = store.newest_snapshot_row(invocation_id)
             if snapshot is not None and store.vouches_for(snapshot):
                 tail = store.events_after(invocation_id, snapshot.originator_version)

@@ -13,12 +13,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 from uuid import uuid4
 
 from eventsourcing.persistence import Notification, StoredEvent
 
-from loop_actors.store.queue import NewRow
 from loop_actors.store.schema import (
     HOLDERS_TABLE,
     SECRETS_TABLE,
@@ -28,6 +27,9 @@ from loop_actors.store.schema import (
 )
 from loop_actors.store.sql import Cursor
 from projections.dialect import Dialect
+
+if TYPE_CHECKING:  # the queue's module is imported where its rows are written (issue 32)
+    from loop_actors.store.queue import NewRow
 
 ROWS_OF_CHUNK = 500
 """Aggregate ids a statement of ``select_rows_of`` names (well under SQLite's bound parameters)."""

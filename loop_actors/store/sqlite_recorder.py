@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
 from eventsourcing.persistence import (
@@ -36,11 +36,13 @@ from loop_actors.store._eventsourcing_internals import (
     keep_journal_mode,
     notification,
 )
-from loop_actors.store.queue import NewRow, SQLiteQueue, write_start_rows
 from loop_actors.store.recorder import ROWS_OF_CHUNK, CopiedRow, StoreTables
 from loop_actors.store.schema import EFFECT_INDEX
 from loop_actors.store.sql import Cursor
 from projections.dialect import Dialect
+
+if TYPE_CHECKING:  # imported where used: a reading command opens no queue (issue 32)
+    from loop_actors.store.queue import NewRow, SQLiteQueue
 
 
 class LeanSQLiteRecorder(StoreTables, SQLiteApplicationRecorder):
@@ -312,6 +314,8 @@ class LeanSQLiteRecorder(StoreTables, SQLiteApplicationRecorder):
             eventsourcing.persistence.DatabaseError: the queue refused them (a constraint
                 of its table: not a position taken, which only the events' rows can be).
         """
+        from loop_actors.store.queue import SQLiteQueue, write_start_rows  # noqa: PLC0415
+
         try:
             write_start_rows(self._cursor, rows, time.time(), can_return=SQLiteQueue.returning)
         except sqlite3.IntegrityError as error:
@@ -433,6 +437,8 @@ class LeanSQLiteRecorder(StoreTables, SQLiteApplicationRecorder):
         Its transactions hold the insert's slot (the pool's writer slot, in memory),
         which keeps the store's readers and writers out of the shared database meanwhile.
         """
+        from loop_actors.store.queue import SQLiteQueue  # noqa: PLC0415 - as in _insert_queue_rows
+
         assert self._memory  # a file's queue opens the file itself (``SQLiteQueue``)
         return SQLiteQueue.sharing(self._connection, self._writer_slot)
 

@@ -12,9 +12,12 @@ import shutil
 import sqlite3
 import tempfile
 import types
-from collections.abc import Iterator, Sequence
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
-from typing import Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import EventSourcingError
@@ -70,14 +73,31 @@ from loop_actors.store.mapper import (
     UnusedTranscoder,
     event_topics,
 )
-from loop_actors.store.queue import NewRow, PostgresQueue, SQLiteQueue, WorkQueue
 from loop_actors.store.recorder import StoreRecorder
 from loop_actors.store.secrets import SealedTable, SqliteSealedTable
 from loop_actors.store.sqlite_recorder import LeanSQLiteRecorder
 from loop_actors.store.url import APPLICATION_NAME, StoreUrl, sqlite_write_refusal
 
+if TYPE_CHECKING:  # imported by open_queue: a reading command opens no queue (issue 32)
+    from loop_actors.store.queue import NewRow, WorkQueue
+
 DEFAULT_SNAPSHOT_INTERVAL = 100
 """An invocation is snapshotted every this many events."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Vouched:
+    """What :meth:`EventStore.get_to_resume` noted of an invocation it loaded.
+
+    ``loaded`` is the object it returned (the note goes when the object does); the
+    snapshot it was loaded from, at ``version``, was sealed after the stored event there,
+    whose chain hash was ``event_hash``.
+    """
+
+    loaded: weakref.ref[Invocation]
+    version: int
+    event_hash: str
+
 
 log = package_logger(__name__)
 
@@ -234,6 +254,8 @@ class EventStore:
         else:
             assert isinstance(recorder, LeanSQLiteRecorder)  # the environment names it
         self._recorder: StoreRecorder = recorder
+        self._vouched: dict[str, _Vouched] = {}
+        self._snapshot_table_seen = False
         try:
             if (self.read_only or not create) and not recorder.has_events_table():
                 where = self.url.path if self.url.kind == "sqlite" else self.url.server
@@ -400,6 +422,8 @@ class EventStore:
         Raises:
             StoreUnavailableError: the queue's database cannot be opened.
         """
+        from loop_actors.store.queue import PostgresQueue, SQLiteQueue  # noqa: PLC0415
+
         if self.url.kind == "postgresql":
             return PostgresQueue(self.url.url)
         if self.url.kind == "memory":
@@ -503,8 +527,29 @@ class EventStore:
                 rebuilt from (rows deleted from the middle or its first, an event its
                 transitions refuse): they were changed by hand.
         """
+        return self._loaded(
+            invocation_id, lambda: self.app.repository.get(invocation_id, projector_func=fold)
+        )
+
+    def get_to_resume(self, invocation_id: str) -> Invocation:
+        """:meth:`get`, noting whether the store vouches for the snapshot it started from.
+
+        Loaded as :meth:`get` loads it (the newest snapshot, then the events after it),
+        with the stored event at the snapshot's version read in the same statement. When
+        the snapshot's seal holds against that event (:meth:`vouches_for`), the store
+        notes, for as long as the returned object lives, the snapshot's version and that
+        event's hash: :meth:`vouched_tail` then checks what the run goes on from without
+        reading or hashing the snapshot again (resume's history check, issue 32).
+
+        Raises:
+            As :meth:`get`.
+        """
+        return self._loaded(invocation_id, lambda: self._load_noting_seal(invocation_id))
+
+    def _loaded(self, invocation_id: str, load: Callable[[], Any]) -> Invocation:
+        """The invocation ``load`` rebuilds, its failures told as :meth:`get` tells them."""
         try:
-            invocation = self.app.repository.get(invocation_id, projector_func=fold)
+            invocation = load()
         except AggregateNotFoundError:
             raise InvocationNotFoundError(invocation_id) from None
         except (PersistenceError, InconsistentHistoryError):
@@ -517,6 +562,67 @@ class EventStore:
         if not isinstance(invocation, Invocation):
             raise InvocationNotFoundError(invocation_id)
         return invocation
+
+    def _load_noting_seal(self, invocation_id: str) -> Any:
+        """What eventsourcing's repository rebuilds, and the note of :meth:`get_to_resume`."""
+        row = self.newest_snapshot_row(invocation_id)
+        if row is None:  # nothing to vouch for: the check replays every event
+            return self.app.repository.get(invocation_id, projector_func=fold)
+        snapshots = self.app.snapshots
+        assert snapshots is not None  # it has a snapshot row
+        version = row.originator_version
+        rows = self._recorder.select_events(invocation_id, gt=version - 1)
+        at = rows[0] if rows and rows[0].originator_version == version else None
+        mapper = self.app.mapper
+        start = cast("DomainEvent", snapshots.mapper.to_domain_event(row))
+        tail = (
+            cast("DomainEvent", mapper.to_domain_event(r))
+            for r in rows
+            if r.originator_version > version
+        )
+        invocation = fold(None, chain([start], tail))
+        if at is not None and isinstance(invocation, Invocation):
+            event_hash = self._chain_hash(at)
+            if event_hash is not None and self._seal_holds(row, event_hash):
+                self._note_vouched(invocation, version, event_hash)
+        return invocation
+
+    def _note_vouched(self, invocation: Invocation, version: int, event_hash: str) -> None:
+        """Note that ``invocation`` was loaded from a snapshot the store vouched for."""
+        key = invocation.id
+        vouched = self._vouched
+
+        def forget(ref: weakref.ref[Invocation]) -> None:  # the object is gone
+            noted = vouched.get(key)
+            if noted is not None and noted.loaded is ref:
+                vouched.pop(key, None)
+
+        vouched[key] = _Vouched(weakref.ref(invocation, forget), version, event_hash)
+
+    def vouched_tail(self, invocation: Invocation) -> tuple[int, list[InvocationEvent]] | None:
+        """The vouched snapshot ``invocation`` was loaded from: its version and the events after.
+
+        For an invocation :meth:`get_to_resume` loaded from a snapshot whose seal held,
+        while the store still vouches for that snapshot: the stored event at its version
+        carries the hash the seal was checked against (the same event, not changed or
+        deleted since), and every event up to it is stored (none deleted before it), as
+        :meth:`vouches_for` requires of a snapshot row. None otherwise (another object,
+        no vouched snapshot, a row changed or deleted since): the caller checks what it
+        would check without.
+        """
+        noted = self._vouched.get(invocation.id)
+        if noted is None or noted.loaded() is not invocation:
+            return None
+        version = noted.version
+        rows = self._recorder.select_events(invocation.id, gt=version - 1)
+        if not rows or rows[0].originator_version != version:
+            return None
+        if self._chain_hash(rows[0]) != noted.event_hash:
+            return None
+        if self._recorder.count_versions_to(invocation.id, version) != version:
+            return None
+        mapper = self.app.mapper
+        return version, [cast("InvocationEvent", mapper.to_domain_event(r)) for r in rows[1:]]
 
     def get_effect(self, key: str) -> Effect | None:
         """The ledger entry of an effect key, or None when it was never prepared.
@@ -814,7 +920,9 @@ class EventStore:
         if snapshots is None:
             return None
         name = str(getattr(snapshots.recorder, "events_table_name", "stored_snapshots"))
-        return name if self._recorder.has_table(name) else None
+        if not self._snapshot_table_seen:  # once seen, it stays: no command drops it
+            self._snapshot_table_seen = self._recorder.has_table(name)
+        return name if self._snapshot_table_seen else None
 
     def stored_snapshots(self, aggregate_id: str | None = None) -> dict[str, list[tuple[int, Any]]]:
         """Every stored snapshot (or one aggregate's) as {id: [(version, snapshot or exception)]}.
@@ -864,21 +972,35 @@ class EventStore:
         """
         invocation_id = str(record.originator_id)
         version = record.originator_version
+        rows = self._recorder.select_events(invocation_id, gt=version - 1, lte=version)
+        event_hash = self._chain_hash(rows[0]) if len(rows) == 1 else None
+        if event_hash is None or not self._seal_holds(record, event_hash):
+            return False
+        return self._recorder.count_versions_to(invocation_id, version) == version
+
+    def _chain_hash(self, row: StoredEvent) -> str | None:
+        """The chain hash a stored event carries (None: none, or a row that cannot be read)."""
         mapper = cast("PydanticEventMapper", self.app.mapper)
         try:
-            plain = mapper.plain_state(record)
-            rows = self._recorder.select_events(invocation_id, gt=version - 1, lte=version)
-            event_hash = None
-            if len(rows) == 1:
-                split = split_stored(mapper.plain_state(rows[0]))
-                event_hash = None if split is None else split[0]
-            if not snapshot_seal_holds(invocation_id, version, record.topic, plain, event_hash):
-                return False
+            split = split_stored(mapper.plain_state(row))
         except (PersistenceError, sqlite3.Error):
             raise  # the store, not the row: nothing more can be read
         except Exception:  # a row that does not decrypt or unpack: the replay says why
+            return None
+        return None if split is None else split[0]
+
+    def _seal_holds(self, record: StoredEvent, event_hash: str) -> bool:
+        """Whether a snapshot row's seal holds against the event hash at its version."""
+        mapper = cast("PydanticEventMapper", self.app.mapper)
+        try:
+            plain = mapper.plain_state(record)
+        except (PersistenceError, sqlite3.Error):
+            raise
+        except Exception:  # as in _chain_hash
             return False
-        return self._recorder.count_versions_to(invocation_id, version) == version
+        return snapshot_seal_holds(
+            str(record.originator_id), record.originator_version, record.topic, plain, event_hash
+        )
 
     def events_after(self, invocation_id: str, version: int) -> list[InvocationEvent]:
         """The invocation's committed events after ``version``, in order."""

@@ -19,14 +19,16 @@ import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aggregates.invocation import TraceParent
 from aggregates.lease import HolderKind
-from loop_actors._statistics import TransactionWritten
 from loop_actors._version import __version__
 from loop_actors.telemetry import semconv as sc
-from loop_actors.telemetry.spans import MetricPoint, SpanKind, SpanRecord
+
+if TYPE_CHECKING:  # ``submit`` asks for the current span and builds no span (issue 32)
+    from loop_actors._statistics import TransactionWritten
+    from loop_actors.telemetry.spans import MetricPoint, SpanRecord
 
 OTEL_ENV = "LOOP_ACTORS_OTEL"
 """``off`` turns tracing and metrics off whatever the application configured."""
@@ -123,6 +125,8 @@ def readable_spans(records: Iterable[SpanRecord], resource: Any) -> list[Any]:
     from opentelemetry import trace
     from opentelemetry.sdk.trace import Event, ReadableSpan
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+    from loop_actors.telemetry.spans import SpanKind
 
     scope = InstrumentationScope(sc.INSTRUMENTATION_NAME, __version__, sc.SCHEMA_URL)
     flags = trace.TraceFlags(trace.TraceFlags.SAMPLED)

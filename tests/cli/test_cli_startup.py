@@ -100,6 +100,19 @@ def _imported_after(
     return imported
 
 
+def _printed_by(probe: str) -> str:
+    """What a fresh interpreter running ``probe`` prints."""
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    return result.stdout
+
+
 def _imported_by(argv: list[str], *, cwd: Path, looked_for: Sequence[str]) -> list[str]:
     """Those of ``looked_for`` that a fresh interpreter imported running ``loop-actors ARGV``."""
     code = (
@@ -158,6 +171,65 @@ def test_history_list_and_submit_import_no_runtime_provider_sdk_or_postgresql(
     assert imported == (["rich"] if draws else [])
 
 
+NOT_FOR_READING = (
+    "loop_actors.store.queue",
+    "aggregates.schedules",
+    "aggregates.rate_limits",
+    "projections.metrics",
+    "projections.runner",
+    "loop_actors.telemetry.otel",
+)
+"""What reading one invocation's history does without: the work queue and the vocabularies
+of its rows, the read models, the telemetry."""
+
+NOT_FOR_SUBMITTING = (
+    "projections.metrics",
+    "projections.runner",
+    "loop_actors.telemetry.spans",
+    "loop_actors._statistics",
+    "loop_actors.agent.adapters",
+)
+"""What a submit of an agent whose model is an object (not a provider's name) does
+without: the read models, the spans and the runtime's statistics (it asks only for the
+current span), the providers' adapters."""
+
+
+@pytest.mark.parametrize(
+    ("argv", "unneeded", "needed"),
+    [
+        (["history", "s-1"], NOT_FOR_READING, []),
+        (["history", "s-1", "--json"], NOT_FOR_READING, []),
+        (["list"], NOT_FOR_READING[:3], ["projections.metrics", "projections.runner"]),
+        (["submit", "payments_app:agent", "--goal", "pay"], NOT_FOR_SUBMITTING, []),
+        (["submit", "payments_app:agent", "--goals", "goals.txt"], NOT_FOR_SUBMITTING, []),
+    ],
+)
+def test_each_quick_command_imports_only_the_parts_of_the_store_it_uses(
+    submitted_project: tuple[Path, str],
+    argv: list[str],
+    unneeded: Sequence[str],
+    needed: list[str],
+) -> None:
+    """``needed``: looked for too, to show the probe sees what the command does import."""
+    project, db = submitted_project
+    looked_for = [*unneeded, *needed]
+    imported = _imported_by([*argv, "--db", db], cwd=project, looked_for=looked_for)
+    assert imported == needed
+
+
+def test_the_function_metrics_keeps_its_name_when_its_module_is_imported_first() -> None:
+    """``projections.metrics`` is the function, imported on first use, however it is reached."""
+    probe = (
+        "import sys, projections\n"
+        "before = 'projections.metrics' in sys.modules\n"
+        "import projections.metrics\n"
+        "from projections import metrics\n"
+        "from projections.metrics import MetricsProjection, metrics as defined\n"
+        "print(before, projections.metrics is defined, metrics is defined, callable(metrics))"
+    )
+    assert _printed_by(probe).split() == ["False", "True", "True", "True"]
+
+
 @pytest.mark.parametrize("argv", [["--version"], ["--help"]])
 def test_version_and_help_import_neither_trio_nor_eventsourcing_nor_pydantic(
     argv: list[str],
@@ -197,15 +269,8 @@ def test_every_command_s_help_imports_neither_trio_nor_eventsourcing_nor_pydanti
         "    found[' '.join(words)] = [m for m in heavy if m in sys.modules]\n"
         "print(json.dumps(found))"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", probe],
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    imported: dict[str, list[str]] = json.loads(result.stdout.strip().splitlines()[-1])
+    printed = _printed_by(probe)
+    imported: dict[str, list[str]] = json.loads(printed.strip().splitlines()[-1])
     assert list(imported) == [" ".join(words) for words in commands]
     assert {command: heavy for command, heavy in imported.items() if heavy} == {}
 
@@ -259,15 +324,7 @@ def test_jinja_is_imported_when_a_page_is_rendered_not_before() -> None:
         "loop_actors.eval.html._environment()\n"
         "print(before, imported, 'jinja2' in sys.modules)"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", probe],
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    assert result.stdout.split() == ["False", "False", "True"]
+    assert _printed_by(probe).split() == ["False", "False", "True"]
 
 
 def test_every_public_name_resolves_to_the_object_of_its_module() -> None:
@@ -287,7 +344,7 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
     [
         (loop_actors, set()),
         (aggregates, set()),
-        (projections, {"metrics", "default_projections"}),  # imported or defined up front
+        (projections, {"default_projections"}),  # defined here
     ],
 )
 def test_the_lazy_table_and_the_type_checking_imports_agree_with_all(

@@ -5,17 +5,22 @@ the chain hash of the event at its version and its body as stored. The store vou
 it when that seal holds against the stored event and no event before it is missing; the
 check then reads the snapshot's row, the events after it and the effect ledger, not the
 history before it (issue 32: 78 ms for 1,000 turns before). Whatever the store cannot
-vouch for is checked as a whole, as before, and refused with the same reasons.
+vouch for is checked as a whole, as before, and refused with the same reasons. Resume's
+own load (``EventStore.get_to_resume``) notes what the store vouched for then, and the
+check of that object reads again only what could have changed since: each case runs with
+both loads.
 
 Bad inputs tried, on ``tests.support.snapshots``' paused history (16 events, a write at
 step 4, a snapshot every 3 events): its newest snapshot's turn replaced, an event before
 it deleted, the tail from the write's batch on deleted (the snapshot before it kept), an
 event before the snapshot edited in place, a store whose snapshots were written before
-seals.
+seals; after resume's load, an event before the snapshot deleted, the event at its
+version deleted.
 """
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import sqlite3
@@ -28,7 +33,7 @@ import trio
 from aggregates.audit import event_body, stored_state, topic_of
 from aggregates.audit_coverage import snapshot_seal_holds
 from aggregates.events import fold
-from aggregates.invocation import InvocationSnapshot
+from aggregates.invocation import Invocation, InvocationSnapshot
 from loop_actors.audit.verify import verify_invocation
 from loop_actors.store.reader import StoreReader
 from loop_actors.store.store import EventStore
@@ -57,9 +62,20 @@ def store(store_path: Path) -> Iterator[EventStore]:
     opened.close()
 
 
-def check(store: EventStore) -> str | None:
-    """What resume's check finds, given the invocation as loaded."""
-    loaded = store.get(PAUSED)
+LOADERS = ("get", "get_to_resume")
+"""The two loads the check is given the invocation of: any reader's, and resume's own
+(``EventStore.get_to_resume``: its note spares the check a second read of the snapshot)."""
+
+
+@pytest.fixture(params=LOADERS)
+def loader(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
+
+
+def check(store: EventStore, loader: str = "get") -> str | None:
+    """What resume's check finds, given the invocation as ``store.<loader>`` loaded it."""
+    loaded = getattr(store, loader)(PAUSED)
 
     async def go() -> str | None:
         with trio.fail_after(30):
@@ -78,14 +94,14 @@ def reading_no_whole_history(store: EventStore, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(store, "newest_snapshot", refused)
 
 
-def whole_check_of(path: Path) -> str | None:
+def whole_check_of(path: Path, loader: str = "get") -> str | None:
     """What the check finds in a store that cannot vouch for its newest snapshot."""
     store = EventStore(f"sqlite:///{path}")
     try:
         snapshot = store.newest_snapshot_row(PAUSED)
         assert snapshot is not None
         assert not store.vouches_for(snapshot)
-        return check(store)
+        return check(store, loader)
     finally:
         store.close()
 
@@ -128,7 +144,7 @@ def test_a_snapshot_is_sealed_over_its_body_and_the_chain_hash_of_its_event() ->
 
 
 def test_the_check_reads_no_event_before_a_vouched_snapshot(
-    store: EventStore, monkeypatch: pytest.MonkeyPatch
+    store: EventStore, monkeypatch: pytest.MonkeyPatch, loader: str
 ) -> None:
     """The write at step 4 is before the snapshot (version 15): checked against its turn."""
     snapshot = store.newest_snapshot_row(PAUSED)
@@ -137,11 +153,11 @@ def test_the_check_reads_no_event_before_a_vouched_snapshot(
     assert store.vouches_for(snapshot)
     assert [effect.step for effect in store.effects_of(PAUSED)] == [4]
     reading_no_whole_history(store, monkeypatch)
-    assert check(store) is None
+    assert check(store, loader) is None
 
 
 def test_a_write_whose_batch_was_cut_after_the_snapshot_is_refused_from_the_tail(
-    store_path: Path, monkeypatch: pytest.MonkeyPatch
+    store_path: Path, monkeypatch: pytest.MonkeyPatch, loader: str
 ) -> None:
     """The history cut from the write's batch on; the snapshot before it (version 9) stays."""
     sql(store_path, "DELETE FROM stored_snapshots WHERE originator_version > ?", WRITE_BATCH - 1)
@@ -157,7 +173,7 @@ def test_a_write_whose_batch_was_cut_after_the_snapshot_is_refused_from_the_tail
         assert snapshot is not None
         assert store.vouches_for(snapshot)
         reading_no_whole_history(store, monkeypatch)
-        problem = check(store)
+        problem = check(store, loader)
     finally:
         store.close()
     assert problem is not None
@@ -166,7 +182,7 @@ def test_a_write_whose_batch_was_cut_after_the_snapshot_is_refused_from_the_tail
 
 
 def test_a_forged_snapshot_is_not_vouched_for_and_the_replay_refuses_it(
-    store_path: Path,
+    store_path: Path, loader: str
 ) -> None:
     connection = sqlite3.connect(store_path)
     with connection:
@@ -183,33 +199,33 @@ def test_a_forged_snapshot_is_not_vouched_for_and_the_replay_refuses_it(
             (forged, PAUSED),
         )
     connection.close()
-    problem = whole_check_of(store_path)
+    problem = whole_check_of(store_path, loader)
     assert problem is not None
     assert "snapshot at version 15 does not match its events" in problem
 
 
 def test_an_event_deleted_before_the_snapshot_makes_the_whole_check_refuse(
-    store_path: Path,
+    store_path: Path, loader: str
 ) -> None:
     sql(
         store_path,
         "DELETE FROM stored_events WHERE originator_id = ? AND originator_version = 5",
         PAUSED,
     )
-    problem = whole_check_of(store_path)
+    problem = whole_check_of(store_path, loader)
     assert problem is not None
     assert "cannot be replayed" in problem
 
 
 def test_snapshots_written_before_seals_are_checked_against_the_whole_replay(
-    tmp_path: Path,
+    tmp_path: Path, loader: str
 ) -> None:
     path = restore(FIXTURE, tmp_path / "old.db")
-    assert whole_check_of(path) is None  # the whole replay agrees with it
+    assert whole_check_of(path, loader) is None  # the whole replay agrees with it
 
 
 def test_an_event_edited_in_place_before_a_vouched_snapshot_is_left_to_audit_verify(
-    store_path: Path,
+    store_path: Path, loader: str
 ) -> None:
     """The boundary of the check: the resume goes on from the snapshot, the audit finds it."""
     connection = tamperable(store_path)
@@ -227,11 +243,77 @@ def test_an_event_edited_in_place_before_a_vouched_snapshot_is_left_to_audit_ver
         snapshot = store.newest_snapshot_row(PAUSED)
         assert snapshot is not None
         assert store.vouches_for(snapshot)
-        assert check(store) is None
+        assert check(store, loader) is None
         reports = verify_invocation(store, PAUSED)
     finally:
         store.close()
     assert [report.broken_at for report in reports if report.kind == "invocation"] == [12]
+
+
+def checked_from(store: EventStore, loaded: Invocation) -> str | None:
+    """What resume's check finds of an invocation already loaded."""
+
+    async def go() -> str | None:
+        with trio.fail_after(30):
+            return await StoreReader(store).history_problem(PAUSED, loaded)
+
+    return trio.run(go)
+
+
+def test_resume_s_load_is_checked_without_reading_its_snapshot_again(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loaded = store.get_to_resume(PAUSED)
+    reading_no_whole_history(store, monkeypatch)
+
+    def refused(*_: object) -> None:
+        raise AssertionError("the check read the snapshot again")
+
+    monkeypatch.setattr(store, "newest_snapshot_row", refused)
+    monkeypatch.setattr(store, "vouches_for", refused)
+    assert checked_from(store, loaded) is None
+
+
+@pytest.mark.parametrize(
+    ("version", "refusal"),
+    [
+        (5, "cannot be replayed"),  # before the snapshot: the count of events up to it
+        (15, "does not match its events"),  # the event the seal was checked against
+    ],
+)
+def test_an_event_deleted_after_resume_s_load_is_refused_at_its_check(
+    store_path: Path, version: int, refusal: str
+) -> None:
+    """What the load vouched for is checked again at the check: a row deleted meanwhile."""
+    store = EventStore(f"sqlite:///{store_path}")
+    try:
+        loaded = store.get_to_resume(PAUSED)
+        sql(
+            store_path,
+            "DELETE FROM stored_events WHERE originator_id = ? AND originator_version = ?",
+            PAUSED,
+            version,
+        )
+        problem = checked_from(store, loaded)
+    finally:
+        store.close()
+    assert problem is not None
+    assert refusal in problem
+
+
+def test_resume_s_note_of_a_load_goes_with_the_invocation_it_describes(
+    store: EventStore,
+) -> None:
+    """A note per loaded object, while it lives: loading again and again keeps none."""
+    for _ in range(20):
+        store.get_to_resume(PAUSED)
+    gc.collect()
+    assert store._vouched == {}
+    kept = store.get_to_resume(PAUSED)
+    assert list(store._vouched) == [PAUSED]
+    other = store.get(PAUSED)  # another object, not noted: the check takes the long way
+    assert store.vouched_tail(other) is None
+    assert store.vouched_tail(kept) is not None
 
 
 # --------------------------------------------------------------------------- both engines
@@ -251,7 +333,7 @@ def delete_event(store: EventStore, url: str, version: int) -> None:
 
 
 def test_a_vouched_snapshot_spares_the_whole_check_on_each_engine(
-    store_url: str, monkeypatch: pytest.MonkeyPatch
+    store_url: str, monkeypatch: pytest.MonkeyPatch, loader: str
 ) -> None:
     trio.run(write_fixture_runs, store_url)
     store = EventStore(store_url)
@@ -264,10 +346,10 @@ def test_a_vouched_snapshot_spares_the_whole_check_on_each_engine(
         assert store.vouches_for(snapshot)
         with monkeypatch.context() as patch:
             reading_no_whole_history(store, patch)
-            assert check(store) is None
+            assert check(store, loader) is None
         delete_event(store, store_url, 3)
         assert not store.vouches_for(snapshot)
-        problem = check(store)
+        problem = check(store, loader)
     finally:
         store.close()
     assert problem is not None
