@@ -397,16 +397,65 @@ class ChildRunner:
                     needs_approval=paused.needs_approval,
                 )
             )
-        own = Spent(
-            steps=child.step,
-            tool_calls=child.tool_calls,
-            tokens=child.input_tokens + child.output_tokens,
-            cost=child.cost,
-        )
-        return ChildOutcome(
-            child_id=child_id,
-            terminal_reason=outcome.reason,
-            answer=outcome.answer,
-            detail=outcome.detail,
-            spent=own.plus(child.children_spent).plus(child.reserved),
-        )
+        return child_outcome_of(child, outcome)
+
+
+def child_outcome_of(child: Invocation, outcome: Outcome) -> ChildOutcome:
+    """A child's outcome as its parent's call gives it, with what it (and its own) spent."""
+    own = Spent(
+        steps=child.step,
+        tool_calls=child.tool_calls,
+        tokens=child.input_tokens + child.output_tokens,
+        cost=child.cost,
+    )
+    return ChildOutcome(
+        child_id=child.id,
+        terminal_reason=outcome.reason,
+        answer=outcome.answer,
+        detail=outcome.detail,
+        spent=own.plus(child.children_spent).plus(child.reserved),
+    )
+
+
+class EndedParentChildren:
+    """The children of an invocation that ended, as the reconcile sweep asks after them.
+
+    Read only: nothing is started or driven (a parent that ended drives no child). A
+    child that ended gives its outcome; one never started was not (``not_found``); one
+    that has not ended cannot be answered yet (its write waits: it may end by itself).
+    """
+
+    def __init__(self, reads: StoreReader) -> None:
+        """Ask ``reads`` for the children."""
+        self.reads = reads
+
+    async def run(
+        self,
+        agent: object,
+        goal: str,
+        context: ToolContext,
+        *,
+        key: str | None,
+        spec: ChildSpec | None,
+    ) -> ChildOutcome:
+        """Refused: no child starts for an invocation that ended."""
+        del agent, goal, key, spec
+        raise ToolError(f"invocation {context.invocation_id} has ended: it starts no child")
+
+    async def ask(self, agent: object, effect_key: str) -> Reconciled:
+        """What became of the child of ``effect_key``.
+
+        Raises:
+            ToolError: it has not ended (the write stays open), or ``agent`` is not an Agent.
+        """
+        if not isinstance(agent, Agent):
+            raise ToolError(f"a child tool needs an Agent, got {type(agent).__name__}")
+        child_id = child_id_of(effect_key)
+        try:
+            child = await self.reads.invocation(child_id)
+        except InvocationNotFoundError:
+            return Reconciled(status=Resolution.NOT_FOUND)
+        if child.terminated is None:
+            raise ToolError(f"its child {child_id} has not ended")
+        outcome = child_outcome_of(child, Outcome.of(child))
+        return Reconciled(status=Resolution.COMMITTED, receipt=outcome.model_dump(mode="json"))

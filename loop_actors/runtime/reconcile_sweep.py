@@ -13,6 +13,8 @@ from loop_actors._errors import LeaseHeldError
 from loop_actors._logs import effect_key_hash, fields, package_logger
 from loop_actors._messages import Committed, ReconcileEffect
 from loop_actors.agent.agent import Agent
+from loop_actors.agent.tools import using_child_runs
+from loop_actors.runtime.children import EndedParentChildren
 from loop_actors.runtime.driver import Driver, DriverSource
 from loop_actors.runtime.outcome import Outcome
 from loop_actors.runtime.reconciler import reconcile_effect
@@ -173,9 +175,11 @@ class ReconcileSweep:
     ) -> int:
         settled = 0
         for effect in effects:
-            answer = await reconcile_effect(
-                agent.toolbox, ReconcileEffect(effect_key=effect.key, tool=effect.tool)
-            )
+            # A child tool's ``reconcile`` asks the store what became of its child.
+            with using_child_runs(EndedParentChildren(driver.reads)):
+                answer = await reconcile_effect(
+                    agent.toolbox, ReconcileEffect(effect_key=effect.key, tool=effect.tool)
+                )
             if not isinstance(answer, EffectAnswered):
                 continue
             # Redacted, scrubbed and size-limited like every receipt and reason (the core's rule).

@@ -25,6 +25,7 @@ from loop_actors._errors import (
     UsageError,
 )
 from loop_actors._faults import CrashPoint, fault_point
+from loop_actors._guard import is_cancellation
 from loop_actors._logs import BackgroundLoop, fields, package_logger
 from loop_actors._statistics import ScheduleDue, ScheduleStatistics, WorkerStatistics
 from loop_actors.agent.agent import Agent
@@ -526,9 +527,6 @@ class Worker:
                 self._outcomes[outcome.reason.value] += 1
         except LeaseDrained:
             self._drained += 1
-        except trio.Cancelled:
-            self._abandoned += 1
-            raise
         except Exception as error:
             outages = self.runtime.driver.leases.outages
             if outages.failed(f"driving {claim.invocation_id}", error):
@@ -550,6 +548,12 @@ class Worker:
                     exc_info=not ours,
                     invocation_id=claim.invocation_id,
                 )
+        except BaseException as error:
+            # Abandoned (``stop_now``, the grace period over, the caller cancelled): trio's
+            # Cancelled, alone or in a group of the run's own nursery.
+            if is_cancellation(error):
+                self._abandoned += 1
+            raise
         finally:
             if self._active.get(claim.invocation_id) is lease:
                 del self._active[claim.invocation_id]

@@ -23,8 +23,10 @@ from loop_actors import (
     ScriptedModel,
     StoreUnavailableError,
     TerminalReason,
+    ToolContext,
     UsageError,
     Worker,
+    WorkerReport,
     tool,
 )
 from loop_actors.store.queue import WorkQueue
@@ -303,3 +305,36 @@ async def test_a_worker_whose_renewals_come_late_claims_its_own_run_again_and_dr
     assert looked == ["x1", "x2"]  # each step's call ran once
     assert "LeaseAcquired" not in history  # nobody else held it: no takeover to record
     assert (await queue_row(db_url, "late")).status is QueueStatus.ENDED
+
+
+@tool(effect="write", reconcile=lambda key: Reconciled(status="not_found"), timeout_s=120)
+async def wait_forever(context: ToolContext) -> str:
+    """A write that never returns by itself (until its run is abandoned)."""
+    del context
+    await trio.sleep_forever()
+
+
+def _waits_forever(request: ModelRequest) -> dict[str, Any]:
+    del request
+    return {"kind": "tool_calls", "calls": [{"id": "w", "name": "wait_forever"}]}
+
+
+async def test_a_run_past_the_grace_period_is_counted_abandoned(db_url: str) -> None:
+    stuck = Agent("stuck", ScriptedModel(_waits_forever), [wait_forever])
+    worker = Worker(stuck, db_url, poll_s=0.05, grace_s=0.5)
+    with trio.fail_after(60):
+        async with Runtime(db_url) as runtime:
+            await runtime.submit(stuck, "wait", invocation_id="stuck-1")
+        reports: list[WorkerReport] = []
+        async with trio.open_nursery() as nursery:
+
+            async def work() -> None:
+                reports.append(await worker.run())
+
+            nursery.start_soon(work)
+            while not worker.running:  # noqa: ASYNC110 - the worker's claim, not an event of ours
+                await trio.sleep(0.02)
+            await trio.sleep(0.2)  # its write is under way
+            worker.stop()
+    (report,) = reports
+    assert (report.abandoned, report.drained, report.failed, report.outcomes) == (1, 0, 0, {})

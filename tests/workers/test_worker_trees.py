@@ -25,6 +25,7 @@ from aggregates.invocation import BatchDispatched, BudgetReserved
 from aggregates.lease import QueueStatus
 from loop_actors import (
     Agent,
+    EventStore,
     InvocationNotFoundError,
     ModelRequest,
     Outcome,
@@ -217,12 +218,27 @@ async def test_a_parent_cancelled_while_its_child_runs_on_another_worker_cancels
         async with Runtime(store_url) as runtime:
             root = await runtime.load("root")
             child = await runtime.load(child_id)
+            # The parent's call was cut short (outcome unknown); its child has ended since,
+            # so the sweep settles the call from the child's recorded end.
+            swept = await runtime.reconcile(WAITING_PARENT)
+            events = await runtime.history("root")
+        (key,) = [c.effect_key for e in events if isinstance(e, BatchDispatched) for c in e.calls]
+        assert key is not None
+        store = EventStore(store_url, read_only=True)
+        try:
+            effect = store.get_effect(key)
+        finally:
+            store.close()
     assert root.terminated is not None
     assert root.terminated.reason is TerminalReason.CANCELLED
     assert child.terminated is not None
     assert child.terminated.reason is TerminalReason.CANCELLED
     assert "its parent root was cancelled" in (child.terminated.detail or "")
     assert reports["children"].claimed == 1  # the child ran there, not in the parent's worker
+    # The one left open is the child's own write (of its agent, cut short: its sweep's).
+    assert (swept.effects_settled, swept.effects_waiting, swept.needs_person) == (1, 0, [])
+    assert effect is not None
+    assert effect.status.value == "reconciled"
 
 
 async def _child_of(store_url: str, parent_id: str) -> str:
