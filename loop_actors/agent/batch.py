@@ -159,6 +159,7 @@ def _result(
             "duration_ms": duration_ms,
             "effect_key": call.effect_key,
             "effect_status": effect_status,
+            "child_ids": None,  # named after the batch ran (``Controller._name_children``)
         },
     )
 

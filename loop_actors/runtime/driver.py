@@ -606,6 +606,7 @@ class Driver:
             raise
         finally:
             del self.running[invocation.id]
+            controller.children_run_from_code = _no_children  # no cycle through the runner
         self.runs.stopped(outcome.reason)
         log.info(
             "invocation %s %s: %s (step %d, %d tool call(s))",
@@ -1034,3 +1035,9 @@ class DriverSource(Protocol):
     async def with_driver(self, use: Callable[[Driver], Awaitable[T]], /) -> T:
         """Await ``use(driver)`` with the open Driver and return what it returns."""
         ...
+
+
+def _no_children(call_id: str) -> list[str]:
+    """What a Controller whose drive is over names: nothing (its runner is let go)."""
+    del call_id
+    return []

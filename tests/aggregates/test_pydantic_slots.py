@@ -84,6 +84,7 @@ def test_built_makes_a_model_that_validation_makes_too() -> None:
         "duration_ms": 1.5,
         "effect_key": None,
         "effect_status": None,
+        "child_ids": None,
     }
     made = built(ToolResult, dict(fields))
     validated = ToolResult.model_validate(fields)

@@ -144,6 +144,13 @@ NUMBERS = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
 )
 JSON_SCALARS = st.one_of(st.none(), st.booleans(), NUMBERS, TEXT)
+CHILD_IDS = st.none() | st.lists(
+    st.text(alphabet="0123456789abcdef", min_size=1, max_size=8).map("child-".__add__),
+    min_size=1,
+    max_size=3,
+)
+"""What a write's result names of the children its body ran (``ToolResult.child_ids``)."""
+
 JSON = st.recursive(
     JSON_SCALARS,
     lambda children: st.lists(children, max_size=3) | st.dictionaries(TEXT, children, max_size=3),
@@ -529,6 +536,7 @@ class Drive:
                         "duration_ms": 1.0,
                         "effect_key": call.effect_key,
                         "effect_status": status,
+                        "child_ids": self.draw(CHILD_IDS) if call.effect_key else None,
                     },
                 )
             )
