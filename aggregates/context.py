@@ -8,6 +8,7 @@ calls, so leaving out whole turns never separates a call from its result.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from aggregates.decisions import EffectStatus, Frozen
 from aggregates.invocation import Turn
@@ -28,23 +29,27 @@ class Compaction(Frozen):
 def view_size(turns: list[Turn]) -> int:
     """The size of turns as the model is given them (JSON characters).
 
-    A turn's ``critique`` counts only when it has one: the field came later, and a size
-    measured without it must stay the same (a recorded compaction replays as it was).
+    A turn's ``critique`` and a result's ``child_ids`` count only when there are some:
+    the fields came later, and a size measured without them must stay the same (a
+    recorded compaction replays as it was).
     """
     return len(
         json.dumps(
-            [
-                turn.model_dump(
-                    mode="json", exclude=_NO_CRITIQUE if turn.critique is None else None
-                )
-                for turn in turns
-            ],
+            [turn.model_dump(mode="json", exclude=_later_fields_unset(turn)) for turn in turns],
             separators=(",", ":"),
         )
     )
 
 
-_NO_CRITIQUE = {"critique"}
+def _later_fields_unset(turn: Turn) -> dict[str, Any] | None:
+    """What of ``turn`` to leave out of its size: the later fields it does not use."""
+    unset: dict[str, Any] = {}
+    if turn.critique is None:
+        unset["critique"] = True
+    without = {n: {"child_ids"} for n, r in enumerate(turn.results) if r.child_ids is None}
+    if without:
+        unset["results"] = without
+    return unset or None
 
 
 def _must_keep(turn: Turn) -> bool:
