@@ -158,7 +158,7 @@ def _root_of(started: dict[str, Any]) -> str | None:
     """The root of the tree an invocation belongs to (None: it is a root).
 
     A child's root is its parent link's; a handoff target's is its chain's first
-    invocation (itself a root, or in a tree: then that tree's root is the link's).
+    invocation.
     """
     parent = started.get("parent")
     if parent is not None:

@@ -110,7 +110,8 @@ class ChildRunner:
         self.parent = parent
         self._started_by_call: dict[str, int] = {}
         self._run_from_code: dict[str, list[str]] = {}
-        """The children each call's body ran (``run_agent``), in order, by call id."""
+        """The children each call's body ran (``run_agent``) in the batch under way, in
+        order, by call id (taken when the batch has its results)."""
 
     # ----------------------------------------------------------------- the tool's side
 
@@ -176,9 +177,10 @@ class ChildRunner:
         if child_id not in named:
             named.append(child_id)
 
-    def run_from_code(self, call_id: str) -> list[str]:
-        """The children the body of call ``call_id`` ran (or found) in this drive, in order."""
-        return list(self._run_from_code.get(call_id, ()))
+    def take_run_from_code(self) -> dict[str, list[str]]:
+        """The children each call's body ran (or found) since the last take, by call id."""
+        taken, self._run_from_code = self._run_from_code, {}
+        return taken
 
     # ----------------------------------------------------------------- reconciliation
 

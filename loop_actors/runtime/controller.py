@@ -153,9 +153,9 @@ class Controller:
         """The scope of the model call in flight (a cancel request cancels it)."""
         self._batch: BatchRun | None = None
         """The batch in flight (a cancel request stops it)."""
-        self.children_run_from_code: Callable[[str], list[str]] = _none_run
-        """The children a call's body ran (``run_agent``), by call id: set by the Driver
-        (its ``ChildRunner``); each result of a batch names those of its call."""
+        self.take_children_run_from_code: Callable[[], Mapping[str, list[str]]] = no_children
+        """The children the calls' bodies ran (``run_agent``) since the last take, by call
+        id: set by the Driver (its ``ChildRunner``); each result of a batch names its call's."""
         self._nursery: trio.Nursery | None = None
         self._reconciler_send: trio.MemorySendChannel[ReconcileEffect] | None = None
         self._reconciler_replies: trio.MemoryReceiveChannel[ReconcileOutcome]
@@ -512,11 +512,7 @@ class Controller:
 
     def _name_children(self, executed: BatchExecuted) -> BatchExecuted:
         """The results, each naming the children its call's body ran (``ToolResult.child_ids``)."""
-        named = {
-            r.call_id: ids
-            for r in executed.results
-            if (ids := self.children_run_from_code(r.call_id))
-        }
+        named = self.take_children_run_from_code()
         if not named:
             return executed
         results = [
@@ -731,7 +727,10 @@ def _kept(secrets: SecretStore, invocation_id: str, step: int, call_id: str, kin
     return None if real is MISSING else real
 
 
-def _none_run(call_id: str) -> list[str]:
-    """No call's body ran children (a Controller the Driver did not give a ``ChildRunner``)."""
-    del call_id
-    return []
+def no_children() -> Mapping[str, list[str]]:
+    """No call's body ran children.
+
+    What a Controller without a ``ChildRunner`` takes, or one whose drive is over (its
+    runner let go, so that no reference cycle runs through it).
+    """
+    return {}

@@ -65,7 +65,7 @@ from loop_actors.agent.quota import QuotaGate, using_quota_gate
 from loop_actors.agent.tools import using_child_runs
 from loop_actors.runtime.arguments import StartRequest, new_invocation, requested_by
 from loop_actors.runtime.children import ChildRunner, OfferedChildren
-from loop_actors.runtime.controller import Controller
+from loop_actors.runtime.controller import Controller, no_children
 from loop_actors.runtime.leases import HeldLease, LeaseDrained, LeaseKeeper, is_gone
 from loop_actors.runtime.outage import is_outage, one_line
 from loop_actors.runtime.outcome import Outcome
@@ -589,7 +589,7 @@ class Driver:
                 controller.request_cancel(requested_by(request.by, request.reason))
             assert self.mcp is not None
             children = ChildRunner(self, controller)
-            controller.children_run_from_code = children.run_from_code
+            controller.take_children_run_from_code = children.take_run_from_code
             with (
                 using_mcp_sessions(self.mcp),
                 using_child_runs(children),
@@ -606,7 +606,7 @@ class Driver:
             raise
         finally:
             del self.running[invocation.id]
-            controller.children_run_from_code = _no_children  # no cycle through the runner
+            controller.take_children_run_from_code = no_children  # no cycle through the runner
         self.runs.stopped(outcome.reason)
         log.info(
             "invocation %s %s: %s (step %d, %d tool call(s))",
@@ -1035,9 +1035,3 @@ class DriverSource(Protocol):
     async def with_driver(self, use: Callable[[Driver], Awaitable[T]], /) -> T:
         """Await ``use(driver)`` with the open Driver and return what it returns."""
         ...
-
-
-def _no_children(call_id: str) -> list[str]:
-    """What a Controller whose drive is over names: nothing (its runner is let go)."""
-    del call_id
-    return []

@@ -39,7 +39,7 @@ from loop_actors import (
     tool,
 )
 from loop_actors.cli import main
-from tests.support.children_app import ORCHESTRATOR, charges
+from tests.support.children_app import ORCHESTRATOR, charges, fan_out
 
 CHARGED: list[tuple[str, int]] = []
 
@@ -520,6 +520,32 @@ async def test_children_run_from_code_in_a_nursery_each_once(
     # The call's result names them, in the order they started (the nursery's order).
     assert result.child_ids is not None
     assert sorted(result.child_ids) == sorted(kid.id for kid in kids)
+
+
+async def test_each_result_names_only_the_children_its_own_batch_ran(
+    db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same call id at two steps: the second step's result names its own three."""
+    monkeypatch.setenv("CHARGES_FILE", str(tmp_path / "charges.txt"))
+
+    def twice(request: ModelRequest) -> dict[str, Any]:
+        if request.step <= 2:
+            return {"kind": "tool_calls", "calls": [{"id": "f", "name": "fan_out"}]}
+        return {"kind": "final", "answer": "fanned out twice"}
+
+    again = Agent(
+        "orchestrator", ScriptedModel(twice), [fan_out], budget=Budget(max_repeated_plan=3)
+    )
+    with trio.fail_after(30):
+        async with Runtime(db) as runtime:
+            outcome = await runtime.run(again, "fan out", invocation_id="root")
+            events = await history_of(runtime, "root")
+    assert outcome.reason is TerminalReason.COMPLETED
+    first, second = outcome_results(events)
+    assert first.child_ids is not None
+    assert second.child_ids is not None
+    assert (len(first.child_ids), len(second.child_ids)) == (3, 3)
+    assert not set(first.child_ids) & set(second.child_ids)
 
 
 def test_audit_verify_of_a_root_verifies_the_children_its_tools_ran_too(
