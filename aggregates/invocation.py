@@ -24,12 +24,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    field_validator,
     model_validator,
 )
 
 from aggregates import planning as plans
 from aggregates.audit import AUDIT_FORMAT
-from aggregates.children import Allotment, ParentLink, Spent
+from aggregates.children import Allotment, ParentLink, Spent, child_id_of
 from aggregates.critic import NO_CRITIC, CriticSpent, Verdict
 from aggregates.decisions import (
     Budget,
@@ -220,8 +221,11 @@ TRANSITIONS: dict[Phase, dict[type[InvocationEvent], frozenset[Phase]]] = {
     },
     Phase.DISPATCHED: {
         ResultsCommitted: _READY,
-        # A child's share of the budget (committed with the batch that starts it).
+        # A child's share of the budget: committed with the batch that starts it, or
+        # while the batch runs for a child a write's body starts (``run_agent``) ...
         BudgetReserved: frozenset({Phase.DISPATCHED}),
+        # ... whose share comes back as soon as the body has the child's outcome.
+        BudgetReturned: frozenset({Phase.DISPATCHED}),
         Paused: frozenset({Phase.AWAITING_RECONCILIATION, Phase.AWAITING_CHILD, Phase.SLEEPING}),
         **_stays(Phase.DISPATCHED),
     },
@@ -296,9 +300,9 @@ class Invocation(ChainedAggregate):
         self.planning: PlanState | None = None
         """For an invocation that plans before it writes: its plan (``aggregates.planning``)."""
         self.children_started = 0
-        """How many calls started (or may have started) a child, in all batches."""
+        """How many children were started (or may have been), in all batches."""
         self.reservations: dict[str, BudgetReserved] = {}
-        """The budget set aside for children whose calls have no settled result, by call id."""
+        """The budget set aside for children not yet settled, by child id."""
         self.children_spent = Spent()
         """What the children whose budget came back used (their own children's included)."""
         self.phase = Phase.NEW
@@ -603,9 +607,19 @@ class Invocation(ChainedAggregate):
         )
 
     def reserve_budget(
-        self, call_id: str, child_id: str, allotment: Allotment, *, at: datetime
+        self,
+        call_id: str,
+        child_id: str,
+        allotment: Allotment,
+        *,
+        at: datetime,
+        from_code: bool = False,
+        key: str | None = None,
     ) -> None:
-        """Set a share of the budget aside for the child a dispatched call starts."""
+        """Set a share of the budget aside for a child of a dispatched call.
+
+        ``from_code``: a child the call's body starts (``run_agent``) with ``key``.
+        """
         self.trigger_event(
             BudgetReserved,
             timestamp=at,
@@ -613,6 +627,8 @@ class Invocation(ChainedAggregate):
             call_id=call_id,
             child_id=child_id,
             allotment=allotment,
+            from_code=True if from_code else None,
+            key=key,
         )
 
     def return_budget(
@@ -885,19 +901,33 @@ class Invocation(ChainedAggregate):
         batch = self.pending_batch
         assert batch is not None  # guaranteed by Phase.DISPATCHED
         call = next((c for c in batch.calls if c.call_id == event.call_id), None)
-        if call is None or call.child_id != event.child_id or call.denied is not None:
-            raise self._refuse(event, "a reservation is for a child call of the dispatched batch")
-        if event.call_id in self.reservations:
-            raise self._refuse(event, f"call {event.call_id} already has a reservation")
-        self.reservations = {**self.reservations, event.call_id: event}
+        if call is None or call.denied is not None:
+            raise self._refuse(event, "a reservation is for a call of the dispatched batch")
+        if event.from_code:
+            # A child the call's body starts: its id derives from the write's key and
+            # the body's key (a call of a child tool starts its one child itself).
+            if call.child_id is not None or call.effect_key is None:
+                raise self._refuse(event, "a child from code is started by a write's body")
+            expected: str | None = child_id_of(call.effect_key, event.key)
+        else:
+            if event.key is not None:
+                raise self._refuse(event, "only a child started from code has a key")
+            expected = call.child_id
+        if event.child_id != expected:
+            raise self._refuse(event, f"call {event.call_id} does not start {event.child_id}")
+        if event.child_id in self.reservations:
+            raise self._refuse(event, f"child {event.child_id} already has a reservation")
+        self.reservations = {**self.reservations, event.child_id: event}
+        if event.from_code:
+            self.children_started += 1  # a child tool's call counted with its batch
 
     def _on_returned(self, event: BudgetReturned) -> None:
-        reserved = self.reservations.get(event.call_id)
-        if reserved is None or reserved.child_id != event.child_id:
-            raise self._refuse(event, f"call {event.call_id} has no reservation to return")
+        reserved = self.reservations.get(event.child_id)
+        if reserved is None or reserved.call_id != event.call_id:
+            raise self._refuse(event, f"child {event.child_id} has no reservation to return")
         if event.returned != reserved.allotment.reserved.minus(event.spent):
             raise self._refuse(event, "what comes back is the allotment less what was used")
-        self.reservations = {k: v for k, v in self.reservations.items() if k != event.call_id}
+        self.reservations = {k: v for k, v in self.reservations.items() if k != event.child_id}
         self.children_spent = self.children_spent.plus(event.spent)
 
     @property
@@ -912,6 +942,20 @@ class Invocation(ChainedAggregate):
         for reservation in self.reservations.values():
             total = total.plus(reservation.allotment.reserved)
         return total
+
+    @property
+    def spent_in_tree(self) -> Spent:
+        """What this invocation used, with what its children used and what it holds for them.
+
+        What a child gives back to its parent when it settles (``BudgetReturned.spent``).
+        """
+        own = Spent(
+            steps=self.step,
+            tool_calls=self.tool_calls,
+            tokens=self.input_tokens + self.output_tokens,
+            cost=self.cost,
+        )
+        return own.plus(self.children_spent).plus(self.reserved)
 
     def _on_pause(self, event: Paused) -> None:
         if not event.reason.pauses:
@@ -1123,6 +1167,7 @@ class InvocationState(Frozen):
     planning: PlanState | None = None
     children_started: int = 0
     reservations: dict[str, BudgetReserved] = {}
+    """By child id (snapshots taken before children ran from code keyed them by call id)."""
     children_spent: Spent = Spent()
     phase: Phase
     step: int
@@ -1152,6 +1197,14 @@ class InvocationState(Frozen):
     last_hash: str
     created_on: datetime
     modified_on: datetime
+
+    @field_validator("reservations", mode="after")
+    @classmethod
+    def _by_child(cls, reservations: dict[str, BudgetReserved]) -> dict[str, BudgetReserved]:
+        """Keyed by child id, as the aggregate keys them (older snapshots: by call id)."""
+        if all(key == reserved.child_id for key, reserved in reservations.items()):
+            return reservations
+        return {reserved.child_id: reserved for reserved in reservations.values()}
 
     @model_validator(mode="before")
     @classmethod

@@ -175,11 +175,12 @@ class ResultsCommitted(InvocationEvent):
 
 
 class BudgetReserved(InvocationEvent):
-    """A share of the budget was set aside for a child the dispatched batch starts.
+    """A share of the budget was set aside for a child of the dispatched batch.
 
-    Committed with the batch, before the child starts: parallel children cannot
-    spend more than their parent has, since each reservation is an append on the
-    parent's stream.
+    Committed before the child starts: with the batch for a call of a child tool
+    (``Agent.as_tool``); while the batch runs, for a child a write's body starts
+    (``ToolContext.run_agent``, ``from_code``). Parallel children cannot spend more
+    than their parent has, since each reservation is an append on the parent's stream.
     """
 
     TOPIC: ClassVar[str] = "aggregates.invocation:BudgetReserved"
@@ -188,10 +189,20 @@ class BudgetReserved(InvocationEvent):
     call_id: str
     child_id: str
     allotment: Allotment
+    from_code: bool | None = None
+    """True for a child a write's body starts (its id derives from the call's effect key
+    and ``key``); None (left out) for the child of a child tool's call."""
+    key: str | None = None
+    """For a child started from code: the key its body gave (None: none given)."""
 
 
 class BudgetReturned(InvocationEvent):
-    """A child's call has its result: what it used is counted, the rest comes back once."""
+    """A child settled: what it used is counted, the rest of its share comes back once.
+
+    For the child of a child tool's call, committed with the batch's results; for a
+    child a write's body started, as soon as the body has its outcome (the batch still
+    running).
+    """
 
     TOPIC: ClassVar[str] = "aggregates.invocation:BudgetReturned"
 

@@ -1336,6 +1336,77 @@ class TurnCore(CriticRounds):
                 allotted[call.call_id] = share
         return allotted
 
+    def reserve_for_child(
+        self, call_id: str, child_id: str, key: str | None, asked: Budget, moment: Moment
+    ) -> Allotment | str:
+        """The share of a child a write's body starts (``run_agent``), set aside; or why not.
+
+        Called while the batch runs, before the child starts: the child asks for
+        ``asked`` (its agent's budget, or the one its body gives), capped by what this
+        invocation has left once the shares already set aside are counted, one step
+        kept for its next decision. A child that already has its share (the call runs
+        again after a crash, or found it started) gets that one, and nothing new is
+        recorded. Otherwise a ``BudgetReserved`` is pending, to be committed before
+        the child starts. Refused (a text that says why, nothing recorded): no batch
+        running, a call that is not a write of it, too deep, too many children, a
+        cancel request, no step left to give.
+        """
+        inv = self.invocation
+        reserved = inv.reservations.get(child_id)
+        if reserved is not None:
+            return reserved.allotment
+        batch = inv.pending_batch
+        call = (
+            next((c for c in batch.calls if c.call_id == call_id), None)
+            if batch is not None and inv.phase is Phase.DISPATCHED
+            else None
+        )
+        if call is None or call.effect_key is None or call.child_id is not None:
+            return f"not started: call {call_id} is not a write of the batch {inv.id} runs"
+        if child_id != child_id_of(call.effect_key, key):
+            return f"not started: call {call_id} does not start {child_id}"
+        problem = depth_problem(inv.depth) or fan_out_problem(inv.children_started, 1)
+        if problem is not None:
+            return problem
+        if moment.cancel_requested:
+            return f"not started: its parent {inv.id} was cancelled"
+        (share,) = allot(self._left_for_children(0, moment), [asked])
+        if share is None:
+            return (
+                "not started: this invocation has no step left to give a child "
+                f"({self._steps_detail(self._children_used())} of its budget)"
+            )
+        if share.tool_calls == 0 and asked.max_tool_calls > 0:
+            held = inv.reserved.tool_calls
+            return (
+                "not started: this invocation has no tool call left to give a child "
+                f"({inv.tool_calls} of {self.budget.max_tool_calls} made"
+                + (f", {held} held by its running children" if held else "")
+                + "); children run at once need budgets that fit together "
+                "(run_agent(..., budget=Budget(...)))"
+            )
+        inv.reserve_budget(call_id, child_id, share, at=moment.at, from_code=True, key=key)
+        return share
+
+    def return_from_child(self, child_id: str, spent: Spent, moment: Moment) -> None:
+        """A child a write's body started has settled: count ``spent``, the rest comes back.
+
+        ``spent``: what it used, its own children's included. Nothing happens for a child
+        with no share set aside (returned already, or started before shares were).
+        The ``BudgetReturned`` is committed with the next commit: a crash before that
+        finds the child settled again when the call runs again.
+        """
+        inv = self.invocation
+        reserved = inv.reservations.get(child_id)
+        if reserved is None or not reserved.from_code or inv.phase is not Phase.DISPATCHED:
+            return
+        returned = reserved.allotment.reserved.minus(spent)
+        inv.return_budget(reserved.call_id, child_id, spent, returned, at=moment.at)
+
+    def children_from_code(self) -> list[str]:
+        """The children of the running batch's bodies whose shares are still set aside."""
+        return [r.child_id for r in self.invocation.reservations.values() if r.from_code]
+
     def _commit(self, moment: Moment) -> None:
         """Commit the batch's results; a settled child's unused share comes back with them."""
         inv = self.invocation
@@ -1343,8 +1414,10 @@ class TurnCore(CriticRounds):
         assert batch is not None
         results = [self._results[c.call_id] for c in batch.calls]
         inv.commit_results(results, at=moment.at)
+        children = {c.call_id: c.child_id for c in batch.calls if c.child_id is not None}
         for result in results:
-            reservation = inv.reservations.get(result.call_id)
+            child_id = children.get(result.call_id)
+            reservation = inv.reservations.get(child_id) if child_id is not None else None
             if reservation is None or result.effect_status is EffectStatus.OUTCOME_UNKNOWN:
                 continue  # the child may still run: its share stays set aside
             if result.effect_status is EffectStatus.REJECTED and result.output is None:

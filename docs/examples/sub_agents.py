@@ -78,7 +78,9 @@ def quote(request: ModelRequest) -> dict[str, Any]:
     return {"kind": "final", "answer": f"{request.goal}: 120 EUR"}
 
 
-quotes = Agent("quotes", ScriptedModel(quote), [])
+# Children run at once from code each ask for their agent's budget: these fit together
+# in what the orchestrator has left (the default, 20 steps and 50 tool calls, would not).
+quotes = Agent("quotes", ScriptedModel(quote), [], budget=Budget(max_steps=2, max_tool_calls=0))
 
 
 @tool(effect="write")

@@ -21,6 +21,7 @@ from pydantic_core import to_jsonable_python
 
 from aggregates.children import ChildOutcome, ChildSpec
 from aggregates.decisions import (
+    Budget,
     ErrorClass,
     Frozen,
     ToolCall,
@@ -101,7 +102,14 @@ class ToolContext(Frozen):
             return
         raise SleepRequested(when)
 
-    async def run_agent(self, agent: object, goal: str, *, key: str | None = None) -> ChildOutcome:
+    async def run_agent(
+        self,
+        agent: object,
+        goal: str,
+        *,
+        key: str | None = None,
+        budget: Budget | None = None,
+    ) -> ChildOutcome:
         """Run ``agent`` on ``goal`` as a child invocation of this call's invocation.
 
         For orchestration in code: a write tool's body may run several children, one
@@ -109,16 +117,24 @@ class ToolContext(Frozen):
         call's effect key and ``key`` (give each child of one call its own key), so a
         call dispatched again after a crash finds the children it started: one that
         ended gives its recorded outcome, one that did not is driven on, none is
-        started twice. The child's budget is its agent's, within what is left of the
-        parent's deadline.
+        started twice.
+
+        Its budget is a share of what the parent has left, set aside in the parent's
+        history (``BudgetReserved``) before it starts: it asks for ``budget`` (None: its
+        agent's own), capped by what is left once its running siblings' shares are
+        counted (the parent keeps one step for its next decision), within what is left
+        of the parent's deadline. What it did not use comes back when it settles
+        (``BudgetReturned``), so a child run after another gets what the first left.
+        Children run at once must fit together: give them budgets that do.
 
         Raises:
             ToolError: the child cannot start (not a write tool, not an Agent, too
-                deep, too many children, the parent was cancelled); no child started.
+                deep, too many children, no step left for it, the parent was
+                cancelled); no child started.
             ChildPausedError: the child paused for a person; the call stays open and
                 its invocation pauses until the child is settled.
         """
-        return await child_runs().run(agent, goal, self, key=key, spec=None)
+        return await child_runs().run(agent, goal, self, key=key, spec=None, budget=budget)
 
 
 class SleepRequested(BaseException):
@@ -172,6 +188,7 @@ class ChildRuns(Protocol):
         *,
         key: str | None,
         spec: ChildSpec | None,
+        budget: Budget | None = None,
     ) -> ChildOutcome:
         """Start the child (or find the one started before) and drive it to its end."""
 

@@ -18,17 +18,15 @@ from typing import NamedTuple, Protocol
 import trio
 
 from aggregates.children import (
-    MAX_FAN_OUT,
     ChildOutcome,
     ChildSpec,
     ParentEnd,
     ParentLink,
-    Spent,
     child_id_of,
     depth_problem,
     parent_cancelled,
 )
-from aggregates.decisions import ErrorClass
+from aggregates.decisions import Budget, ErrorClass
 from aggregates.effect import Resolution
 from aggregates.invocation import Invocation
 from aggregates.standing import Standing
@@ -108,7 +106,6 @@ class ChildRunner:
         """Start and find the children of the invocation ``parent`` drives."""
         self.driver = driver
         self.parent = parent
-        self._started_by_call: dict[str, int] = {}
         self._run_from_code: dict[str, list[str]] = {}
         """The children each call's body ran (``run_agent``) in the batch under way, in
         order, by call id (taken when the batch has its results)."""
@@ -123,8 +120,14 @@ class ChildRunner:
         *,
         key: str | None,
         spec: ChildSpec | None,
+        budget: Budget | None = None,
     ) -> ChildOutcome:
         """Start the child of this call (or find the one it started) and drive it to its end.
+
+        ``spec``: the child tool's, for the call of a child tool (its share was set aside
+        with the batch); None for a child the call's body starts, whose share is set
+        aside now (``budget``: what it asks for; None: its agent's budget) and comes back
+        when it settles.
 
         Raises:
             ToolError: it cannot start (see ``ToolContext.run_agent``); nothing started.
@@ -157,19 +160,28 @@ class ChildRunner:
                 f"this context belongs to invocation {context.invocation_id}, not {parent.id}",
                 error_class=ErrorClass.INVALID_ARGUMENTS,
             )
+        if budget is not None and not isinstance(budget, Budget):
+            raise ToolError(
+                f"a child's budget must be a Budget, got {type(budget).__name__}",
+                error_class=ErrorClass.INVALID_ARGUMENTS,
+            )
         child_id = child_id_of(effect_key, key)
         existing = await self._find(child_id)
         if existing is None:
             edge = spec.on_parent_end if spec is not None else ParentEnd.CANCEL
+            asked = None if spec is not None else (budget or agent.budget)
             outcome = await self._start(
-                agent, goal, context, effect_key, child_id, key, edge, from_code=spec is None
+                agent, goal, context, effect_key, child_id, key, edge, asked
             )
         else:
             self._check_link(existing, effect_key, key)
             if spec is None:
                 self._name(context.call_id, child_id)
             outcome = await self._attach(agent, existing)
-        return await self._settled(effect_key, child_id, outcome)
+        settled = await self._settled(effect_key, child_id, outcome)
+        if spec is None and not settled.terminal_reason.pauses:
+            self.parent.return_from_child(child_id, settled.spent)
+        return settled
 
     def _name(self, call_id: str, child_id: str) -> None:
         """Note a child the body of ``call_id`` runs: its result names it."""
@@ -238,32 +250,31 @@ class ChildRunner:
         child_id: str,
         key: str | None,
         edge: ParentEnd,
-        *,
-        from_code: bool,
+        asked: Budget | None,
     ) -> Outcome:
+        """Start a child that does not exist (``asked``: for a child from code, its budget)."""
         parent = self.parent.invocation
         problem = depth_problem(parent.depth)
-        started = self._started_by_call.get(context.call_id, 0)
-        if problem is None and started >= MAX_FAN_OUT:
-            problem = f"not started: one call starts at most {MAX_FAN_OUT} children"
         if problem is None and self.parent.cancel_requested:
             problem = f"not started: its parent {parent.id} was cancelled"
         if problem is not None:
             raise ToolError(problem)
-        reservation = parent.reservations.get(context.call_id)
+        if asked is not None:
+            # A child from code: its share is set aside (and committed) before it starts,
+            # then it is named, as a batch names a child tool's child.
+            await self.parent.reserve_for_child(context.call_id, child_id, key, asked)
+            self._name(context.call_id, child_id)
+        reservation = self.parent.invocation.reservations.get(child_id)
         budget = agent.budget
-        if reservation is not None and reservation.child_id == child_id:
+        if reservation is not None:
             budget = reservation.allotment.bound(budget)
-        else:
+        else:  # a child tool's child recorded before shares were: its deadline, at least
             left = self.parent.seconds_left()
             if left is not None and left > 0:
                 deadline = budget.deadline_s
                 budget = budget.model_copy(
                     update={"deadline_s": left if deadline is None else min(left, deadline)}
                 )
-        self._started_by_call[context.call_id] = started + 1
-        if from_code:  # named before it starts, as a batch names an ``as_tool`` child
-            self._name(context.call_id, child_id)
         request = StartRequest(
             agent=agent,
             goal=goal,
@@ -404,18 +415,12 @@ class ChildRunner:
 
 def child_outcome_of(child: Invocation, outcome: Outcome) -> ChildOutcome:
     """A child's outcome as its parent's call gives it, with what it (and its own) spent."""
-    own = Spent(
-        steps=child.step,
-        tool_calls=child.tool_calls,
-        tokens=child.input_tokens + child.output_tokens,
-        cost=child.cost,
-    )
     return ChildOutcome(
         child_id=child.id,
         terminal_reason=outcome.reason,
         answer=outcome.answer,
         detail=outcome.detail,
-        spent=own.plus(child.children_spent).plus(child.reserved),
+        spent=child.spent_in_tree,
     )
 
 
@@ -439,9 +444,10 @@ class EndedParentChildren:
         *,
         key: str | None,
         spec: ChildSpec | None,
+        budget: Budget | None = None,
     ) -> ChildOutcome:
         """Refused: no child starts for an invocation that ended."""
-        del agent, goal, key, spec
+        del agent, goal, key, spec, budget
         raise ToolError(f"invocation {context.invocation_id} has ended: it starts no child")
 
     async def ask(self, agent: object, effect_key: str) -> Reconciled:

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, assert_never
 
 import trio
 
-from aggregates.decisions import ToolCalls, ToolEffect, ToolResult, built
+from aggregates.children import Allotment, Spent
+from aggregates.decisions import Budget, EffectStatus, ToolCalls, ToolEffect, ToolResult, built
 from aggregates.effect import Effect
 from aggregates.handoffs import HandoffOrigin
 from aggregates.invocation import DispatchedCall, Invocation, Turn
@@ -55,7 +56,12 @@ from aggregates.turn import (
     record_outside_cancellation,
     stop_after_failed_commit,
 )
-from loop_actors._errors import InconsistentHistoryError, single_exception
+from loop_actors._errors import (
+    InconsistentHistoryError,
+    InvocationNotFoundError,
+    ToolError,
+    single_exception,
+)
 from loop_actors._faults import CrashPoint, fault_point
 from loop_actors._guard import is_cancellation
 from loop_actors._logs import fields, package_logger
@@ -86,6 +92,11 @@ if TYPE_CHECKING:
     from loop_actors.agent.agent import Agent
 
 log = package_logger(__name__)
+
+
+class LeaseGone:
+    """Why a commit while a batch ran was not tried: the lease was lost or may have run out."""
+
 
 CANCEL_GRACE_S = 10.0
 """How long a cancelled batch may take to report its finished calls."""
@@ -156,6 +167,10 @@ class Controller:
         self.take_children_run_from_code: Callable[[], Mapping[str, list[str]]] = no_children
         """The children the calls' bodies ran (``run_agent``) since the last take, by call
         id: set by the Driver (its ``ChildRunner``); each result of a batch names its call's."""
+        self._child_commits = trio.Lock()
+        """Held while a child's share is recorded and committed (the batch running)."""
+        self._failed_during_batch: CommitFailed | LeaseGone | None = None
+        """Why a commit while the batch ran did not happen: the run stops after the batch."""
         self._nursery: trio.Nursery | None = None
         self._reconciler_send: trio.MemorySendChannel[ReconcileEffect] | None = None
         self._reconciler_replies: trio.MemoryReceiveChannel[ReconcileOutcome]
@@ -263,9 +278,13 @@ class Controller:
                     if self.lease is not None and not self.lease.may_start_calls():
                         # No write starts on a lease that may have run out.
                         return self._lease_lost()
-                    # Handed straight to the core: no local variable keeps the batch's
-                    # results alive while the next turn waits for the model.
-                    action = self._on_executed(await self._run_calls(action))
+                    executed = await self._run_calls(action)
+                    if self._failed_during_batch is not None:
+                        return await self._stop_after_batch(self._failed_during_batch)
+                    action = self._on_executed(executed)
+                    # No local variable keeps the batch's results alive while the next
+                    # turn waits for the model.
+                    del executed
                 case LoadEffects():
                     action = core.on_effects_loaded(
                         await self._load_effects(action), self._moment()
@@ -508,6 +527,8 @@ class Controller:
         finally:
             self._batch = None
         await self._slot.take(mid_turn=True)
+        if self.core.children_from_code():
+            await self._return_children_from_code(executed)
         return self._name_children(executed)
 
     def _name_children(self, executed: BatchExecuted) -> BatchExecuted:
@@ -523,6 +544,118 @@ class Controller:
 
     def _plan(self, calls: Sequence[DispatchedCall]) -> list[list[str]]:
         return self.agent.toolbox.plan(calls)
+
+    # ----------------------------------------------------------------- children from code
+
+    async def reserve_for_child(
+        self, call_id: str, child_id: str, key: str | None, asked: Budget
+    ) -> Allotment:
+        """Set aside (and commit) the share of a child a write's body starts; return it.
+
+        Called by the call's body (``ToolContext.run_agent``) while the batch runs, before
+        the child starts: the core decides the share (``TurnCore.reserve_for_child``);
+        the ``BudgetReserved`` is committed at once, one child at a time, so that a
+        child never starts on a share the store does not hold. A share already set
+        aside (the call runs again) is given as it is.
+
+        Raises:
+            ToolError: the child may not start (the core's reason), or the share could
+                not be committed; then the batch is stopped and the run stops after it
+                as after any failed commit (``checkpoint_failed`` or ``lease_lost``).
+        """
+        async with self._child_commits:
+            if self._failed_during_batch is not None:
+                raise ToolError(
+                    f"not started: its parent {self.invocation.id} could not record its work"
+                )
+            known = child_id in self.invocation.reservations
+            share = self.core.reserve_for_child(call_id, child_id, key, asked, self._moment())
+            if isinstance(share, str):
+                raise ToolError(share)
+            if known:
+                return share
+            failure = await self._commit_during_batch()
+            if failure is not None:
+                self._failed_during_batch = failure
+                if self._batch is not None:
+                    self._batch.cancel()
+                why = "its lease" if isinstance(failure, LeaseGone) else failure.message
+                raise ToolError(
+                    f"not started: its parent {self.invocation.id} could not record the "
+                    f"child's share of its budget ({why})"
+                )
+            return share
+
+    def return_from_child(self, child_id: str, spent: Spent) -> None:
+        """A child a write's body started settled: its unused share comes back.
+
+        Recorded now (so the next child's share counts it), committed with the next
+        commit of this invocation.
+        """
+        self.core.return_from_child(child_id, spent, self._moment())
+
+    async def _commit_during_batch(self) -> CommitFailed | LeaseGone | None:
+        """Commit the core's pending events while the batch runs; why not, if it failed."""
+        inv_id = self.invocation.id
+        if self.secrets.has_unsaved(inv_id):
+            try:
+                await trio.to_thread.run_sync(self.secrets.save, inv_id)
+            except Exception as error:
+                return CommitFailed(
+                    error_type=type(error).__name__, message=str(error), conflict=False
+                )
+        if self.lease is not None and (self.lease.lost or not self.lease.may_start_calls()):
+            return LeaseGone()  # no child starts on a lease that may have run out
+        outcome = await self.journal.commit(self.core.take_events())
+        match outcome:
+            case Committed():
+                self._confirmed = (self.invocation.step, self.invocation.tool_calls)
+                return None
+            case CommitFailed():
+                return outcome
+            case _:
+                assert_never(outcome)
+
+    async def _stop_after_batch(self, failure: CommitFailed | LeaseGone) -> Outcome:
+        """The run's outcome when a commit failed while its batch ran."""
+        if isinstance(failure, LeaseGone):
+            self.core.take_events()  # never committed: the invocation may be another's
+            return self._lease_lost()
+        return await self._checkpoint_failed(failure)
+
+    async def _return_children_from_code(self, executed: BatchExecuted) -> None:
+        """The shares of this batch's children from code that came to an end come back.
+
+        A body that did not wait for its child's outcome (it failed, or was cancelled
+        while the child ran) did not return the child's share: a child that ended gives
+        what it used; one never started, of a call that has its result, uses nothing.
+        A child still running keeps its share set aside. A store that cannot be read
+        leaves the shares as they are (logged): too much set aside, never too little.
+        """
+        open_calls = {
+            r.call_id for r in executed.results if r.effect_status is EffectStatus.OUTCOME_UNKNOWN
+        }
+        ran = {r.call_id for r in executed.results} - open_calls - set(executed.slept)
+        for reserved in list(self.invocation.reservations.values()):
+            if not reserved.from_code or reserved.call_id not in ran:
+                continue
+            try:
+                child = await self.reads.invocation(reserved.child_id)
+            except InvocationNotFoundError:
+                self.return_from_child(reserved.child_id, Spent())
+                continue
+            except Exception as error:
+                log.warning(
+                    "cannot read child %s of %s (%s: %s); its share stays set aside",
+                    reserved.child_id,
+                    self.invocation.id,
+                    type(error).__name__,
+                    error,
+                    extra=fields(invocation_id=self.invocation.id),
+                )
+                continue
+            if child.terminated is not None:
+                self.return_from_child(reserved.child_id, child.spent_in_tree)
 
     # ----------------------------------------------------------------- the ledger
 

@@ -118,7 +118,7 @@ def test_a_reservation_is_for_a_child_call_of_the_dispatched_batch() -> None:
     child = ToolCalls(calls=[ToolCall(id="c1", name="delegate", arguments={"goal": "g"})])
     inv.propose(child, usage=Usage(), at=AT)
     inv.dispatch(child_dispatched(child), [["c1"]], at=AT)
-    with pytest.raises(IllegalTransitionError, match="for a child call"):
+    with pytest.raises(IllegalTransitionError, match="does not start"):
         inv.reserve_budget("c1", "child-other", Allotment(steps=1, tool_calls=0), at=AT)
     inv.reserve_budget("c1", "child-1", Allotment(steps=1, tool_calls=0), at=AT)
     with pytest.raises(IllegalTransitionError, match="already has a reservation"):

@@ -311,7 +311,7 @@ def _fire(inv: Invocation, event_type: type[InvocationEvent]) -> None:
 _VARIANTS = {
     Phase.DECIDED: ["final", "question", "plan"],
     Phase.READY: ["", "child"],
-    Phase.DISPATCHED: ["", "child"],
+    Phase.DISPATCHED: ["", "child", "reserved"],
     Phase.SLEEPING: ["", "batch"],
 }
 _CELLS = [

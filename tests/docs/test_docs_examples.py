@@ -1179,6 +1179,36 @@ def test_sub_agents_example_delegates_and_lists_only_the_roots(tmp_path: Path) -
     assert sorted(line.split()[2] for line in tree[1:]) == ["flights", "hotels"]
 
 
+TESTED_EXAMPLES.add("orchestration.py")
+
+ORCHESTRATION_OUTPUT = [
+    "in_sequence: completed: draft of tides from 3 facts (facts on tides)",
+    "  own steps=2, children's steps=2 (within 12)",
+    "at_once: completed: ['quote from acme: 120 EUR', 'quote from globex: 120 EUR', "
+    "'quote from initech: 120 EUR']",
+    "  own steps=2, children's steps=3 (within 12)",
+    "in_a_loop: completed: {'draft': 'draft of tides, round 2', 'rounds': 2}",
+    "  own steps=2, children's steps=4 (within 12)",
+]
+
+
+def test_orchestration_example_runs_children_in_sequence_at_once_and_in_a_loop(
+    tmp_path: Path,
+) -> None:
+    assert _lines(_run_example("orchestration.py", tmp_path)) == ORCHESTRATION_OUTPUT
+    # Each child's share was set aside and came back: the sequence's second child got
+    # what the first left (the parent keeps a step, the first used one).
+    listed = _cli(
+        "history", "in_sequence", "--json", "--db", "sqlite:///orchestration.db",
+        tmp_path=tmp_path, cwd=tmp_path,
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    records = [json.loads(line) for line in listed.stdout.splitlines()]
+    shares = [r["data"]["allotment"]["steps"] for r in records if r["type"] == "BudgetReserved"]
+    assert shares == [10, 9]
+    assert [r["type"] for r in records].count("BudgetReturned") == 2
+
+
 TESTED_EXAMPLES.add("handoff.py")
 
 HANDOFF_OUTPUT = [

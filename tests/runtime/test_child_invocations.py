@@ -35,6 +35,7 @@ from loop_actors import (
     TerminalReason,
     Tool,
     ToolContext,
+    ToolError,
     UsageError,
     tool,
 )
@@ -208,6 +209,114 @@ async def test_parallel_children_cannot_spend_more_tool_calls_than_their_parent_
     assert returned == Counter({"p0": 1, "p1": 1, "p2": 1})  # each share comes back once
     assert outcome.children is not None
     assert outcome.children.tool_calls == sum(kid.tool_calls for kid in kids)
+
+
+def _looker(budget: Budget) -> Agent:
+    """A child that tries six lookups, one a step, then answers."""
+
+    @tool
+    def look(n: int) -> int:
+        """Look something up."""
+        return n
+
+    def greedy(request: ModelRequest) -> dict[str, Any]:
+        if request.step <= 6:
+            call = {"id": f"l{request.step}", "name": "look", "arguments": {"n": request.step}}
+            return {"kind": "tool_calls", "calls": [call]}
+        return {"kind": "final", "answer": "looked"}
+
+    return Agent("looker", ScriptedModel(greedy), [look], budget=budget)
+
+
+def _fans_out(looker: Agent, names: tuple[str, ...]) -> Tool:
+    @tool(effect="write")
+    async def fan(context: ToolContext, goal: str) -> dict[str, str]:
+        """Run the lookers at once; each outcome's reason, or why it did not start."""
+        got: dict[str, str] = {}
+
+        async def one(name: str) -> None:
+            try:
+                outcome = await context.run_agent(looker, f"look {name}", key=name)
+            except ToolError as refused:
+                got[name] = str(refused)
+            else:
+                got[name] = outcome.terminal_reason.value
+
+        async with trio.open_nursery() as nursery:
+            for name in names:
+                nursery.start_soon(one, name)
+        return got
+
+    return fan
+
+
+async def test_children_run_from_code_cannot_spend_more_tool_calls_than_their_parent_has(
+    db: str,
+) -> None:
+    """Three children from code that each try 6 calls under a parent with max_tool_calls=10."""
+    looker = _looker(Budget(max_steps=8, max_tool_calls=6))
+    parent = boss(
+        calls("x", tool_name="fan"),
+        budget=Budget(max_steps=30, max_tool_calls=10),
+        tools=[_fans_out(looker, ("a", "b", "c"))],
+    )
+    with trio.fail_after(30):
+        async with Runtime(db) as runtime:
+            outcome = await runtime.run(parent, "look around", invocation_id="root")
+            events = await history_of(runtime, "root")
+            reserved = [e for e in events if isinstance(e, BudgetReserved)]
+            kids = [await runtime.load(e.child_id) for e in reserved]
+    assert outcome.reason is TerminalReason.COMPLETED
+    # The parent made its call: 9 left. The first child to start gets its 6, the next
+    # the 3 left, the third none (refused, nothing recorded for it).
+    assert sorted(e.allotment.tool_calls for e in reserved) == [3, 6]
+    assert all(e.from_code for e in reserved)
+    (result,) = outcome_results(events)
+    got = result.output
+    assert isinstance(got, dict)
+    (refused,) = [text for text in got.values() if text.startswith("not started")]
+    ran = sorted(text for text in got.values() if text != refused)
+    assert ran == ["completed", "tool_budget_exhausted"]
+    assert "no tool call left to give a child (1 of 10 made, 9 held" in refused
+    tree_calls = outcome.tool_calls + sum(kid.tool_calls for kid in kids)
+    assert tree_calls == 10
+    returned = [e for e in events if isinstance(e, BudgetReturned)]
+    assert Counter(e.child_id for e in returned) == Counter(kid.id for kid in kids)  # once each
+    assert outcome.children is not None
+    assert outcome.children.tool_calls == 9
+    assert outcome.children.steps == sum(kid.step for kid in kids)
+    assert result.child_ids is not None
+    assert sorted(result.child_ids) == sorted(kid.id for kid in kids)
+
+
+async def test_children_run_one_after_another_from_code_each_get_what_the_last_left(
+    db: str,
+) -> None:
+    looker = _looker(Budget(max_steps=20, max_tool_calls=50))  # asks for more than there is
+
+    @tool(effect="write")
+    async def in_turn(context: ToolContext, goal: str) -> list[str]:
+        """Run two lookers, one after the other."""
+        first = await context.run_agent(looker, "look once", key="first")
+        second = await context.run_agent(looker, "look again", key="second")
+        return [first.terminal_reason.value, second.terminal_reason.value]
+
+    parent = boss(
+        calls("x", tool_name="in_turn"),
+        budget=Budget(max_steps=30, max_tool_calls=20),
+        tools=[in_turn],
+    )
+    with trio.fail_after(30):
+        async with Runtime(db) as runtime:
+            outcome = await runtime.run(parent, "look around", invocation_id="root")
+            events = await history_of(runtime, "root")
+    reserved = [e.allotment.tool_calls for e in events if isinstance(e, BudgetReserved)]
+    # 19 left after the parent's call; the first used 6 of them, so the second gets 13.
+    assert reserved == [19, 13]
+    (result,) = outcome_results(events)
+    assert result.output == ["completed", "completed"]
+    assert outcome.children is not None
+    assert outcome.children.tool_calls == 12
 
 
 async def test_a_child_past_the_depth_limit_is_refused_with_a_result_the_model_sees(

@@ -150,16 +150,25 @@ def test_an_orchestration_tool_killed_mid_fan_out_starts_each_child_once(tmp_pat
     assert (outcome["reason"], outcome["answer"]) == ("completed", "fanned out")
     assert sorted(a for _, a in charges(folder)) == [1, 2, 3]
 
-    async def kids() -> list[Any]:
+    async def kids() -> tuple[list[Any], list[list[Any]]]:
         async with Runtime(f"sqlite:///{folder / 'run.db'}") as runtime:
-            events = await runtime.history("root")
+            events = list(await runtime.history("root"))
             key = next(e for e in events if isinstance(e, BatchDispatched)).calls[0].effect_key
             assert key is not None
-            return [await runtime.history(child_id_of(key, f"pay-{a}")) for a in (1, 2, 3)]
+            ids = [child_id_of(key, f"pay-{a}") for a in (1, 2, 3)]
+            return events, [list(await runtime.history(child_id)) for child_id in ids]
 
-    for history in trio.run(kids):
+    parent, children = trio.run(kids)
+    for history in children:
         assert [type(e).__name__ for e in history].count("InvocationStarted") == 1
         assert history[-1].reason.value == "completed"
+    # Each child's share was set aside once, before it started (the killed run recorded
+    # them; the resumed run found them), and came back once.
+    ids = sorted(history[0].originator_id for history in children)
+    reserved = [e.child_id for e in parent if type(e).__name__ == "BudgetReserved"]
+    returned = [e.child_id for e in parent if type(e).__name__ == "BudgetReturned"]
+    assert sorted(reserved) == ids
+    assert sorted(returned) == ids
 
 
 @pytest.mark.parametrize("crash_at", ["after_start_commit:2", "after_write_returned:1"])

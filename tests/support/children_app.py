@@ -74,7 +74,7 @@ def _pays(request: ModelRequest) -> dict[str, Any]:
     return {"kind": "final", "answer": f"paid: {request.goal}"}
 
 
-PAYER = Agent("payer", ScriptedModel(_pays), [charge], budget=Budget(max_steps=4))
+PAYER = Agent("payer", ScriptedModel(_pays), [charge], budget=Budget(max_steps=4, max_tool_calls=2))
 
 
 def _delegates(request: ModelRequest) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from aggregates import (
     Usage,
     Wait,
 )
-from aggregates.children import Allotment
+from aggregates.children import Allotment, child_id_of
 from aggregates.decisions import Plan, PlanStep
 from aggregates.planning import PlannedWrite, Planning, write_digest
 from aggregates.settings import RunSettings
@@ -89,6 +89,21 @@ def child_dispatched(decision: ToolCalls) -> list[DispatchedCall]:
         )
         for c in decision.calls
     ]
+
+
+def dispatch_write(inv: Invocation) -> str:
+    """Dispatch a batch of one write, ``send`` (call ``c1``, key ``eff-c1``); its key."""
+    write = ToolCalls(calls=[ToolCall(id="c1", name="send", arguments={"to": "bob"})])
+    inv.propose(write, usage=Usage(), at=AT)
+    call = DispatchedCall(
+        call_id="c1",
+        name="send",
+        arguments={"to": "bob"},
+        effect=ToolEffect.WRITE,
+        effect_key="eff-c1",
+    )
+    inv.dispatch([call], [["c1"]], at=AT)
+    return "eff-c1"
 
 
 def ok(call_id: str) -> ToolResult:
@@ -162,6 +177,13 @@ def in_phase(phase: Phase, variant: str = "") -> Invocation:
             child = ToolCalls(calls=[ToolCall(id="c1", name="delegate", arguments={"goal": "g"})])
             inv.propose(child, usage=Usage(), at=AT)
             inv.dispatch(child_dispatched(child), [["c1"]], at=AT)
+        case Phase.DISPATCHED if variant == "reserved":
+            # A child from code holds its share while the batch runs (``run_agent``).
+            dispatch_write(inv)
+            share = Allotment(steps=2, tool_calls=2)
+            inv.reserve_budget(
+                "c1", child_id_of("eff-c1", "a"), share, at=AT, from_code=True, key="a"
+            )
         case Phase.DISPATCHED | Phase.AWAITING_RECONCILIATION:
             inv.propose(decision, usage=Usage(), at=AT)
             inv.dispatch(dispatched(decision), [["c1"]], at=AT)
