@@ -632,17 +632,17 @@ class Controller:
         A child still running keeps its share set aside. A store that cannot be read
         leaves the shares as they are (logged): too much set aside, never too little.
         """
-        open_calls = {
-            r.call_id for r in executed.results if r.effect_status is EffectStatus.OUTCOME_UNKNOWN
-        }
-        ran = {r.call_id for r in executed.results} - open_calls - set(executed.slept)
+        ran = {r.call_id: r for r in executed.results if r.call_id not in executed.slept}
         for reserved in list(self.invocation.reservations.values()):
-            if not reserved.from_code or reserved.call_id not in ran:
+            result = ran.get(reserved.call_id)
+            if not reserved.from_code or result is None:
                 continue
             try:
                 child = await self.reads.invocation(reserved.child_id)
             except InvocationNotFoundError:
-                self.return_from_child(reserved.child_id, Spent())
+                if result.effect_status is not EffectStatus.OUTCOME_UNKNOWN:
+                    # The call has its result: its body will not start this child.
+                    self.return_from_child(reserved.child_id, Spent())
                 continue
             except Exception as error:
                 log.warning(

@@ -9,27 +9,35 @@ cancels its children, and a child that would start after the cancel never runs.
 
 Bad inputs tried: a tool name that is not an identifier, a budget that is not a
 Budget, an unknown ``on_parent_end``; ``run_agent`` from a read tool, with something
-that is not an Agent, with an empty goal or key, and a child tool called as a plain
+that is not an Agent, with an empty goal or key, with a budget that is not a Budget,
+past what the parent has left (steps, tool calls), on a store locked by another
+connection; a body that fails while its child runs; and a child tool called as a plain
 function outside a run.
 """
 
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from aggregates.children import MAX_DEPTH, MAX_FAN_OUT, ChildOutcome, child_id_of
+from aggregates.children import MAX_DEPTH, MAX_FAN_OUT, ChildOutcome, Spent, child_id_of
 from aggregates.invocation import BatchDispatched, BudgetReserved, BudgetReturned
 from loop_actors import (
     Agent,
     Budget,
+    InvocationNotFoundError,
+    ModelReply,
     ModelRequest,
     Outcome,
+    Reconciled,
+    Resolution,
     Runtime,
     ScriptedModel,
     TerminalReason,
@@ -704,6 +712,7 @@ def test_an_agent_whose_name_is_no_identifier_needs_a_tool_name() -> None:
         ("not an agent", "pay 1", None, "write", "needs an Agent, got str"),
         ("payer", "  ", None, "write", "goal must be a non-empty string"),
         ("payer", "pay 1", "", "write", "key must be a non-empty string"),
+        ("payer", "pay 1", "budget", "write", "budget must be a Budget, got dict"),
     ],
 )
 async def test_run_agent_refuses_what_cannot_start_a_child(  # noqa: PLR0917 - parametrized
@@ -712,7 +721,11 @@ async def test_run_agent_refuses_what_cannot_start_a_child(  # noqa: PLR0917 - p
     target: object = PAYER if child == "payer" else child
 
     async def body(context: ToolContext) -> str:
-        outcome = await context.run_agent(target, goal, key=key)
+        if key == "budget":  # a budget as a dict, not a Budget
+            wrong: Any = {"max_steps": 3}
+            outcome = await context.run_agent(target, goal, key="k", budget=wrong)
+        else:
+            outcome = await context.run_agent(target, goal, key=key)
         return outcome.terminal_reason.value
 
     starter = Tool(body, name="starter", effect=effect)
@@ -780,3 +793,109 @@ async def test_cancelling_a_paused_root_cancels_the_tree_below_it(db: str) -> No
     assert f"its parent {paused.path[1]} was cancelled" in details[2]
     assert again.reason is TerminalReason.CANCELLED
     assert not CHARGED
+
+
+async def test_a_share_that_cannot_be_committed_starts_no_child_and_stops_the_run(
+    tmp_path: Path,
+) -> None:
+    """The store locked by another connection as the body starts its child."""
+    path = tmp_path / "locked.db"
+    url = f"sqlite:///{path}?lock_timeout=1&lock_retry=0"
+    blocker: list[sqlite3.Connection] = []
+    raised: list[str] = []
+    leaf = Agent("leaf", ScriptedModel([{"kind": "final", "answer": "leafed"}]), [])
+
+    @tool(effect="write", reconcile=lambda effect_key: Reconciled(status=Resolution.NOT_FOUND))
+    async def start_one(context: ToolContext, goal: str) -> str | None:
+        """Lock the store (the first time), then run a child."""
+        if not blocker:
+            connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            connection.execute("BEGIN IMMEDIATE")
+            blocker.append(connection)
+        try:
+            outcome = await context.run_agent(leaf, goal, key="one")
+        except ToolError as refused:
+            raised.append(str(refused))
+            raise
+        return outcome.answer
+
+    parent = boss(calls("x", tool_name="start_one"), tools=[start_one])
+    with trio.fail_after(30):
+        async with Runtime(url) as runtime:
+            stopped = await runtime.run(parent, "go", invocation_id="root")
+        assert stopped.reason is TerminalReason.CHECKPOINT_FAILED
+        assert stopped.detail is not None
+        assert "locked" in stopped.detail
+        (text,) = raised
+        assert text.startswith("not started: its parent root could not record the child's share")
+        blocker[0].rollback()
+        async with Runtime(url) as runtime:
+            events = await history_of(runtime, "root")
+            assert isinstance(events[-1], BatchDispatched)  # what was committed is intact
+            key = events[-1].calls[0].effect_key
+            assert key is not None
+            with pytest.raises(InvocationNotFoundError):
+                await runtime.load(child_id_of(key, "one"))  # it never started
+            # The lease could not be given back while the store was locked: take it over.
+            resumed = await runtime.resume("root", parent, take_over=True)
+            events = await history_of(runtime, "root")
+    assert resumed.reason is TerminalReason.COMPLETED
+    assert [type(e).__name__ for e in events].count("BudgetReserved") == 1
+    (result,) = outcome_results(events)
+    assert result.output == "leafed"
+
+
+async def test_a_body_that_did_not_wait_for_its_child_gets_the_share_back_from_its_end(
+    db: str,
+) -> None:
+    """The body fails while its child runs: the child is cancelled, its share comes back."""
+    thinking = trio.Event()
+
+    class Thinks:
+        """A model that takes one step, then thinks until it is cancelled."""
+
+        async def decide(self, request: ModelRequest) -> ModelReply:
+            if request.step == 1:
+                call = {"id": "l1", "name": "look", "arguments": {"n": 1}}
+                return ModelReply(proposal={"kind": "tool_calls", "calls": [call]})
+            thinking.set()
+            await trio.sleep_forever()
+            return ModelReply(proposal={"kind": "final", "answer": "never reached"})
+
+    @tool
+    def look(n: int) -> int:
+        """Look something up."""
+        return n
+
+    slow = Agent("slow", Thinks(), [look], budget=Budget(max_steps=5, max_tool_calls=3))
+
+    @tool(effect="write")
+    async def gives_up(context: ToolContext, goal: str) -> str:
+        """Start a child, then fail before it ends."""
+
+        async def fail_once_it_thinks() -> None:
+            await thinking.wait()
+            raise ValueError("gave up")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(context.run_agent, slow, goal, key="slow"))
+            nursery.start_soon(fail_once_it_thinks)
+        return "never"
+
+    parent = boss(calls("x", tool_name="gives_up"), tools=[gives_up])
+    with trio.fail_after(30):
+        async with Runtime(db) as runtime:
+            outcome = await runtime.run(parent, "go", invocation_id="root")
+            events = await history_of(runtime, "root")
+            (reserved,) = [e for e in events if isinstance(e, BudgetReserved)]
+            child = await runtime.load(reserved.child_id)
+    assert child.terminated is not None
+    assert child.terminated.reason is TerminalReason.CANCELLED
+    (returned,) = [e for e in events if isinstance(e, BudgetReturned)]
+    assert returned.spent == Spent(steps=child.step, tool_calls=1)
+    assert returned.returned == reserved.allotment.reserved.minus(returned.spent)
+    # The write's outcome is unknown (its body failed) and it has no reconcile: the
+    # parent waits for a person, its child's share already back.
+    assert outcome.reason is TerminalReason.RECONCILIATION_REQUIRED
+    assert outcome.children is not None
+    assert outcome.children.tool_calls == 1
