@@ -683,6 +683,7 @@ class Controller:
             self._reconciler_send = send
         toolbox = self.agent.toolbox
         answers: dict[str, EffectObservation] = {}
+        asked = 0
         for key, tool in action.effects:
             if toolbox.attempt_running(key):
                 # An abandoned attempt (a plain function's thread) may still reach the
@@ -691,9 +692,14 @@ class Controller:
                 if not await toolbox.wait_for_attempt(key, grace):
                     answers[key] = AttemptStillRunning(effect_key=key, waited_s=grace)
                     continue
+            # Asked at once (the reconciler answers each in a task of its own), answered
+            # as the answers come.
             await self._reconciler_send.send(ReconcileEffect(effect_key=key, tool=tool))
-            answers[key] = await self._reconciler_replies.receive()
-        return answers
+            asked += 1
+        for _ in range(asked):
+            answer = await self._reconciler_replies.receive()
+            answers[answer.effect_key] = answer
+        return {key: answers[key] for key, _ in action.effects}  # in the batch's order
 
     # ----------------------------------------------------------------- the verifier
 

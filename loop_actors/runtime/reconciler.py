@@ -74,9 +74,18 @@ async def run_effect_reconciler(
 ) -> None:
     """Answer each ``ReconcileEffect`` with ``EffectAnswered`` or ``ServiceUnreachable``.
 
+    The questions are answered at once, each in a task of its own, in the order their
+    answers come (each names its effect key): the writes of one batch are independent,
+    and asking about a child invocation drives that child to its end, so the children
+    of a resumed parent run at once, as they did in their batch.
+
     Cancellation: returns when cancelled; a question in flight gets no answer.
     """
-    async with inbox, outbox:
+
+    async def answer(message: ReconcileEffect) -> None:
+        await outbox.send(await reconcile_effect(toolbox, message))
+
+    async with inbox, outbox, trio.open_nursery() as nursery:
         task_status.started()
         async for message in inbox:
-            await outbox.send(await reconcile_effect(toolbox, message))
+            nursery.start_soon(answer, message)

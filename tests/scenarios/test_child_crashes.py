@@ -121,6 +121,17 @@ def test_a_parent_killed_after_its_children_charged_resumes_without_charging_twi
         assert history[-1].reason.value == "completed"
 
 
+def test_the_children_a_resumed_parent_finds_unfinished_run_at_once(tmp_path: Path) -> None:
+    """Killed with both children charged; resumed, each must meet the other to finish."""
+    folder, env = workspace(tmp_path)
+    run_until_charged(folder, env, "children_app:MEETING_BOSS", 2)
+    (folder / "charges.txt.meet").touch()
+    outcome = resume(folder, env, "root", "children_app:MEETING_BOSS")
+    # One child driven to its end before the other starts would wait 20 s in vain.
+    assert (outcome["reason"], outcome["answer"]) == ("completed", "met met")
+    assert sorted(a for _, a in charges(folder)) == [10, 20]
+
+
 def test_a_child_finished_while_its_parent_was_down_gives_its_recorded_outcome(
     tmp_path: Path,
 ) -> None:

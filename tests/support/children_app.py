@@ -9,9 +9,14 @@ by effect key, which is what the payer's ``reconcile`` asks.
 ``ORCHESTRATOR`` calls ``fan_out``, whose body runs three ``payer`` children at once
 (``ctx.run_agent`` with a key each) to pay 1, 2 and 3.
 
+``MEETING_BOSS`` asks two ``meeter`` children to pay 10 and 20; each charges, then
+``meet``s the other: it waits until both have arrived (only with the ``.meet`` switch).
+
 Switches, as files next to ``$CHARGES_FILE`` (so a test can flip them between processes):
 - ``.hang``: after charging, ``charge`` waits (up to a minute) until the file is gone:
   the test SIGKILLs the process while both children wait there, charged and unrecorded.
+- ``.meet``: ``meet`` writes ``.met-GOAL`` and waits (up to 20 s) until two are there,
+  so it succeeds only if both children run at the same time.
 """
 
 from __future__ import annotations
@@ -95,6 +100,48 @@ BOSS = Agent(
     [PAYER.as_tool()],
     budget=Budget(max_steps=10, max_tool_calls=10),
 )
+
+
+@tool(timeout_s=60)
+async def meet(goal: str) -> str:
+    """Wait until the other child is here too (with the ``.meet`` switch)."""
+    switch = charges_file().with_name(charges_file().name + ".meet")
+    if not switch.exists():
+        return "alone"
+    charges_file().with_name(f"{charges_file().name}.met-{goal.replace(' ', '-')}").touch()
+    with trio.fail_after(20):
+        # Another process may arrive: files, not a trio.Event.
+        while len(list(charges_file().parent.glob(charges_file().name + ".met-*"))) < 2:  # noqa: ASYNC110
+            await trio.sleep(0.05)
+    return "met"
+
+
+def _meets(request: ModelRequest) -> dict[str, Any]:
+    if request.step == 1:
+        return _pays(request)
+    if request.step == 2:
+        call = {"id": "m1", "name": "meet", "arguments": {"goal": request.goal}}
+        return {"kind": "tool_calls", "calls": [call]}
+    return {"kind": "final", "answer": str(request.turns[-1].results[0].output)}
+
+
+MEETER = Agent("meeter", ScriptedModel(_meets), [charge, meet], budget=Budget(max_steps=4))
+
+
+def _meetings(request: ModelRequest) -> dict[str, Any]:
+    if request.step == 1:
+        return {
+            "kind": "tool_calls",
+            "calls": [
+                {"id": "m10", "name": "meeter", "arguments": {"goal": "pay 10"}},
+                {"id": "m20", "name": "meeter", "arguments": {"goal": "pay 20"}},
+            ],
+        }
+    answers = [str(r.output.get("answer")) for r in request.turns[-1].results if r.output]
+    return {"kind": "final", "answer": " ".join(answers)}
+
+
+MEETING_BOSS = Agent("meeting_boss", ScriptedModel(_meetings), [MEETER.as_tool()])
 
 
 def _dispatch_again(effect_key: str) -> Reconciled:
