@@ -29,7 +29,16 @@ from typing import Any
 
 import trio
 
-from loop_actors import Agent, Budget, ModelRequest, Reconciled, ScriptedModel, ToolContext, tool
+from loop_actors import (
+    Agent,
+    Budget,
+    ChildOutcome,
+    ModelRequest,
+    Reconciled,
+    ScriptedModel,
+    ToolContext,
+    tool,
+)
 
 
 def charges_file() -> Path:
@@ -137,8 +146,8 @@ def _meetings(request: ModelRequest) -> dict[str, Any]:
                 {"id": "m20", "name": "meeter", "arguments": {"goal": "pay 20"}},
             ],
         }
-    answers = [str(r.output.get("answer")) for r in request.turns[-1].results if r.output]
-    return {"kind": "final", "answer": " ".join(answers)}
+    outcomes = [ChildOutcome.read(r.output) for r in request.turns[-1].results]
+    return {"kind": "final", "answer": " ".join(str(o.answer) for o in outcomes if o)}
 
 
 MEETING_BOSS = Agent("meeting_boss", ScriptedModel(_meetings), [MEETER.as_tool()])
