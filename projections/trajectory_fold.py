@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from enum import StrEnum
 from typing import Any, TypeVar, cast
 
-from pydantic import JsonValue
+from pydantic import JsonValue, computed_field
 
 from aggregates.decisions import (
     SET_DICT,
@@ -31,6 +31,7 @@ from aggregates.decisions import (
 )
 from aggregates.effect import EffectEvent, effect_status_after
 from aggregates.events import ByClass, DomainEvent, isoformat
+from aggregates.handoffs import handoff_id_of
 from aggregates.invocation import (
     ApprovalDenied,
     ApprovalGranted,
@@ -149,6 +150,14 @@ class Trajectory(Frozen):
     """For the target of a handoff: the id of the invocation that handed off to it."""
     critiques: list[CritiqueView] = []
     """The critic's rounds, in order (apart from the steps: the critic is not the agent)."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def handed_off_to(self) -> str | None:
+        """For an invocation that ended ``handed_off``: the id of its target (derived)."""
+        if self.reason is not TerminalReason.HANDED_OFF:
+            return None
+        return handoff_id_of(self.invocation_id)
 
     @property
     def critic_input_tokens(self) -> int:

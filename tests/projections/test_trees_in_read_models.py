@@ -87,3 +87,8 @@ def test_show_and_list_link_a_handoffs_source_and_target(tmp_path: Path, db: str
     assert rows[target]["handed_off_from"] == "triage"
     assert rows["triage"]["handed_off_from"] is None
     assert rows["boss"]["handed_off_from"] is None
+    # show --json carries both links: the source names its target, the target its source.
+    source_json = json.loads(run_cli("show", "triage", "--json", cwd=tmp_path, db=db).stdout)
+    assert (source_json["handed_off_to"], source_json["handed_off_from"]) == (target, None)
+    target_json = json.loads(run_cli("show", target, "--json", cwd=tmp_path, db=db).stdout)
+    assert (target_json["handed_off_to"], target_json["handed_off_from"]) == (None, "triage")
