@@ -234,8 +234,7 @@ async def test_a_parent_cancelled_while_its_child_runs_on_another_worker_cancels
     assert child.terminated is not None
     assert child.terminated.reason is TerminalReason.CANCELLED
     # Its worker read the parent's request for it (docs/explanation/child-invocations.md).
-    assert child.terminated.detail == (
-        "cancel requested while tools ran: "
+    assert (child.terminated.detail or "").endswith(
         "requested (its parent root was cancelled (requested by ops (not needed)))"
     )
     assert reports["children"].claimed == 1  # the child ran there, not in the parent's worker
